@@ -1,0 +1,1 @@
+//! kubedev core: the device model and the traits every backend implements.

@@ -1,0 +1,2 @@
+//! The kubedev daemon and CLI.
+fn main() {}

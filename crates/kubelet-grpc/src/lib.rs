@@ -1,0 +1,1 @@
+//! kubedev's kubelet gRPC servers.

@@ -1,0 +1,1 @@
+//! kubedev test kit.

@@ -1,0 +1,2 @@
+//! kubedev's task runner.
+fn main() {}
