@@ -1,2 +1,49 @@
-//! kubedev's task runner.
-fn main() {}
+//! kubedev's task runner, run as `cargo xtask <command>`.
+//!
+//! Each subcommand lives in its own module; this file only parses the
+//! command line and dispatches.
+
+mod codegen;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+/// kubedev's development tasks.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The tasks `cargo xtask` knows.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Regenerate the kubelet gRPC bindings in crates/kubelet-grpc/src/generated
+    /// from the .proto files in crates/kubelet-grpc/proto.
+    Codegen {
+        /// Do not write anything; fail if the committed bindings differ from
+        /// what the .proto files generate.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root()?;
+    match cli.command {
+        Command::Codegen { check } => codegen::run(&root, check),
+    }
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> anyhow::Result<PathBuf> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .with_context(|| format!("xtask directory {} has no parent", manifest_dir.display()))
+}
