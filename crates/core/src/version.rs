@@ -532,12 +532,17 @@ mod tests {
         proptest! {
             #[test]
             fn parses_and_displays_back(text in version()) {
-                let version = Version::parse(&text).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let version = Version::parse(&text)
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(version.to_string(), text);
             }
 
             #[test]
-            fn order_is_total_and_agrees_with_equality(a in version(), b in version(), c in version()) {
+            fn order_is_total_and_agrees_with_equality(
+                a in version(),
+                b in version(),
+                c in version(),
+            ) {
                 let (a, b, c) = (v(&a), v(&b), v(&c));
                 prop_assert_eq!(a.cmp(&b), b.cmp(&a).reverse());
                 prop_assert_eq!(a.cmp(&b) == Ordering::Equal, a == b);
