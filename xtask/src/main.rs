@@ -3,7 +3,9 @@
 //! Each subcommand lives in its own module; this file only parses the
 //! command line and dispatches.
 
+mod ci;
 mod codegen;
+mod demo;
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +23,10 @@ struct Cli {
 /// The tasks `cargo xtask` knows.
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run every check CI runs: fmt, generated-code check, clippy, all tests.
+    Ci,
+    /// Run kubedev against the emulated kubelet and tell the story step by step.
+    Demo,
     /// Regenerate the kubelet gRPC bindings in crates/kubelet-grpc/src/generated
     /// from the .proto files in crates/kubelet-grpc/proto.
     Codegen {
@@ -35,6 +41,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let root = workspace_root()?;
     match cli.command {
+        Command::Ci => ci::ci(&root),
+        Command::Demo => demo::demo(&root),
         Command::Codegen { check } => codegen::run(&root, check),
     }
 }

@@ -1,1 +1,47 @@
 //! kubedev core: the device model and the traits every backend implements.
+//!
+//! A backend implements [`DeviceSource`] (what devices exist, and how their health changes) and
+//! [`Preparer`] (what a container needs to use them). The runtime owns publishing
+//! ([`Publisher`]), checkpoints, CDI files and the kubelet conversations, so a backend stays
+//! small. Nothing here knows gRPC, the API server, WebAssembly or a vendor library.
+//!
+//! ```
+//! use kubedev_core::{Device, DeviceName, Inventory, Pool, PoolName, QualifiedName, AttributeValue};
+//!
+//! let gpu = Device::new(DeviceName::new("gpu-0")?)
+//!     .with_attribute(QualifiedName::new("model")?, AttributeValue::String("x1".into()))
+//!     .with_numa_node(0);
+//! let inventory = Inventory::new(vec![Pool::new(PoolName::new("node-a")?, vec![gpu])]);
+//! assert!(inventory.validate().is_ok());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
+
+mod attribute;
+mod edits;
+mod error;
+mod model;
+mod names;
+mod prepare;
+mod publish;
+mod quantity;
+mod source;
+pub mod static_backend;
+mod version;
+
+pub use attribute::{AttributeError, AttributeValue};
+pub use edits::{ContainerEdits, DeviceNode, DeviceNodeType, Hook, Mount};
+pub use error::{ModelError, PrepareError, PublishError, SourceError};
+pub use model::{
+    AttributeMatch, Capacity, CounterConsumption, CounterSet, Device, DeviceFilter, DeviceRef,
+    Health, HealthState, Inventory, Pool, Taint, TaintEffect,
+};
+pub use names::{
+    CounterName, DeviceName, DriverName, ExtendedResourceName, NameError, PoolName, QualifiedName,
+    check_dns_label, check_dns_subdomain,
+};
+pub use prepare::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice, Preparer};
+pub use publish::Publisher;
+pub use quantity::{Quantity, QuantityError};
+pub use source::{DeviceSource, SourceEvent};
+pub use version::{Version, VersionError};

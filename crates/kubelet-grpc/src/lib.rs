@@ -1,4 +1,31 @@
-//! kubedev's kubelet gRPC servers.
+//! kubedev's kubelet gRPC servers: the Device Plugin API (kubelet API `v1beta1`) and the DRA
+//! kubelet plugin APIs, over Unix sockets.
+//!
+//! Only this crate knows protobuf: callers hand it core types ([`kubedev_core::Inventory`],
+//! [`kubedev_core::ContainerEdits`]) and a handler, and get a running server back.
+//!
+//! ```no_run
+//! # async fn run(handler: std::sync::Arc<dyn kubedev_kubelet_grpc::device_plugin::DevicePluginHandler>) -> Result<(), Box<dyn std::error::Error>> {
+//! use kubedev_core::{AttributeMatch, ExtendedResourceName, Publisher, Inventory};
+//! use kubedev_kubelet_grpc::device_plugin::{DevicePlugin, DevicePluginConfig, DevicePluginPublisher};
+//!
+//! let name = ExtendedResourceName::new("example.com/dev")?;
+//! let mut publisher = DevicePluginPublisher::new();
+//! let devices = publisher.add_resource(name.clone(), Box::new(AttributeMatch::default()));
+//! let cancel = tokio_util::sync::CancellationToken::new();
+//! let server = DevicePlugin::start(DevicePluginConfig::new(name), handler, devices.subscribe(), cancel)?;
+//! publisher.publish(&Inventory::default()).await?;
+//! server.stop().await;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+pub mod device_plugin;
+mod dir_watch;
+mod error;
+mod uds;
+
+pub use error::Error;
 
 /// The bindings `cargo xtask codegen` generates from this crate's `proto/`
 /// directory. Never edited by hand; reached from outside through [`pb`].

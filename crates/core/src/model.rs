@@ -1,0 +1,368 @@
+//! The device model: devices, pools and the node's inventory.
+//!
+//! One model feeds both kubelet APIs: DRA publishes it as ResourceSlices, the device-plugin side
+//! derives extended resources from it with selectors.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{AttributeValue, CounterName, DeviceName, PoolName, QualifiedName, Quantity};
+
+/// Whether a device can be used right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub enum HealthState {
+    /// The device works.
+    #[default]
+    Healthy,
+    /// The device is broken or gone.
+    Unhealthy,
+    /// The backend cannot tell.
+    Unknown,
+}
+
+impl fmt::Display for HealthState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HealthState::Healthy => "Healthy",
+            HealthState::Unhealthy => "Unhealthy",
+            HealthState::Unknown => "Unknown",
+        })
+    }
+}
+
+/// A device's health and, when it is not healthy, why.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Health {
+    /// The state.
+    pub state: HealthState,
+    /// A human-readable reason, e.g. "Xid 79: GPU has fallen off the bus".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl Health {
+    /// A healthy device.
+    pub fn healthy() -> Self {
+        Health::default()
+    }
+
+    /// An unhealthy device, with the reason.
+    pub fn unhealthy(reason: impl Into<String>) -> Self {
+        Health {
+            state: HealthState::Unhealthy,
+            reason: Some(reason.into()),
+        }
+    }
+
+    /// A device whose health is unknown, with the reason.
+    pub fn unknown(reason: impl Into<String>) -> Self {
+        Health {
+            state: HealthState::Unknown,
+            reason: Some(reason.into()),
+        }
+    }
+
+    /// True when the state is `Healthy`.
+    pub fn is_healthy(&self) -> bool {
+        self.state == HealthState::Healthy
+    }
+}
+
+/// What a taint does to claims that do not tolerate it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum TaintEffect {
+    /// Not taken for new allocations.
+    NoSchedule,
+    /// Not taken, and pods already using it are evicted.
+    NoExecute,
+    /// Informational only.
+    None,
+}
+
+/// A device taint, as in `resource.k8s.io/v1` DeviceTaint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    /// The taint key (a qualified name).
+    pub key: String,
+    /// The taint value, may be empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    /// The effect.
+    pub effect: TaintEffect,
+}
+
+/// A device's capacity entry, e.g. `memory: 40Gi`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capacity {
+    /// The amount.
+    pub value: Quantity,
+}
+
+/// Counters that a device consumes from one shared counter set of its pool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CounterConsumption {
+    /// The counter set (by name) in the same pool.
+    pub counter_set: CounterName,
+    /// Counter name → amount consumed.
+    pub counters: BTreeMap<CounterName, Quantity>,
+}
+
+/// A set of counters that partitionable devices of a pool draw from, e.g. a GPU's memory slices.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterSet {
+    /// The set's name, unique within the pool.
+    pub name: CounterName,
+    /// Counter name → amount available.
+    pub counters: BTreeMap<CounterName, Quantity>,
+}
+
+/// One device as a backend discovered it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Device {
+    /// The name, unique within its pool.
+    pub name: DeviceName,
+    /// Typed attributes (bare names belong to the driver's domain).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<QualifiedName, AttributeValue>,
+    /// Capacities.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub capacity: BTreeMap<QualifiedName, Capacity>,
+    /// Shared counters this device consumes when allocated.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumes_counters: Vec<CounterConsumption>,
+    /// Taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    /// Current health.
+    #[serde(default)]
+    pub health: Health,
+    /// The NUMA node the device is attached to, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa_node: Option<i64>,
+    /// Whether several claims may share the device at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_multiple_allocations: bool,
+}
+
+impl Device {
+    /// A healthy device with no attributes.
+    pub fn new(name: DeviceName) -> Self {
+        Device {
+            name,
+            attributes: BTreeMap::new(),
+            capacity: BTreeMap::new(),
+            consumes_counters: Vec::new(),
+            taints: Vec::new(),
+            health: Health::healthy(),
+            numa_node: None,
+            allow_multiple_allocations: false,
+        }
+    }
+
+    /// Sets an attribute (builder style).
+    pub fn with_attribute(mut self, name: QualifiedName, value: AttributeValue) -> Self {
+        self.attributes.insert(name, value);
+        self
+    }
+
+    /// Sets a capacity (builder style).
+    pub fn with_capacity(mut self, name: QualifiedName, value: Quantity) -> Self {
+        self.capacity.insert(name, Capacity { value });
+        self
+    }
+
+    /// Sets the NUMA node (builder style).
+    pub fn with_numa_node(mut self, node: i64) -> Self {
+        self.numa_node = Some(node);
+        self
+    }
+
+    /// Looks an attribute up by its name as written (`domain/id` or bare `id`).
+    pub fn attribute(&self, name: &str) -> Option<&AttributeValue> {
+        self.attributes
+            .iter()
+            .find(|(k, _)| k.as_str() == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// A pool of devices published together, e.g. all GPUs of one node for one driver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct Pool {
+    /// The pool's name (by default the node name).
+    pub name: PoolName,
+    /// The devices, in the order they are published.
+    pub devices: Vec<Device>,
+    /// Shared counter sets that the devices consume from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_counters: Vec<CounterSet>,
+}
+
+impl Pool {
+    /// A pool with the given devices and no counters.
+    pub fn new(name: PoolName, devices: Vec<Device>) -> Self {
+        Pool {
+            name,
+            devices,
+            shared_counters: Vec::new(),
+        }
+    }
+
+    /// Finds a device by name.
+    pub fn device(&self, name: &str) -> Option<&Device> {
+        self.devices.iter().find(|d| d.name.as_str() == name)
+    }
+
+    /// Checks what Kubernetes checks within one pool: device names unique, counter sets unique,
+    /// and every consumed counter defined in a set of the pool.
+    pub fn validate(&self) -> Result<(), crate::ModelError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for d in &self.devices {
+            if !seen.insert(d.name.as_str()) {
+                return Err(crate::ModelError::DuplicateDevice {
+                    pool: self.name.to_string(),
+                    device: d.name.to_string(),
+                });
+            }
+        }
+        let mut sets = BTreeMap::new();
+        for s in &self.shared_counters {
+            if sets.insert(s.name.as_str(), s).is_some() {
+                return Err(crate::ModelError::DuplicateCounterSet {
+                    pool: self.name.to_string(),
+                    set: s.name.to_string(),
+                });
+            }
+        }
+        for d in &self.devices {
+            for c in &d.consumes_counters {
+                let Some(set) = sets.get(c.counter_set.as_str()) else {
+                    return Err(crate::ModelError::UnknownCounter {
+                        pool: self.name.to_string(),
+                        device: d.name.to_string(),
+                        counter: c.counter_set.to_string(),
+                    });
+                };
+                for name in c.counters.keys() {
+                    if !set.counters.contains_key(name) {
+                        return Err(crate::ModelError::UnknownCounter {
+                            pool: self.name.to_string(),
+                            device: d.name.to_string(),
+                            counter: format!("{}/{}", c.counter_set, name),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A reference to one device of the inventory.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DeviceRef {
+    /// The pool.
+    pub pool: PoolName,
+    /// The device within the pool.
+    pub device: DeviceName,
+}
+
+impl fmt::Display for DeviceRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.pool, self.device)
+    }
+}
+
+/// Everything a node offers, as its backends see it now.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Inventory {
+    /// The pools, in a stable order.
+    pub pools: Vec<Pool>,
+}
+
+impl Inventory {
+    /// An inventory of the given pools.
+    pub fn new(pools: Vec<Pool>) -> Self {
+        Inventory { pools }
+    }
+
+    /// All devices with their pools, in order.
+    pub fn devices(&self) -> impl Iterator<Item = (&Pool, &Device)> {
+        self.pools
+            .iter()
+            .flat_map(|p| p.devices.iter().map(move |d| (p, d)))
+    }
+
+    /// Finds a device.
+    pub fn device(&self, r: &DeviceRef) -> Option<&Device> {
+        self.pools
+            .iter()
+            .find(|p| p.name == r.pool)
+            .and_then(|p| p.device(r.device.as_str()))
+    }
+
+    /// Sets a device's health; returns false when the device is unknown or already had it.
+    pub fn set_health(&mut self, r: &DeviceRef, health: Health) -> bool {
+        let Some(pool) = self.pools.iter_mut().find(|p| p.name == r.pool) else {
+            return false;
+        };
+        let Some(dev) = pool.devices.iter_mut().find(|d| d.name == r.device) else {
+            return false;
+        };
+        if dev.health == health {
+            return false;
+        }
+        dev.health = health;
+        true
+    }
+
+    /// Validates every pool and checks pool names are unique.
+    pub fn validate(&self) -> Result<(), crate::ModelError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for p in &self.pools {
+            if !seen.insert(p.name.as_str()) {
+                return Err(crate::ModelError::DuplicatePool {
+                    pool: p.name.to_string(),
+                });
+            }
+            p.validate()?;
+        }
+        Ok(())
+    }
+}
+
+/// Decides whether a device belongs to something, e.g. a device-plugin extended resource.
+///
+/// Implementations must be pure and cheap; they run on every inventory change.
+pub trait DeviceFilter: Send + Sync + fmt::Debug {
+    /// True when `device` (in `pool`) matches. An error means the filter itself is broken for
+    /// this device (e.g. a CEL runtime error); callers treat the device as not matching and
+    /// report the error.
+    fn matches(&self, pool: &Pool, device: &Device) -> Result<bool, crate::ModelError>;
+}
+
+/// A filter that matches devices whose attributes equal all the given values (an empty set
+/// matches every device).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AttributeMatch {
+    /// Attribute name (as written on the device) → required value.
+    pub attributes: BTreeMap<QualifiedName, AttributeValue>,
+}
+
+impl DeviceFilter for AttributeMatch {
+    fn matches(&self, _pool: &Pool, device: &Device) -> Result<bool, crate::ModelError> {
+        Ok(self
+            .attributes
+            .iter()
+            .all(|(k, v)| device.attributes.get(k) == Some(v)))
+    }
+}

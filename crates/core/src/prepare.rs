@@ -1,0 +1,110 @@
+//! The `Preparer` trait: how a backend turns allocated devices into container edits.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::{ContainerEdits, DeviceRef, PrepareError};
+
+/// The ResourceClaim a DRA prepare is for.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClaimRef {
+    /// The claim's UID (unique for the claim's lifetime).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl fmt::Display for ClaimRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{} ({})", self.namespace, self.name, self.uid)
+    }
+}
+
+/// Who devices are being prepared for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Consumer {
+    /// A DRA ResourceClaim; `unprepare` will be called for it later.
+    Claim(ClaimRef),
+    /// A container through the device-plugin API (`Allocate`); there is no unprepare in that
+    /// API, so host changes made for it are never undone by the kubelet.
+    Container {
+        /// The extended resource name the devices were requested as.
+        resource: String,
+    },
+}
+
+/// One device the scheduler (DRA) or the kubelet (device plugin) allocated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AllocatedDevice {
+    /// The device.
+    pub device: DeviceRef,
+    /// The request it satisfies (DRA; empty for device-plugin allocations).
+    #[serde(default)]
+    pub request: String,
+    /// The share ID when the device allows multiple allocations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_id: Option<String>,
+    /// Opaque configuration for this driver from the claim and its class, in order of precedence
+    /// (class first, claim last).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<serde_json::Value>,
+}
+
+/// One prepared device and what a container needs to use it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedDevice {
+    /// The device as allocated.
+    pub device: AllocatedDevice,
+    /// The container edits for this device alone.
+    pub edits: ContainerEdits,
+}
+
+/// A backend's way of handing devices to containers.
+///
+/// Contract:
+/// - `prepare` is idempotent: preparing the same consumer and devices again returns an equal
+///   answer and does not repeat host changes that are already in place.
+/// - `unprepare` is idempotent and succeeds for devices that were never prepared or are already
+///   unprepared; it undoes every host change `prepare` made (an mdev created, a driver rebound).
+/// - The runtime serialises calls for one claim; different claims may be prepared concurrently,
+///   so host changes must be safe against each other (distinct devices never share state unless
+///   the backend locks it).
+/// - The runtime records each prepare in its checkpoint before and after the call; after a crash
+///   it calls `unprepare` for a prepare that had started but not completed. The backend cleans up
+///   its own host changes; the runtime cleans up CDI files and the checkpoint.
+/// - Errors name the device and what failed; they never panic on unknown devices.
+#[async_trait]
+pub trait Preparer: Send + Sync + 'static {
+    /// Prepares `devices` for `consumer`, returning one entry per device in the same order.
+    async fn prepare(
+        &self,
+        consumer: &Consumer,
+        devices: &[AllocatedDevice],
+    ) -> Result<Vec<PreparedDevice>, PrepareError>;
+
+    /// Undoes `prepare` for a claim.
+    async fn unprepare(
+        &self,
+        claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<(), PrepareError>;
+
+    /// Called by the device-plugin API before a container starts (`PreStartContainer`), e.g. to
+    /// reset a device. Must finish well within the kubelet's 30 s; the default does nothing.
+    async fn pre_start(&self, devices: &[DeviceRef]) -> Result<(), PrepareError> {
+        let _ = devices;
+        Ok(())
+    }
+
+    /// Whether `pre_start` does anything (advertised to the kubelet).
+    fn needs_pre_start(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,21 @@
+//! The `Publisher` trait: how the runtime makes an inventory visible.
+
+use async_trait::async_trait;
+
+use crate::{Inventory, PublishError};
+
+/// Makes an inventory visible to Kubernetes: as ResourceSlices through the API server, or as
+/// ListAndWatch snapshots through device-plugin servers.
+///
+/// Contract:
+/// - `publish` is given the complete inventory every time, never a delta, and is idempotent:
+///   publishing the same inventory twice changes nothing the second time.
+/// - It may be called again before an earlier call's effects are visible; the last call wins.
+/// - Calls are not made concurrently on one publisher (the runtime serialises them).
+/// - A [`PublishError::Transport`] is retried by the runtime with backoff; the publisher keeps no
+///   half-applied state that would break the next call.
+#[async_trait]
+pub trait Publisher: Send + Sync + 'static {
+    /// Publishes `inventory`.
+    async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError>;
+}

@@ -1,0 +1,316 @@
+//! The `static` example backend: devices described in configuration.
+//!
+//! It implements [`DeviceSource`] and [`Preparer`] like any real backend and is what the tests and
+//! the demo use. A device may name a `presence_path`: the device is healthy while that file exists
+//! and unhealthy while it does not (checked every `poll_interval`), which is how the demo turns a
+//! device unhealthy and back.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::{
+    AllocatedDevice, AttributeValue, ClaimRef, Consumer, ContainerEdits, Device, DeviceName,
+    DeviceNode, DeviceRef, DeviceSource, Health, Mount, Pool, PoolName, PrepareError,
+    PreparedDevice, Preparer, QualifiedName, Quantity, SourceError, SourceEvent,
+};
+
+/// One device of the static backend, as written in configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaticDevice {
+    /// The device name (a DNS label).
+    pub name: DeviceName,
+    /// Typed attributes, e.g. `model: {string: "x1"}`.
+    #[serde(default)]
+    pub attributes: BTreeMap<QualifiedName, AttributeValue>,
+    /// Capacities, e.g. `memory: 16Gi`.
+    #[serde(default)]
+    pub capacity: BTreeMap<QualifiedName, Quantity>,
+    /// NUMA node.
+    #[serde(default)]
+    pub numa_node: Option<i64>,
+    /// Device nodes given to the container (`rw`).
+    #[serde(default)]
+    pub device_nodes: Vec<String>,
+    /// Environment variables given to the container.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Read-only bind mounts, host path → container path.
+    #[serde(default)]
+    pub mounts: BTreeMap<String, String>,
+    /// A host file whose presence means the device is healthy.
+    #[serde(default)]
+    pub presence_path: Option<PathBuf>,
+}
+
+/// Configuration of the static backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaticConfig {
+    /// The pool the devices are published in.
+    pub pool: PoolName,
+    /// The devices.
+    pub devices: Vec<StaticDevice>,
+    /// How often presence paths are checked, in milliseconds (default 200).
+    #[serde(default = "default_poll_ms")]
+    pub poll_interval_ms: u64,
+}
+
+fn default_poll_ms() -> u64 {
+    200
+}
+
+/// The static backend.
+#[derive(Debug, Clone)]
+pub struct StaticBackend {
+    config: StaticConfig,
+    /// The health last reported (by discovery or by the watcher), so a change between the two is
+    /// never missed.
+    reported: Arc<Mutex<BTreeMap<DeviceName, Health>>>,
+}
+
+/// The env variable that lists the static devices a container got.
+pub const STATIC_VISIBLE_DEVICES: &str = "STATIC_VISIBLE_DEVICES";
+
+impl StaticBackend {
+    /// A backend serving the configured devices. Fails when two devices share a name.
+    pub fn new(config: StaticConfig) -> Result<Self, SourceError> {
+        let backend = StaticBackend {
+            config,
+            reported: Arc::default(),
+        };
+        backend
+            .pool()
+            .validate()
+            .map_err(|source| SourceError::Model {
+                backend: "static".into(),
+                source,
+            })?;
+        Ok(backend)
+    }
+
+    fn health_of(dev: &StaticDevice) -> Health {
+        match &dev.presence_path {
+            Some(p) if !p.exists() => Health::unhealthy(format!("{} is missing", p.display())),
+            _ => Health::healthy(),
+        }
+    }
+
+    fn pool(&self) -> Pool {
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let devices = self
+            .config
+            .devices
+            .iter()
+            .map(|d| {
+                let mut dev = Device::new(d.name.clone());
+                dev.attributes = d.attributes.clone();
+                for (k, v) in &d.capacity {
+                    dev = dev.with_capacity(k.clone(), *v);
+                }
+                dev.numa_node = d.numa_node;
+                dev.health = Self::health_of(d);
+                reported.insert(d.name.clone(), dev.health.clone());
+                dev
+            })
+            .collect();
+        Pool::new(self.config.pool.clone(), devices)
+    }
+
+    fn edits_for(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
+        let unknown = || PrepareError::UnknownDevice {
+            device: device.to_string(),
+        };
+        if device.pool != self.config.pool {
+            return Err(unknown());
+        }
+        let d = self
+            .config
+            .devices
+            .iter()
+            .find(|d| d.name == device.device)
+            .ok_or_else(unknown)?;
+        let mut edits = ContainerEdits::default();
+        edits
+            .env
+            .insert(STATIC_VISIBLE_DEVICES.into(), d.name.to_string());
+        edits.env.extend(d.env.clone());
+        edits.device_nodes = d
+            .device_nodes
+            .iter()
+            .map(|p| DeviceNode::new(p.clone(), "rw"))
+            .collect();
+        edits.mounts = d
+            .mounts
+            .iter()
+            .map(|(h, c)| Mount::bind(h.clone(), c.clone(), true))
+            .collect();
+        Ok(edits)
+    }
+}
+
+#[async_trait]
+impl DeviceSource for StaticBackend {
+    fn name(&self) -> &str {
+        "static"
+    }
+
+    async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
+        Ok(vec![self.pool()])
+    }
+
+    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
+        let watched: Vec<&StaticDevice> = self
+            .config
+            .devices
+            .iter()
+            .filter(|d| d.presence_path.is_some())
+            .collect();
+        if watched.is_empty() {
+            return Ok(());
+        }
+        let mut tick =
+            tokio::time::interval(Duration::from_millis(self.config.poll_interval_ms.max(10)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            for d in &watched {
+                let now = Self::health_of(d);
+                let changed = {
+                    let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+                    let prev = reported.insert(d.name.clone(), now.clone());
+                    prev.as_ref() != Some(&now)
+                };
+                if changed {
+                    let ev = SourceEvent::Health {
+                        device: DeviceRef {
+                            pool: self.config.pool.clone(),
+                            device: d.name.clone(),
+                        },
+                        health: now,
+                    };
+                    if events.send(ev).await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Preparer for StaticBackend {
+    async fn prepare(
+        &self,
+        _consumer: &Consumer,
+        devices: &[AllocatedDevice],
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        devices
+            .iter()
+            .map(|a| {
+                Ok(PreparedDevice {
+                    device: a.clone(),
+                    edits: self.edits_for(&a.device)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn unprepare(
+        &self,
+        _claim: &ClaimRef,
+        _devices: &[AllocatedDevice],
+    ) -> Result<(), PrepareError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &std::path::Path) -> StaticConfig {
+        let yaml = serde_json::json!({
+            "pool": "node-a",
+            "pollIntervalMs": 10,
+            "devices": [
+                {"name": "dev-0", "attributes": {"model": {"string": "x1"}}, "numaNode": 0,
+                 "deviceNodes": ["/dev/null"], "env": {"FOO": "bar"},
+                 "presencePath": dir.join("dev-0").to_str().unwrap()},
+                {"name": "dev-1", "capacity": {"memory": "16Gi"}, "numaNode": 1}
+            ]
+        });
+        serde_json::from_value(yaml).unwrap()
+    }
+
+    #[tokio::test]
+    async fn discovers_configured_devices_with_health_from_presence() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let b = StaticBackend::new(config(dir)).unwrap();
+        let pools = b.discover().await.unwrap();
+        assert_eq!(pools.len(), 1);
+        let devs = &pools[0].devices;
+        assert_eq!(devs.len(), 2);
+        assert!(!devs[0].health.is_healthy(), "presence file missing");
+        assert!(devs[1].health.is_healthy());
+        assert_eq!(devs[1].numa_node, Some(1));
+
+        let (tx, mut rx) = mpsc::channel(4);
+        let watcher = tokio::spawn({
+            let b = b.clone();
+            async move { b.watch(tx).await }
+        });
+        std::fs::write(dir.join("dev-0"), "").unwrap();
+        let ev = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        match ev {
+            SourceEvent::Health { device, health } => {
+                assert_eq!(device.device.as_str(), "dev-0");
+                assert!(health.is_healthy());
+            }
+            other => panic!("unexpected event {other:?}"),
+        }
+        watcher.abort();
+    }
+
+    #[tokio::test]
+    async fn prepare_gives_nodes_env_and_rejects_unknown_devices() {
+        let b = StaticBackend::new(config(std::path::Path::new("/nonexistent"))).unwrap();
+        let alloc = |name: &str| AllocatedDevice {
+            device: DeviceRef {
+                pool: PoolName::new("node-a").unwrap(),
+                device: DeviceName::new(name).unwrap(),
+            },
+            request: String::new(),
+            share_id: None,
+            config: vec![],
+        };
+        let consumer = Consumer::Container {
+            resource: "example.com/dev".into(),
+        };
+        let out = b.prepare(&consumer, &[alloc("dev-0")]).await.unwrap();
+        assert_eq!(out[0].edits.env[STATIC_VISIBLE_DEVICES], "dev-0");
+        assert_eq!(out[0].edits.env["FOO"], "bar");
+        assert_eq!(out[0].edits.device_nodes[0].path, "/dev/null");
+        let err = b.prepare(&consumer, &[alloc("dev-9")]).await.unwrap_err();
+        assert!(err.to_string().contains("node-a/dev-9"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_device_names_are_rejected() {
+        let mut c = config(std::path::Path::new("/x"));
+        c.devices[1].name = c.devices[0].name.clone();
+        let err = StaticBackend::new(c).unwrap_err();
+        assert!(err.to_string().contains("dev-0"), "{err}");
+    }
+}

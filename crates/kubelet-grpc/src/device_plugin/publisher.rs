@@ -1,0 +1,221 @@
+//! Feeding device-plugin servers from the inventory.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use kubedev_core::{
+    DeviceFilter, DeviceRef, ExtendedResourceName, Inventory, PublishError, Publisher,
+};
+use tokio::sync::watch;
+
+use super::PluginDevice;
+
+/// The devices of one extended resource, and where each device ID points in the inventory.
+#[derive(Debug)]
+pub struct ResourceDevices {
+    name: ExtendedResourceName,
+    filter: Box<dyn DeviceFilter>,
+    tx: watch::Sender<Vec<PluginDevice>>,
+    refs: Mutex<BTreeMap<String, DeviceRef>>,
+}
+
+impl ResourceDevices {
+    /// The resource name.
+    pub fn name(&self) -> &ExtendedResourceName {
+        &self.name
+    }
+
+    /// A receiver of the resource's device list, for [`super::DevicePlugin::start`].
+    pub fn subscribe(&self) -> watch::Receiver<Vec<PluginDevice>> {
+        self.tx.subscribe()
+    }
+
+    /// The inventory device behind a device ID, as of the last publish.
+    pub fn device_ref(&self, id: &str) -> Option<DeviceRef> {
+        self.refs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+    }
+}
+
+/// A [`Publisher`] that turns the inventory into one device list per extended resource: a device
+/// belongs to a resource when the resource's filter matches it, and its device ID is its name.
+#[derive(Debug, Default)]
+pub struct DevicePluginPublisher {
+    resources: Vec<Arc<ResourceDevices>>,
+}
+
+impl DevicePluginPublisher {
+    /// A publisher with no resources.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a resource defined by `filter`; returns its device list for the server.
+    pub fn add_resource(
+        &mut self,
+        name: ExtendedResourceName,
+        filter: Box<dyn DeviceFilter>,
+    ) -> Arc<ResourceDevices> {
+        let (tx, _) = watch::channel(Vec::new());
+        let r = Arc::new(ResourceDevices {
+            name,
+            filter,
+            tx,
+            refs: Mutex::new(BTreeMap::new()),
+        });
+        self.resources.push(r.clone());
+        r
+    }
+
+    /// The resources, in the order they were added.
+    pub fn resources(&self) -> &[Arc<ResourceDevices>] {
+        &self.resources
+    }
+
+    fn devices_of(
+        r: &ResourceDevices,
+        inventory: &Inventory,
+    ) -> Result<(Vec<PluginDevice>, BTreeMap<String, DeviceRef>), PublishError> {
+        let mut list = Vec::new();
+        let mut refs: BTreeMap<String, DeviceRef> = BTreeMap::new();
+        for (pool, dev) in inventory.devices() {
+            match r.filter.matches(pool, dev) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(resource = %r.name, error = %e, "selector failed; device left out");
+                    continue;
+                }
+            }
+            let id = dev.name.to_string();
+            let here = DeviceRef {
+                pool: pool.name.clone(),
+                device: dev.name.clone(),
+            };
+            if let Some(other) = refs.get(&id) {
+                return Err(PublishError::Invalid(format!(
+                    "resource {}: devices {other} and {here} would both have device ID {id:?}; \
+                     narrow the selector",
+                    r.name
+                )));
+            }
+            refs.insert(id.clone(), here);
+            list.push(PluginDevice {
+                id,
+                health: dev.health.clone(),
+                numa_node: dev.numa_node,
+            });
+        }
+        Ok((list, refs))
+    }
+}
+
+#[async_trait]
+impl Publisher for DevicePluginPublisher {
+    async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
+        // Compute everything first so one bad resource does not leave others half-updated.
+        let mut updates = Vec::with_capacity(self.resources.len());
+        for r in &self.resources {
+            updates.push(Self::devices_of(r, inventory)?);
+        }
+        for (r, (list, refs)) in self.resources.iter().zip(updates) {
+            *r.refs.lock().unwrap_or_else(|e| e.into_inner()) = refs;
+            r.tx.send_if_modified(|cur| {
+                if *cur == list {
+                    false
+                } else {
+                    *cur = list;
+                    true
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kubedev_core::{
+        AttributeMatch, AttributeValue, Device, DeviceName, Health, Pool, PoolName, QualifiedName,
+    };
+
+    fn inventory(health: Health) -> Inventory {
+        let model = QualifiedName::new("model").unwrap();
+        let d = |n: &str, m: &str| {
+            Device::new(DeviceName::new(n).unwrap())
+                .with_attribute(model.clone(), AttributeValue::Bool(m == "a"))
+                .with_numa_node(0)
+        };
+        let mut a0 = d("a0", "a");
+        a0.health = health;
+        Inventory::new(vec![Pool::new(
+            PoolName::new("node").unwrap(),
+            vec![a0, d("b0", "b"), d("a1", "a")],
+        )])
+    }
+
+    fn only_a() -> Box<dyn DeviceFilter> {
+        let mut m = AttributeMatch::default();
+        m.attributes.insert(
+            QualifiedName::new("model").unwrap(),
+            AttributeValue::Bool(true),
+        );
+        Box::new(m)
+    }
+
+    #[tokio::test]
+    async fn resources_get_matching_devices_and_notice_health_changes() {
+        let mut p = DevicePluginPublisher::new();
+        let r = p.add_resource(
+            ExtendedResourceName::new("example.com/a").unwrap(),
+            only_a(),
+        );
+        let mut rx = r.subscribe();
+        p.publish(&inventory(Health::healthy())).await.unwrap();
+        assert!(rx.has_changed().unwrap());
+        let ids: Vec<_> = rx
+            .borrow_and_update()
+            .iter()
+            .map(|d| d.id.clone())
+            .collect();
+        assert_eq!(ids, ["a0", "a1"]);
+        assert_eq!(r.device_ref("a1").unwrap().to_string(), "node/a1");
+        // Same inventory: no change notification.
+        p.publish(&inventory(Health::healthy())).await.unwrap();
+        assert!(!rx.has_changed().unwrap());
+        p.publish(&inventory(Health::unhealthy("gone")))
+            .await
+            .unwrap();
+        assert!(rx.has_changed().unwrap());
+        assert!(
+            !rx.borrow()
+                .iter()
+                .find(|d| d.id == "a0")
+                .unwrap()
+                .health
+                .is_healthy()
+        );
+    }
+
+    #[tokio::test]
+    async fn clashing_device_ids_are_refused() {
+        let mut p = DevicePluginPublisher::new();
+        p.add_resource(
+            ExtendedResourceName::new("example.com/all").unwrap(),
+            Box::new(AttributeMatch::default()),
+        );
+        let mut inv = inventory(Health::healthy());
+        let mut second = inv.pools[0].clone();
+        second.name = PoolName::new("other").unwrap();
+        inv.pools.push(second);
+        let err = p.publish(&inv).await.unwrap_err();
+        assert!(err.to_string().contains("node/a0"), "{err}");
+        assert!(err.to_string().contains("other/a0"), "{err}");
+    }
+}

@@ -1,0 +1,48 @@
+//! Errors of the kubelet servers.
+
+use std::path::PathBuf;
+
+/// A kubelet server or client could not do its work.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Creating, binding or removing a Unix socket failed.
+    #[error("{op} socket {path}: {source}")]
+    Socket {
+        /// What was being done.
+        op: &'static str,
+        /// The socket path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Connecting to a peer's socket failed.
+    #[error("connecting to {path}: {message}")]
+    Dial {
+        /// The socket path.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The kubelet refused or failed a registration.
+    #[error("registering {resource} with the kubelet at {path}: {message}")]
+    Register {
+        /// The resource or driver name.
+        resource: String,
+        /// The kubelet's socket.
+        path: PathBuf,
+        /// The kubelet's answer.
+        message: String,
+    },
+    /// Watching a directory for kubelet restarts failed.
+    #[error("watching {path}: {source}")]
+    Watch {
+        /// The directory.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A configuration value is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}

@@ -1,0 +1,83 @@
+//! `cargo xtask ci`: everything CI checks, in the order that fails fastest.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+
+/// Runs one command in `root`, echoing it; fails when it fails.
+pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> anyhow::Result<()> {
+    eprintln!("$ {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .with_context(|| format!("starting {program}"))?;
+    if !status.success() {
+        bail!("`{program} {}` failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn has_nextest(root: &Path) -> bool {
+    Command::new("cargo")
+        .args(["nextest", "--version"])
+        .current_dir(root)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// fmt check, codegen check, clippy with warnings denied, then every test.
+pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let step = |name: &str| eprintln!("\n==> {name} ({:.0?} so far)", started.elapsed());
+
+    step("rustfmt");
+    run(root, "cargo", &["fmt", "--all", "--check"])?;
+
+    step("generated gRPC code is up to date");
+    crate::codegen::run(root, true)?;
+
+    step("clippy");
+    run(
+        root,
+        "cargo",
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
+
+    step("tests");
+    if has_nextest(root) {
+        run(
+            root,
+            "cargo",
+            &[
+                "nextest",
+                "run",
+                "--workspace",
+                "--locked",
+                "--no-fail-fast",
+            ],
+        )?;
+        step("doc tests");
+        run(root, "cargo", &["test", "--workspace", "--locked", "--doc"])?;
+    } else {
+        eprintln!("cargo-nextest not found; using cargo test");
+        run(
+            root,
+            "cargo",
+            &["test", "--workspace", "--locked", "--no-fail-fast"],
+        )?;
+    }
+
+    eprintln!("\nci passed in {:.0?}", started.elapsed());
+    Ok(())
+}

@@ -1,0 +1,301 @@
+//! `cargo xtask demo`: the kubedev story against the emulated kubelet, in under a minute.
+//!
+//! It builds the daemon, starts the kubelet emulator in a temporary directory, runs
+//! `kubedev run` with the static example backend, and walks through registration, capacity,
+//! preferred allocation, Allocate, a device failing and recovering, a kubelet restart, and a clean
+//! stop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use kubedev_testkit::kubelet::{KubeletEmulator, ResourceState};
+
+const GPU: &str = "example.com/gpu";
+const NIC: &str = "example.com/nic";
+const WAIT: Duration = Duration::from_secs(15);
+
+fn config(dp_dir: &Path, health_dir: &Path) -> String {
+    let gpu = |i: u32, numa: u32| {
+        format!(
+            r#"      - name: gpu-{i}
+        attributes:
+          type: {{string: gpu}}
+          model: {{string: "Example X1"}}
+          index: {{int: {i}}}
+        capacity:
+          memory: 16Gi
+        numaNode: {numa}
+        deviceNodes: ["/dev/null"]
+        env: {{EXAMPLE_DRIVER_CAPS: "compute,video"}}
+        presencePath: {health}/gpu-{i}
+"#,
+            health = health_dir.display()
+        )
+    };
+    let nic = |i: u32| {
+        format!(
+            r#"      - name: nic-{i}
+        attributes:
+          type: {{string: nic}}
+        numaNode: 0
+"#
+        )
+    };
+    format!(
+        r#"# kubedev demo configuration: four GPUs on two NUMA nodes and two NICs.
+devicePlugin:
+  directory: {dp}
+  resources:
+    - name: {GPU}
+      selector:
+        attributes:
+          type: {{string: gpu}}
+    - name: {NIC}
+      selector:
+        attributes:
+          type: {{string: nic}}
+backends:
+  static:
+    pool: demo-node
+    pollIntervalMs: 50
+    devices:
+{g0}{g1}{g2}{g3}{n0}{n1}"#,
+        dp = dp_dir.display(),
+        g0 = gpu(0, 0),
+        g1 = gpu(1, 0),
+        g2 = gpu(2, 1),
+        g3 = gpu(3, 1),
+        n0 = nic(0),
+        n1 = nic(1),
+    )
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn say(step: &mut u32, text: &str) {
+    *step += 1;
+    println!("\n[{step}] {text}");
+}
+
+fn show(r: &ResourceState) -> String {
+    let devs: Vec<String> = r
+        .devices
+        .iter()
+        .map(|(id, d)| format!("{id}({}, numa {:?})", d.health, d.numa_nodes))
+        .collect();
+    format!(
+        "capacity {}, allocatable {} — {}",
+        r.capacity,
+        r.allocatable,
+        devs.join(", ")
+    )
+}
+
+fn build_daemon(root: &Path) -> anyhow::Result<PathBuf> {
+    crate::ci::run(
+        root,
+        "cargo",
+        &["build", "--quiet", "-p", "kubedev", "--bin", "kubedev"],
+    )?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("debug").join("kubedev");
+    ensure!(bin.exists(), "built daemon not found at {}", bin.display());
+    Ok(bin)
+}
+
+/// Runs the demo.
+pub(crate) fn demo(root: &Path) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let bin = build_daemon(root)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(story(&bin))?;
+    println!("\ndemo finished in {:.1?}", started.elapsed());
+    Ok(())
+}
+
+async fn story(bin: &Path) -> anyhow::Result<()> {
+    let tmp = tempfile::Builder::new().prefix("kubedev-demo").tempdir()?;
+    let dp_dir = tmp.path().join("device-plugins");
+    let health_dir = tmp.path().join("health");
+    std::fs::create_dir_all(&dp_dir)?;
+    std::fs::create_dir_all(&health_dir)?;
+    for i in 0..4 {
+        std::fs::write(health_dir.join(format!("gpu-{i}")), "")?;
+    }
+    let config_path = tmp.path().join("kubedev.yaml");
+    std::fs::write(&config_path, config(&dp_dir, &health_dir))?;
+    let mut step = 0;
+
+    println!("kubedev demo — device-plugin mode against the emulated kubelet");
+    println!("working directory: {}", tmp.path().display());
+
+    say(
+        &mut step,
+        "The kubelet emulator listens on kubelet.sock in the device-plugin directory.",
+    );
+    let mut kubelet = KubeletEmulator::start(&dp_dir).await?;
+    println!("    {}", kubelet.socket_path().display());
+
+    say(
+        &mut step,
+        "kubedev starts with the static backend: 4 GPUs on 2 NUMA nodes, 2 NICs.",
+    );
+    let t0 = Instant::now();
+    let child = Command::new(bin)
+        .args(["run", "--config"])
+        .arg(&config_path)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting kubedev")?;
+    let mut daemon = Daemon(child);
+    ensure!(
+        kubelet.wait_registrations(2, WAIT).await,
+        "kubedev did not register both resources: {:?}",
+        kubelet.registrations()
+    );
+    println!("    registered in {:.0?}:", t0.elapsed());
+    for r in kubelet.registrations() {
+        println!(
+            "    Register(version={}, resource={}, endpoint={})",
+            r.version, r.resource, r.endpoint
+        );
+    }
+
+    say(
+        &mut step,
+        "The kubelet opened ListAndWatch and now knows capacity and allocatable.",
+    );
+    for res in [GPU, NIC] {
+        let st = kubelet
+            .wait_for(res, WAIT, |r| r.connected && r.capacity > 0)
+            .await
+            .with_context(|| format!("no devices for {res}"))?;
+        println!("    {res}: {}", show(&st));
+    }
+
+    say(
+        &mut step,
+        "A pod asks for 2 GPUs: GetPreferredAllocation packs them on one NUMA node.",
+    );
+    let all: Vec<String> = (0..4).map(|i| format!("gpu-{i}")).collect();
+    let preferred = kubelet
+        .preferred_allocation(GPU, &all, &["gpu-2".to_string()], 2)
+        .await
+        .context("GetPreferredAllocation")?;
+    println!("    available {all:?}, must include [\"gpu-2\"] -> preferred {preferred:?}");
+    ensure!(
+        preferred == ["gpu-2", "gpu-3"],
+        "unexpected preference {preferred:?}"
+    );
+
+    say(
+        &mut step,
+        "Allocate returns the container edits for those devices.",
+    );
+    let ids: Vec<&str> = preferred.iter().map(String::as_str).collect();
+    let resp = kubelet.allocate(GPU, &ids).await.context("Allocate")?;
+    for (k, v) in &resp.envs {
+        println!("    env    {k}={v}");
+    }
+    for d in &resp.devices {
+        println!(
+            "    device {} -> {} ({})",
+            d.host_path, d.container_path, d.permissions
+        );
+    }
+    ensure!(resp.envs.get("STATIC_VISIBLE_DEVICES").map(String::as_str) == Some("gpu-2,gpu-3"));
+    let err = kubelet.allocate(GPU, &["gpu-7"]).await.err();
+    println!(
+        "    Allocate([gpu-7]) -> {}",
+        err.as_ref()
+            .map(|e| format!("{:?}: {}", e.code(), e.message()))
+            .unwrap_or_else(|| "accepted?!".into())
+    );
+    ensure!(err.is_some(), "unknown device was accepted");
+
+    say(
+        &mut step,
+        "gpu-1 fails (its presence file disappears): the kubelet sees it Unhealthy.",
+    );
+    std::fs::remove_file(health_dir.join("gpu-1"))?;
+    let st = kubelet
+        .wait_for(GPU, WAIT, |r| r.allocatable == 3)
+        .await
+        .context("the kubelet never saw gpu-1 fail")?;
+    println!("    {GPU}: {}", show(&st));
+
+    say(
+        &mut step,
+        "gpu-1 comes back: health recovers without a restart.",
+    );
+    std::fs::write(health_dir.join("gpu-1"), "")?;
+    let st = kubelet
+        .wait_for(GPU, WAIT, |r| r.allocatable == 4)
+        .await
+        .context("gpu-1 never recovered")?;
+    println!("    {GPU}: {}", show(&st));
+
+    say(
+        &mut step,
+        "The kubelet restarts and wipes every socket; kubedev serves and registers again.",
+    );
+    let before = kubelet.registrations().len();
+    let t = Instant::now();
+    kubelet.restart().await?;
+    ensure!(
+        kubelet.wait_registrations(before + 2, WAIT).await,
+        "kubedev did not re-register after the restart"
+    );
+    println!(
+        "    both resources re-registered {:.0?} after the restart",
+        t.elapsed()
+    );
+    let st = kubelet
+        .wait_for(GPU, WAIT, |r| r.connected && r.capacity == 4)
+        .await
+        .context("no devices after the restart")?;
+    println!("    {GPU}: {}", show(&st));
+
+    say(
+        &mut step,
+        "SIGTERM: kubedev stops serving and removes its sockets.",
+    );
+    let pid = rustix::process::Pid::from_raw(i32::try_from(daemon.0.id())?)
+        .context("daemon has no pid")?;
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM)?;
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = daemon.0.try_wait()? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            bail!("kubedev did not stop within {WAIT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    ensure!(status.success(), "kubedev exited with {status}");
+    let left: Vec<String> = std::fs::read_dir(&dp_dir)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "kubelet.sock")
+        .collect();
+    println!("    kubedev exited ({status}); sockets left behind: {left:?}");
+    ensure!(left.is_empty(), "sockets left behind: {left:?}");
+    kubelet.stop().await;
+    Ok(())
+}
