@@ -17,7 +17,10 @@
 //! ```
 #![warn(missing_docs)]
 
+mod atomic_file;
 mod attribute;
+pub mod cdi;
+pub mod checkpoint;
 mod edits;
 mod error;
 mod model;
