@@ -1,0 +1,539 @@
+//! What one node sees: its pools (complete, incomplete or invalid), in allocation order, and
+//! the devices it may allocate, prepared once (typed attributes, the CEL `device` variable,
+//! parsed quantities, counter indices) and cached per node by the allocator.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use kubedev_core::{Quantity, Version};
+
+use crate::api::{Device, DeviceCapacity, DeviceTaint, Node, ResourceSlice};
+use crate::cel::{self, AttributeValue, DeviceContext};
+use crate::nodesel::node_matches;
+
+/// Whether a pool can be allocated from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum PoolState {
+    Usable,
+    Incomplete,
+    Invalid(String),
+}
+
+/// A pool as seen from one node.
+#[derive(Debug)]
+pub(crate) struct PoolView<'a> {
+    pub(crate) driver: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) state: PoolState,
+    /// Devices of this pool in [`NodeView::devices`].
+    pub(crate) devices: std::ops::Range<usize>,
+    /// `(counter set, counter)` names, flat.
+    pub(crate) counter_names: Vec<(&'a str, &'a str)>,
+    /// What is left of each counter after the already-allocated devices (may be negative).
+    pub(crate) available: Vec<Quantity>,
+    /// Some counter is overdrawn by allocated devices: no device consuming from this pool fits.
+    pub(crate) overdrawn: bool,
+}
+
+impl PoolView<'_> {
+    pub(crate) fn id(&self) -> String {
+        format!("{}/{}", self.driver, self.name)
+    }
+}
+
+/// A request policy of a consumable capacity, parsed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Policy {
+    pub(crate) default: Option<Quantity>,
+    pub(crate) valid_values: Vec<Quantity>,
+    pub(crate) range: Option<Range>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Range {
+    pub(crate) min: Option<Quantity>,
+    pub(crate) max: Option<Quantity>,
+    pub(crate) step: Option<Quantity>,
+}
+
+/// A capacity of a device, parsed.
+#[derive(Clone, Debug)]
+pub(crate) struct Capacity<'a> {
+    /// The name as the device writes it (also the key in results).
+    pub(crate) key: &'a str,
+    pub(crate) value: Quantity,
+    pub(crate) policy: Option<Policy>,
+}
+
+/// A scalar attribute value, as constraints compare them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum AttrKey<'a> {
+    Int(i64),
+    Bool(bool),
+    Str(&'a str),
+    Version(&'a str),
+}
+
+/// A device the node may allocate, prepared.
+#[derive(Debug)]
+pub(crate) struct Dev<'a> {
+    pub(crate) pool: usize,
+    pub(crate) slice: &'a ResourceSlice,
+    pub(crate) device: &'a Device,
+    pub(crate) driver: &'a str,
+    pub(crate) pool_name: &'a str,
+    /// Listed in `allocatedDevices`.
+    pub(crate) allocated: bool,
+    /// Per-device node selection result (true when the slice selects nodes).
+    pub(crate) node_ok: Result<bool, String>,
+    /// The CEL `device` variable, or why it cannot be built (an invalid attribute).
+    pub(crate) ctx: Result<DeviceContext, String>,
+    /// Counter consumption: index into the pool's flat counters, amount.
+    pub(crate) counters: Vec<(usize, Quantity)>,
+    pub(crate) capacity: Vec<Capacity<'a>>,
+    /// Taints with an effect that blocks allocation.
+    pub(crate) taints: Vec<&'a DeviceTaint>,
+    pub(crate) multi: bool,
+    pub(crate) binds_to_node: bool,
+}
+
+impl Dev<'_> {
+    pub(crate) fn id(&self) -> String {
+        format!("{}/{}/{}", self.driver, self.pool_name, self.device.name)
+    }
+
+    /// Looks up an attribute for a constraint: the fully qualified name as written, else the
+    /// bare id when the domain is the driver's.
+    pub(crate) fn constraint_attr(&self, qualified: &str) -> Option<AttrKey<'_>> {
+        let attrs = &self.device.attributes;
+        let found = attrs.get(qualified).or_else(|| {
+            let (domain, id) = qualified.split_once('/')?;
+            if domain != self.driver {
+                return None;
+            }
+            attrs.get(id)
+        })?;
+        if let Some(i) = found.int {
+            Some(AttrKey::Int(i))
+        } else if let Some(b) = found.bool {
+            Some(AttrKey::Bool(b))
+        } else if let Some(s) = &found.string {
+            Some(AttrKey::Str(s))
+        } else {
+            found.version.as_deref().map(AttrKey::Version)
+        }
+    }
+}
+
+/// Everything the node sees.
+#[derive(Debug)]
+pub(crate) struct NodeView<'a> {
+    pub(crate) pools: Vec<PoolView<'a>>,
+    pub(crate) devices: Vec<Dev<'a>>,
+    /// Selector results per program (keyed by its address) and device:
+    /// 0 = not evaluated, 1 = false, 2 = true, 3 = error.
+    pub(crate) selector_cache: HashMap<usize, Vec<u8>>,
+    /// Programs whose addresses key the cache, kept alive with it.
+    pub(crate) programs: Vec<Arc<cel::Program>>,
+}
+
+fn slice_relevant(node: &Node, slice: &ResourceSlice) -> Result<bool, String> {
+    let spec = &slice.spec;
+    if !spec.shared_counters.is_empty() {
+        return Ok(true);
+    }
+    let node_name = spec.node_name.as_deref().filter(|n| !n.is_empty());
+    let all = spec.all_nodes.unwrap_or(false);
+    if node_name.is_some() || all || spec.node_selector.is_some() {
+        return node_matches(node, node_name, all, spec.node_selector.as_ref()).map_err(|e| {
+            format!(
+                "failed to perform node selection for slice {}: {e}",
+                slice.metadata.name
+            )
+        });
+    }
+    if spec.per_device_node_selection.unwrap_or(false) {
+        for d in &spec.devices {
+            let m = node_matches(
+                node,
+                d.node_name.as_deref(),
+                d.all_nodes.unwrap_or(false),
+                d.node_selector.as_ref(),
+            )
+            .map_err(|e| {
+                format!(
+                    "failed to perform node selection for device {} in slice {}: {e}",
+                    d.name, slice.metadata.name
+                )
+            })?;
+            if m {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+fn parse_q(text: &str, what: &dyn Fn() -> String) -> Result<Quantity, String> {
+    Quantity::parse(text).map_err(|e| format!("{}: {e}", what()))
+}
+
+fn parse_policy(cap: &DeviceCapacity, name: &str) -> Result<Option<Policy>, String> {
+    let Some(p) = &cap.request_policy else {
+        return Ok(None);
+    };
+    let what = || format!("capacity {name} request policy");
+    let opt = |q: &Option<crate::api::RawQuantity>| -> Result<Option<Quantity>, String> {
+        q.as_ref().map(|q| parse_q(q.as_str(), &what)).transpose()
+    };
+    Ok(Some(Policy {
+        default: opt(&p.default)?,
+        valid_values: p
+            .valid_values
+            .iter()
+            .map(|q| parse_q(q.as_str(), &what))
+            .collect::<Result<_, _>>()?,
+        range: match &p.valid_range {
+            None => None,
+            Some(r) => Some(Range {
+                min: opt(&r.min)?,
+                max: opt(&r.max)?,
+                step: opt(&r.step)?,
+            }),
+        },
+    }))
+}
+
+/// Builds the `device` variable as the scheduler does: the first set field of each attribute
+/// (int, bool, string, version); none set or an invalid version is an error for every
+/// selector evaluated on the device.
+fn device_context(dev: &Device, driver: &str) -> Result<DeviceContext, String> {
+    let mut attrs = Vec::with_capacity(dev.attributes.len());
+    for (name, a) in &dev.attributes {
+        let v = if let Some(i) = a.int {
+            AttributeValue::Int(i)
+        } else if let Some(b) = a.bool {
+            AttributeValue::Bool(b)
+        } else if let Some(s) = &a.string {
+            AttributeValue::String(s.clone())
+        } else if let Some(v) = &a.version {
+            AttributeValue::Version(
+                Version::parse(v)
+                    .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?,
+            )
+        } else {
+            return Err(format!("attribute {name}: unsupported attribute value"));
+        };
+        attrs.push((name.clone(), v));
+    }
+    let mut caps = Vec::with_capacity(dev.capacity.len());
+    for (name, c) in &dev.capacity {
+        caps.push((
+            name.clone(),
+            parse_q(c.value.as_str(), &|| format!("capacity {name}"))?,
+        ));
+    }
+    Ok(DeviceContext::new(
+        driver,
+        attrs,
+        caps,
+        dev.allow_multiple_allocations.unwrap_or(false),
+    ))
+}
+
+struct RawPool<'a> {
+    driver: &'a str,
+    name: &'a str,
+    generation: i64,
+    slices: Vec<&'a ResourceSlice>,
+}
+
+/// Gathers the pools relevant for `node` (the scheduler's `GatherPools`) and prepares their
+/// devices.
+pub(crate) fn build_node_view<'a>(
+    node: &Node,
+    slices: &'a [ResourceSlice],
+    allocated: &HashSet<(&str, &str, &str)>,
+) -> Result<NodeView<'a>, String> {
+    let mut raw: Vec<RawPool<'a>> = Vec::new();
+    let mut index: HashMap<(&'a str, &'a str), usize> = HashMap::new();
+    for slice in slices {
+        if !slice_relevant(node, slice)? {
+            continue;
+        }
+        let key = (slice.spec.driver.as_str(), slice.spec.pool.name.as_str());
+        let generation = slice.spec.pool.generation;
+        match index.get(&key) {
+            None => {
+                index.insert(key, raw.len());
+                raw.push(RawPool {
+                    driver: key.0,
+                    name: key.1,
+                    generation,
+                    slices: vec![slice],
+                });
+            }
+            Some(&i) => {
+                let p = &mut raw[i];
+                if generation < p.generation {
+                    continue;
+                }
+                if generation > p.generation {
+                    p.generation = generation;
+                    p.slices.clear();
+                }
+                p.slices.push(slice);
+            }
+        }
+    }
+
+    let mut pools: Vec<PoolView<'a>> = Vec::with_capacity(raw.len());
+    let mut pool_slices: Vec<(Vec<&'a ResourceSlice>, Vec<&'a ResourceSlice>)> = Vec::new();
+    let mut binding: Vec<bool> = Vec::new();
+    for p in raw {
+        let wanted = p.slices[0].spec.pool.resource_slice_count;
+        let mut others: Vec<&'a ResourceSlice> = Vec::new();
+        if p.slices.len() as i64 != wanted {
+            // Look at every slice of the pool, also those not relevant for this node.
+            let mut obsolete = false;
+            let mut all = Vec::new();
+            for s in slices {
+                if s.spec.driver != p.driver || s.spec.pool.name != p.name {
+                    continue;
+                }
+                if s.spec.pool.generation == p.generation {
+                    all.push(s);
+                } else if s.spec.pool.generation > p.generation {
+                    obsolete = true;
+                    break;
+                }
+            }
+            if obsolete {
+                continue;
+            }
+            if all.len() as i64 != wanted {
+                pools.push(PoolView {
+                    driver: p.driver,
+                    name: p.name,
+                    state: PoolState::Incomplete,
+                    devices: 0..0,
+                    counter_names: Vec::new(),
+                    available: Vec::new(),
+                    overdrawn: false,
+                });
+                pool_slices.push((Vec::new(), Vec::new()));
+                binding.push(false);
+                continue;
+            }
+            let relevant: HashSet<&str> =
+                p.slices.iter().map(|s| s.metadata.name.as_str()).collect();
+            others = all
+                .into_iter()
+                .filter(|s| !relevant.contains(s.metadata.name.as_str()))
+                .collect();
+        }
+        let mut relevant = p.slices;
+        relevant.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let has_binding = relevant
+            .iter()
+            .filter(|s| s.spec.shared_counters.is_empty())
+            .any(|s| {
+                s.spec
+                    .devices
+                    .iter()
+                    .any(|d| !d.binding_conditions.is_empty())
+            });
+        pools.push(PoolView {
+            driver: p.driver,
+            name: p.name,
+            state: PoolState::Usable,
+            devices: 0..0,
+            counter_names: Vec::new(),
+            available: Vec::new(),
+            overdrawn: false,
+        });
+        pool_slices.push((relevant, others));
+        binding.push(has_binding);
+    }
+
+    // Sort by (driver, pool), pools with binding conditions last.
+    let mut order: Vec<usize> = (0..pools.len()).collect();
+    order.sort_by(|&a, &b| {
+        (binding[a], pools[a].driver, pools[a].name).cmp(&(
+            binding[b],
+            pools[b].driver,
+            pools[b].name,
+        ))
+    });
+    let mut sorted_pools = Vec::with_capacity(pools.len());
+    let mut sorted_slices = Vec::with_capacity(pools.len());
+    let mut taken: Vec<Option<PoolView<'a>>> = pools.into_iter().map(Some).collect();
+    let mut taken_slices: Vec<Option<(Vec<&'a ResourceSlice>, Vec<&'a ResourceSlice>)>> =
+        pool_slices.into_iter().map(Some).collect();
+    for i in order {
+        if let (Some(p), Some(s)) = (taken[i].take(), taken_slices[i].take()) {
+            sorted_pools.push(p);
+            sorted_slices.push(s);
+        }
+    }
+
+    let mut view = NodeView {
+        pools: sorted_pools,
+        devices: Vec::new(),
+        selector_cache: HashMap::new(),
+        programs: Vec::new(),
+    };
+    for (pi, (relevant, others)) in sorted_slices.into_iter().enumerate() {
+        if view.pools[pi].state != PoolState::Usable {
+            continue;
+        }
+        if let Err(reason) = prepare_pool(&mut view, pi, node, &relevant, &others, allocated) {
+            let pool = &mut view.pools[pi];
+            view.devices.truncate(pool.devices.start);
+            pool.devices = pool.devices.start..pool.devices.start;
+            pool.state = PoolState::Invalid(reason);
+        }
+    }
+    Ok(view)
+}
+
+fn prepare_pool<'a>(
+    view: &mut NodeView<'a>,
+    pi: usize,
+    node: &Node,
+    relevant: &[&'a ResourceSlice],
+    others: &[&'a ResourceSlice],
+    allocated: &HashSet<(&str, &str, &str)>,
+) -> Result<(), String> {
+    let (driver, pool_name) = (view.pools[pi].driver, view.pools[pi].name);
+    let start = view.devices.len();
+    view.pools[pi].devices = start..start;
+    let (counter_slices, device_slices): (Vec<&ResourceSlice>, Vec<&ResourceSlice>) = relevant
+        .iter()
+        .partition(|s| !s.spec.shared_counters.is_empty());
+
+    let mut names = HashSet::new();
+    for s in &device_slices {
+        for d in &s.spec.devices {
+            if !names.insert(d.name.as_str()) {
+                return Err(format!("duplicate device name {}", d.name));
+            }
+        }
+    }
+    // Counter sets, flattened.
+    let mut counter_names: Vec<(&'a str, &'a str)> = Vec::new();
+    let mut available: Vec<Quantity> = Vec::new();
+    let mut sets: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
+    for s in &counter_slices {
+        for set in &s.spec.shared_counters {
+            if sets.contains_key(set.name.as_str()) {
+                return Err(format!("duplicate counter set name {}", set.name));
+            }
+            let mut m = HashMap::new();
+            for (cname, c) in &set.counters {
+                m.insert(cname.as_str(), counter_names.len());
+                counter_names.push((set.name.as_str(), cname.as_str()));
+                available.push(parse_q(c.value.as_str(), &|| {
+                    format!("counter {cname} in counter set {}", set.name)
+                })?);
+            }
+            sets.insert(set.name.as_str(), m);
+        }
+    }
+    let consumption = |d: &Device| -> Result<Vec<(usize, Quantity)>, String> {
+        let mut out = Vec::new();
+        for cc in &d.consumes_counters {
+            let set = sets
+                .get(cc.counter_set.as_str())
+                .ok_or_else(|| format!("counter set {} not found", cc.counter_set))?;
+            for (cname, c) in &cc.counters {
+                let idx = *set.get(cname.as_str()).ok_or_else(|| {
+                    format!(
+                        "counter {cname} not found in counter set {}",
+                        cc.counter_set
+                    )
+                })?;
+                out.push((
+                    idx,
+                    parse_q(c.value.as_str(), &|| {
+                        format!("device {} counter {cname}", d.name)
+                    })?,
+                ));
+            }
+        }
+        Ok(out)
+    };
+    // Validate the consumption of every device of the pool and subtract what allocated
+    // devices consume.
+    for s in relevant.iter().chain(others.iter()) {
+        for d in &s.spec.devices {
+            let used = consumption(d)?;
+            if allocated.contains(&(driver, pool_name, d.name.as_str())) {
+                for (idx, q) in used {
+                    available[idx] = available[idx].checked_sub(&q).ok_or_else(|| {
+                        format!("counter arithmetic overflow on device {}", d.name)
+                    })?;
+                }
+            }
+        }
+    }
+    let overdrawn = available.iter().any(|q| q.sign() < 0);
+
+    for s in &device_slices {
+        let per_device = s.spec.per_device_node_selection.unwrap_or(false);
+        for d in &s.spec.devices {
+            let node_ok = if per_device {
+                node_matches(
+                    node,
+                    d.node_name.as_deref(),
+                    d.all_nodes.unwrap_or(false),
+                    d.node_selector.as_ref(),
+                )
+            } else {
+                Ok(true)
+            };
+            let mut capacity = Vec::with_capacity(d.capacity.len());
+            let mut cap_err = None;
+            for (name, c) in &d.capacity {
+                match (Quantity::parse(c.value.as_str()), parse_policy(c, name)) {
+                    (Ok(value), Ok(policy)) => capacity.push(Capacity {
+                        key: name.as_str(),
+                        value,
+                        policy,
+                    }),
+                    (Err(e), _) => cap_err = Some(format!("capacity {name}: {e}")),
+                    (_, Err(e)) => cap_err = Some(e),
+                }
+            }
+            let ctx = match cap_err {
+                Some(e) => Err(e),
+                None => device_context(d, driver),
+            };
+            view.devices.push(Dev {
+                pool: pi,
+                slice: s,
+                device: d,
+                driver,
+                pool_name,
+                allocated: allocated.contains(&(driver, pool_name, d.name.as_str())),
+                node_ok,
+                ctx,
+                counters: consumption(d)?,
+                capacity,
+                taints: d
+                    .taints
+                    .iter()
+                    .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                    .collect(),
+                multi: d.allow_multiple_allocations.unwrap_or(false),
+                binds_to_node: d.binds_to_node.unwrap_or(false),
+            });
+        }
+    }
+    let pool = &mut view.pools[pi];
+    pool.devices = start..view.devices.len();
+    pool.counter_names = counter_names;
+    pool.available = available;
+    pool.overdrawn = overdrawn;
+    Ok(())
+}
