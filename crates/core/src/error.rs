@@ -61,14 +61,14 @@ pub enum SourceError {
         reason: String,
     },
     /// Reading a host file failed.
-    #[error("{backend}: reading {path}: {source}")]
+    #[error("{backend}: reading {path}: {error}")]
     Io {
         /// The backend's name.
         backend: String,
         /// The file or directory.
         path: String,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A host file held something the backend cannot parse.
     #[error("{backend}: {path}: {message}")]
@@ -89,12 +89,12 @@ pub enum SourceError {
         message: String,
     },
     /// What the backend found breaks the model's rules.
-    #[error("{backend}: {source}")]
+    #[error("{backend}: {error}")]
     Model {
         /// The backend's name.
         backend: String,
         /// The rule that broke.
-        source: ModelError,
+        error: ModelError,
     },
 }
 
@@ -125,14 +125,14 @@ pub enum PrepareError {
         message: String,
     },
     /// A host operation failed.
-    #[error("{operation} for device {device}: {source}")]
+    #[error("{operation} for device {device}: {error}")]
     Host {
         /// What was being done, e.g. "creating mdev".
         operation: String,
         /// The device.
         device: String,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Anything else, with a message that says what.
     #[error("{0}")]

@@ -88,9 +88,9 @@ impl StaticBackend {
         backend
             .pool()
             .validate()
-            .map_err(|source| SourceError::Model {
+            .map_err(|error| SourceError::Model {
                 backend: "static".into(),
-                source,
+                error,
             })?;
         Ok(backend)
     }

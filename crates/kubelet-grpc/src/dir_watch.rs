@@ -44,9 +44,9 @@ fn mask() -> WatchMask {
 impl DirWatch {
     /// Starts watching `dir`, which must exist.
     pub(crate) fn new(dir: &Path) -> Result<Self, Error> {
-        let err = |source| Error::Watch {
+        let err = |error| Error::Watch {
             path: dir.to_path_buf(),
-            source,
+            error,
         };
         let inotify = Inotify::init().map_err(err)?;
         inotify.watches().add(dir, mask()).map_err(err)?;

@@ -7,14 +7,14 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum Error {
     /// Creating, binding or removing a Unix socket failed.
-    #[error("{op} socket {path}: {source}")]
+    #[error("{op} socket {path}: {error}")]
     Socket {
         /// What was being done.
         op: &'static str,
         /// The socket path.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Connecting to a peer's socket failed.
     #[error("connecting to {path}: {message}")]
@@ -35,12 +35,12 @@ pub enum Error {
         message: String,
     },
     /// Watching a directory for kubelet restarts failed.
-    #[error("watching {path}: {source}")]
+    #[error("watching {path}: {error}")]
     Watch {
         /// The directory.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]

@@ -22,6 +22,7 @@
 
 pub mod device_plugin;
 mod dir_watch;
+pub mod dra;
 mod error;
 mod uds;
 

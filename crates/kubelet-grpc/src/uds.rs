@@ -43,10 +43,10 @@ impl Drop for SocketGuard {
 pub(crate) fn bind_private(path: &Path) -> Result<(UnixListener, SocketGuard), Error> {
     let io_err = |op: &'static str| {
         let path = path.to_path_buf();
-        move |source| Error::Socket {
+        move |error| Error::Socket {
             op,
             path: path.clone(),
-            source,
+            error,
         }
     };
     let dir = path.parent().unwrap_or(Path::new("."));

@@ -6,7 +6,17 @@
 //! allocatable (healthy devices) per resource. It calls `Allocate`, `GetPreferredAllocation` and
 //! `PreStartContainer` as the kubelet does, and can "restart": delete every socket in the
 //! directory and listen again.
+//!
+//! [`DraKubelet`] is the DRA side: it watches the plugin registry directory like the kubelet's
+//! plugin watcher, calls `GetInfo`, validates it, chooses the API version as the kubelet does
+//! (the first entry of the plugin's list it supports), sends `NotifyRegistrationStatus`, calls
+//! prepare and unprepare, and follows the health stream.
 
 mod device_plugin;
+mod dra;
 
 pub use device_plugin::{DeviceState, KubeletEmulator, RegistrationRecord, ResourceState};
+pub use dra::{
+    ClaimId, DeviceHealthSeen, DraDriverState, DraKubelet, KUBELET_DRA_SERVICES, PrepareAnswer,
+    PreparedDeviceAnswer,
+};

@@ -1,0 +1,398 @@
+//! The DRA kubelet plugin: plugin registration, the DRA API (`v1` and `v1beta1`) and resource
+//! health streaming (`v1alpha1` and `v1`).
+//!
+//! [`DraPlugin::start`] serves the DRA socket first and the registration socket second, as the
+//! kubelet expects. Each claim of a `NodePrepareResources` call is handed to the
+//! [`DraHandler`] concurrently; its failure goes in that claim's entry, never in the call's status.
+
+mod health;
+mod registration;
+mod service;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kubedev_core::{ClaimRef, DriverName, Health};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::uds::{SocketGuard, bind_private, error_chain};
+
+/// The kubelet's default plugin registry directory.
+pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
+
+/// The kubelet's default directory under which each driver has its own plugin directory.
+pub const DEFAULT_PLUGINS_DIR: &str = "/var/lib/kubelet/plugins";
+
+/// The DRA services this plugin implements, in order of preference, as advertised in `GetInfo`.
+pub const SUPPORTED_DRA_SERVICES: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+
+/// The health services advertised when health streaming is on.
+pub const HEALTH_SERVICES: [&str; 2] = ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"];
+
+/// The longest path a Unix socket address can hold, including the terminating NUL.
+const MAX_SOCKET_PATH: usize = 108;
+
+/// One prepared device as the kubelet needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedClaimDevice {
+    /// The requests this device satisfies (base request names, without subrequests).
+    pub request_names: Vec<String>,
+    /// Pool.
+    pub pool: String,
+    /// Device.
+    pub device: String,
+    /// Fully qualified CDI device IDs for the container runtime.
+    pub cdi_device_ids: Vec<String>,
+    /// The share ID when the device allows multiple allocations.
+    pub share_id: Option<String>,
+}
+
+/// The driver side of DRA: what happens to one claim.
+#[async_trait]
+pub trait DraHandler: Send + Sync + 'static {
+    /// Prepares one claim. Called concurrently for different claims; the handler serialises work
+    /// on the same claim UID. Idempotent. The error text goes to the kubelet.
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String>;
+
+    /// Unprepares one claim; an unknown claim is success. Idempotent.
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String>;
+}
+
+/// One device's health for the health stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceHealthReport {
+    /// Pool.
+    pub pool: String,
+    /// Device.
+    pub device: String,
+    /// Health and reason.
+    pub health: Health,
+    /// When the health was last determined, in seconds since the Unix epoch.
+    pub last_updated: i64,
+}
+
+/// How the DRA plugin runs.
+#[derive(Debug, Clone)]
+pub struct DraPluginConfig {
+    driver: DriverName,
+    plugin_dir: PathBuf,
+    registry_dir: PathBuf,
+    pod_uid: Option<String>,
+    health: bool,
+}
+
+impl DraPluginConfig {
+    /// A plugin for `driver` with the kubelet's default directories.
+    pub fn new(driver: DriverName) -> Self {
+        let plugin_dir = Path::new(DEFAULT_PLUGINS_DIR).join(driver.as_str());
+        DraPluginConfig {
+            driver,
+            plugin_dir,
+            registry_dir: PathBuf::from(DEFAULT_REGISTRY_DIR),
+            pod_uid: None,
+            health: false,
+        }
+    }
+
+    /// The driver's plugin directory, where the DRA socket lives (default
+    /// `/var/lib/kubelet/plugins/<driver>`); created when missing.
+    pub fn plugin_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.plugin_dir = dir.into();
+        self
+    }
+
+    /// The kubelet's plugin registry directory (default `/var/lib/kubelet/plugins_registry`).
+    pub fn registry_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.registry_dir = dir.into();
+        self
+    }
+
+    /// The pod UID, for rolling updates: sockets get per-pod names so two instances can overlap.
+    pub fn pod_uid(mut self, uid: impl Into<String>) -> Self {
+        let uid = uid.into();
+        self.pod_uid = (!uid.is_empty()).then_some(uid);
+        self
+    }
+
+    /// Serves the health services and advertises them.
+    pub fn health(mut self, on: bool) -> Self {
+        self.health = on;
+        self
+    }
+
+    /// The DRA socket: `<plugin_dir>/dra.sock`, or `dra-<podUID>.sock` with a pod UID.
+    pub fn dra_socket(&self) -> PathBuf {
+        match &self.pod_uid {
+            Some(uid) => self.plugin_dir.join(format!("dra-{uid}.sock")),
+            None => self.plugin_dir.join("dra.sock"),
+        }
+    }
+
+    /// The registration socket: `<registry_dir>/<driver>-reg.sock`, or with a pod UID
+    /// `<driver>-<podUID>-reg.sock`, shortened (the UID cut) to fit the 108-byte socket limit.
+    pub fn registration_socket(&self) -> PathBuf {
+        let plain = self
+            .registry_dir
+            .join(format!("{}-reg.sock", self.driver.as_str()));
+        let Some(uid) = &self.pod_uid else {
+            return plain;
+        };
+        let full = self
+            .registry_dir
+            .join(format!("{}-{uid}-reg.sock", self.driver.as_str()));
+        let over = full.as_os_str().len() + 1;
+        if over <= MAX_SOCKET_PATH {
+            return full;
+        }
+        let keep = uid.len().saturating_sub(over - MAX_SOCKET_PATH);
+        if keep == 0 {
+            return plain;
+        }
+        self.registry_dir.join(format!(
+            "{}-{}-reg.sock",
+            self.driver.as_str(),
+            &uid[..keep]
+        ))
+    }
+
+    fn supported_versions(&self) -> Vec<String> {
+        let mut v: Vec<String> = SUPPORTED_DRA_SERVICES
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if self.health {
+            v.extend(HEALTH_SERVICES.iter().map(|s| s.to_string()));
+        }
+        v
+    }
+}
+
+/// What the kubelet last said about our registration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DraStatus {
+    /// True when the kubelet's latest `NotifyRegistrationStatus` accepted the plugin.
+    pub registered: bool,
+    /// How many times the kubelet reported success.
+    pub registrations: u64,
+    /// The kubelet's latest error, if it rejected the plugin.
+    pub last_error: Option<String>,
+}
+
+/// A running DRA plugin.
+#[derive(Debug)]
+pub struct DraPluginHandle {
+    dra_socket: PathBuf,
+    registration_socket: PathBuf,
+    status: watch::Receiver<DraStatus>,
+    cancel: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    guards: Vec<SocketGuard>,
+}
+
+impl DraPluginHandle {
+    /// The DRA socket.
+    pub fn dra_socket(&self) -> &Path {
+        &self.dra_socket
+    }
+
+    /// The registration socket.
+    pub fn registration_socket(&self) -> &Path {
+        &self.registration_socket
+    }
+
+    /// The registration state.
+    pub fn status(&self) -> DraStatus {
+        self.status.borrow().clone()
+    }
+
+    /// Waits until the kubelet reported a successful registration, at most `timeout`.
+    pub async fn wait_registered(&self, timeout: std::time::Duration) -> bool {
+        let mut rx = self.status.clone();
+        tokio::time::timeout(timeout, rx.wait_for(|s| s.registered))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    /// Stops both servers and removes both sockets (registration first, so the kubelet
+    /// deregisters before the DRA socket goes).
+    pub async fn stop(mut self) {
+        self.cancel.cancel();
+        for t in self.tasks.drain(..).rev() {
+            let _ = t.await;
+        }
+        // Guards drop in reverse creation order: registration socket first.
+        while let Some(g) = self.guards.pop() {
+            drop(g);
+        }
+    }
+}
+
+/// Entry point of the DRA plugin.
+#[derive(Debug)]
+pub struct DraPlugin;
+
+impl DraPlugin {
+    /// Serves the DRA API on the DRA socket, then the registration service on the registration
+    /// socket. `health` feeds the health stream (used when the config enables health).
+    pub fn start(
+        config: DraPluginConfig,
+        handler: Arc<dyn DraHandler>,
+        health: watch::Receiver<Vec<DeviceHealthReport>>,
+        cancel: CancellationToken,
+    ) -> Result<DraPluginHandle, Error> {
+        for dir in [&config.plugin_dir, &config.registry_dir] {
+            std::fs::create_dir_all(dir).map_err(|error| Error::Socket {
+                op: "creating directory for",
+                path: dir.clone(),
+                error,
+            })?;
+        }
+        let dra_socket = config.dra_socket();
+        let registration_socket = config.registration_socket();
+        for p in [&dra_socket, &registration_socket] {
+            if p.as_os_str().len() + 1 > MAX_SOCKET_PATH {
+                return Err(Error::Config(format!(
+                    "socket path {} is longer than the {} bytes a Unix socket allows",
+                    p.display(),
+                    MAX_SOCKET_PATH - 1
+                )));
+            }
+        }
+        let (status_tx, status) = watch::channel(DraStatus::default());
+        let mut tasks = Vec::new();
+        let mut guards = Vec::new();
+
+        // DRA first.
+        let (listener, guard) = bind_private(&dra_socket)?;
+        guards.push(guard);
+        let svc = Arc::new(service::Service {
+            driver: config.driver.to_string(),
+            handler,
+        });
+        let mut router = tonic::transport::Server::builder()
+            .add_service(
+                crate::pb::dra::v1::dra_plugin_server::DraPluginServer::from_arc(svc.clone()),
+            )
+            .add_service(
+                crate::pb::dra::v1beta1::dra_plugin_server::DraPluginServer::from_arc(svc),
+            );
+        if config.health {
+            let h = Arc::new(health::HealthService {
+                devices: health,
+                shutdown: cancel.clone(),
+            });
+            router = router
+                .add_service(
+                    crate::pb::drahealth::v1::dra_resource_health_server::DraResourceHealthServer::from_arc(h.clone()),
+                )
+                .add_service(
+                    crate::pb::drahealth::v1alpha1::dra_resource_health_server::DraResourceHealthServer::from_arc(h),
+                );
+        }
+        tasks.push(spawn_server(router, listener, cancel.clone(), "DRA"));
+
+        // Then registration.
+        let (listener, guard) = bind_private(&registration_socket)?;
+        guards.push(guard);
+        let reg = registration::RegistrationService {
+            info: crate::pb::pluginregistration::PluginInfo {
+                r#type: "DRAPlugin".into(),
+                name: config.driver.to_string(),
+                endpoint: dra_socket.display().to_string(),
+                supported_versions: config.supported_versions(),
+            },
+            status: status_tx,
+        };
+        let router = tonic::transport::Server::builder().add_service(
+            crate::pb::pluginregistration::registration_server::RegistrationServer::new(reg),
+        );
+        tasks.push(spawn_server(
+            router,
+            listener,
+            cancel.clone(),
+            "registration",
+        ));
+
+        Ok(DraPluginHandle {
+            dra_socket,
+            registration_socket,
+            status,
+            cancel,
+            tasks,
+            guards,
+        })
+    }
+}
+
+fn spawn_server(
+    router: tonic::transport::server::Router,
+    listener: tokio::net::UnixListener,
+    cancel: CancellationToken,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+        if let Err(e) = router
+            .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
+            .await
+        {
+            tracing::error!(server = what, error = %error_chain(&e), "server failed");
+        }
+    })
+}
+
+/// The per-claim answers of one prepare call, keyed by claim UID.
+pub(crate) type PrepareResults = BTreeMap<String, Result<Vec<PreparedClaimDevice>, String>>;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_names_follow_the_kubelet_layout() {
+        let d = DriverName::new("gpu.example.com").unwrap();
+        let c = DraPluginConfig::new(d.clone());
+        assert_eq!(
+            c.dra_socket(),
+            Path::new("/var/lib/kubelet/plugins/gpu.example.com/dra.sock")
+        );
+        assert_eq!(
+            c.registration_socket(),
+            Path::new("/var/lib/kubelet/plugins_registry/gpu.example.com-reg.sock")
+        );
+        let c = c.pod_uid("0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77");
+        assert!(
+            c.dra_socket()
+                .ends_with("dra-0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77.sock")
+        );
+        let reg = c.registration_socket();
+        assert!(reg.as_os_str().len() < MAX_SOCKET_PATH);
+        assert!(
+            reg.to_str()
+                .unwrap()
+                .starts_with("/var/lib/kubelet/plugins_registry/gpu.example.com-0b4c")
+        );
+        // A long driver name forces the UID to be cut, never the driver name.
+        let long = DriverName::new(format!("{}.example.com", "a".repeat(40))).unwrap();
+        let c = DraPluginConfig::new(long).pod_uid("0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77");
+        let reg = c.registration_socket();
+        assert!(reg.as_os_str().len() < MAX_SOCKET_PATH, "{}", reg.display());
+        assert!(reg.to_str().unwrap().ends_with("-reg.sock"));
+    }
+
+    #[test]
+    fn advertises_dra_versions_then_health() {
+        let c = DraPluginConfig::new(DriverName::new("x.example.com").unwrap());
+        assert_eq!(
+            c.supported_versions(),
+            ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+        );
+        let c = c.health(true);
+        assert_eq!(c.supported_versions().len(), 4);
+    }
+}

@@ -1,0 +1,194 @@
+//! `NodePrepareResources` / `NodeUnprepareResources` for DRA `v1` and `v1beta1`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::join_all;
+use kubedev_core::ClaimRef;
+use tonic::{Request, Response, Status};
+
+use super::{DraHandler, PrepareResults, PreparedClaimDevice};
+use crate::pb::dra::{v1, v1beta1};
+
+pub(super) struct Service {
+    pub(super) driver: String,
+    pub(super) handler: Arc<dyn DraHandler>,
+}
+
+/// Checks one claim reference from the kubelet; the error names the field.
+fn claim_ref(i: usize, namespace: &str, uid: &str, name: &str) -> Result<ClaimRef, String> {
+    let missing = |f: &str| format!("claims[{i}].{f} is empty");
+    if uid.is_empty() {
+        return Err(missing("uid"));
+    }
+    if namespace.is_empty() {
+        return Err(missing("namespace"));
+    }
+    if name.is_empty() {
+        return Err(missing("name"));
+    }
+    Ok(ClaimRef {
+        uid: uid.to_string(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
+}
+
+impl Service {
+    async fn prepare(&self, claims: Vec<(String, Result<ClaimRef, String>)>) -> PrepareResults {
+        let handler = &self.handler;
+        let driver = &self.driver;
+        let results = join_all(claims.into_iter().map(|(uid, c)| async move {
+            let r = match c {
+                Ok(claim) => {
+                    let r = handler.prepare(&claim).await;
+                    if let Err(e) = &r {
+                        tracing::warn!(%driver, claim = %claim, error = %e, "prepare failed");
+                    }
+                    r
+                }
+                Err(e) => Err(e),
+            };
+            (uid, r)
+        }))
+        .await;
+        results.into_iter().collect()
+    }
+
+    async fn unprepare(
+        &self,
+        claims: Vec<(String, Result<ClaimRef, String>)>,
+    ) -> BTreeMap<String, Result<(), String>> {
+        let handler = &self.handler;
+        let results = join_all(claims.into_iter().map(|(uid, c)| async move {
+            let r = match c {
+                Ok(claim) => handler.unprepare(&claim).await,
+                Err(e) => Err(e),
+            };
+            (uid, r)
+        }))
+        .await;
+        results.into_iter().collect()
+    }
+}
+
+fn v1_device(d: PreparedClaimDevice) -> v1::Device {
+    v1::Device {
+        request_names: d.request_names,
+        pool_name: d.pool,
+        device_name: d.device,
+        cdi_device_ids: d.cdi_device_ids,
+        share_id: d.share_id,
+    }
+}
+
+fn v1beta1_device(d: PreparedClaimDevice) -> v1beta1::Device {
+    v1beta1::Device {
+        request_names: d.request_names,
+        pool_name: d.pool,
+        device_name: d.device,
+        cdi_device_ids: d.cdi_device_ids,
+    }
+}
+
+macro_rules! claims_of {
+    ($req:expr) => {
+        $req.claims
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.uid.clone(), claim_ref(i, &c.namespace, &c.uid, &c.name)))
+            .collect::<Vec<_>>()
+    };
+}
+
+#[tonic::async_trait]
+impl v1::dra_plugin_server::DraPlugin for Service {
+    async fn node_prepare_resources(
+        &self,
+        request: Request<v1::NodePrepareResourcesRequest>,
+    ) -> Result<Response<v1::NodePrepareResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let results = self.prepare(claims_of!(req)).await;
+        let claims = results
+            .into_iter()
+            .map(|(uid, r)| {
+                let resp = match r {
+                    Ok(devs) => v1::NodePrepareResourceResponse {
+                        devices: devs.into_iter().map(v1_device).collect(),
+                        error: String::new(),
+                    },
+                    Err(error) => v1::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    },
+                };
+                (uid, resp)
+            })
+            .collect();
+        Ok(Response::new(v1::NodePrepareResourcesResponse { claims }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        request: Request<v1::NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<v1::NodeUnprepareResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let results = self.unprepare(claims_of!(req)).await;
+        let claims = results
+            .into_iter()
+            .map(|(uid, r)| {
+                let error = r.err().unwrap_or_default();
+                (uid, v1::NodeUnprepareResourceResponse { error })
+            })
+            .collect();
+        Ok(Response::new(v1::NodeUnprepareResourcesResponse { claims }))
+    }
+}
+
+#[tonic::async_trait]
+impl v1beta1::dra_plugin_server::DraPlugin for Service {
+    async fn node_prepare_resources(
+        &self,
+        request: Request<v1beta1::NodePrepareResourcesRequest>,
+    ) -> Result<Response<v1beta1::NodePrepareResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let results = self.prepare(claims_of!(req)).await;
+        let claims = results
+            .into_iter()
+            .map(|(uid, r)| {
+                let resp = match r {
+                    Ok(devs) => v1beta1::NodePrepareResourceResponse {
+                        devices: devs.into_iter().map(v1beta1_device).collect(),
+                        error: String::new(),
+                    },
+                    Err(error) => v1beta1::NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error,
+                    },
+                };
+                (uid, resp)
+            })
+            .collect();
+        Ok(Response::new(v1beta1::NodePrepareResourcesResponse {
+            claims,
+        }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        request: Request<v1beta1::NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<v1beta1::NodeUnprepareResourcesResponse>, Status> {
+        let req = request.into_inner();
+        let results = self.unprepare(claims_of!(req)).await;
+        let claims = results
+            .into_iter()
+            .map(|(uid, r)| {
+                let error = r.err().unwrap_or_default();
+                (uid, v1beta1::NodeUnprepareResourceResponse { error })
+            })
+            .collect();
+        Ok(Response::new(v1beta1::NodeUnprepareResourcesResponse {
+            claims,
+        }))
+    }
+}

@@ -1,0 +1,267 @@
+//! The DRA kubelet plugin over real Unix sockets, against the kubelet emulator's DRA side.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kubedev_core::{ClaimRef, DriverName, Health};
+use kubedev_kubelet_grpc::dra::{
+    DeviceHealthReport, DraHandler, DraPlugin, DraPluginConfig, DraPluginHandle,
+    PreparedClaimDevice,
+};
+use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const DRIVER: &str = "gpu.example.com";
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct Handler {
+    prepared: Mutex<BTreeMap<String, ClaimRef>>,
+    unprepared: Mutex<Vec<String>>,
+    delay: Duration,
+}
+
+#[async_trait]
+impl DraHandler for Handler {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
+        tokio::time::sleep(self.delay).await;
+        if claim.name.starts_with("bad") {
+            return Err(format!("claim {} is not allocated", claim.name));
+        }
+        self.prepared
+            .lock()
+            .unwrap()
+            .insert(claim.uid.clone(), claim.clone());
+        Ok(vec![PreparedClaimDevice {
+            request_names: vec!["gpu".into()],
+            pool: "node-a".into(),
+            device: format!("gpu-{}", claim.name),
+            cdi_device_ids: vec![format!("k8s.{DRIVER}/claim={}-gpu", claim.uid)],
+            share_id: claim.name.starts_with("shared").then(|| "s1".to_string()),
+        }])
+    }
+
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+        self.unprepared.lock().unwrap().push(claim.uid.clone());
+        Ok(())
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    kubelet: DraKubelet,
+    plugin: DraPluginHandle,
+    handler: Arc<Handler>,
+    health: watch::Sender<Vec<DeviceHealthReport>>,
+}
+
+async fn fixture(versions: &[&str], handler: Handler) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = dir.path().join("plugins_registry");
+    let kubelet = DraKubelet::start_with_versions(&registry, versions).unwrap();
+    let cfg = DraPluginConfig::new(DriverName::new(DRIVER).unwrap())
+        .plugin_dir(dir.path().join("plugins").join(DRIVER))
+        .registry_dir(&registry)
+        .health(true);
+    let (health, rx) = watch::channel(vec![DeviceHealthReport {
+        pool: "node-a".into(),
+        device: "gpu-0".into(),
+        health: Health::healthy(),
+        last_updated: 100,
+    }]);
+    let handler = Arc::new(handler);
+    let plugin = DraPlugin::start(cfg, handler.clone(), rx, CancellationToken::new()).unwrap();
+    assert!(
+        plugin.wait_registered(WAIT).await,
+        "{:?} {:?}",
+        plugin.status(),
+        kubelet.rejected()
+    );
+    Fixture {
+        _dir: dir,
+        kubelet,
+        plugin,
+        handler,
+        health,
+    }
+}
+
+#[tokio::test]
+async fn registers_with_get_info_and_the_kubelet_chooses_v1() {
+    let f = fixture(&["v1.DRAPlugin", "v1beta1.DRAPlugin"], Handler::default()).await;
+    let d = &f.kubelet.drivers()[DRIVER];
+    assert_eq!(d.chosen, "v1.DRAPlugin");
+    assert_eq!(
+        &d.supported_versions[..2],
+        ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    );
+    assert_eq!(d.endpoint, f.plugin.dra_socket().display().to_string());
+    assert!(std::path::Path::new(&d.endpoint).is_absolute());
+    assert_eq!(d.health_service.as_deref(), Some("v1.DRAResourceHealth"));
+    assert!(
+        f.plugin
+            .registration_socket()
+            .ends_with(format!("{DRIVER}-reg.sock"))
+    );
+}
+
+async fn prepare_unprepare_in(versions: &[&str]) {
+    let f = fixture(versions, Handler::default()).await;
+    let claims = [
+        ClaimId::new("default", "a", "uid-a"),
+        ClaimId::new("default", "bad-b", "uid-b"),
+        ClaimId::new("team", "shared-c", "uid-c"),
+    ];
+    let out = f.kubelet.prepare(DRIVER, &claims).await.unwrap();
+    assert_eq!(out.len(), 3, "every claim has an entry");
+    let a = out["uid-a"].as_ref().unwrap();
+    assert_eq!(a[0].device, "gpu-a");
+    assert_eq!(a[0].request_names, ["gpu"]);
+    assert_eq!(
+        a[0].cdi_device_ids,
+        [format!("k8s.{DRIVER}/claim=uid-a-gpu")]
+    );
+    let err = out["uid-b"].as_ref().unwrap_err();
+    assert!(err.contains("bad-b"), "{err}");
+    let c = out["uid-c"].as_ref().unwrap();
+    if versions[0] == "v1.DRAPlugin" {
+        assert_eq!(c[0].share_id.as_deref(), Some("s1"));
+    } else {
+        assert_eq!(c[0].share_id, None, "v1beta1 has no share ID");
+    }
+    assert_eq!(
+        f.handler.prepared.lock().unwrap()["uid-c"].namespace,
+        "team"
+    );
+    let out = f.kubelet.unprepare(DRIVER, &claims).await.unwrap();
+    assert_eq!(out.len(), 3);
+    assert!(out.values().all(|r| r.is_ok()));
+    // An empty request is fine too.
+    assert!(f.kubelet.prepare(DRIVER, &[]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn prepare_and_unprepare_over_v1() {
+    prepare_unprepare_in(&["v1.DRAPlugin", "v1beta1.DRAPlugin"]).await;
+}
+
+#[tokio::test]
+async fn prepare_and_unprepare_over_v1beta1_for_an_older_kubelet() {
+    let f = fixture(&["v1beta1.DRAPlugin"], Handler::default()).await;
+    assert_eq!(f.kubelet.drivers()[DRIVER].chosen, "v1beta1.DRAPlugin");
+    drop(f);
+    prepare_unprepare_in(&["v1beta1.DRAPlugin"]).await;
+}
+
+#[tokio::test]
+async fn malformed_claims_fail_alone() {
+    let f = fixture(&["v1.DRAPlugin"], Handler::default()).await;
+    let claims = [
+        ClaimId::new("", "x", "uid-x"),
+        ClaimId::new("default", "y", "uid-y"),
+    ];
+    let out = f.kubelet.prepare(DRIVER, &claims).await.unwrap();
+    assert!(
+        out["uid-x"]
+            .as_ref()
+            .unwrap_err()
+            .contains("claims[0].namespace")
+    );
+    assert!(out["uid-y"].is_ok());
+}
+
+#[tokio::test]
+async fn claims_are_prepared_concurrently() {
+    let f = fixture(
+        &["v1.DRAPlugin"],
+        Handler {
+            delay: Duration::from_millis(300),
+            ..Default::default()
+        },
+    )
+    .await;
+    let claims: Vec<_> = (0..8)
+        .map(|i| ClaimId::new("ns", &format!("c{i}"), &format!("u{i}")))
+        .collect();
+    let t = Instant::now();
+    let out = f.kubelet.prepare(DRIVER, &claims).await.unwrap();
+    assert_eq!(out.len(), 8);
+    assert!(
+        t.elapsed() < Duration::from_millis(1500),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn health_stream_sends_snapshots_on_change() {
+    let f = fixture(&["v1.DRAPlugin"], Handler::default()).await;
+    assert!(
+        f.kubelet
+            .wait_until(WAIT, |k| k
+                .health(DRIVER)
+                .get("node-a/gpu-0")
+                .is_some_and(|h| h.health == "HEALTHY"))
+            .await
+    );
+    f.health.send_modify(|d| {
+        d[0].health = Health::unhealthy("Xid 79");
+        d[0].last_updated = 200;
+    });
+    assert!(
+        f.kubelet
+            .wait_until(WAIT, |k| k
+                .health(DRIVER)
+                .get("node-a/gpu-0")
+                .is_some_and(|h| h.health == "UNHEALTHY"))
+            .await
+    );
+    let seen = &f.kubelet.health(DRIVER)["node-a/gpu-0"];
+    assert_eq!(seen.message, "Xid 79");
+    assert_eq!(seen.last_updated, 200);
+}
+
+#[tokio::test]
+async fn rejected_registration_is_recorded_and_stop_removes_sockets() {
+    let f = fixture(&["v1.DRAPlugin"], Handler::default()).await;
+    let (dra, reg) = (
+        f.plugin.dra_socket().to_path_buf(),
+        f.plugin.registration_socket().to_path_buf(),
+    );
+    assert!(dra.exists() && reg.exists());
+    f.plugin.stop().await;
+    assert!(!dra.exists() && !reg.exists());
+    assert!(
+        f.kubelet.wait_until(WAIT, |k| k.drivers().is_empty()).await,
+        "driver still registered"
+    );
+
+    // A kubelet that speaks no version we offer rejects us; we record its reason.
+    let dir = tempfile::tempdir().unwrap();
+    let registry = dir.path().join("reg");
+    let kubelet = DraKubelet::start_with_versions(&registry, &["v2.DRAPlugin"]).unwrap();
+    let cfg = DraPluginConfig::new(DriverName::new(DRIVER).unwrap())
+        .plugin_dir(dir.path().join("p"))
+        .registry_dir(&registry);
+    let (_tx, rx) = watch::channel(vec![]);
+    let plugin = DraPlugin::start(
+        cfg,
+        Arc::new(Handler::default()),
+        rx,
+        CancellationToken::new(),
+    )
+    .unwrap();
+    let mut tries = 0;
+    while plugin.status().last_error.is_none() && tries < 200 {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        tries += 1;
+    }
+    let err = plugin.status().last_error.unwrap();
+    assert!(err.contains("v1.DRAPlugin"), "{err}");
+    assert!(!plugin.status().registered);
+    assert_eq!(kubelet.rejected().len(), 1);
+}
