@@ -48,9 +48,102 @@ pub struct Config {
     /// Device-plugin mode.
     #[serde(default)]
     pub device_plugin: DevicePluginSection,
+    /// DRA mode.
+    #[serde(default)]
+    pub dra: DraSection,
     /// The backends and their options.
     #[serde(default)]
     pub backends: Backends,
+}
+
+/// DRA mode settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DraSection {
+    /// Whether DRA mode runs.
+    #[serde(default)]
+    pub enabled: bool,
+    /// The driver name, a DNS subdomain such as `gpu.example.com`.
+    #[serde(default)]
+    pub driver_name: Option<String>,
+    /// A kubeconfig file; in-cluster configuration when absent.
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The driver's plugin directory (default `/var/lib/kubelet/plugins/<driver>`).
+    #[serde(default)]
+    pub plugin_dir: Option<PathBuf>,
+    /// The kubelet's plugin registry directory.
+    #[serde(default = "default_registry_dir")]
+    pub registry_dir: PathBuf,
+    /// Where CDI spec files are written.
+    #[serde(default = "default_cdi_dir")]
+    pub cdi_dir: PathBuf,
+    /// Where the checkpoint lives (default: the plugin directory).
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// The pod UID for per-pod socket names (default: the `POD_UID` environment variable).
+    #[serde(default)]
+    pub pod_uid: Option<String>,
+    /// Serve the resource health stream.
+    #[serde(default = "yes")]
+    pub health: bool,
+    /// The file holding the node's boot ID.
+    #[serde(default = "default_boot_id")]
+    pub boot_id_path: PathBuf,
+}
+
+fn default_registry_dir() -> PathBuf {
+    PathBuf::from(kubedev_kubelet_grpc::dra::DEFAULT_REGISTRY_DIR)
+}
+
+fn default_cdi_dir() -> PathBuf {
+    PathBuf::from(kubedev_core::cdi::DEFAULT_CDI_DIR)
+}
+
+fn default_boot_id() -> PathBuf {
+    PathBuf::from(kubedev_core::checkpoint::DEFAULT_BOOT_ID_PATH)
+}
+
+impl Default for DraSection {
+    fn default() -> Self {
+        DraSection {
+            enabled: false,
+            driver_name: None,
+            kubeconfig: None,
+            plugin_dir: None,
+            registry_dir: default_registry_dir(),
+            cdi_dir: default_cdi_dir(),
+            state_dir: None,
+            pod_uid: None,
+            health: true,
+            boot_id_path: default_boot_id(),
+        }
+    }
+}
+
+/// Validated DRA settings, with defaults and environment applied.
+#[derive(Debug, Clone)]
+pub struct DraSpec {
+    /// The driver.
+    pub driver: kubedev_core::DriverName,
+    /// The node.
+    pub node_name: String,
+    /// Kubeconfig, if any.
+    pub kubeconfig: Option<PathBuf>,
+    /// The plugin directory.
+    pub plugin_dir: PathBuf,
+    /// The registry directory.
+    pub registry_dir: PathBuf,
+    /// The CDI directory.
+    pub cdi_dir: PathBuf,
+    /// The checkpoint directory.
+    pub state_dir: PathBuf,
+    /// The pod UID.
+    pub pod_uid: Option<String>,
+    /// Health streaming on.
+    pub health: bool,
+    /// Boot ID file.
+    pub boot_id_path: PathBuf,
 }
 
 /// Device-plugin mode settings.
@@ -148,7 +241,72 @@ impl Config {
         Ok(config)
     }
 
+    /// The DRA settings, validated, with `NODE_NAME` and `POD_UID` from `env` when the file does
+    /// not set them; `None` when DRA mode is off.
+    pub fn dra(
+        &self,
+        path: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<DraSpec>, ConfigError> {
+        let d = &self.dra;
+        if !d.enabled {
+            return Ok(None);
+        }
+        let invalid = |field: &str, message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            field: field.to_string(),
+            message,
+        };
+        let name = d.driver_name.clone().ok_or_else(|| {
+            invalid(
+                "dra.driverName",
+                "required when DRA is enabled, e.g. gpu.example.com".into(),
+            )
+        })?;
+        let driver = kubedev_core::DriverName::new(name)
+            .map_err(|e| invalid("dra.driverName", e.to_string()))?;
+        let node_name = self
+            .node_name
+            .clone()
+            .or_else(|| env("NODE_NAME"))
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                invalid(
+                    "nodeName",
+                    "required for DRA: set it or the NODE_NAME environment variable".into(),
+                )
+            })?;
+        kubedev_core::check_dns_subdomain(&node_name, 253)
+            .map_err(|e| invalid("nodeName", format!("{node_name:?} {e}")))?;
+        let plugin_dir = d.plugin_dir.clone().unwrap_or_else(|| {
+            Path::new(kubedev_kubelet_grpc::dra::DEFAULT_PLUGINS_DIR).join(driver.as_str())
+        });
+        let pod_uid = d
+            .pod_uid
+            .clone()
+            .or_else(|| env("POD_UID"))
+            .filter(|u| !u.is_empty());
+        if let Some(uid) = &pod_uid
+            && !uid.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Err(invalid("dra.podUid", format!("{uid:?} is not a UID")));
+        }
+        Ok(Some(DraSpec {
+            state_dir: d.state_dir.clone().unwrap_or_else(|| plugin_dir.clone()),
+            driver,
+            node_name,
+            kubeconfig: d.kubeconfig.clone(),
+            plugin_dir,
+            registry_dir: d.registry_dir.clone(),
+            cdi_dir: d.cdi_dir.clone(),
+            pod_uid,
+            health: d.health,
+            boot_id_path: d.boot_id_path.clone(),
+        }))
+    }
+
     fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        self.dra(path, |k| std::env::var(k).ok())?;
         let invalid = |field: String, message: String| ConfigError::Invalid {
             path: path.to_path_buf(),
             field,
@@ -164,13 +322,13 @@ impl Config {
                 ));
             }
         }
-        if self.device_plugin.enabled
-            && !self.device_plugin.resources.is_empty()
+        if (self.dra.enabled
+            || (self.device_plugin.enabled && !self.device_plugin.resources.is_empty()))
             && self.backends == Backends::default()
         {
             return Err(invalid(
                 "backends".into(),
-                "no backend is configured, so the resources would have no devices".into(),
+                "no backend is configured, so there would be no devices to serve".into(),
             ));
         }
         Ok(())
@@ -252,6 +410,39 @@ backends:
             .unwrap_err()
             .to_string();
         assert!(err.contains("Dev_0"), "{err}");
+    }
+
+    #[test]
+    fn dra_settings_take_defaults_and_the_environment() {
+        let text =
+            format!("nodeName: null\ndra:\n  enabled: true\n  driverName: gpu.example.com\n{GOOD}");
+        let c: Config = serde_saphyr::from_str(&text).unwrap();
+        let env = |k: &str| match k {
+            "NODE_NAME" => Some("node-7".to_string()),
+            "POD_UID" => Some("1234-abcd".to_string()),
+            _ => None,
+        };
+        let d = c.dra(Path::new("c.yaml"), env).unwrap().unwrap();
+        assert_eq!(d.node_name, "node-7");
+        assert_eq!(d.pod_uid.as_deref(), Some("1234-abcd"));
+        assert_eq!(
+            d.plugin_dir,
+            PathBuf::from("/var/lib/kubelet/plugins/gpu.example.com")
+        );
+        assert_eq!(d.state_dir, d.plugin_dir);
+        assert_eq!(d.cdi_dir, PathBuf::from("/var/run/cdi"));
+        let err = c
+            .dra(Path::new("c.yaml"), |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("nodeName") && err.contains("NODE_NAME"),
+            "{err}"
+        );
+        let bad = text.replace("gpu.example.com", "GPU");
+        let c: Config = serde_saphyr::from_str(&bad).unwrap();
+        let err = c.dra(Path::new("c.yaml"), env).unwrap_err().to_string();
+        assert!(err.contains("dra.driverName"), "{err}");
     }
 
     #[test]

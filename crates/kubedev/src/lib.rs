@@ -1,5 +1,8 @@
 //! The kubedev daemon: configuration and runtime, shared by the `kubedev` binary and its tests.
 #![warn(missing_docs)]
 
+pub mod backends;
 pub mod config;
+pub mod dra_driver;
+pub mod failpoint;
 pub mod runtime;

@@ -79,7 +79,7 @@ fn main() -> anyhow::Result<()> {
                     tracing::info!("signal received; shutting down");
                     signals.cancel();
                 });
-                kubedev::runtime::run(config, &path, cancel).await
+                kubedev::runtime::run(config, &path, None, cancel).await
             })
         }
     }

@@ -1,8 +1,8 @@
-//! The daemon's runtime: backends in, kubelet servers out.
+//! The daemon's runtime: backends in, kubelet servers and publishers out.
 //!
-//! It discovers every backend's devices into one inventory, publishes it to the device-plugin
-//! servers, applies the backends' health and hot-plug events, and routes the kubelet's requests
-//! to the backend that owns each device.
+//! It discovers every backend's devices into one inventory, publishes it (device-plugin
+//! resources, ResourceSlices), applies the backends' health and hot-plug events, and routes the
+//! kubelet's requests to the backend that owns each device.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -11,37 +11,25 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
+use kubedev_core::cdi::CdiWriter;
+use kubedev_core::checkpoint::CheckpointStore;
 use kubedev_core::static_backend::StaticBackend;
 use kubedev_core::{
-    AllocatedDevice, Consumer, ContainerEdits, DeviceSource, Inventory, Pool, PoolName,
-    PrepareError, Preparer, Publisher, SourceEvent,
+    AllocatedDevice, Consumer, ContainerEdits, DeviceRef, Health, Inventory, PrepareError,
+    Publisher, SourceEvent,
 };
 use kubedev_kubelet_grpc::device_plugin::{
     Allocation, DevicePlugin, DevicePluginConfig, DevicePluginHandle, DevicePluginHandler,
     DevicePluginPublisher, PluginDevice, ResourceDevices,
 };
-use tokio::sync::mpsc;
+use kubedev_kubelet_grpc::dra::{DeviceHealthReport, DraPlugin, DraPluginConfig, DraPluginHandle};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::backends::{Backend, Backends};
 use crate::config::Config;
-
-/// A backend: its device source and its preparer (usually the same object).
-#[derive(Clone)]
-pub struct Backend {
-    /// Where devices come from.
-    pub source: Arc<dyn DeviceSource>,
-    /// How they are handed to containers.
-    pub preparer: Arc<dyn Preparer>,
-}
-
-impl std::fmt::Debug for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backend")
-            .field("name", &self.source.name())
-            .finish()
-    }
-}
+use crate::dra_driver::{ClaimSource, DraDriver};
 
 /// Builds the backends the configuration names.
 pub fn build_backends(config: &Config) -> anyhow::Result<Vec<Backend>> {
@@ -56,48 +44,32 @@ pub fn build_backends(config: &Config) -> anyhow::Result<Vec<Backend>> {
     Ok(out)
 }
 
-/// Which backend owns which pool.
-#[derive(Debug, Default, Clone)]
-struct Owners(HashMap<PoolName, usize>);
+/// What the DRA mode needs from the cluster: where claims are read and where slices are written.
+/// The binary builds them from the API server; tests pass their own.
+#[derive(Clone)]
+pub struct ClusterServices {
+    /// Reads the allocation of a claim.
+    pub claims: Arc<dyn ClaimSource>,
+    /// Publishes the inventory as ResourceSlices.
+    pub slices: Arc<dyn Publisher>,
+}
 
-/// Discovers all backends into one inventory; a backend that fails is logged and left out.
-async fn discover_all(backends: &[Backend]) -> (Inventory, Owners) {
-    let mut pools: Vec<Pool> = Vec::new();
-    let mut owners = Owners::default();
-    for (i, b) in backends.iter().enumerate() {
-        match b.source.discover().await {
-            Ok(found) => {
-                for p in found {
-                    if owners.0.contains_key(&p.name) {
-                        tracing::error!(backend = b.source.name(), pool = %p.name, "pool name already used by another backend; pool left out");
-                        continue;
-                    }
-                    if let Err(e) = p.validate() {
-                        tracing::error!(backend = b.source.name(), error = %e, "invalid pool left out");
-                        continue;
-                    }
-                    owners.0.insert(p.name.clone(), i);
-                    pools.push(p);
-                }
-            }
-            Err(e) => tracing::error!(backend = b.source.name(), error = %e, "discovery failed"),
-        }
+impl std::fmt::Debug for ClusterServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterServices")
     }
-    (Inventory::new(pools), owners)
 }
 
 /// Answers the kubelet's `Allocate` for one resource through the owning backends' preparers.
 struct ResourceHandler {
     resource: Arc<ResourceDevices>,
-    backends: Vec<Backend>,
-    owners: Arc<std::sync::RwLock<Owners>>,
+    backends: Backends,
 }
 
 #[async_trait]
 impl DevicePluginHandler for ResourceHandler {
     async fn allocate(&self, devices: &[PluginDevice]) -> Result<Allocation, PrepareError> {
-        // Group the devices by backend, keeping the kubelet's order within each.
-        let mut groups: Vec<(usize, Vec<AllocatedDevice>)> = Vec::new();
+        let mut allocated = Vec::with_capacity(devices.len());
         for d in devices {
             let r = self
                 .resource
@@ -105,39 +77,19 @@ impl DevicePluginHandler for ResourceHandler {
                 .ok_or_else(|| PrepareError::UnknownDevice {
                     device: d.id.clone(),
                 })?;
-            let owner = self
-                .owners
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .0
-                .get(&r.pool)
-                .copied()
-                .ok_or_else(|| PrepareError::UnknownDevice {
-                    device: r.to_string(),
-                })?;
-            let alloc = AllocatedDevice {
+            allocated.push(AllocatedDevice {
                 device: r,
                 request: String::new(),
                 share_id: None,
                 config: Vec::new(),
-            };
-            match groups.iter_mut().find(|(o, _)| *o == owner) {
-                Some((_, g)) => g.push(alloc),
-                None => groups.push((owner, vec![alloc])),
-            }
+            });
         }
         let consumer = Consumer::Container {
             resource: self.resource.name().to_string(),
         };
         let mut edits = ContainerEdits::default();
-        for (owner, group) in groups {
-            let prepared = self.backends[owner]
-                .preparer
-                .prepare(&consumer, &group)
-                .await?;
-            for p in prepared {
-                edits.merge(&p.edits);
-            }
+        for p in self.backends.prepare(&consumer, &allocated).await? {
+            edits.merge(&p.edits);
         }
         Ok(Allocation {
             edits,
@@ -146,27 +98,126 @@ impl DevicePluginHandler for ResourceHandler {
     }
 }
 
-/// Runs the daemon until `cancel` fires; stops every server and removes its socket on the way out.
+/// Health of every device with the time it last changed, for the DRA health stream.
+#[derive(Debug, Default)]
+struct HealthClock(HashMap<DeviceRef, (Health, i64)>);
+
+impl HealthClock {
+    fn reports(&mut self, inventory: &Inventory) -> Vec<DeviceHealthReport> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let mut seen = HashMap::new();
+        let mut out = Vec::new();
+        for (pool, dev) in inventory.devices() {
+            let r = DeviceRef {
+                pool: pool.name.clone(),
+                device: dev.name.clone(),
+            };
+            let since = match self.0.get(&r) {
+                Some((h, t)) if *h == dev.health => *t,
+                _ => now,
+            };
+            out.push(DeviceHealthReport {
+                pool: pool.name.to_string(),
+                device: dev.name.to_string(),
+                health: dev.health.clone(),
+                last_updated: since,
+            });
+            seen.insert(r, (dev.health.clone(), since));
+        }
+        self.0 = seen;
+        out
+    }
+}
+
+async fn publish_all(publishers: &[Arc<dyn Publisher>], inventory: &Inventory) {
+    for p in publishers {
+        if let Err(e) = p.publish(inventory).await {
+            tracing::error!(error = %e, "publishing failed");
+        }
+    }
+}
+
+struct Dra {
+    handle: DraPluginHandle,
+    health: watch::Sender<Vec<DeviceHealthReport>>,
+}
+
+async fn start_dra(
+    config: &Config,
+    config_path: &Path,
+    backends: &Backends,
+    cluster: Option<ClusterServices>,
+    publishers: &mut Vec<Arc<dyn Publisher>>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Option<Dra>> {
+    let Some(spec) = config.dra(config_path, |k| std::env::var(k).ok())? else {
+        return Ok(None);
+    };
+    let cluster = cluster.context("DRA mode needs the API server, and none was configured")?;
+    std::fs::create_dir_all(&spec.state_dir)
+        .with_context(|| format!("creating {}", spec.state_dir.display()))?;
+    let (state_dir, boot) = (spec.state_dir.clone(), spec.boot_id_path.clone());
+    let (store, outcome) =
+        tokio::task::spawn_blocking(move || CheckpointStore::open(&state_dir, &boot))
+            .await?
+            .context("opening the checkpoint")?;
+    tracing::info!(checkpoint = %store.path().display(), "{outcome}");
+    let cdi = CdiWriter::new(&spec.cdi_dir, &spec.driver);
+    let driver = Arc::new(DraDriver::new(
+        backends.clone(),
+        cluster.claims.clone(),
+        store,
+        cdi,
+    ));
+    let rec = driver
+        .recover()
+        .await
+        .map_err(anyhow::Error::msg)
+        .context("start-up recovery")?;
+    if rec != Default::default() {
+        tracing::warn!(rolled_back = ?rec.rolled_back, cdi_rewritten = ?rec.cdi_rewritten, cdi_removed = ?rec.cdi_removed, "recovered from an unclean stop");
+    }
+    publishers.push(cluster.slices.clone());
+    let (health, health_rx) = watch::channel(Vec::new());
+    let mut cfg = DraPluginConfig::new(spec.driver.clone())
+        .plugin_dir(&spec.plugin_dir)
+        .registry_dir(&spec.registry_dir)
+        .health(spec.health);
+    if let Some(uid) = &spec.pod_uid {
+        cfg = cfg.pod_uid(uid);
+    }
+    let handle = DraPlugin::start(cfg, driver, health_rx, cancel.child_token())
+        .context("starting the DRA plugin")?;
+    tracing::info!(driver = %spec.driver, socket = %handle.dra_socket().display(), "DRA plugin started");
+    Ok(Some(Dra { handle, health }))
+}
+
+/// Runs the daemon until `cancel` fires; stops every server and removes its sockets on the way
+/// out. `cluster` is needed when DRA mode is on.
 pub async fn run(
     config: Config,
     config_path: &Path,
+    cluster: Option<ClusterServices>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    let backends = build_backends(&config)?;
+    let backends = Backends::new(build_backends(&config)?);
     let resources = config.resources(config_path)?;
-    let (mut inventory, owners) = discover_all(&backends).await;
+    let mut inventory = backends.discover_all().await;
     tracing::info!(
-        backends = backends.len(),
+        backends = backends.list().len(),
         pools = inventory.pools.len(),
         devices = inventory.devices().count(),
         "discovered"
     );
-    let owners = Arc::new(std::sync::RwLock::new(owners));
 
-    let mut publisher = DevicePluginPublisher::new();
+    let mut publishers: Vec<Arc<dyn Publisher>> = Vec::new();
     let mut servers: Vec<DevicePluginHandle> = Vec::new();
-    if config.device_plugin.enabled {
+    if config.device_plugin.enabled && !resources.is_empty() {
         let dp = &config.device_plugin;
+        let mut publisher = DevicePluginPublisher::new();
         let resource_devices: Vec<_> = resources
             .into_iter()
             .map(|r| publisher.add_resource(r.name, Box::new(r.filter)))
@@ -183,19 +234,34 @@ pub async fn run(
             let handler = Arc::new(ResourceHandler {
                 resource: rd.clone(),
                 backends: backends.clone(),
-                owners: owners.clone(),
             });
             let server = DevicePlugin::start(cfg, handler, rd.subscribe(), cancel.child_token())
                 .with_context(|| format!("starting the device-plugin server for {}", rd.name()))?;
             tracing::info!(resource = %rd.name(), socket = %server.socket_path().display(), "device-plugin server started");
             servers.push(server);
         }
+        publishers.push(Arc::new(publisher));
+    }
+
+    let dra = start_dra(
+        &config,
+        config_path,
+        &backends,
+        cluster,
+        &mut publishers,
+        &cancel,
+    )
+    .await?;
+    let mut clock = HealthClock::default();
+    publish_all(&publishers, &inventory).await;
+    if let Some(d) = &dra {
+        d.health.send_replace(clock.reports(&inventory));
     }
 
     // Backend watchers feed one event channel.
     let (tx, mut rx) = mpsc::channel::<(usize, SourceEvent)>(256);
     let mut watchers = JoinSet::new();
-    for (i, b) in backends.iter().enumerate() {
+    for (i, b) in backends.list().iter().enumerate() {
         let (btx, mut brx) = mpsc::channel(64);
         let source = b.source.clone();
         let name = source.name().to_string();
@@ -232,39 +298,23 @@ pub async fn run(
                 tracing::info!(%device, state = %health.state, reason = health.reason.as_deref().unwrap_or(""), "health changed");
                 inventory.set_health(&device, health)
             }
-            SourceEvent::Rediscover => {
-                let b = &backends[i];
-                match b.source.discover().await {
-                    Ok(found) => {
-                        let mut own = owners.write().unwrap_or_else(|e| e.into_inner());
-                        inventory.pools.retain(|p| own.0.get(&p.name) != Some(&i));
-                        own.0.retain(|_, o| *o != i);
-                        for p in found {
-                            if own.0.contains_key(&p.name) || p.validate().is_err() {
-                                tracing::error!(pool = %p.name, "pool left out after rediscovery");
-                                continue;
-                            }
-                            own.0.insert(p.name.clone(), i);
-                            inventory.pools.push(p);
-                        }
-                        true
-                    }
-                    Err(e) => {
-                        tracing::error!(backend = b.source.name(), error = %e, "rediscovery failed");
-                        false
-                    }
-                }
-            }
+            SourceEvent::Rediscover => backends.rediscover(i, &mut inventory).await,
             _ => false,
         };
-        if changed && let Err(e) = publisher.publish(&inventory).await {
-            tracing::error!(error = %e, "publishing failed");
+        if changed {
+            publish_all(&publishers, &inventory).await;
+            if let Some(d) = &dra {
+                d.health.send_replace(clock.reports(&inventory));
+            }
         }
     }
 
     tracing::info!("stopping");
     watchers.shutdown().await;
     let stop_all = async {
+        if let Some(d) = dra {
+            d.handle.stop().await;
+        }
         for s in servers {
             s.stop().await;
         }

@@ -1,0 +1,188 @@
+//! The set of backends and which one owns which pool.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use kubedev_core::{
+    AllocatedDevice, Consumer, DeviceSource, Inventory, Pool, PoolName, PrepareError,
+    PreparedDevice, Preparer,
+};
+
+/// A backend: its device source and its preparer (usually the same object).
+#[derive(Clone)]
+pub struct Backend {
+    /// Where devices come from.
+    pub source: Arc<dyn DeviceSource>,
+    /// How they are handed to containers.
+    pub preparer: Arc<dyn Preparer>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backend")
+            .field("name", &self.source.name())
+            .finish()
+    }
+}
+
+/// All backends of the daemon, and the pool → backend map of the latest discovery.
+#[derive(Debug, Clone)]
+pub struct Backends {
+    list: Vec<Backend>,
+    owners: Arc<RwLock<HashMap<PoolName, usize>>>,
+}
+
+impl Backends {
+    /// Wraps the backends; nothing is discovered yet.
+    pub fn new(list: Vec<Backend>) -> Self {
+        Backends {
+            list,
+            owners: Arc::default(),
+        }
+    }
+
+    /// The backends.
+    pub fn list(&self) -> &[Backend] {
+        &self.list
+    }
+
+    /// Discovers all backends into one inventory; a backend that fails, a pool whose name another
+    /// backend already uses, and an invalid pool are logged and left out.
+    pub async fn discover_all(&self) -> Inventory {
+        let mut pools: Vec<Pool> = Vec::new();
+        let mut owners = HashMap::new();
+        for (i, b) in self.list.iter().enumerate() {
+            match b.source.discover().await {
+                Ok(found) => Self::adopt(i, b, found, &mut owners, &mut pools),
+                Err(e) => {
+                    tracing::error!(backend = b.source.name(), error = %e, "discovery failed")
+                }
+            }
+        }
+        *self.owners.write().unwrap_or_else(|e| e.into_inner()) = owners;
+        Inventory::new(pools)
+    }
+
+    /// Discovers backend `i` again and replaces its pools in `inventory`.
+    pub async fn rediscover(&self, i: usize, inventory: &mut Inventory) -> bool {
+        let b = &self.list[i];
+        let found = match b.source.discover().await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::error!(backend = b.source.name(), error = %e, "rediscovery failed");
+                return false;
+            }
+        };
+        let mut owners = self.owners.write().unwrap_or_else(|e| e.into_inner());
+        inventory.pools.retain(|p| owners.get(&p.name) != Some(&i));
+        owners.retain(|_, o| *o != i);
+        Self::adopt(i, b, found, &mut owners, &mut inventory.pools);
+        true
+    }
+
+    fn adopt(
+        i: usize,
+        b: &Backend,
+        found: Vec<Pool>,
+        owners: &mut HashMap<PoolName, usize>,
+        pools: &mut Vec<Pool>,
+    ) {
+        for p in found {
+            if owners.contains_key(&p.name) {
+                tracing::error!(backend = b.source.name(), pool = %p.name, "pool name already used by another backend; pool left out");
+                continue;
+            }
+            if let Err(e) = p.validate() {
+                tracing::error!(backend = b.source.name(), error = %e, "invalid pool left out");
+                continue;
+            }
+            owners.insert(p.name.clone(), i);
+            pools.push(p);
+        }
+    }
+
+    /// The backend owning `pool`.
+    pub fn owner(&self, pool: &PoolName) -> Option<usize> {
+        self.owners
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(pool)
+            .copied()
+    }
+
+    /// Groups devices by owning backend, keeping their order; an unowned device is an error.
+    fn group(
+        &self,
+        devices: &[AllocatedDevice],
+    ) -> Result<Vec<(usize, Vec<AllocatedDevice>)>, PrepareError> {
+        let mut groups: Vec<(usize, Vec<AllocatedDevice>)> = Vec::new();
+        for d in devices {
+            let owner = self
+                .owner(&d.device.pool)
+                .ok_or_else(|| PrepareError::UnknownDevice {
+                    device: d.device.to_string(),
+                })?;
+            match groups.iter_mut().find(|(o, _)| *o == owner) {
+                Some((_, g)) => g.push(d.clone()),
+                None => groups.push((owner, vec![d.clone()])),
+            }
+        }
+        Ok(groups)
+    }
+
+    /// Prepares devices through their backends; the answer is in the order of `devices`. When a
+    /// backend fails, the groups already prepared are unprepared again (for a claim).
+    pub async fn prepare(
+        &self,
+        consumer: &Consumer,
+        devices: &[AllocatedDevice],
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        let groups = self.group(devices)?;
+        let mut done: Vec<(usize, Vec<AllocatedDevice>)> = Vec::new();
+        let mut prepared = Vec::with_capacity(devices.len());
+        for (owner, group) in groups {
+            match self.list[owner].preparer.prepare(consumer, &group).await {
+                Ok(p) => {
+                    prepared.extend(p);
+                    done.push((owner, group));
+                }
+                Err(e) => {
+                    if let Consumer::Claim(claim) = consumer {
+                        for (o, g) in done {
+                            if let Err(u) = self.list[o].preparer.unprepare(claim, &g).await {
+                                tracing::error!(claim = %claim, error = %u, "rolling back a partial prepare failed");
+                            }
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // Back into the caller's order.
+        let mut ordered = Vec::with_capacity(prepared.len());
+        for d in devices {
+            if let Some(i) = prepared.iter().position(|p| p.device.device == d.device) {
+                ordered.push(prepared.swap_remove(i));
+            }
+        }
+        Ok(ordered)
+    }
+
+    /// Unprepares a claim's devices through their backends; devices of pools no backend owns any
+    /// more are skipped (their backend is gone).
+    pub async fn unprepare(
+        &self,
+        claim: &kubedev_core::ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<(), PrepareError> {
+        let known: Vec<AllocatedDevice> = devices
+            .iter()
+            .filter(|d| self.owner(&d.device.pool).is_some())
+            .cloned()
+            .collect();
+        for (owner, group) in self.group(&known)? {
+            self.list[owner].preparer.unprepare(claim, &group).await?;
+        }
+        Ok(())
+    }
+}

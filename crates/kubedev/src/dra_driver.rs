@@ -1,0 +1,325 @@
+//! The DRA side of the runtime: crash-safe, idempotent prepare and unprepare of claims.
+//!
+//! Every prepare is two-phase in the checkpoint (started → completed) and the CDI spec is written
+//! between the two; start-up recovery rolls back half-done prepares, re-creates missing CDI files
+//! of completed claims and removes CDI files no claim owns.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use kubedev_core::cdi::CdiWriter;
+use kubedev_core::checkpoint::{CheckpointStore, ClaimState};
+use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice};
+use kubedev_kubelet_grpc::dra::{DraHandler, PreparedClaimDevice};
+
+use crate::backends::Backends;
+use crate::failpoint;
+
+/// Where the allocation of a claim comes from (the API server, or a test's table).
+#[async_trait]
+pub trait ClaimSource: Send + Sync + 'static {
+    /// The devices allocated to `claim` for this driver, with their requests, share IDs and
+    /// opaque configuration. Errors say why the claim cannot be prepared (not found, UID
+    /// mismatch, not allocated, nothing for this driver).
+    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String>;
+}
+
+/// What start-up recovery did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// Claims whose prepare had started but not completed, rolled back.
+    pub rolled_back: Vec<String>,
+    /// Completed claims whose CDI file was missing and was written again.
+    pub cdi_rewritten: Vec<String>,
+    /// CDI files of ours that no claim owned, removed.
+    pub cdi_removed: Vec<PathBuf>,
+}
+
+/// The DRA driver: implements the kubelet plugin's [`DraHandler`].
+pub struct DraDriver {
+    backends: Backends,
+    claims: Arc<dyn ClaimSource>,
+    store: Arc<Mutex<CheckpointStore>>,
+    cdi: Arc<CdiWriter>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for DraDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DraDriver")
+            .field("cdi", &self.cdi.dir())
+            .finish()
+    }
+}
+
+/// Runs blocking checkpoint or CDI work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("internal task failed: {e}"))?
+}
+
+/// The base request name: `gpu/large` (a FirstAvailable subrequest) → `gpu`.
+fn base_request(name: &str) -> String {
+    name.split('/').next().unwrap_or(name).to_string()
+}
+
+impl DraDriver {
+    /// A driver over `backends`, reading allocations from `claims`, recording prepares in `store`
+    /// and writing CDI specs with `cdi`.
+    pub fn new(
+        backends: Backends,
+        claims: Arc<dyn ClaimSource>,
+        store: CheckpointStore,
+        cdi: CdiWriter,
+    ) -> Self {
+        DraDriver {
+            backends,
+            claims,
+            store: Arc::new(Mutex::new(store)),
+            cdi: Arc::new(cdi),
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock_for(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        // Drop locks nobody holds, so the map does not grow with every claim ever seen.
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(uid.to_string()).or_default().clone()
+    }
+
+    fn answer(
+        &self,
+        uid: &str,
+        prepared: &[PreparedDevice],
+    ) -> Result<Vec<PreparedClaimDevice>, String> {
+        let (_, ids) = self
+            .cdi
+            .claim_spec(uid, prepared)
+            .map_err(|e| e.to_string())?;
+        Ok(prepared
+            .iter()
+            .zip(ids)
+            .map(|(p, id)| PreparedClaimDevice {
+                request_names: vec![base_request(&p.device.request)],
+                pool: p.device.device.pool.to_string(),
+                device: p.device.device.device.to_string(),
+                cdi_device_ids: id.into_iter().collect(),
+                share_id: p.device.share_id.clone(),
+            })
+            .collect())
+    }
+
+    async fn with_store<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut CheckpointStore) -> Result<T, String> + Send + 'static,
+    ) -> Result<T, String> {
+        let store = self.store.clone();
+        blocking(move || f(&mut store.lock().unwrap_or_else(|e| e.into_inner()))).await
+    }
+
+    /// Start-up recovery; see the module docs. Call once, before serving the kubelet.
+    pub async fn recover(&self) -> Result<Recovery, String> {
+        let mut rec = Recovery::default();
+        let records: Vec<_> = {
+            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            store.claims().values().cloned().collect()
+        };
+        for r in records {
+            let uid = r.claim.uid.clone();
+            match r.state {
+                ClaimState::PrepareStarted => {
+                    tracing::warn!(claim = %r.claim, "rolling back a prepare interrupted by a crash");
+                    self.backends
+                        .unprepare(&r.claim, &r.devices)
+                        .await
+                        .map_err(|e| format!("rolling back claim {}: {e}", r.claim))?;
+                    let cdi = self.cdi.clone();
+                    let u = uid.clone();
+                    blocking(move || cdi.remove_claim(&u).map_err(|e| e.to_string())).await?;
+                    let u = uid.clone();
+                    self.with_store(move |s| s.remove(&u).map_err(|e| e.to_string()))
+                        .await?;
+                    rec.rolled_back.push(uid);
+                }
+                _ => {
+                    let cdi = self.cdi.clone();
+                    let u = uid.clone();
+                    let prepared = r.prepared.clone();
+                    let rewritten = blocking(move || {
+                        let file = cdi.claim_file(&u).map_err(|e| e.to_string())?;
+                        let (spec, _) = cdi.claim_spec(&u, &prepared).map_err(|e| e.to_string())?;
+                        if spec.is_some() && !file.exists() {
+                            cdi.write_claim(&u, &prepared).map_err(|e| e.to_string())?;
+                            return Ok(true);
+                        }
+                        Ok(false)
+                    })
+                    .await?;
+                    if rewritten {
+                        rec.cdi_rewritten.push(uid);
+                    }
+                }
+            }
+        }
+        let owned: Vec<String> = {
+            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            store.claims().keys().cloned().collect()
+        };
+        let cdi = self.cdi.clone();
+        rec.cdi_removed = blocking(move || {
+            let mut removed = Vec::new();
+            for (uid, path) in cdi.list_claim_files().map_err(|e| e.to_string())? {
+                if !owned.contains(&uid) {
+                    std::fs::remove_file(&path)
+                        .map_err(|e| format!("removing orphan CDI file {}: {e}", path.display()))?;
+                    removed.push(path);
+                }
+            }
+            Ok(removed)
+        })
+        .await?;
+        Ok(rec)
+    }
+
+    async fn prepare_locked(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
+        let existing = {
+            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            store.get(&claim.uid).cloned()
+        };
+        if let Some(r) = existing
+            && r.state == ClaimState::PrepareCompleted
+        {
+            // Idempotent: the same answer again, with the CDI file put back if it went missing.
+            let cdi = self.cdi.clone();
+            let (uid, prepared) = (claim.uid.clone(), r.prepared.clone());
+            blocking(move || {
+                let file = cdi.claim_file(&uid).map_err(|e| e.to_string())?;
+                if !file.exists() {
+                    cdi.write_claim(&uid, &prepared)
+                        .map_err(|e| e.to_string())?;
+                }
+                Ok(())
+            })
+            .await?;
+            return self.answer(&claim.uid, &r.prepared);
+        }
+
+        let devices = self.claims.allocated_devices(claim).await?;
+        if devices.is_empty() {
+            return Err(format!(
+                "claim {claim} has no devices allocated by this driver"
+            ));
+        }
+        for d in &devices {
+            if self.backends.owner(&d.device.pool).is_none() {
+                return Err(format!(
+                    "claim {claim}: device {} is not on this node",
+                    d.device
+                ));
+            }
+        }
+        let (c, devs) = (claim.clone(), devices.clone());
+        self.with_store(move |s| s.start_prepare(&c, &devs).map_err(|e| e.to_string()))
+            .await?;
+        failpoint::hit("after-prepare-started");
+
+        let prepared = match self
+            .backends
+            .prepare(&Consumer::Claim(claim.clone()), &devices)
+            .await
+        {
+            Ok(p) => p,
+            Err(e) => {
+                let uid = claim.uid.clone();
+                self.with_store(move |s| s.remove(&uid).map_err(|e| e.to_string()))
+                    .await?;
+                return Err(format!("preparing claim {claim}: {e}"));
+            }
+        };
+        failpoint::hit("after-device-prepare");
+
+        let cdi = self.cdi.clone();
+        let (uid, p) = (claim.uid.clone(), prepared.clone());
+        let written = blocking(move || cdi.write_claim(&uid, &p).map_err(|e| e.to_string())).await;
+        let written = match written {
+            Ok(w) => w,
+            Err(e) => {
+                if let Err(u) = self.backends.unprepare(claim, &devices).await {
+                    tracing::error!(claim = %claim, error = %u, "rolling back after a CDI failure failed");
+                }
+                let uid = claim.uid.clone();
+                self.with_store(move |s| s.remove(&uid).map_err(|e| e.to_string()))
+                    .await?;
+                return Err(format!("writing the CDI spec of claim {claim}: {e}"));
+            }
+        };
+        failpoint::hit("after-cdi-write");
+        failpoint::hit("before-prepare-completed");
+
+        let file_name = written
+            .file
+            .as_ref()
+            .and_then(|f| f.file_name())
+            .map(|f| f.to_string_lossy().into_owned());
+        let (uid, p) = (claim.uid.clone(), prepared.clone());
+        self.with_store(move |s| {
+            s.complete_prepare(&uid, &p, file_name.as_deref())
+                .map_err(|e| e.to_string())
+        })
+        .await?;
+        tracing::info!(claim = %claim, devices = prepared.len(), "prepared");
+        self.answer(&claim.uid, &prepared)
+    }
+
+    async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), String> {
+        let record = {
+            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            store.get(&claim.uid).cloned()
+        };
+        if let Some(r) = &record {
+            failpoint::hit("during-unprepare");
+            self.backends
+                .unprepare(&r.claim, &r.devices)
+                .await
+                .map_err(|e| format!("unpreparing claim {claim}: {e}"))?;
+        }
+        let cdi = self.cdi.clone();
+        let uid = claim.uid.clone();
+        blocking(move || {
+            cdi.remove_claim(&uid)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .await?;
+        if record.is_some() {
+            let uid = claim.uid.clone();
+            self.with_store(move |s| s.remove(&uid).map(|_| ()).map_err(|e| e.to_string()))
+                .await?;
+            tracing::info!(claim = %claim, "unprepared");
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DraHandler for DraDriver {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
+        kubedev_core::cdi::validate_claim_uid(&claim.uid).map_err(|e| e.to_string())?;
+        let lock = self.lock_for(&claim.uid);
+        let _held = lock.lock().await;
+        self.prepare_locked(claim).await
+    }
+
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+        kubedev_core::cdi::validate_claim_uid(&claim.uid).map_err(|e| e.to_string())?;
+        let lock = self.lock_for(&claim.uid);
+        let _held = lock.lock().await;
+        self.unprepare_locked(claim).await
+    }
+}
