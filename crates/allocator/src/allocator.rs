@@ -450,105 +450,135 @@ struct SubSpec<'c> {
     capacity: Option<&'c crate::api::CapacityRequirements>,
 }
 
-/// Evaluates (through the cache) one selector for every device of the view.
-fn selector_results(view: &mut NodeView<'_>, program: &Arc<cel::Program>) -> usize {
-    let key = Arc::as_ptr(program) as usize;
-    if !view.selector_cache.contains_key(&key) {
-        view.programs.push(program.clone());
-        view.selector_cache
-            .insert(key, vec![0u8; view.devices.len()]);
-    }
-    key
+/// The selectors of one request: class selectors first, then the request's, each compiled
+/// (through the process-wide cache) and mapped to its slot in the node's result cache.
+pub(crate) struct SelectorSet {
+    entries: Vec<SelectorEntry>,
 }
 
-pub(crate) fn verdict_for(
-    view: &mut NodeView<'_>,
-    classes: &[DeviceClass],
-    claim: &str,
-    class: usize,
-    selectors: &[DeviceSelector],
-    d: usize,
-    evaluations: &mut u64,
-) -> Verdict {
-    let class_obj = &classes[class];
-    let groups: [(&[DeviceSelector], bool); 2] =
-        [(&class_obj.spec.selectors, true), (selectors, false)];
-    for (list, is_class) in groups {
-        for (index, sel) in list.iter().enumerate() {
-            let owner = || {
-                if is_class {
+struct SelectorEntry {
+    owner: SelectorOwner,
+    is_class: bool,
+    index: usize,
+    program: Result<(usize, Arc<cel::Program>), String>,
+}
+
+impl SelectorSet {
+    pub(crate) fn new(
+        view: &mut NodeView<'_>,
+        classes: &[DeviceClass],
+        claim: &str,
+        class: usize,
+        selectors: &[DeviceSelector],
+    ) -> SelectorSet {
+        let class_obj = &classes[class];
+        let mut entries = Vec::with_capacity(class_obj.spec.selectors.len() + selectors.len());
+        let groups: [(&[DeviceSelector], bool); 2] =
+            [(&class_obj.spec.selectors, true), (selectors, false)];
+        for (list, is_class) in groups {
+            for (index, sel) in list.iter().enumerate() {
+                let owner = if is_class {
                     SelectorOwner::Class(class_obj.metadata.name.clone())
                 } else {
                     SelectorOwner::Claim(claim.to_string())
-                }
-            };
-            let expr = sel
-                .cel
-                .as_ref()
-                .map(|c| c.expression.as_str())
-                .unwrap_or("");
-            let program = match cel::compile(expr) {
+                };
+                let expr = sel
+                    .cel
+                    .as_ref()
+                    .map(|c| c.expression.as_str())
+                    .unwrap_or("");
+                let program = match cel::compile(expr) {
+                    Ok(p) => {
+                        let key = Arc::as_ptr(&p) as usize;
+                        let slot = match view.program_index.get(&key) {
+                            Some(&slot) => slot,
+                            None => {
+                                let slot = view.programs.len();
+                                view.programs.push(p.clone());
+                                view.selector_cache.push(vec![0u8; view.devices.len()]);
+                                view.program_index.insert(key, slot);
+                                slot
+                            }
+                        };
+                        Ok((slot, p))
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                entries.push(SelectorEntry {
+                    owner,
+                    is_class,
+                    index,
+                    program,
+                });
+            }
+        }
+        SelectorSet { entries }
+    }
+
+    /// Whether device `d` matches: every selector true (cached per device and program),
+    /// then the device's own node selection.
+    pub(crate) fn verdict(
+        &self,
+        view: &mut NodeView<'_>,
+        d: usize,
+        evaluations: &mut u64,
+    ) -> Verdict {
+        for e in &self.entries {
+            let (slot, program) = match &e.program {
                 Ok(p) => p,
-                Err(e) => {
+                Err(message) => {
                     return Verdict::Error(AllocationError::SelectorCompile {
-                        owner: owner(),
-                        index,
-                        message: e.to_string(),
+                        owner: e.owner.clone(),
+                        index: e.index,
+                        message: message.clone(),
                     });
                 }
             };
-            let key = selector_results(view, &program);
-            let cached = view.selector_cache.get(&key).map(|v| v[d]).unwrap_or(0);
-            let outcome = if cached != 0 {
-                cached
-            } else {
+            let mut code = view.selector_cache[*slot][d];
+            if code == 0 {
                 *evaluations += 1;
-                let dev = &view.devices[d];
-                let r = match &dev.ctx {
-                    Ok(ctx) => cel::evaluate(&program, ctx).map_err(|e| e.to_string()),
+                let r = match &view.devices[d].ctx {
+                    Ok(ctx) => cel::evaluate(program, ctx).map_err(|e| e.to_string()),
                     Err(e) => Err(e.clone()),
                 };
-                let code = match r {
+                code = match r {
                     Ok(false) => 1,
                     Ok(true) => 2,
                     Err(_) => 3,
                 };
-                if let Some(v) = view.selector_cache.get_mut(&key) {
-                    v[d] = code;
-                }
-                code
-            };
-            match outcome {
+                view.selector_cache[*slot][d] = code;
+            }
+            match code {
                 1 => {
                     return Verdict::Selector {
-                        class: is_class,
-                        index,
+                        class: e.is_class,
+                        index: e.index,
                     };
                 }
                 2 => {}
                 _ => {
                     let dev = &view.devices[d];
                     let message = match &dev.ctx {
-                        Ok(ctx) => match cel::evaluate(&program, ctx) {
+                        Ok(ctx) => match cel::evaluate(program, ctx) {
                             Err(e) => e.to_string(),
                             Ok(_) => "inconsistent evaluation".to_string(),
                         },
                         Err(e) => e.clone(),
                     };
                     return Verdict::Error(AllocationError::SelectorRuntime {
-                        owner: owner(),
-                        index,
+                        owner: e.owner.clone(),
+                        index: e.index,
                         device: dev.id(),
                         message,
                     });
                 }
             }
         }
-    }
-    match &view.devices[d].node_ok {
-        Ok(true) => Verdict::Match,
-        Ok(false) => Verdict::Node,
-        Err(e) => Verdict::Error(AllocationError::NodeSelection { message: e.clone() }),
+        match &view.devices[d].node_ok {
+            Ok(true) => Verdict::Match,
+            Ok(false) => Verdict::Node,
+            Err(e) => Verdict::Error(AllocationError::NodeSelection { message: e.clone() }),
+        }
     }
 }
 
@@ -634,8 +664,9 @@ fn plan_sub<'c>(
             };
             plan.mode = Mode::Exact(n);
             plan.num_devices = n;
+            let set = SelectorSet::new(view, classes, claim, class, s.selectors);
             for d in 0..view.devices.len() {
-                match verdict_for(view, classes, claim, class, s.selectors, d, evaluations) {
+                match set.verdict(view, d, evaluations) {
                     Verdict::Match => plan.cands.push((d as u32, None)),
                     Verdict::Error(e) => {
                         plan.cands.push((d as u32, Some(plan.errors.len())));
@@ -647,6 +678,7 @@ fn plan_sub<'c>(
         }
         "All" => {
             plan.mode = Mode::All;
+            let set = SelectorSet::new(view, classes, claim, class, s.selectors);
             for pi in 0..view.pools.len() {
                 let pool = &view.pools[pi];
                 match &pool.state {
@@ -667,7 +699,7 @@ fn plan_sub<'c>(
                     PoolState::Usable => {}
                 }
                 for d in pool.devices.clone() {
-                    match verdict_for(view, classes, claim, class, s.selectors, d, evaluations) {
+                    match set.verdict(view, d, evaluations) {
                         Verdict::Match => {
                             let dev = &view.devices[d];
                             if let Ok(CapFit::Fits(_)) =

@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::AllocateOptions;
 use crate::allocator::{
-    Allocator, CapFit, ClaimPlan, ConstraintKind, Mode, SubPlan, Verdict, capacity_fit,
-    taint_blocks, verdict_for,
+    Allocator, CapFit, ClaimPlan, ConstraintKind, Mode, SelectorSet, SubPlan, Verdict,
+    capacity_fit, taint_blocks,
 };
 use crate::api::{DeviceClass, Node, ResourceClaim};
 use crate::error::AllocationError;
@@ -203,16 +203,9 @@ fn explain_sub(
     let mut rejected = Vec::new();
     let mut usable = Vec::new();
     let mut evaluations = 0;
+    let set = SelectorSet::new(view, classes, &cp.display, sp.class, sp.selectors);
     for d in 0..view.devices.len() {
-        let verdict = verdict_for(
-            view,
-            classes,
-            &cp.display,
-            sp.class,
-            sp.selectors,
-            d,
-            &mut evaluations,
-        );
+        let verdict = set.verdict(view, d, &mut evaluations);
         let dev = &view.devices[d];
         let reason = match verdict {
             Verdict::Selector { class, index } => {

@@ -130,11 +130,12 @@ impl Dev<'_> {
 pub(crate) struct NodeView<'a> {
     pub(crate) pools: Vec<PoolView<'a>>,
     pub(crate) devices: Vec<Dev<'a>>,
-    /// Selector results per program (keyed by its address) and device:
-    /// 0 = not evaluated, 1 = false, 2 = true, 3 = error.
-    pub(crate) selector_cache: HashMap<usize, Vec<u8>>,
-    /// Programs whose addresses key the cache, kept alive with it.
+    /// Selector results per program and device: 0 = not evaluated, 1 = false, 2 = true,
+    /// 3 = error. Indexed like `programs`.
+    pub(crate) selector_cache: Vec<Vec<u8>>,
+    /// Programs with cached results, and their index by address.
     pub(crate) programs: Vec<Arc<cel::Program>>,
+    pub(crate) program_index: HashMap<usize, usize>,
 }
 
 fn slice_relevant(node: &Node, slice: &ResourceSlice) -> Result<bool, String> {
@@ -380,8 +381,9 @@ pub(crate) fn build_node_view<'a>(
     let mut view = NodeView {
         pools: sorted_pools,
         devices: Vec::new(),
-        selector_cache: HashMap::new(),
+        selector_cache: Vec::new(),
         programs: Vec::new(),
+        program_index: HashMap::new(),
     };
     for (pi, (relevant, others)) in sorted_slices.into_iter().enumerate() {
         if view.pools[pi].state != PoolState::Usable {
