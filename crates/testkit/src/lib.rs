@@ -3,5 +3,6 @@
 //! daemon.
 #![warn(missing_docs)]
 
+pub mod apiserver;
 pub mod hostroot;
 pub mod kubelet;
