@@ -401,6 +401,13 @@ impl WatchRequest {
                 "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
             ));
         }
+        if initial_events && !flag("allowWatchBookmarks") {
+            return Err(ApiError::new(
+                422,
+                "Invalid",
+                "ListOptions.meta.k8s.io \"\" is invalid: allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true",
+            ));
+        }
         let rv = query
             .get("resourceVersion")
             .map(String::as_str)
@@ -523,10 +530,7 @@ async fn run_watch(
             return;
         }
     }
-    if request.initial_events
-        && request.bookmarks
-        && tx.send(Ok(request.bookmark(position, true))).await.is_err()
-    {
+    if request.initial_events && tx.send(Ok(request.bookmark(position, true))).await.is_err() {
         return;
     }
     let deadline = tokio::time::sleep(request.timeout);

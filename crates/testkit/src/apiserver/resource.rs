@@ -88,17 +88,13 @@ impl Resource {
 
     /// Field names accepted in `fieldSelector`.
     pub(crate) fn field_selectors(self) -> &'static [&'static str] {
+        // As the API server's field label conversions for these types accept them.
         match self {
-            Resource::ResourceSlices => &[
-                "metadata.name",
-                "metadata.namespace",
-                "spec.driver",
-                "spec.nodeName",
-            ],
+            Resource::ResourceSlices => &["metadata.name", "spec.driver", "spec.nodeName"],
             Resource::ResourceClaims | Resource::DeviceClasses => {
                 &["metadata.name", "metadata.namespace"]
             }
-            Resource::Nodes => &["metadata.name", "metadata.namespace", "spec.unschedulable"],
+            Resource::Nodes => &["metadata.name", "spec.unschedulable"],
         }
     }
 
