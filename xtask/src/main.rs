@@ -3,6 +3,7 @@
 //! Each subcommand lives in its own module; this file only parses the
 //! command line and dispatches.
 
+mod bench;
 mod ci;
 mod codegen;
 mod demo;
@@ -27,6 +28,8 @@ enum Command {
     Ci,
     /// Run kubedev against the emulated kubelet and tell the story step by step.
     Demo,
+    /// Run every benchmark and write a table of medians to target/bench.md.
+    Bench,
     /// Regenerate the kubelet gRPC bindings in crates/kubelet-grpc/src/generated
     /// from the .proto files in crates/kubelet-grpc/proto.
     Codegen {
@@ -43,6 +46,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Ci => ci::ci(&root),
         Command::Demo => demo::demo(&root),
+        Command::Bench => bench::bench(&root),
         Command::Codegen { check } => codegen::run(&root, check),
     }
 }
