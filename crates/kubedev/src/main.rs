@@ -23,6 +23,13 @@ enum LogFormat {
     Json,
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
+    Yaml,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon.
@@ -32,6 +39,30 @@ enum Command {
         /// The configuration file (YAML).
         #[arg(long, short)]
         config: PathBuf,
+    },
+    /// Allocate a scenario's claims as the scheduler would, and say why when they do not fit.
+    ///
+    /// The scenario file has `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices` and
+    /// `claims`. The exit code is 0 whether or not the claims fit; it is non-zero only when the
+    /// file cannot be read.
+    ///
+    /// Examples:
+    ///   kubedev simulate -f scenario.yaml
+    ///   kubedev simulate -f scenario.yaml --explain -o json
+    ///   kubedev simulate -f scenario.yaml --repeat 1000
+    Simulate {
+        /// The scenario file (YAML or JSON).
+        #[arg(long, short = 'f')]
+        file: PathBuf,
+        /// Explain why claims do not fit (per request, per device).
+        #[arg(long)]
+        explain: bool,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// Repeat the allocation N times after a warm-up and report the median times.
+        #[arg(long)]
+        repeat: Option<usize>,
     },
     /// Check a configuration file and exit.
     ///
@@ -55,14 +86,43 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    match real_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kubedev: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn real_main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     init_logging(cli.log_format);
     match cli.command {
+        Command::Simulate {
+            file,
+            explain,
+            output,
+            repeat,
+        } => {
+            let scenario = kubedev_allocator::Scenario::from_path(&file)
+                .with_context(|| format!("reading scenario {}", file.display()))?;
+            let mut options = kubedev_allocator::SimulateOptions::default().with_explain(explain);
+            if let Some(n) = repeat {
+                options = options.with_repeat(n);
+            }
+            let out = kubedev_allocator::simulate(&scenario, &options);
+            let text = match output {
+                Output::Text => out.to_text(),
+                Output::Json => format!("{}\n", out.to_json()),
+                Output::Yaml => out.to_yaml(),
+            };
+            write_stdout(&text)
+        }
         Command::CheckConfig { config } => {
             kubedev::config::Config::load(&config)?;
-            println!("{}: ok", config.display());
-            Ok(())
+            write_stdout(&format!("{}: ok\n", config.display()))
         }
         Command::Run { config: path } => {
             let config = kubedev::config::Config::load(&path)?;
@@ -82,6 +142,15 @@ fn main() -> anyhow::Result<()> {
                 kubedev::runtime::run(config, &path, None, cancel).await
             })
         }
+    }
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+fn write_stdout(text: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
     }
 }
 
