@@ -116,7 +116,6 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
         &[
             "bench",
             "--workspace",
-            "--locked",
             "--benches",
             "--",
             "--warm-up-time",
@@ -125,11 +124,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
             "3",
         ],
     )?;
-    crate::ci::run(
-        root,
-        "cargo",
-        &["build", "--release", "--locked", "-p", "kubedev"],
-    )?;
+    crate::ci::run(root, "cargo", &["build", "--release", "-p", "kubedev"])?;
     let bin = target.join("release").join("kubedev");
     if !bin.exists() {
         bail!("release binary missing at {}", bin.display());

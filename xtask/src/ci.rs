@@ -47,7 +47,6 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
             "clippy",
             "--workspace",
             "--all-targets",
-            "--locked",
             "--",
             "-D",
             "warnings",
@@ -59,23 +58,13 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         run(
             root,
             "cargo",
-            &[
-                "nextest",
-                "run",
-                "--workspace",
-                "--locked",
-                "--no-fail-fast",
-            ],
+            &["nextest", "run", "--workspace", "--no-fail-fast"],
         )?;
         step("doc tests");
-        run(root, "cargo", &["test", "--workspace", "--locked", "--doc"])?;
+        run(root, "cargo", &["test", "--workspace", "--doc"])?;
     } else {
         eprintln!("cargo-nextest not found; using cargo test");
-        run(
-            root,
-            "cargo",
-            &["test", "--workspace", "--locked", "--no-fail-fast"],
-        )?;
+        run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
 
     eprintln!("\nci passed in {:.0?}", started.elapsed());
