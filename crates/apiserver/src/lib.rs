@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 mod claim;
+mod connect;
 mod convert;
 mod error;
 mod plan;
@@ -43,6 +44,7 @@ pub use claim::{
     AllocatedClaim, ClaimReader, ConditionStatus, ConfigSource, DeviceCondition, DeviceResult,
     DeviceStatus, DeviceToleration, OpaqueConfig, base_request,
 };
+pub use connect::{ConnectError, connect};
 pub use convert::{NUMA_NODE_ATTRIBUTE, UnhealthyDevices};
 pub use error::Error;
 pub use publisher::{PublishStats, PublisherTask, SlicePublisher};

@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod backends;
+pub mod cluster;
 pub mod config;
 pub mod dra_driver;
 pub mod failpoint;

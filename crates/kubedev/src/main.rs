@@ -139,7 +139,19 @@ fn real_main() -> anyhow::Result<()> {
                     tracing::info!("signal received; shutting down");
                     signals.cancel();
                 });
-                kubedev::runtime::run(config, &path, None, cancel).await
+                let cluster = match config.dra(&path, |k| std::env::var(k).ok())? {
+                    Some(spec) => Some(kubedev::cluster::connect_cluster(&spec).await?),
+                    None => None,
+                };
+                let (services, task) = match cluster {
+                    Some((s, t)) => (Some(s), Some(t)),
+                    None => (None, None),
+                };
+                let result = kubedev::runtime::run(config, &path, services, cancel).await;
+                if let Some(t) = task {
+                    t.stop().await;
+                }
+                result
             })
         }
     }

@@ -89,6 +89,7 @@ struct DraState {
     /// driver → (pool/device → health).
     health: BTreeMap<String, BTreeMap<String, DeviceHealthSeen>>,
     health_snapshots: BTreeMap<String, u64>,
+    registrations: u64,
 }
 
 /// The kubelet's DRA side: watches the plugin registry directory like the plugin watcher.
@@ -162,6 +163,14 @@ impl DraKubelet {
             .unwrap_or_else(|e| e.into_inner())
             .drivers
             .clone()
+    }
+
+    /// How many registrations the kubelet accepted (a plugin that restarts registers again).
+    pub fn registrations(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .registrations
     }
 
     /// Registration sockets the kubelet rejected, with the reason.
@@ -421,6 +430,7 @@ async fn register(
     let driver = info.name.clone();
     let endpoint_path = PathBuf::from(&info.endpoint);
     update(&mut |st| {
+        st.registrations += 1;
         st.drivers.insert(
             driver.clone(),
             DraDriverState {
@@ -546,7 +556,9 @@ async fn watch_registry(
     changed: watch::Sender<u64>,
     cancel: CancellationToken,
 ) {
-    let mut known: BTreeMap<PathBuf, CancellationToken> = BTreeMap::new();
+    // Socket path → (its incarnation, the task following it). A socket re-created at the same
+    // path (a plugin restart) is a new registration, as the kubelet's inotify watcher sees it.
+    let mut known: BTreeMap<PathBuf, ((u64, i64, i64), CancellationToken)> = BTreeMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     loop {
         tokio::select! {
@@ -568,17 +580,26 @@ async fn watch_registry(
             }
         }
         for p in &present {
-            if !known.contains_key(p) {
-                let token = cancel.child_token();
-                known.insert(p.clone(), token.clone());
-                tokio::spawn(register(
-                    versions.clone(),
-                    p.clone(),
-                    state.clone(),
-                    changed.clone(),
-                    token,
-                ));
+            use std::os::unix::fs::MetadataExt;
+            let Ok(meta) = std::fs::symlink_metadata(p) else {
+                continue;
+            };
+            let ident = (meta.ino(), meta.ctime(), meta.ctime_nsec());
+            if known.get(p).is_some_and(|(i, _)| *i == ident) {
+                continue;
             }
+            if let Some((_, old)) = known.remove(p) {
+                old.cancel();
+            }
+            let token = cancel.child_token();
+            known.insert(p.clone(), (ident, token.clone()));
+            tokio::spawn(register(
+                versions.clone(),
+                p.clone(),
+                state.clone(),
+                changed.clone(),
+                token,
+            ));
         }
         let gone: Vec<PathBuf> = known
             .keys()
@@ -586,7 +607,7 @@ async fn watch_registry(
             .cloned()
             .collect();
         for p in gone {
-            if let Some(t) = known.remove(&p) {
+            if let Some((_, t)) = known.remove(&p) {
                 t.cancel();
             }
             let mut st = state.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,47 @@
+//! Connecting to the API server: from a kubeconfig file, or in-cluster.
+
+use std::path::{Path, PathBuf};
+
+/// The API server could not be reached or configured.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The kubeconfig file could not be read or parsed.
+    #[error("reading kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// No kubeconfig was given and the in-cluster configuration is missing or broken.
+    #[error("no kubeconfig given and no in-cluster configuration: {0}")]
+    Infer(String),
+    /// Building the HTTP client failed.
+    #[error("building the API-server client: {0}")]
+    Client(String),
+}
+
+/// A client for the API server: from `kubeconfig` (its current context) when given, otherwise
+/// the in-cluster service account (or `KUBECONFIG`, as `kubectl` does).
+pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                ConnectError::Kubeconfig {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                }
+            })?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default())
+                .await
+                .map_err(|e| ConnectError::Kubeconfig {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                })?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| ConnectError::Infer(e.to_string()))?,
+    };
+    kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))
+}

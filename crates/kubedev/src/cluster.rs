@@ -1,0 +1,37 @@
+//! The cluster side of DRA mode, through the API server.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kubedev_apiserver::{ClaimReader, PublisherTask, SlicePublisher, connect};
+use kubedev_core::{AllocatedDevice, ClaimRef};
+
+use crate::config::DraSpec;
+use crate::dra_driver::ClaimSource;
+use crate::runtime::ClusterServices;
+
+struct ApiClaims(ClaimReader);
+
+#[async_trait]
+impl ClaimSource for ApiClaims {
+    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
+        self.0
+            .get(claim)
+            .await
+            .map(|a| a.devices())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Connects to the API server for `spec`'s driver and node and starts slice publishing; the task
+/// must be stopped when the daemon stops.
+pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices, PublisherTask)> {
+    let client = connect(spec.kubeconfig.as_deref()).await?;
+    let publisher = SlicePublisher::new(client.clone(), spec.driver.clone(), &spec.node_name)?;
+    let task = publisher.start()?;
+    let services = ClusterServices {
+        claims: Arc::new(ApiClaims(ClaimReader::new(client, spec.driver.clone()))),
+        slices: Arc::new(publisher),
+    };
+    Ok((services, task))
+}

@@ -1,0 +1,301 @@
+//! The daemon as a process in DRA mode, against the API-server emulator and the kubelet
+//! emulator: publication, prepare and unprepare, and randomized crashes at every fail point.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kubedev_testkit::apiserver::{ApiServer, Resource};
+use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
+use serde_json::json;
+
+const DRIVER: &str = "gpu.example.com";
+const NODE: &str = "node-a";
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Env {
+    root: tempfile::TempDir,
+    api: ApiServer,
+    kubelet: DraKubelet,
+}
+
+impl Env {
+    async fn new() -> Env {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        let api = ApiServer::start().await.unwrap();
+        api.write_kubeconfig(&r.join("kubeconfig")).unwrap();
+        api.put_raw(
+            Resource::Nodes,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "node-uid-1"}}),
+        )
+        .unwrap();
+        std::fs::write(r.join("boot_id"), "5a0c2e9f-1111-4000-8000-00000000abcd\n").unwrap();
+        let devices: String = (0..4)
+            .map(|i| format!("      - name: gpu-{i}\n        deviceNodes: [\"/dev/null\"]\n        numaNode: {}\n", i / 2))
+            .collect();
+        std::fs::write(
+            r.join("kubedev.yaml"),
+            format!(
+                "nodeName: {NODE}\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  kubeconfig: {r}/kubeconfig\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  stateDir: {r}/state\n  bootIdPath: {r}/boot_id\nbackends:\n  static:\n    pool: {NODE}\n    devices:\n{devices}",
+                r = r.display()
+            ),
+        )
+        .unwrap();
+        let kubelet = DraKubelet::start(r.join("registry")).unwrap();
+        Env { root, api, kubelet }
+    }
+
+    fn claim(&self, name: &str, uid: &str, devices: &[&str]) -> ClaimId {
+        let results: Vec<_> = devices
+            .iter()
+            .map(|d| json!({"request": "gpu", "driver": DRIVER, "pool": NODE, "device": d}))
+            .collect();
+        self.api
+            .put_raw(
+                Resource::ResourceClaims,
+                json!({
+                    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": name, "namespace": "default", "uid": uid},
+                    "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu", "count": devices.len()}}]}},
+                    "status": {"allocation": {"devices": {"results": results}}}
+                }),
+            )
+            .unwrap();
+        ClaimId::new("default", name, uid)
+    }
+
+    async fn start(&self, failpoints: &str) -> Child {
+        let before = self.kubelet.registrations();
+        let child = Command::new(env!("CARGO_BIN_EXE_kubedev"))
+            .args(["run", "--config"])
+            .arg(self.root.path().join("kubedev.yaml"))
+            .env("RUST_LOG", "error")
+            .env("RUST_BACKTRACE", "0")
+            .env(kubedev::failpoint::ENV, failpoints)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        assert!(
+            self.kubelet
+                .wait_until(WAIT, |k| k.registrations() > before)
+                .await,
+            "daemon did not register; rejected: {:?}",
+            self.kubelet.rejected()
+        );
+        child
+    }
+
+    fn cdi_files(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.root.path().join("cdi"))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        v.retain(|p| p.extension().is_some_and(|e| e == "json"));
+        v.sort();
+        v
+    }
+
+    /// Claim UID → state, from the checkpoint file.
+    fn checkpoint(&self) -> Vec<(String, String)> {
+        let path = self
+            .root
+            .path()
+            .join("state")
+            .join(kubedev_core::checkpoint::CHECKPOINT_FILE);
+        let Ok(bytes) = std::fs::read(path) else {
+            return vec![];
+        };
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        v["payload"]["claims"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, c)| {
+                        (
+                            k.clone(),
+                            c["state"].as_str().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+fn stop(mut child: Child) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            assert!(s.success(), "daemon exited with {s}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "daemon did not stop");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "daemon did not crash");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn slices_of(api: &ApiServer) -> Vec<serde_json::Value> {
+    api.objects(Resource::ResourceSlices)
+        .into_iter()
+        .filter(|s| s["spec"]["driver"] == DRIVER && s["spec"]["nodeName"] == NODE)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_slices_and_prepares_claims_from_the_api_server() {
+    let env = Env::new().await;
+    let daemon = env.start("").await;
+    let deadline = Instant::now() + WAIT;
+    while slices_of(&env.api).is_empty() {
+        assert!(Instant::now() < deadline, "no ResourceSlice published");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let slice = &slices_of(&env.api)[0];
+    assert_eq!(slice["spec"]["pool"]["name"], NODE);
+    assert_eq!(slice["spec"]["devices"].as_array().unwrap().len(), 4);
+    assert_eq!(slice["metadata"]["ownerReferences"][0]["uid"], "node-uid-1");
+
+    let claim = env.claim("train", "claim-uid-1", &["gpu-2", "gpu-3"]);
+    let out = env
+        .kubelet
+        .prepare(DRIVER, std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let devs = out["claim-uid-1"].as_ref().unwrap();
+    assert_eq!(
+        devs.iter().map(|d| d.device.as_str()).collect::<Vec<_>>(),
+        ["gpu-2", "gpu-3"]
+    );
+    assert_eq!(env.cdi_files().len(), 1);
+    // A claim whose UID does not match the API server's is refused.
+    let wrong = ClaimId::new("default", "train", "other-uid");
+    let out = env.kubelet.prepare(DRIVER, &[wrong]).await.unwrap();
+    assert!(out["other-uid"].is_err());
+    let un = env.kubelet.unprepare(DRIVER, &[claim]).await.unwrap();
+    assert!(un["claim-uid-1"].is_ok());
+    assert!(env.cdi_files().is_empty());
+    stop(daemon);
+}
+
+/// A small deterministic generator, so a failing run can be replayed from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randomized_crashes_leave_no_orphans_and_no_half_prepared_claims() {
+    let runs: usize = std::env::var("KUBEDEV_CRASH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    eprintln!("crash runs: {runs}, seed {seed}");
+    let mut rng = Rng(seed);
+    let env = Env::new().await;
+    let devices = ["gpu-0", "gpu-1", "gpu-2", "gpu-3"];
+    let steps = kubedev::failpoint::STEPS;
+    let mut crashes = 0;
+    for run in 0..runs {
+        let step = steps[rng.below(steps.len())];
+        let n = 1 + rng.below(2);
+        let first = rng.below(devices.len() - n + 1);
+        let uid = format!("crash-{run}");
+        let claim = env.claim(&format!("c{run}"), &uid, &devices[first..first + n]);
+        let ctx = format!("run {run} (seed {seed}), fail point {step}");
+
+        let mut daemon = env.start(step).await;
+        let prepared = env
+            .kubelet
+            .prepare(DRIVER, std::slice::from_ref(&claim))
+            .await;
+        if step == "during-unprepare" {
+            assert!(prepared.unwrap()[&uid].is_ok(), "{ctx}");
+            let _ = env
+                .kubelet
+                .unprepare(DRIVER, std::slice::from_ref(&claim))
+                .await;
+        } else {
+            assert!(
+                prepared.is_err(),
+                "{ctx}: prepare should have died with the daemon"
+            );
+        }
+        let status = wait_exit(&mut daemon);
+        assert!(!status.success(), "{ctx}: daemon did not abort ({status})");
+        crashes += 1;
+
+        // Restart without fail points: recovery must leave a consistent node.
+        let daemon = env.start("").await;
+        let cp = env.checkpoint();
+        assert!(
+            cp.iter().all(|(_, s)| s == "PrepareCompleted"),
+            "{ctx}: half-prepared claim left: {cp:?}"
+        );
+        for f in env.cdi_files() {
+            let name = f.file_name().unwrap().to_string_lossy().into_owned();
+            assert!(
+                cp.iter().any(|(u, _)| name.contains(u.as_str())),
+                "{ctx}: orphan CDI file {name}; checkpoint {cp:?}"
+            );
+        }
+        // Re-prepare gives the allocated devices; unprepare completes and cleans up.
+        let out = env
+            .kubelet
+            .prepare(DRIVER, std::slice::from_ref(&claim))
+            .await
+            .unwrap();
+        let got: Vec<String> = out[&uid]
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|d| d.device.clone())
+            .collect();
+        assert_eq!(got, devices[first..first + n], "{ctx}");
+        let un = env
+            .kubelet
+            .unprepare(DRIVER, std::slice::from_ref(&claim))
+            .await
+            .unwrap();
+        assert!(un[&uid].is_ok(), "{ctx}");
+        assert!(
+            env.cdi_files().is_empty(),
+            "{ctx}: CDI files left after unprepare"
+        );
+        assert!(
+            env.checkpoint().is_empty(),
+            "{ctx}: checkpoint not empty after unprepare"
+        );
+        stop(daemon);
+    }
+    assert_eq!(crashes, runs);
+}
