@@ -15,8 +15,8 @@ use kubedev_core::cdi::CdiWriter;
 use kubedev_core::checkpoint::CheckpointStore;
 use kubedev_core::static_backend::StaticBackend;
 use kubedev_core::{
-    AllocatedDevice, Consumer, ContainerEdits, DeviceRef, Health, Inventory, PrepareError,
-    Publisher, SourceEvent,
+    AllocatedDevice, AttributeMatch, Consumer, ContainerEdits, DeviceFilter, DeviceRef, Health,
+    Inventory, PrepareError, Publisher, SourceEvent,
 };
 use kubedev_kubelet_grpc::device_plugin::{
     Allocation, DevicePlugin, DevicePluginConfig, DevicePluginHandle, DevicePluginHandler,
@@ -132,17 +132,59 @@ impl HealthClock {
     }
 }
 
-async fn publish_all(publishers: &[Arc<dyn Publisher>], inventory: &Inventory) {
-    for p in publishers {
-        if let Err(e) = p.publish(inventory).await {
-            tracing::error!(error = %e, "publishing failed");
+/// Who serves which device: device-plugin resources take the devices their selectors match, DRA
+/// publishes only the rest, so the scheduler never hands one device to a device-plugin pod and a
+/// DRA claim.
+#[derive(Debug, Default)]
+struct Ownership {
+    device_plugin: Vec<AttributeMatch>,
+}
+
+impl Ownership {
+    /// The inventory DRA publishes: every device no device-plugin resource takes.
+    fn dra_view(&self, inventory: &Inventory) -> Inventory {
+        if self.device_plugin.is_empty() {
+            return inventory.clone();
         }
+        let mut view = inventory.clone();
+        for pool in &mut view.pools {
+            let snapshot = pool.clone();
+            pool.devices.retain(|d| {
+                !self
+                    .device_plugin
+                    .iter()
+                    .any(|f| f.matches(&snapshot, d).unwrap_or(false))
+            });
+        }
+        view
     }
+}
+
+/// Publishes the full inventory to the device-plugin publisher and the DRA view to the slices.
+async fn publish_all(
+    dp: Option<&DevicePluginPublisher>,
+    slices: Option<&Arc<dyn Publisher>>,
+    ownership: &Ownership,
+    inventory: &Inventory,
+) -> Inventory {
+    if let Some(p) = dp
+        && let Err(e) = p.publish(inventory).await
+    {
+        tracing::error!(error = %e, "device-plugin publishing failed");
+    }
+    let view = ownership.dra_view(inventory);
+    if let Some(p) = slices
+        && let Err(e) = p.publish(&view).await
+    {
+        tracing::error!(error = %e, "ResourceSlice publishing failed");
+    }
+    view
 }
 
 struct Dra {
     handle: DraPluginHandle,
     health: watch::Sender<Vec<DeviceHealthReport>>,
+    slices: Arc<dyn Publisher>,
 }
 
 async fn start_dra(
@@ -150,7 +192,6 @@ async fn start_dra(
     config_path: &Path,
     backends: &Backends,
     cluster: Option<ClusterServices>,
-    publishers: &mut Vec<Arc<dyn Publisher>>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Option<Dra>> {
     let Some(spec) = config.dra(config_path, |k| std::env::var(k).ok())? else {
@@ -180,7 +221,6 @@ async fn start_dra(
     if rec != Default::default() {
         tracing::warn!(rolled_back = ?rec.rolled_back, cdi_rewritten = ?rec.cdi_rewritten, cdi_removed = ?rec.cdi_removed, "recovered from an unclean stop");
     }
-    publishers.push(cluster.slices.clone());
     let (health, health_rx) = watch::channel(Vec::new());
     let mut cfg = DraPluginConfig::new(spec.driver.clone())
         .plugin_dir(&spec.plugin_dir)
@@ -192,7 +232,11 @@ async fn start_dra(
     let handle = DraPlugin::start(cfg, driver, health_rx, cancel.child_token())
         .context("starting the DRA plugin")?;
     tracing::info!(driver = %spec.driver, socket = %handle.dra_socket().display(), "DRA plugin started");
-    Ok(Some(Dra { handle, health }))
+    Ok(Some(Dra {
+        handle,
+        health,
+        slices: cluster.slices,
+    }))
 }
 
 /// Runs the daemon until `cancel` fires; stops every server and removes its sockets on the way
@@ -213,14 +257,18 @@ pub async fn run(
         "discovered"
     );
 
-    let mut publishers: Vec<Arc<dyn Publisher>> = Vec::new();
+    let mut dp_publisher: Option<DevicePluginPublisher> = None;
+    let mut ownership = Ownership::default();
     let mut servers: Vec<DevicePluginHandle> = Vec::new();
     if config.device_plugin.enabled && !resources.is_empty() {
         let dp = &config.device_plugin;
         let mut publisher = DevicePluginPublisher::new();
         let resource_devices: Vec<_> = resources
             .into_iter()
-            .map(|r| publisher.add_resource(r.name, Box::new(r.filter)))
+            .map(|r| {
+                ownership.device_plugin.push(r.filter.clone());
+                publisher.add_resource(r.name, Box::new(r.filter))
+            })
             .collect();
         publisher
             .publish(&inventory)
@@ -240,22 +288,20 @@ pub async fn run(
             tracing::info!(resource = %rd.name(), socket = %server.socket_path().display(), "device-plugin server started");
             servers.push(server);
         }
-        publishers.push(Arc::new(publisher));
+        dp_publisher = Some(publisher);
     }
 
-    let dra = start_dra(
-        &config,
-        config_path,
-        &backends,
-        cluster,
-        &mut publishers,
-        &cancel,
-    )
-    .await?;
+    let dra = start_dra(&config, config_path, &backends, cluster, &cancel).await?;
     let mut clock = HealthClock::default();
-    publish_all(&publishers, &inventory).await;
+    let view = publish_all(
+        dp_publisher.as_ref(),
+        dra.as_ref().map(|d| &d.slices),
+        &ownership,
+        &inventory,
+    )
+    .await;
     if let Some(d) = &dra {
-        d.health.send_replace(clock.reports(&inventory));
+        d.health.send_replace(clock.reports(&view));
     }
 
     // Backend watchers feed one event channel.
@@ -302,9 +348,15 @@ pub async fn run(
             _ => false,
         };
         if changed {
-            publish_all(&publishers, &inventory).await;
+            let view = publish_all(
+                dp_publisher.as_ref(),
+                dra.as_ref().map(|d| &d.slices),
+                &ownership,
+                &inventory,
+            )
+            .await;
             if let Some(d) = &dra {
-                d.health.send_replace(clock.reports(&inventory));
+                d.health.send_replace(clock.reports(&view));
             }
         }
     }

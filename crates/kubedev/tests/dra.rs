@@ -298,3 +298,56 @@ async fn health_reaches_the_kubelet_and_recovers() {
     );
     d.stop().await;
 }
+
+#[tokio::test]
+async fn device_plugin_resources_and_dra_never_share_a_device() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    std::fs::create_dir_all(r.join("dp")).unwrap();
+    std::fs::write(r.join("boot_id"), "8b7c1f6e-0000-4000-8000-000000000003\n").unwrap();
+    let path = r.join("kubedev.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "nodeName: node-a\ndevicePlugin:\n  directory: {r}/dp\n  resources:\n    - name: example.com/gpu\n      selector:\n        attributes:\n          type: {{string: gpu}}\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  bootIdPath: {r}/boot_id\nbackends:\n  static:\n    pool: node-a\n    devices:\n      - {{name: gpu-0, attributes: {{type: {{string: gpu}}}}}}\n      - {{name: gpu-1, attributes: {{type: {{string: gpu}}}}}}\n      - {{name: nic-0, attributes: {{type: {{string: nic}}}}}}\n      - {{name: nic-1, attributes: {{type: {{string: nic}}}}}}\n",
+            r = r.display()
+        ),
+    )
+    .unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let kubelet = DraKubelet::start(r.join("registry")).unwrap();
+    let dp_kubelet = kubedev_testkit::kubelet::KubeletEmulator::start(r.join("dp"))
+        .await
+        .unwrap();
+    let slices = Arc::new(Slices::default());
+    let cluster = ClusterServices {
+        claims: Arc::new(Claims::default()),
+        slices: slices.clone(),
+    };
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let task = tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await });
+    let st = dp_kubelet
+        .wait_for("example.com/gpu", WAIT, |s| s.capacity > 0)
+        .await
+        .unwrap();
+    assert_eq!(st.devices.keys().collect::<Vec<_>>(), ["gpu-0", "gpu-1"]);
+    let published = slices.0.lock().unwrap().last().cloned().unwrap();
+    let names: Vec<String> = published
+        .devices()
+        .map(|(_, d)| d.name.to_string())
+        .collect();
+    assert_eq!(
+        names,
+        ["nic-0", "nic-1"],
+        "DRA must publish only what no device-plugin resource takes"
+    );
+    assert!(
+        kubelet
+            .wait_until(WAIT, |k| k.health(DRIVER).len() == 2)
+            .await,
+        "health covers DRA devices only"
+    );
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+}
