@@ -39,6 +39,9 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
     step("generated gRPC code is up to date");
     crate::codegen::run(root, true)?;
 
+    step("selection policies (plugins/, wasm32)");
+    crate::plugins::build_plugins(root)?;
+
     step("clippy");
     run(
         root,

@@ -7,6 +7,7 @@ mod bench;
 mod ci;
 mod codegen;
 mod demo;
+mod plugins;
 
 use std::path::{Path, PathBuf};
 
@@ -38,6 +39,9 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Build the example selection policies in plugins/ for wasm32-unknown-unknown and copy
+    /// them to target/plugins/wasm/.
+    BuildPlugins,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -48,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => demo::demo(&root),
         Command::Bench => bench::bench(&root),
         Command::Codegen { check } => codegen::run(&root, check),
+        Command::BuildPlugins => plugins::build_plugins(&root).map(|_| ()),
     }
 }
 

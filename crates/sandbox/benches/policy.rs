@@ -1,0 +1,188 @@
+//! Policy call latency with 8 and 64 candidates, module compile time, and memory per loaded
+//! policy. Needs the example policies: run `cargo xtask build-plugins` first.
+//!
+//! `cargo bench -p kubedev-sandbox -- --warm-up-time 1 --measurement-time 3`
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::path::PathBuf;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use kubedev_allocator::api::{Device, DeviceAttribute, DeviceCapacity, RawQuantity};
+use kubedev_sandbox::{Candidate, Limits, PolicyInput, Sandbox};
+
+const DRIVER: &str = "gpu.example.com";
+
+fn plugin_bytes(name: &str) -> Vec<u8> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/plugins/wasm")
+        .join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{} is missing ({e}): run `cargo xtask build-plugins` first",
+            path.display()
+        )
+    })
+}
+
+fn attr_int(v: i64) -> DeviceAttribute {
+    DeviceAttribute {
+        int: Some(v),
+        ..Default::default()
+    }
+}
+
+fn attr_string(v: String) -> DeviceAttribute {
+    DeviceAttribute {
+        string: Some(v),
+        ..Default::default()
+    }
+}
+
+/// GPUs as a DRA driver publishes them: six attributes and one capacity each.
+fn gpus(n: usize) -> Vec<Device> {
+    (0..n)
+        .map(|i| {
+            let mut attributes = BTreeMap::new();
+            attributes.insert("index".into(), attr_int(i as i64));
+            attributes.insert("model".into(), attr_string("X100-SXM".into()));
+            attributes.insert(
+                "driverVersion".into(),
+                DeviceAttribute {
+                    version: Some("550.54.15".into()),
+                    ..Default::default()
+                },
+            );
+            attributes.insert("linkGroup".into(), attr_int((i / 8) as i64));
+            attributes.insert(
+                "resource.kubernetes.io/numaNode".into(),
+                attr_int((i % 8) as i64),
+            );
+            attributes.insert(
+                "resource.kubernetes.io/pcieRoot".into(),
+                attr_string(format!("pci0000:{:02x}", i / 4)),
+            );
+            let mut capacity = BTreeMap::new();
+            capacity.insert(
+                "memory".into(),
+                DeviceCapacity {
+                    value: RawQuantity::from("80Gi"),
+                    request_policy: None,
+                },
+            );
+            Device {
+                name: format!("gpu-{i}"),
+                attributes,
+                capacity,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+fn input(devices: &[Device], count: usize) -> PolicyInput<'_> {
+    let candidates = devices
+        .iter()
+        .map(|d| Candidate::published(DRIVER, "node-1", d))
+        .collect();
+    PolicyInput::new("default/job", "gpus", count, candidates)
+}
+
+/// A module that keeps the contract and answers "keep" at once: the fixed cost of a call.
+fn keep_policy() -> Vec<u8> {
+    wat::parse_str(
+        r#"(module
+          (memory (export "memory") 1)
+          (func (export "kubedev_policy_abi_version") (result i32) (i32.const 1))
+          (func (export "kubedev_alloc") (param i32) (result i32) (i32.const 4096))
+          (func (export "kubedev_select") (param i32 i32) (result i64)
+            (i64.or (i64.shl (i64.const 1024) (i64.const 32)) (i64.const 13)))
+          (data (i32.const 1024) "KDPO\01\00\00\00\00\00\00\00\00"))"#,
+    )
+    .expect("wat")
+}
+
+fn calls(c: &mut Criterion) {
+    let sb = Sandbox::new(Limits::default()).expect("sandbox");
+    let mut group = c.benchmark_group("call");
+    for n in [8usize, 64] {
+        let devices = gpus(n);
+        let keep = sb.load("keep", &keep_policy()).expect("load");
+        group.bench_function(format!("keep/{n}"), |b| {
+            b.iter(|| {
+                keep.evaluate(black_box(&input(&devices, n / 8)))
+                    .expect("call")
+            })
+        });
+        for name in ["numa-pack", "nvlink-pack", "spread", "binpack"] {
+            let policy = sb.load(name, &plugin_bytes(name)).expect("load");
+            group.bench_function(format!("{name}/{n}"), |b| {
+                b.iter(|| {
+                    policy
+                        .evaluate(black_box(&input(&devices, n / 8)))
+                        .expect("call")
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn compile(c: &mut Criterion) {
+    let bytes = plugin_bytes("numa-pack");
+    let mut group = c.benchmark_group("compile");
+    group.sample_size(10);
+    group.bench_function("numa-pack", |b| {
+        b.iter_batched(
+            || Sandbox::new(Limits::default()).expect("sandbox"),
+            |sb| sb.load("numa-pack", black_box(&bytes)).expect("load"),
+            BatchSize::PerIteration,
+        )
+    });
+    let sb = Sandbox::new(Limits::default()).expect("sandbox");
+    let _held = sb.load("numa-pack", &bytes).expect("load");
+    group.bench_function("numa-pack-cached", |b| {
+        b.iter(|| sb.load("numa-pack", black_box(&bytes)).expect("load"))
+    });
+    group.finish();
+}
+
+fn rss_bytes() -> usize {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<usize>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Not a timing: resident memory added per loaded (compiled, distinct) policy.
+fn memory_per_policy(_: &mut Criterion) {
+    let sb = Sandbox::new(Limits::default()).expect("sandbox");
+    let base = plugin_bytes("spread");
+    let devices = gpus(8);
+    let n = 40;
+    let before = rss_bytes();
+    let mut held = Vec::new();
+    for i in 0..n {
+        // A custom section makes each module distinct, so each is compiled and kept.
+        let mut bytes = base.clone();
+        let name = format!("copy-{i}");
+        bytes.push(0);
+        bytes.push((1 + name.len()) as u8);
+        bytes.push(name.len() as u8);
+        bytes.extend_from_slice(name.as_bytes());
+        let p = sb.load(&name, &bytes).expect("load");
+        p.evaluate(&input(&devices, 1)).expect("call");
+        held.push(p);
+    }
+    let after = rss_bytes();
+    println!(
+        "memory per loaded policy (spread, {} KiB module): {:.0} KiB resident ({} policies, {} modules cached)",
+        base.len() / 1024,
+        after.saturating_sub(before) as f64 / n as f64 / 1024.0,
+        n,
+        sb.cached_modules()
+    );
+}
+
+criterion_group!(benches, calls, compile, memory_per_policy);
+criterion_main!(benches);

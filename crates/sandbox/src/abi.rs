@@ -1,0 +1,487 @@
+//! The wire format between the host and a policy module (ABI version 1): the input message the
+//! host writes into the guest's memory and the output message the guest returns. The layout is
+//! documented in the crate docs; this module is its only host-side implementation.
+
+use std::fmt::Write as _;
+
+use kubedev_allocator::api;
+use kubedev_core::{AttributeValue, HealthState, Quantity};
+
+use crate::input::{Candidate, ConstraintKind, CounterUsage, DeviceData, PolicyInput};
+
+/// The ABI version this host speaks.
+pub(crate) const ABI_VERSION: u32 = 1;
+/// First bytes of an input message.
+pub(crate) const INPUT_MAGIC: &[u8; 4] = b"KDPI";
+/// First bytes of an output message.
+pub(crate) const OUTPUT_MAGIC: &[u8; 4] = b"KDPO";
+/// Longest rejection reason, in bytes.
+pub(crate) const MAX_REASON_BYTES: usize = 256;
+
+/// Export names of the contract.
+pub(crate) const EXPORT_MEMORY: &str = "memory";
+pub(crate) const EXPORT_VERSION: &str = "kubedev_policy_abi_version";
+pub(crate) const EXPORT_ALLOC: &str = "kubedev_alloc";
+pub(crate) const EXPORT_SELECT: &str = "kubedev_select";
+/// The one import a policy may have.
+pub(crate) const IMPORT_MODULE: &str = "kubedev";
+pub(crate) const IMPORT_LOG: &str = "log";
+
+/// The standard attribute for a device's NUMA node, shared by DRA drivers.
+pub(crate) const NUMA_NODE_ATTRIBUTE: &str = "resource.kubernetes.io/numaNode";
+
+/// Attribute value tags.
+const TAG_INT: u8 = 0;
+const TAG_BOOL: u8 = 1;
+const TAG_STRING: u8 = 2;
+const TAG_VERSION: u8 = 3;
+
+/// Output kinds.
+const KIND_KEEP: u8 = 0;
+const KIND_ORDER: u8 = 1;
+const KIND_SCORES: u8 = 2;
+
+struct Writer<'b> {
+    buf: &'b mut Vec<u8>,
+}
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.buf.push(v);
+    }
+    fn u32(&mut self, v: u32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn i64(&mut self, v: i64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+    fn len(&mut self, n: usize) {
+        self.u32(u32::try_from(n).unwrap_or(u32::MAX));
+    }
+    fn str(&mut self, s: &str) {
+        self.len(s.len());
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+    /// A string written through `fmt`, without an intermediate allocation.
+    fn display(&mut self, v: &dyn std::fmt::Display) {
+        let at = self.buf.len();
+        self.u32(0);
+        let start = self.buf.len();
+        let _ = write!(FmtBuf(self.buf), "{v}");
+        let n = u32::try_from(self.buf.len() - start).unwrap_or(u32::MAX);
+        self.buf[at..at + 4].copy_from_slice(&n.to_le_bytes());
+    }
+}
+
+struct FmtBuf<'b>(&'b mut Vec<u8>);
+
+impl std::fmt::Write for FmtBuf<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
+/// Kubernetes' `Value()` of a quantity as written: rounded away from zero, saturated to the
+/// `i64` range; 0 when the text is not a quantity (the allocator rejects such devices before
+/// a policy sees them).
+pub(crate) fn quantity_value(text: &str) -> i64 {
+    // Plain integers are by far the most common counter and capacity values.
+    if !text.is_empty() && text.len() <= 18 && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text.parse().unwrap_or(0);
+    }
+    match Quantity::parse(text) {
+        Ok(q) => saturated_value(&q),
+        Err(_) => 0,
+    }
+}
+
+fn saturated_value(q: &Quantity) -> i64 {
+    q.value()
+        .unwrap_or(if q.sign() < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// Encodes `input` into `buf` (cleared first).
+pub(crate) fn encode_input(input: &PolicyInput<'_>, buf: &mut Vec<u8>) {
+    buf.clear();
+    let mut w = Writer { buf };
+    w.buf.extend_from_slice(INPUT_MAGIC);
+    w.u32(ABI_VERSION);
+    w.str(input.claim);
+    w.str(input.request);
+    w.len(input.count);
+    w.len(input.constraints.len());
+    for c in &input.constraints {
+        w.u8(match c.kind {
+            ConstraintKind::MatchAttribute => 0,
+            ConstraintKind::DistinctAttribute => 1,
+        });
+        w.str(c.attribute);
+    }
+    w.len(input.candidates.len());
+    for c in &input.candidates {
+        encode_candidate(&mut w, c, input.usage);
+    }
+}
+
+fn health_byte(h: HealthState) -> u8 {
+    match h {
+        HealthState::Healthy => 1,
+        HealthState::Unhealthy => 2,
+        _ => 0,
+    }
+}
+
+fn encode_candidate(w: &mut Writer<'_>, c: &Candidate<'_>, usage: Option<&CounterUsage>) {
+    w.str(c.driver);
+    w.str(c.pool);
+    match c.device {
+        DeviceData::Published(d) => w.str(&d.name),
+        DeviceData::Inventory(d) => w.str(d.name.as_str()),
+    }
+    let mut flags = 0u8;
+    if c.in_use {
+        flags |= 1;
+    }
+    if c.numa_node.is_some() {
+        flags |= 2;
+    }
+    w.u8(flags);
+    w.u8(health_byte(c.health));
+    w.i64(c.numa_node.unwrap_or(0));
+    match c.device {
+        DeviceData::Published(d) => encode_published(w, c, d, usage),
+        DeviceData::Inventory(d) => encode_inventory(w, c, d, usage),
+    }
+}
+
+fn set_usage(usage: Option<&CounterUsage>, c: &Candidate<'_>, set: &str) -> u32 {
+    usage.map_or(0, |u| u.get(c.driver, c.pool, set))
+}
+
+fn encode_published(
+    w: &mut Writer<'_>,
+    c: &Candidate<'_>,
+    d: &api::Device,
+    usage: Option<&CounterUsage>,
+) {
+    let attrs = d.attributes.iter().filter_map(|(k, v)| {
+        if let Some(i) = v.int {
+            Some((k, TAG_INT, Value::Int(i)))
+        } else if let Some(b) = v.bool {
+            Some((k, TAG_BOOL, Value::Bool(b)))
+        } else if let Some(s) = &v.string {
+            Some((k, TAG_STRING, Value::Str(s)))
+        } else {
+            v.version.as_ref().map(|s| (k, TAG_VERSION, Value::Str(s)))
+        }
+    });
+    let n = attrs.clone().count();
+    w.len(n);
+    for (k, tag, v) in attrs {
+        w.str(k);
+        w.u8(tag);
+        v.write(w);
+    }
+    w.len(d.capacity.len());
+    for (k, cap) in &d.capacity {
+        w.str(k);
+        w.i64(quantity_value(cap.value.as_str()));
+        w.str(cap.value.as_str());
+    }
+    w.len(d.consumes_counters.len());
+    for cc in &d.consumes_counters {
+        w.str(&cc.counter_set);
+        w.u32(set_usage(usage, c, &cc.counter_set));
+        w.len(cc.counters.len());
+        for (name, counter) in &cc.counters {
+            w.str(name);
+            w.i64(quantity_value(counter.value.as_str()));
+        }
+    }
+}
+
+fn encode_inventory(
+    w: &mut Writer<'_>,
+    c: &Candidate<'_>,
+    d: &kubedev_core::Device,
+    usage: Option<&CounterUsage>,
+) {
+    w.len(d.attributes.len());
+    for (k, v) in &d.attributes {
+        w.str(k.as_str());
+        match v {
+            AttributeValue::Int(i) => {
+                w.u8(TAG_INT);
+                w.i64(*i);
+            }
+            AttributeValue::Bool(b) => {
+                w.u8(TAG_BOOL);
+                w.u8(u8::from(*b));
+            }
+            AttributeValue::String(s) => {
+                w.u8(TAG_STRING);
+                w.str(s);
+            }
+            AttributeValue::Version(v) => {
+                w.u8(TAG_VERSION);
+                w.str(v.as_str());
+            }
+            // A value kind added to core later: sent as a string.
+            other => {
+                w.u8(TAG_STRING);
+                w.display(&format_args!("{other:?}"));
+            }
+        }
+    }
+    w.len(d.capacity.len());
+    for (k, cap) in &d.capacity {
+        w.str(k.as_str());
+        w.i64(saturated_value(&cap.value));
+        w.display(&cap.value);
+    }
+    w.len(d.consumes_counters.len());
+    for cc in &d.consumes_counters {
+        w.str(cc.counter_set.as_str());
+        w.u32(set_usage(usage, c, cc.counter_set.as_str()));
+        w.len(cc.counters.len());
+        for (name, q) in &cc.counters {
+            w.str(name.as_str());
+            w.i64(saturated_value(q));
+        }
+    }
+}
+
+enum Value<'v> {
+    Int(i64),
+    Bool(bool),
+    Str(&'v str),
+}
+
+impl Value<'_> {
+    fn write(&self, w: &mut Writer<'_>) {
+        match self {
+            Value::Int(i) => w.i64(*i),
+            Value::Bool(b) => w.u8(u8::from(*b)),
+            Value::Str(s) => w.str(s),
+        }
+    }
+}
+
+/// What a policy answered, checked against the number of candidates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RawDecision {
+    pub(crate) kind: crate::DecisionKind,
+    /// Full preference order (a permutation of the candidates), before rejections.
+    pub(crate) order: Vec<usize>,
+    pub(crate) rejections: Vec<(usize, String)>,
+}
+
+struct Reader<'b> {
+    buf: &'b [u8],
+    at: usize,
+}
+
+impl<'b> Reader<'b> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'b [u8], String> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| {
+                format!(
+                    "output ends at byte {} while reading {what} ({n} bytes needed)",
+                    self.buf.len()
+                )
+            })?;
+        let s = &self.buf[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.take(1, what)?[0])
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn i64(&mut self, what: &str) -> Result<i64, String> {
+        let b = self.take(8, what)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(i64::from_le_bytes(a))
+    }
+}
+
+/// Decodes and checks an output message for `n` candidates.
+pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String> {
+    let mut r = Reader { buf, at: 0 };
+    let magic = r.take(4, "the magic")?;
+    if magic != OUTPUT_MAGIC {
+        return Err(format!(
+            "output does not start with {:?} but with {:02x?}",
+            String::from_utf8_lossy(OUTPUT_MAGIC),
+            magic
+        ));
+    }
+    let version = r.u32("the ABI version")?;
+    if version != ABI_VERSION {
+        return Err(format!(
+            "output is ABI version {version}, the host speaks {ABI_VERSION}"
+        ));
+    }
+    let kind = r.u8("the decision kind")?;
+    let (kind, order) = match kind {
+        KIND_KEEP => (crate::DecisionKind::Keep, (0..n).collect()),
+        KIND_ORDER => {
+            let m = r.u32("the order length")? as usize;
+            if m > n {
+                return Err(format!("order lists {m} candidates, there are {n}"));
+            }
+            let mut seen = vec![false; n];
+            let mut order = Vec::with_capacity(n);
+            for _ in 0..m {
+                let i = r.u32("an order index")? as usize;
+                if i >= n {
+                    return Err(format!("order names candidate {i}, there are {n}"));
+                }
+                if std::mem::replace(&mut seen[i], true) {
+                    return Err(format!("order names candidate {i} twice"));
+                }
+                order.push(i);
+            }
+            order.extend((0..n).filter(|&i| !seen[i]));
+            (crate::DecisionKind::Order, order)
+        }
+        KIND_SCORES => {
+            let m = r.u32("the score count")? as usize;
+            if m != n {
+                return Err(format!("{m} scores for {n} candidates"));
+            }
+            let mut scores = Vec::with_capacity(n);
+            for _ in 0..n {
+                scores.push(r.i64("a score")?);
+            }
+            let mut order: Vec<usize> = (0..n).collect();
+            // Stable: equal scores keep the input order.
+            order.sort_by_key(|&i| std::cmp::Reverse(scores[i]));
+            (crate::DecisionKind::Scores, order)
+        }
+        other => return Err(format!("unknown decision kind {other}")),
+    };
+    let nrej = r.u32("the rejection count")? as usize;
+    if nrej > n {
+        return Err(format!("{nrej} rejections for {n} candidates"));
+    }
+    let mut rejected = vec![false; n];
+    let mut rejections = Vec::with_capacity(nrej);
+    for _ in 0..nrej {
+        let i = r.u32("a rejected index")? as usize;
+        if i >= n {
+            return Err(format!("rejection names candidate {i}, there are {n}"));
+        }
+        if std::mem::replace(&mut rejected[i], true) {
+            return Err(format!("candidate {i} is rejected twice"));
+        }
+        let len = r.u32("a reason length")? as usize;
+        if len > MAX_REASON_BYTES {
+            return Err(format!(
+                "rejection reason of candidate {i} has {len} bytes, the limit is {MAX_REASON_BYTES}"
+            ));
+        }
+        let bytes = r.take(len, "a rejection reason")?;
+        let reason = std::str::from_utf8(bytes)
+            .map_err(|e| format!("rejection reason of candidate {i} is not UTF-8: {e}"))?;
+        rejections.push((i, reason.to_string()));
+    }
+    if r.at != buf.len() {
+        return Err(format!(
+            "{} bytes after the end of the output message",
+            buf.len() - r.at
+        ));
+    }
+    Ok(RawDecision {
+        kind,
+        order,
+        rejections,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn out(kind: u8, body: &[u8], rejections: &[(u32, &str)]) -> Vec<u8> {
+        let mut v = OUTPUT_MAGIC.to_vec();
+        v.extend_from_slice(&1u32.to_le_bytes());
+        v.push(kind);
+        v.extend_from_slice(body);
+        v.extend_from_slice(&(rejections.len() as u32).to_le_bytes());
+        for (i, r) in rejections {
+            v.extend_from_slice(&i.to_le_bytes());
+            v.extend_from_slice(&(r.len() as u32).to_le_bytes());
+            v.extend_from_slice(r.as_bytes());
+        }
+        v
+    }
+
+    fn u32s(v: &[u32]) -> Vec<u8> {
+        let mut b = (v.len() as u32).to_le_bytes().to_vec();
+        for x in v {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn partial_order_puts_unlisted_candidates_after_in_input_order() {
+        let d = decode_output(&out(KIND_ORDER, &u32s(&[3, 1]), &[]), 5).unwrap();
+        assert_eq!(d.order, vec![3, 1, 0, 2, 4]);
+    }
+
+    #[test]
+    fn scores_sort_descending_and_ties_keep_input_order() {
+        let mut body = 4u32.to_le_bytes().to_vec();
+        for s in [1i64, 5, 1, 7] {
+            body.extend_from_slice(&s.to_le_bytes());
+        }
+        let d = decode_output(&out(KIND_SCORES, &body, &[(0, "too slow")]), 4).unwrap();
+        assert_eq!(d.order, vec![3, 1, 0, 2]);
+        assert_eq!(d.rejections, vec![(0, "too slow".to_string())]);
+    }
+
+    #[test]
+    fn malformed_outputs_are_named() {
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"nope".to_vec(), "does not start"),
+            (out(KIND_ORDER, &u32s(&[0, 0]), &[]), "twice"),
+            (out(KIND_ORDER, &u32s(&[9]), &[]), "candidate 9"),
+            (out(KIND_ORDER, &u32s(&[0, 1, 2, 3]), &[]), "4 candidates"),
+            (out(7, &[], &[]), "unknown decision kind 7"),
+            (out(KIND_KEEP, &[], &[(1, "a"), (1, "b")]), "rejected twice"),
+            (
+                out(KIND_KEEP, &[], &[(0, &"x".repeat(300))]),
+                "has 300 bytes",
+            ),
+            (
+                [out(KIND_KEEP, &[], &[]), vec![0]].concat(),
+                "1 bytes after",
+            ),
+            (out(KIND_SCORES, &u32s(&[1]), &[]), "1 scores for 3"),
+        ];
+        for (bytes, want) in cases {
+            let err = decode_output(&bytes, 3).unwrap_err();
+            assert!(err.contains(want), "{err:?} should contain {want:?}");
+        }
+    }
+
+    #[test]
+    fn quantities_round_up_and_saturate() {
+        assert_eq!(quantity_value("7"), 7);
+        assert_eq!(quantity_value("40Gi"), 40 << 30);
+        assert_eq!(quantity_value("1500m"), 2);
+        assert_eq!(quantity_value("1e30"), i64::MAX);
+        assert_eq!(quantity_value("not a quantity"), 0);
+    }
+}

@@ -1,0 +1,400 @@
+//! [`WasmPolicy`]: a loaded policy, its calls, and its use as the allocator's
+//! [`SelectionPolicy`].
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kubedev_allocator::api::ResourceSlice;
+use kubedev_allocator::{PolicyDevice, PolicyRequest, SelectionPolicy};
+
+use crate::abi;
+use crate::error::PolicyError;
+use crate::input::{Candidate, CounterUsage, PolicyInput, split_device_id};
+use crate::ratelimit::TokenBucket;
+use crate::sandbox::{Compiled, LogSink, Sandbox};
+
+/// A policy module loaded into a [`Sandbox`]: call it with [`WasmPolicy::evaluate`], or hand
+/// it to the allocator as a [`SelectionPolicy`]. Cheap to clone; clones share statistics.
+#[derive(Clone)]
+pub struct WasmPolicy {
+    inner: Arc<PolicyInner>,
+}
+
+struct PolicyInner {
+    name: Arc<str>,
+    compiled: Arc<Compiled>,
+    sandbox: Sandbox,
+    calls: AtomicU64,
+    failures: AtomicU64,
+    last_error: Mutex<Option<PolicyError>>,
+    log_bucket: Arc<Mutex<TokenBucket>>,
+    warn_bucket: Mutex<TokenBucket>,
+}
+
+impl std::fmt::Debug for WasmPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmPolicy")
+            .field("name", &self.name())
+            .field("digest", &self.digest())
+            .field("module_bytes", &self.module_bytes())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a policy expressed its preference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecisionKind {
+    /// No preference: the input order stands (rejections may still apply).
+    Keep,
+    /// An explicit order of (some of) the candidates.
+    Order,
+    /// A score per candidate, higher first.
+    Scores,
+}
+
+/// A candidate the policy refuses, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    /// Index of the candidate in the input.
+    pub index: usize,
+    /// The policy's reason.
+    pub reason: String,
+}
+
+/// A policy's answer for one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// How the policy answered.
+    pub kind: DecisionKind,
+    /// Every candidate index, most preferred first (rejected candidates included, where the
+    /// policy ranked them).
+    pub order: Vec<usize>,
+    /// Candidates the policy refuses.
+    pub rejections: Vec<Rejection>,
+}
+
+impl Decision {
+    /// True when the candidate is rejected.
+    pub fn is_rejected(&self, index: usize) -> bool {
+        self.rejections.iter().any(|r| r.index == index)
+    }
+
+    /// The candidates the policy accepts, most preferred first.
+    pub fn accepted(&self) -> Vec<usize> {
+        self.order
+            .iter()
+            .copied()
+            .filter(|&i| !self.is_rejected(i))
+            .collect()
+    }
+
+    /// A full permutation for the allocator: the accepted candidates in order, then the
+    /// rejected ones (the allocator cannot exclude a candidate, so a rejection only makes it
+    /// the last choice).
+    pub fn preference(&self) -> Vec<usize> {
+        let mut p = self.accepted();
+        p.extend(self.order.iter().copied().filter(|&i| self.is_rejected(i)));
+        p
+    }
+
+    /// For `GetPreferredAllocation`: `must_include` first, then accepted candidates in order,
+    /// `size` in all; `None` when the accepted candidates cannot fill it.
+    pub fn preferred(&self, size: usize, must_include: &[usize]) -> Option<Vec<usize>> {
+        let mut out: Vec<usize> = must_include.to_vec();
+        for i in self.accepted() {
+            if out.len() >= size {
+                break;
+            }
+            if !must_include.contains(&i) {
+                out.push(i);
+            }
+        }
+        (out.len() == size).then_some(out)
+    }
+}
+
+/// The result of one call, with what it cost.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Evaluation {
+    /// The answer.
+    pub decision: Decision,
+    /// Fuel the call used (deterministic for a module and an input).
+    pub fuel_used: u64,
+    /// Largest linear memory during the call, bytes.
+    pub memory_bytes: usize,
+    /// Wall time of the call, including instantiation.
+    pub elapsed: Duration,
+    /// Lines the policy wrote with `kubedev.log` (at most the per-call limit).
+    pub log: Vec<String>,
+}
+
+/// Counters of a policy's calls.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct PolicyStats {
+    /// Calls made.
+    pub calls: u64,
+    /// Calls that failed.
+    pub failures: u64,
+    /// The most recent failure.
+    pub last_error: Option<PolicyError>,
+}
+
+thread_local! {
+    static INPUT_BUF: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(16 << 10));
+}
+
+impl WasmPolicy {
+    pub(crate) fn new(name: &str, compiled: Arc<Compiled>, sandbox: Sandbox) -> Self {
+        WasmPolicy {
+            inner: Arc::new(PolicyInner {
+                name: Arc::from(name),
+                compiled,
+                sandbox,
+                calls: AtomicU64::new(0),
+                failures: AtomicU64::new(0),
+                last_error: Mutex::new(None),
+                log_bucket: Arc::new(Mutex::new(TokenBucket::new(20.0, 5.0))),
+                warn_bucket: Mutex::new(TokenBucket::new(3.0, 0.1)),
+            }),
+        }
+    }
+
+    /// The policy's name (the file stem for files).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// SHA-256 of the module bytes, in hex.
+    pub fn digest(&self) -> String {
+        hex(&self.inner.compiled.digest)
+    }
+
+    /// Size of the module, bytes.
+    pub fn module_bytes(&self) -> usize {
+        self.inner.compiled.size
+    }
+
+    /// How long compiling the module took.
+    pub fn compile_time(&self) -> Duration {
+        self.inner.compiled.compile_time
+    }
+
+    /// True when the module imports `kubedev.log`.
+    pub fn imports_log(&self) -> bool {
+        self.inner.compiled.imports_log
+    }
+
+    /// Calls, failures and the last failure so far.
+    pub fn stats(&self) -> PolicyStats {
+        PolicyStats {
+            calls: self.inner.calls.load(Ordering::Relaxed),
+            failures: self.inner.failures.load(Ordering::Relaxed),
+            last_error: self
+                .inner
+                .last_error
+                .lock()
+                .map(|e| e.clone())
+                .unwrap_or(None),
+        }
+    }
+
+    /// Asks the policy about one request, on a fresh instance, under the sandbox's limits.
+    pub fn evaluate(&self, input: &PolicyInput<'_>) -> Result<Evaluation, PolicyError> {
+        self.inner.calls.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let result = INPUT_BUF.with(|buf| match buf.try_borrow_mut() {
+            Ok(mut buf) => self.call(input, &mut buf),
+            Err(_) => self.call(input, &mut Vec::new()),
+        });
+        match result {
+            Ok(out) => Ok(Evaluation {
+                decision: Decision {
+                    kind: out.decision.kind,
+                    order: out.decision.order,
+                    rejections: out
+                        .decision
+                        .rejections
+                        .into_iter()
+                        .map(|(index, reason)| Rejection { index, reason })
+                        .collect(),
+                },
+                fuel_used: out.fuel_used,
+                memory_bytes: out.memory_bytes,
+                elapsed: started.elapsed(),
+                log: out.log,
+            }),
+            Err(e) => {
+                self.inner.failures.fetch_add(1, Ordering::Relaxed);
+                if let Ok(mut last) = self.inner.last_error.lock() {
+                    *last = Some(e.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn call(
+        &self,
+        input: &PolicyInput<'_>,
+        buf: &mut Vec<u8>,
+    ) -> Result<crate::sandbox::CallOutput, PolicyError> {
+        abi::encode_input(input, buf);
+        let limits = &self.inner.sandbox.inner.limits;
+        let log = LogSink {
+            policy: self.inner.name.clone(),
+            lines_left: limits.log_lines_per_call,
+            line_bytes: limits.log_line_bytes,
+            lines: Vec::new(),
+            dropped: 0,
+            bucket: self.inner.log_bucket.clone(),
+        };
+        self.inner
+            .sandbox
+            .inner
+            .call_select(&self.inner.compiled, buf, input.candidates.len(), log)
+    }
+
+    /// A view of this policy for one allocation over `slices` with `allocated` devices
+    /// (`driver/pool/device`) in use: candidates are marked in use, and the usage of shared
+    /// counter sets is passed on (what `binpack` needs). It records the first failure, so a
+    /// fail-closed caller can refuse the allocation it made.
+    pub fn session<'a>(
+        &'a self,
+        slices: &'a [ResourceSlice],
+        allocated: &'a [String],
+    ) -> PolicySession<'a> {
+        PolicySession {
+            policy: self,
+            allocated: allocated
+                .iter()
+                .filter_map(|s| split_device_id(s))
+                .collect(),
+            usage: CounterUsage::from_allocated(slices, allocated),
+            failure: Mutex::new(None),
+        }
+    }
+
+    /// The allocator hook: `Ok(None)` keeps the default order.
+    fn order_for(
+        &self,
+        request: &PolicyRequest<'_>,
+        candidates: &[PolicyDevice<'_>],
+        allocated: Option<&HashSet<(&str, &str, &str)>>,
+        usage: Option<&CounterUsage>,
+    ) -> Result<Option<Vec<usize>>, PolicyError> {
+        let cands = candidates
+            .iter()
+            .map(|d| {
+                let in_use = allocated
+                    .is_some_and(|a| a.contains(&(d.driver, d.pool, d.device.name.as_str())));
+                Candidate::published(d.driver, d.pool, d.device).with_in_use(in_use)
+            })
+            .collect();
+        let mut input = PolicyInput::new(request.claim, request.request, request.count, cands);
+        if let Some(u) = usage.filter(|u| !u.is_empty()) {
+            input = input.with_counter_usage(u);
+        }
+        let eval = self.evaluate(&input)?;
+        let d = eval.decision;
+        if d.kind == DecisionKind::Keep && d.rejections.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(d.preference()))
+    }
+
+    fn warn_fallback(&self, error: &PolicyError) {
+        let allowed = self
+            .inner
+            .warn_bucket
+            .lock()
+            .map(|mut b| b.take())
+            .unwrap_or(true);
+        if allowed {
+            tracing::warn!(
+                policy = %self.name(),
+                kind = error.kind(),
+                %error,
+                "selection policy failed; the default order is used"
+            );
+        }
+    }
+}
+
+impl SelectionPolicy for WasmPolicy {
+    /// Asks the policy; on any failure logs a (rate-limited) warning and keeps the default
+    /// order. No candidate is marked in use: use [`WasmPolicy::session`] for that.
+    fn order(
+        &self,
+        request: &PolicyRequest<'_>,
+        candidates: &[PolicyDevice<'_>],
+    ) -> Option<Vec<usize>> {
+        match self.order_for(request, candidates, None, None) {
+            Ok(order) => order,
+            Err(e) => {
+                self.warn_fallback(&e);
+                None
+            }
+        }
+    }
+}
+
+/// A [`WasmPolicy`] bound to one allocation's devices in use; see [`WasmPolicy::session`].
+#[derive(Debug)]
+pub struct PolicySession<'a> {
+    policy: &'a WasmPolicy,
+    allocated: HashSet<(&'a str, &'a str, &'a str)>,
+    usage: CounterUsage,
+    failure: Mutex<Option<PolicyError>>,
+}
+
+impl PolicySession<'_> {
+    /// The first failure of a call made through this session, if any.
+    pub fn failure(&self) -> Option<PolicyError> {
+        self.failure.lock().map(|f| f.clone()).unwrap_or(None)
+    }
+
+    /// The usage of shared counter sets by the allocated devices.
+    pub fn counter_usage(&self) -> &CounterUsage {
+        &self.usage
+    }
+}
+
+impl SelectionPolicy for PolicySession<'_> {
+    fn order(
+        &self,
+        request: &PolicyRequest<'_>,
+        candidates: &[PolicyDevice<'_>],
+    ) -> Option<Vec<usize>> {
+        let allocated = (!self.allocated.is_empty()).then_some(&self.allocated);
+        match self
+            .policy
+            .order_for(request, candidates, allocated, Some(&self.usage))
+        {
+            Ok(order) => order,
+            Err(e) => {
+                self.policy.warn_fallback(&e);
+                if let Ok(mut f) = self.failure.lock() {
+                    f.get_or_insert(e);
+                }
+                None
+            }
+        }
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}

@@ -1,0 +1,30 @@
+//! `nvlink-pack`: prefer GPU sets joined by NVLink.
+//!
+//! GPUs that share a value of the `linkGroup` attribute (an integer or a string, in the
+//! driver's domain, e.g. `gpu.example.com/linkGroup`) are fully connected by NVLink. The
+//! link score of a set of GPUs is the number of pairs in the same link group; this policy
+//! orders candidates so the allocator's first choice maximises it: the smallest link group
+//! that can hold the whole request, else the largest groups first. GPUs without a link
+//! group come after, GPUs in use or unhealthy last. Without any `linkGroup` attribute the
+//! default order is kept (and a line is logged).
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+use kubedev_policy_sdk::{Decision, Input, kubedev_policy, log, pack_by};
+
+/// The attribute naming a GPU's NVLink island.
+pub const LINK_GROUP: &str = "linkGroup";
+
+/// The policy.
+pub fn nvlink_pack(input: &Input<'_>) -> Decision {
+    if input
+        .candidates()
+        .iter()
+        .all(|c| c.attribute(LINK_GROUP).is_none())
+    {
+        log("nvlink-pack: no candidate has a linkGroup attribute; keeping the default order");
+        return Decision::keep();
+    }
+    Decision::order(pack_by(input, |c| c.attribute(LINK_GROUP)))
+}
+
+kubedev_policy!(nvlink_pack);

@@ -1,0 +1,33 @@
+//! `spread`: spread a request across PCIe roots.
+//!
+//! Devices under one PCIe root share its bandwidth to the CPU. This policy takes one device
+//! from each root in turn — roots with fewer devices already in use first, then roots with
+//! more free devices — so the allocator's first choice puts the request on as many roots as
+//! possible. The root is the standard `resource.kubernetes.io/pcieRoot` string attribute.
+//! Devices without it come after; devices in use come last; unhealthy devices are rejected.
+#![cfg_attr(target_arch = "wasm32", no_std)]
+
+use kubedev_policy_sdk::{Decision, Health, Input, kubedev_policy, spread_by};
+
+/// The standard attribute naming a device's PCIe root complex.
+pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
+
+/// The policy.
+pub fn spread(input: &Input<'_>) -> Decision {
+    if input
+        .candidates()
+        .iter()
+        .all(|c| c.string(PCIE_ROOT).is_none())
+    {
+        return Decision::keep();
+    }
+    let mut d = Decision::order(spread_by(input, |c| c.string(PCIE_ROOT)));
+    for c in input.candidates() {
+        if c.health() == Health::Unhealthy {
+            d = d.reject(c.index(), "device is unhealthy");
+        }
+    }
+    d
+}
+
+kubedev_policy!(spread);
