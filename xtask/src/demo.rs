@@ -1,22 +1,27 @@
-//! `cargo xtask demo`: the kubedev story against the emulated kubelet, in under a minute.
+//! `cargo xtask demo`: the kubedev story against the emulated kubelet and API server, in under a
+//! minute.
 //!
-//! It builds the daemon, starts the kubelet emulator in a temporary directory, runs
-//! `kubedev run` with the static example backend, and walks through registration, capacity,
-//! preferred allocation, Allocate, a device failing and recovering, a kubelet restart, and a clean
-//! stop.
+//! It builds the daemon, starts the kubelet emulator (both APIs) and the API-server emulator in a
+//! temporary directory, runs `kubedev run` with the static example backend in both modes, and
+//! walks through registration, capacity, preferred allocation, Allocate, a device failing and
+//! recovering, a kubelet restart, ResourceSlices, an allocation by the allocator, DRA prepare with
+//! its CDI spec, unprepare, and a clean stop.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use kubedev_testkit::kubelet::{KubeletEmulator, ResourceState};
+use kubedev_testkit::apiserver::{ApiServer, Resource};
+use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator, ResourceState};
+use serde_json::json;
 
 const GPU: &str = "example.com/gpu";
-const NIC: &str = "example.com/nic";
 const WAIT: Duration = Duration::from_secs(15);
+const DRIVER: &str = "nic.example.com";
+const NODE: &str = "demo-node";
 
-fn config(dp_dir: &Path, health_dir: &Path) -> String {
+fn config(dp_dir: &Path, health_dir: &Path, dra_root: &Path) -> String {
     let gpu = |i: u32, numa: u32| {
         format!(
             r#"      - name: gpu-{i}
@@ -39,12 +44,25 @@ fn config(dp_dir: &Path, health_dir: &Path) -> String {
             r#"      - name: nic-{i}
         attributes:
           type: {{string: nic}}
+          speed: {{int: 100}}
         numaNode: 0
+        deviceNodes: ["/dev/null"]
+        env: {{NIC_MODE: rdma}}
 "#
         )
     };
     format!(
         r#"# kubedev demo configuration: four GPUs on two NUMA nodes and two NICs.
+# The GPUs are served as a device-plugin resource, the NICs through DRA.
+nodeName: {NODE}
+dra:
+  enabled: true
+  driverName: {DRIVER}
+  kubeconfig: {dra}/kubeconfig
+  pluginDir: {dra}/plugins/{DRIVER}
+  registryDir: {dra}/plugins_registry
+  cdiDir: {dra}/cdi
+  bootIdPath: {dra}/boot_id
 devicePlugin:
   directory: {dp}
   resources:
@@ -52,10 +70,6 @@ devicePlugin:
       selector:
         attributes:
           type: {{string: gpu}}
-    - name: {NIC}
-      selector:
-        attributes:
-          type: {{string: nic}}
 backends:
   static:
     pool: demo-node
@@ -63,6 +77,7 @@ backends:
     devices:
 {g0}{g1}{g2}{g3}{n0}{n1}"#,
         dp = dp_dir.display(),
+        dra = dra_root.display(),
         g0 = gpu(0, 0),
         g1 = gpu(1, 0),
         g2 = gpu(2, 1),
@@ -136,11 +151,26 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
     for i in 0..4 {
         std::fs::write(health_dir.join(format!("gpu-{i}")), "")?;
     }
+    let dra_root = tmp.path().join("dra");
+    std::fs::create_dir_all(&dra_root)?;
+    std::fs::write(
+        dra_root.join("boot_id"),
+        "d3m0b007-0000-4000-8000-000000000001\n",
+    )?;
+    let api = ApiServer::start().await?;
+    api.write_kubeconfig(&dra_root.join("kubeconfig"))?;
+    api.put_raw(
+        Resource::Nodes,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+    )?;
+    let dra_kubelet = DraKubelet::start(dra_root.join("plugins_registry"))?;
     let config_path = tmp.path().join("kubedev.yaml");
-    std::fs::write(&config_path, config(&dp_dir, &health_dir))?;
+    std::fs::write(&config_path, config(&dp_dir, &health_dir, &dra_root))?;
     let mut step = 0;
 
-    println!("kubedev demo — device-plugin mode against the emulated kubelet");
+    println!(
+        "kubedev demo — one daemon, both kubelet APIs, against an emulated kubelet and API server"
+    );
     println!("working directory: {}", tmp.path().display());
 
     say(
@@ -152,20 +182,23 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
 
     say(
         &mut step,
-        "kubedev starts with the static backend: 4 GPUs on 2 NUMA nodes, 2 NICs.",
+        "kubedev starts with the static backend: 4 GPUs for the device plugin, 2 NICs for DRA.",
     );
     let t0 = Instant::now();
     let child = Command::new(bin)
         .args(["run", "--config"])
         .arg(&config_path)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("KUBEDEV_DEMO_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null())
         .spawn()
         .context("starting kubedev")?;
     let mut daemon = Daemon(child);
     ensure!(
-        kubelet.wait_registrations(2, WAIT).await,
-        "kubedev did not register both resources: {:?}",
+        kubelet.wait_registrations(1, WAIT).await,
+        "kubedev did not register its resource: {:?}",
         kubelet.registrations()
     );
     println!("    registered in {:.0?}:", t0.elapsed());
@@ -180,7 +213,7 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
         &mut step,
         "The kubelet opened ListAndWatch and now knows capacity and allocatable.",
     );
-    for res in [GPU, NIC] {
+    for res in [GPU] {
         let st = kubelet
             .wait_for(res, WAIT, |r| r.connected && r.capacity > 0)
             .await
@@ -254,22 +287,22 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
         &mut step,
         "The kubelet restarts and wipes every socket; kubedev serves and registers again.",
     );
-    let before = kubelet.registrations().len();
+    let since = kubelet.uptime();
     let t = Instant::now();
     kubelet.restart().await?;
     ensure!(
-        kubelet.wait_registrations(before + 2, WAIT).await,
-        "kubedev did not re-register after the restart"
+        kubelet.wait_registered_since(GPU, since, WAIT).await,
+        "kubedev did not re-register after the restart: {:?}",
+        kubelet.registrations()
     );
-    println!(
-        "    both resources re-registered {:.0?} after the restart",
-        t.elapsed()
-    );
+    println!("    re-registered {:.0?} after the restart", t.elapsed());
     let st = kubelet
         .wait_for(GPU, WAIT, |r| r.connected && r.capacity == 4)
         .await
         .context("no devices after the restart")?;
     println!("    {GPU}: {}", show(&st));
+
+    dra_story(&mut step, &api, &dra_kubelet, &dra_root).await?;
 
     say(
         &mut step,
@@ -294,8 +327,137 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n != "kubelet.sock")
         .collect();
+    let reg_left: Vec<_> = std::fs::read_dir(dra_root.join("plugins_registry"))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    ensure!(
+        reg_left.is_empty(),
+        "registration socket left behind: {reg_left:?}"
+    );
     println!("    kubedev exited ({status}); sockets left behind: {left:?}");
     ensure!(left.is_empty(), "sockets left behind: {left:?}");
     kubelet.stop().await;
+    dra_kubelet.stop().await;
+    api.shutdown().await;
+    Ok(())
+}
+
+async fn dra_story(
+    step: &mut u32,
+    api: &ApiServer,
+    kubelet: &DraKubelet,
+    root: &Path,
+) -> anyhow::Result<()> {
+    say(
+        step,
+        "DRA: the plugin registered with the kubelet's plugin watcher.",
+    );
+    ensure!(
+        kubelet
+            .wait_until(WAIT, |k| k.drivers().contains_key(DRIVER))
+            .await,
+        "the DRA plugin did not register: {:?}",
+        kubelet.rejected()
+    );
+    let d = &kubelet.drivers()[DRIVER];
+    println!(
+        "    GetInfo: endpoint {}, versions {:?}; the kubelet chose {}",
+        d.endpoint, d.supported_versions, d.chosen
+    );
+
+    say(
+        step,
+        "DRA: kubedev published a ResourceSlice with the devices no device-plugin resource takes.",
+    );
+    let deadline = Instant::now() + WAIT;
+    let slices = loop {
+        let s: Vec<_> = api
+            .objects(Resource::ResourceSlices)
+            .into_iter()
+            .filter(|s| s["spec"]["driver"] == DRIVER)
+            .collect();
+        if !s.is_empty() {
+            break s;
+        }
+        ensure!(Instant::now() < deadline, "no ResourceSlice was published");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for s in &slices {
+        let devices: Vec<&str> = s["spec"]["devices"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|d| d["name"].as_str()).collect())
+            .unwrap_or_default();
+        println!(
+            "    {} (pool {} generation {}): {devices:?}",
+            s["metadata"]["name"].as_str().unwrap_or("?"),
+            s["spec"]["pool"]["name"].as_str().unwrap_or("?"),
+            s["spec"]["pool"]["generation"]
+        );
+    }
+
+    say(
+        step,
+        "DRA: a ResourceClaim asks for one 100G NIC; the allocator picks it as the scheduler would.",
+    );
+    let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "nic"},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}]}});
+    let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "fast-nic", "namespace": "default", "uid": "7f0c9a52-demo-4e1b-9d2a-000000000001"},
+        "spec": {"devices": {"requests": [{"name": "nic", "exactly": {"deviceClassName": "nic",
+            "selectors": [{"cel": {"expression": format!("device.attributes['{DRIVER}'].speed >= 100")}}]}}]}}});
+    let scenario = json!({"node": {"name": NODE}, "deviceClasses": [class],
+        "resourceSlices": slices, "claims": [claim]});
+    let scenario = kubedev_allocator::Scenario::from_text(&scenario.to_string())?;
+    let out =
+        kubedev_allocator::simulate(&scenario, &kubedev_allocator::SimulateOptions::default());
+    ensure!(out.allocatable, "the claim does not fit: {}", out.to_text());
+    let allocation = serde_json::to_value(&out.claims[0].allocation)?;
+    println!("    allocation: {}", allocation["devices"]["results"]);
+    let mut stored = claim;
+    stored["status"] = json!({"allocation": allocation});
+    api.put_raw(Resource::ResourceClaims, stored)?;
+
+    say(
+        step,
+        "DRA: the kubelet prepares the claim; kubedev writes its CDI spec.",
+    );
+    let id = ClaimId::new(
+        "default",
+        "fast-nic",
+        "7f0c9a52-demo-4e1b-9d2a-000000000001",
+    );
+    let answer = kubelet.prepare(DRIVER, std::slice::from_ref(&id)).await?;
+    let devices = answer
+        .get(&id.uid)
+        .context("no answer for the claim")?
+        .clone()
+        .map_err(anyhow::Error::msg)?;
+    for d in &devices {
+        println!(
+            "    {}/{} for request {:?} -> CDI {:?}",
+            d.pool, d.device, d.request_names, d.cdi_device_ids
+        );
+    }
+    let cdi: Vec<PathBuf> = std::fs::read_dir(root.join("cdi"))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    ensure!(cdi.len() == 1, "expected one CDI file, found {cdi:?}");
+    println!("    {}:", cdi[0].display());
+    for line in std::fs::read_to_string(&cdi[0])?.lines() {
+        println!("      {line}");
+    }
+
+    say(
+        step,
+        "DRA: the pod is gone; unprepare removes the CDI spec.",
+    );
+    let un = kubelet.unprepare(DRIVER, std::slice::from_ref(&id)).await?;
+    ensure!(
+        un.get(&id.uid).is_some_and(|r| r.is_ok()),
+        "unprepare failed: {un:?}"
+    );
+    ensure!(!cdi[0].exists(), "CDI file still there");
+    println!("    {} removed", cdi[0].display());
     Ok(())
 }

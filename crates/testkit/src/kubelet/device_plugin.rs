@@ -235,6 +235,38 @@ impl KubeletEmulator {
         }
     }
 
+    /// Time since the emulator started (the clock of [`RegistrationRecord::at`]).
+    pub fn uptime(&self) -> Duration {
+        self.shared.started.elapsed()
+    }
+
+    /// Waits until a registration of `resource` made after `since` (emulator uptime) was
+    /// accepted, at most `timeout`.
+    pub async fn wait_registered_since(
+        &self,
+        resource: &str,
+        since: Duration,
+        timeout: Duration,
+    ) -> bool {
+        let mut rx = self.shared.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self
+                .registrations()
+                .iter()
+                .any(|r| r.resource == resource && r.rejected.is_none() && r.at >= since)
+            {
+                return true;
+            }
+            if !matches!(
+                tokio::time::timeout_at(deadline, rx.changed()).await,
+                Ok(Ok(()))
+            ) {
+                return false;
+            }
+        }
+    }
+
     /// Waits until `n` registrations were accepted in all, at most `timeout`.
     pub async fn wait_registrations(&self, n: usize, timeout: Duration) -> bool {
         let mut rx = self.shared.changed.subscribe();
