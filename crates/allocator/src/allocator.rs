@@ -233,15 +233,19 @@ impl<'a> Allocator<'a> {
         let plan = self.plan(node, claims, options)?;
         let classes = self.classes;
         let view = self.node_view(node)?;
-        let mut search = Search::new(view, &plan, options.deadline);
-        let done = search.run()?;
-        let steps = search.steps;
-        let results = if done {
-            Some(search.results(node, classes)?)
+        let (results, steps) = if statically_impossible(view, &plan) {
+            (Ok(None), 0)
         } else {
-            None
+            let mut search = Search::new(view, &plan, options.deadline);
+            let outcome = match search.run() {
+                Ok(true) => search.results(node, classes).map(Some),
+                Ok(false) => Ok(None),
+                Err(e) => Err(e),
+            };
+            (outcome, search.steps)
         };
         self.stats.steps = steps;
+        let results = results?;
         if results.is_none() {
             let view = self.node_view(node)?;
             let invalid: Vec<String> = view
@@ -399,6 +403,78 @@ impl<'a> Allocator<'a> {
         }
         self.stats.evaluations = evaluations;
         Ok(plans)
+    }
+}
+
+/// Whether some request cannot be satisfied whatever the other requests get: too few
+/// candidates, no group of candidates sharing a matchAttribute value, too few distinct values,
+/// or an `All` request over a device that is in use or tainted. Then the claims do not fit and
+/// the search is skipped. Only used when the search could not end in an error instead
+/// (no selector errors, no `All` request in a claim with constraints), so the outcome is the
+/// one the full search would reach.
+fn statically_impossible(view: &NodeView<'_>, plans: &[ClaimPlan<'_>]) -> bool {
+    let mut possible_errors = false;
+    for cp in plans {
+        for rp in &cp.requests {
+            for sp in &rp.subs {
+                if !sp.errors.is_empty()
+                    || (matches!(sp.mode, Mode::All) && !cp.constraints.is_empty())
+                {
+                    possible_errors = true;
+                }
+            }
+        }
+    }
+    if possible_errors {
+        return false;
+    }
+    plans.iter().any(|cp| {
+        cp.requests
+            .iter()
+            .any(|rp| rp.subs.iter().all(|sp| !sub_possible(view, cp, sp)))
+    })
+}
+
+fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bool {
+    match sp.mode {
+        Mode::All => {
+            !sp.all_devices.is_empty()
+                && sp.all_devices.iter().all(|&d| {
+                    let dev = &view.devices[d as usize];
+                    (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations)
+                })
+        }
+        Mode::Exact(_) => {
+            let n = sp.num_devices;
+            if n == 0 {
+                return true;
+            }
+            let usable: Vec<&Dev<'_>> = sp
+                .cands
+                .iter()
+                .map(|&(d, _)| &view.devices[d as usize])
+                .filter(|dev| (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations))
+                .collect();
+            if usable.len() < n {
+                return false;
+            }
+            for c in cp.constraints.iter().filter(|c| c.applies(sp.base, sp.sub)) {
+                let mut groups: HashMap<AttrKey<'_>, usize> = HashMap::new();
+                for dev in &usable {
+                    if let Some(v) = dev.constraint_attr(c.attribute) {
+                        *groups.entry(v).or_default() += 1;
+                    }
+                }
+                let enough = match c.kind {
+                    ConstraintKind::Match => groups.values().any(|&k| k >= n),
+                    ConstraintKind::Distinct => groups.len() >= n,
+                };
+                if !enough {
+                    return false;
+                }
+            }
+            true
+        }
     }
 }
 

@@ -14,8 +14,6 @@
 //! The scenarios are taken from the documented behaviour and tests of the Kubernetes
 //! structured allocator; SEMANTICS.md states the rules they pin.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::path::PathBuf;
 
 use kubedev_allocator::api::AllocationResult;

@@ -1,0 +1,5 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! kubedev-allocator integration tests, one binary with a module per topic.
+
+mod conformance;
+mod properties;
