@@ -162,6 +162,13 @@ pub struct DevicePluginSection {
     /// The extended resources to serve.
     #[serde(default)]
     pub resources: Vec<ResourceConfig>,
+    /// Answer `Allocate` with CDI device names (the runtime applies the CDI spec) instead of
+    /// device specs, mounts and env.
+    #[serde(default)]
+    pub cdi: bool,
+    /// Where the device-plugin CDI specs are written.
+    #[serde(default = "default_cdi_dir")]
+    pub cdi_dir: PathBuf,
 }
 
 fn yes() -> bool {
@@ -179,6 +186,8 @@ impl Default for DevicePluginSection {
             directory: default_dp_dir(),
             kubelet_socket: None,
             resources: Vec::new(),
+            cdi: false,
+            cdi_dir: default_cdi_dir(),
         }
     }
 }
@@ -192,6 +201,9 @@ pub struct ResourceConfig {
     /// Which devices of the inventory belong to it (all when absent).
     #[serde(default)]
     pub selector: Selector,
+    /// A WebAssembly selection policy that chooses devices for `GetPreferredAllocation`.
+    #[serde(default)]
+    pub policy: Option<PathBuf>,
 }
 
 /// A device selector.
@@ -219,6 +231,8 @@ pub struct ResourceSpec {
     pub name: ExtendedResourceName,
     /// The filter.
     pub filter: AttributeMatch,
+    /// The selection policy module, if any.
+    pub policy: Option<PathBuf>,
 }
 
 impl Config {
@@ -353,6 +367,7 @@ impl Config {
                     filter: AttributeMatch {
                         attributes: r.selector.attributes.clone(),
                     },
+                    policy: r.policy.clone(),
                 })
             })
             .collect()

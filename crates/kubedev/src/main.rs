@@ -31,6 +31,17 @@ enum Output {
 }
 
 #[derive(Debug, Subcommand)]
+enum PolicyCommand {
+    /// Validate a policy's contract, run it on sample input, report fuel and memory used.
+    ///
+    /// Example: kubedev policy check numa-pack.wasm
+    Check {
+        /// The policy module (.wasm).
+        path: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon.
     ///
@@ -63,6 +74,14 @@ enum Command {
         /// Repeat the allocation N times after a warm-up and report the median times.
         #[arg(long)]
         repeat: Option<usize>,
+        /// A WebAssembly selection policy that orders the valid candidates.
+        #[arg(long)]
+        policy: Option<PathBuf>,
+    },
+    /// Work with WebAssembly selection policies.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
     },
     /// Check a configuration file and exit.
     ///
@@ -105,6 +124,7 @@ fn real_main() -> anyhow::Result<()> {
             explain,
             output,
             repeat,
+            policy,
         } => {
             let scenario = kubedev_allocator::Scenario::from_path(&file)
                 .with_context(|| format!("reading scenario {}", file.display()))?;
@@ -112,13 +132,41 @@ fn real_main() -> anyhow::Result<()> {
             if let Some(n) = repeat {
                 options = options.with_repeat(n);
             }
+            let sandbox = policy
+                .as_ref()
+                .map(|_| kubedev_sandbox::Sandbox::new(kubedev_sandbox::Limits::default()))
+                .transpose()?;
+            let loaded = match (&policy, &sandbox) {
+                (Some(path), Some(sandbox)) => Some(
+                    sandbox
+                        .load_file(path)
+                        .with_context(|| format!("loading policy {}", path.display()))?,
+                ),
+                _ => None,
+            };
+            let session = loaded
+                .as_ref()
+                .map(|l| l.session(&scenario.resource_slices, &scenario.allocated_devices));
+            if let Some(s) = &session {
+                options = options.with_policy(s);
+            }
             let out = kubedev_allocator::simulate(&scenario, &options);
+            if let Some(e) = session.as_ref().and_then(|s| s.failure()) {
+                eprintln!("kubedev: the policy failed, the default order was used: {e}");
+            }
             let text = match output {
                 Output::Text => out.to_text(),
                 Output::Json => format!("{}\n", out.to_json()),
                 Output::Yaml => out.to_yaml(),
             };
             write_stdout(&text)
+        }
+        Command::Policy {
+            command: PolicyCommand::Check { path },
+        } => {
+            let report = kubedev_sandbox::check(&path)
+                .with_context(|| format!("checking policy {}", path.display()))?;
+            write_stdout(&format!("{report}\n"))
         }
         Command::CheckConfig { config } => {
             kubedev::config::Config::load(&config)?;

@@ -20,7 +20,7 @@ use kubedev_core::{
 };
 use kubedev_kubelet_grpc::device_plugin::{
     Allocation, DevicePlugin, DevicePluginConfig, DevicePluginHandle, DevicePluginHandler,
-    DevicePluginPublisher, PluginDevice, ResourceDevices,
+    DevicePluginPublisher, PluginDevice, PreferenceRequest, ResourceDevices,
 };
 use kubedev_kubelet_grpc::dra::{DeviceHealthReport, DraPlugin, DraPluginConfig, DraPluginHandle};
 use tokio::sync::{mpsc, watch};
@@ -60,10 +60,119 @@ impl std::fmt::Debug for ClusterServices {
     }
 }
 
-/// Answers the kubelet's `Allocate` for one resource through the owning backends' preparers.
+/// Answers the kubelet's `Allocate` for one resource through the owning backends' preparers, and
+/// `GetPreferredAllocation` through the resource's selection policy, if it has one.
 struct ResourceHandler {
     resource: Arc<ResourceDevices>,
     backends: Backends,
+    policy: Option<kubedev_sandbox::WasmPolicy>,
+    inventory: Arc<std::sync::RwLock<Inventory>>,
+    cdi: Option<DevicePluginCdi>,
+}
+
+/// CDI mode of one device-plugin resource: every device ever allocated gets a CDI device in one
+/// spec file for the resource (kind `k8s.<resource domain>/claim`, devices `dp-<name>-<device>`),
+/// so `Allocate` can answer with CDI names. The kubelet never releases device-plugin devices
+/// explicitly, so the spec only grows while the daemon runs; a device's edits do not change.
+struct DevicePluginCdi {
+    writer: CdiWriter,
+    key: String,
+    devices: std::sync::Mutex<std::collections::BTreeMap<DeviceRef, kubedev_core::PreparedDevice>>,
+}
+
+impl DevicePluginCdi {
+    fn new(dir: &Path, resource: &kubedev_core::ExtendedResourceName) -> anyhow::Result<Self> {
+        let (domain, name) = resource
+            .as_str()
+            .split_once('/')
+            .context("extended resource names have a domain")?;
+        let driver = kubedev_core::DriverName::new(domain).with_context(|| {
+            format!("CDI mode for {resource}: the domain must be a driver name")
+        })?;
+        let key = format!("dp-{}", name.replace(['.', '_'], "-").to_ascii_lowercase());
+        Ok(DevicePluginCdi {
+            writer: CdiWriter::new(dir, &driver),
+            key,
+            devices: Default::default(),
+        })
+    }
+
+    /// Adds `prepared` to the resource's spec and returns their CDI names.
+    fn write(
+        &self,
+        prepared: &[kubedev_core::PreparedDevice],
+    ) -> Result<Vec<String>, PrepareError> {
+        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        for p in prepared {
+            devices.insert(p.device.device.clone(), p.clone());
+        }
+        let all: Vec<_> = devices.values().cloned().collect();
+        let written = self
+            .writer
+            .write_claim(&self.key, &all)
+            .map_err(|e| PrepareError::Other(format!("writing the CDI spec: {e}")))?;
+        let mut names = Vec::new();
+        for p in prepared {
+            let i = all
+                .iter()
+                .position(|a| a.device.device == p.device.device)
+                .unwrap_or_default();
+            if let Some(Some(id)) = written.device_ids.get(i) {
+                names.push(id.clone());
+            }
+        }
+        Ok(names)
+    }
+}
+
+impl ResourceHandler {
+    fn policy_choice(
+        &self,
+        policy: &kubedev_sandbox::WasmPolicy,
+        request: &PreferenceRequest<'_>,
+    ) -> Option<Vec<String>> {
+        let inventory = self.inventory.read().unwrap_or_else(|e| e.into_inner());
+        let domain = self
+            .resource
+            .name()
+            .as_str()
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let refs: Vec<DeviceRef> = request
+            .available
+            .iter()
+            .map(|id| self.resource.device_ref(id))
+            .collect::<Option<_>>()?;
+        let mut candidates = Vec::with_capacity(refs.len());
+        for r in &refs {
+            let device = inventory.device(r)?;
+            candidates.push(kubedev_sandbox::Candidate::inventory(
+                &domain,
+                r.pool.as_str(),
+                device,
+            ));
+        }
+        let claim = format!("device-plugin/{}", self.resource.name());
+        let input = kubedev_sandbox::PolicyInput::new(&claim, "", request.size, candidates);
+        let must: Vec<usize> = request
+            .must_include
+            .iter()
+            .filter_map(|m| request.available.iter().position(|a| a == m))
+            .collect();
+        match policy.evaluate(&input) {
+            Ok(eval) => eval.decision.preferred(request.size, &must).map(|idx| {
+                idx.into_iter()
+                    .map(|i| request.available[i].clone())
+                    .collect()
+            }),
+            Err(e) => {
+                tracing::warn!(resource = %self.resource.name(), error = %e, "selection policy failed; using NUMA packing");
+                None
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -87,14 +196,28 @@ impl DevicePluginHandler for ResourceHandler {
         let consumer = Consumer::Container {
             resource: self.resource.name().to_string(),
         };
+        let prepared = self.backends.prepare(&consumer, &allocated).await?;
+        if let Some(cdi) = &self.cdi {
+            let cdi_devices = cdi.write(&prepared)?;
+            return Ok(Allocation {
+                edits: ContainerEdits::default(),
+                cdi_devices,
+            });
+        }
         let mut edits = ContainerEdits::default();
-        for p in self.backends.prepare(&consumer, &allocated).await? {
+        for p in prepared {
             edits.merge(&p.edits);
         }
         Ok(Allocation {
             edits,
             cdi_devices: Vec::new(),
         })
+    }
+
+    fn preferred_allocation(&self, request: &PreferenceRequest<'_>) -> Option<Vec<String>> {
+        self.policy
+            .as_ref()
+            .and_then(|p| self.policy_choice(p, request))
     }
 }
 
@@ -250,6 +373,8 @@ pub async fn run(
     let backends = Backends::new(build_backends(&config)?);
     let resources = config.resources(config_path)?;
     let mut inventory = backends.discover_all().await;
+    let shared_inventory = Arc::new(std::sync::RwLock::new(inventory.clone()));
+    let mut sandbox: Option<kubedev_sandbox::Sandbox> = None;
     tracing::info!(
         backends = backends.list().len(),
         pools = inventory.pools.len(),
@@ -263,18 +388,34 @@ pub async fn run(
     if config.device_plugin.enabled && !resources.is_empty() {
         let dp = &config.device_plugin;
         let mut publisher = DevicePluginPublisher::new();
-        let resource_devices: Vec<_> = resources
-            .into_iter()
-            .map(|r| {
-                ownership.device_plugin.push(r.filter.clone());
-                publisher.add_resource(r.name, Box::new(r.filter))
-            })
-            .collect();
+        let mut resource_devices = Vec::new();
+        for r in resources {
+            let policy = match &r.policy {
+                Some(path) => {
+                    if sandbox.is_none() {
+                        sandbox = Some(kubedev_sandbox::Sandbox::new(
+                            kubedev_sandbox::Limits::default(),
+                        )?);
+                    }
+                    let sb = sandbox.as_ref().context("sandbox missing")?;
+                    Some(sb.load_file(path).with_context(|| {
+                        format!(
+                            "devicePlugin resource {}: loading the selection policy {}",
+                            r.name,
+                            path.display()
+                        )
+                    })?)
+                }
+                None => None,
+            };
+            ownership.device_plugin.push(r.filter.clone());
+            resource_devices.push((publisher.add_resource(r.name, Box::new(r.filter)), policy));
+        }
         publisher
             .publish(&inventory)
             .await
             .context("publishing the inventory to the device-plugin resources")?;
-        for rd in resource_devices {
+        for (rd, policy) in resource_devices {
             let mut cfg = DevicePluginConfig::new(rd.name().clone()).plugin_dir(&dp.directory);
             if let Some(k) = &dp.kubelet_socket {
                 cfg = cfg.kubelet_socket(k);
@@ -282,6 +423,13 @@ pub async fn run(
             let handler = Arc::new(ResourceHandler {
                 resource: rd.clone(),
                 backends: backends.clone(),
+                policy,
+                inventory: shared_inventory.clone(),
+                cdi: if dp.cdi {
+                    Some(DevicePluginCdi::new(&dp.cdi_dir, rd.name())?)
+                } else {
+                    None
+                },
             });
             let server = DevicePlugin::start(cfg, handler, rd.subscribe(), cancel.child_token())
                 .with_context(|| format!("starting the device-plugin server for {}", rd.name()))?;
@@ -348,6 +496,7 @@ pub async fn run(
             _ => false,
         };
         if changed {
+            *shared_inventory.write().unwrap_or_else(|e| e.into_inner()) = inventory.clone();
             let view = publish_all(
                 dp_publisher.as_ref(),
                 dra.as_ref().map(|d| &d.slices),

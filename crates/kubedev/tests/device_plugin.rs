@@ -1,0 +1,160 @@
+//! The daemon's device-plugin mode in-process, against the kubelet emulator: routing Allocate
+//! to the static backend, and a WebAssembly selection policy choosing GetPreferredAllocation.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kubedev::config::Config;
+use kubedev::runtime::run;
+use kubedev_testkit::kubelet::KubeletEmulator;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn plugin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("KUBEDEV_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/wasm")
+        });
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask build-plugins` first",
+        p.display()
+    );
+    p
+}
+
+/// Four GPUs on one NUMA node, two per PCIe root: NUMA packing takes gpu-0 and gpu-1 (one root),
+/// the spread policy one GPU per root.
+fn config(dp: &std::path::Path, policy: Option<PathBuf>) -> String {
+    let devices: String = (0..4)
+        .map(|i| {
+            format!(
+                "      - name: gpu-{i}\n        attributes:\n          resource.kubernetes.io/pcieRoot: {{string: \"pci0000:{:02x}\"}}\n        numaNode: 0\n        deviceNodes: [\"/dev/null\"]\n",
+                i / 2
+            )
+        })
+        .collect();
+    let policy = policy
+        .map(|p| format!("      policy: {}\n", p.display()))
+        .unwrap_or_default();
+    format!(
+        "devicePlugin:\n  directory: {}\n  resources:\n    - name: example.com/gpu\n{policy}backends:\n  static:\n    pool: node-a\n    devices:\n{devices}",
+        dp.display()
+    )
+}
+
+async fn preferred(policy: Option<PathBuf>) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubedev.yaml");
+    std::fs::write(&path, config(dir.path(), policy)).unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let kubelet = KubeletEmulator::start(dir.path()).await.unwrap();
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let task = tokio::spawn(async move { run(cfg, &path, None, c).await });
+    kubelet
+        .wait_for("example.com/gpu", WAIT, |r| r.connected && r.capacity == 4)
+        .await
+        .unwrap();
+    let all: Vec<String> = (0..4).map(|i| format!("gpu-{i}")).collect();
+    let got = kubelet
+        .preferred_allocation("example.com/gpu", &all, &[], 2)
+        .await
+        .unwrap();
+    // Allocate goes through the static backend.
+    let a = kubelet
+        .allocate("example.com/gpu", &["gpu-1"])
+        .await
+        .unwrap();
+    assert_eq!(a.envs["STATIC_VISIBLE_DEVICES"], "gpu-1");
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    kubelet.stop().await;
+    got
+}
+
+#[tokio::test]
+async fn numa_packing_is_the_default_and_a_policy_changes_the_choice() {
+    assert_eq!(preferred(None).await, ["gpu-0", "gpu-1"]);
+    assert_eq!(preferred(Some(plugin("spread"))).await, ["gpu-0", "gpu-2"]);
+}
+
+#[tokio::test]
+async fn a_broken_policy_is_a_clear_start_up_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.wasm");
+    std::fs::write(&bad, b"not wasm").unwrap();
+    let path = dir.path().join("kubedev.yaml");
+    std::fs::write(&path, config(dir.path(), Some(bad))).unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let err = run(cfg, &path, None, CancellationToken::new())
+        .await
+        .unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(
+        msg.contains("example.com/gpu") && msg.contains("bad.wasm"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn cdi_mode_answers_with_cdi_names_and_writes_the_spec() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubedev.yaml");
+    let text = config(dir.path(), None).replace(
+        "  resources:",
+        &format!(
+            "  cdi: true\n  cdiDir: {}/cdi\n  resources:",
+            dir.path().display()
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let kubelet = KubeletEmulator::start(dir.path()).await.unwrap();
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let task = tokio::spawn(async move { run(cfg, &path, None, c).await });
+    kubelet
+        .wait_for("example.com/gpu", WAIT, |r| r.connected)
+        .await
+        .unwrap();
+    let a = kubelet
+        .allocate("example.com/gpu", &["gpu-1"])
+        .await
+        .unwrap();
+    let b = kubelet
+        .allocate("example.com/gpu", &["gpu-3", "gpu-0"])
+        .await
+        .unwrap();
+    assert_eq!(a.cdi_devices[0].name, "k8s.example.com/claim=dp-gpu-gpu-1");
+    let names: Vec<_> = b.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "k8s.example.com/claim=dp-gpu-gpu-3",
+            "k8s.example.com/claim=dp-gpu-gpu-0"
+        ]
+    );
+    assert!(
+        a.devices.is_empty() && a.envs.is_empty(),
+        "CDI mode leaves the edits to the runtime"
+    );
+    // One spec holds every device handed out so far, so earlier containers still resolve.
+    let spec: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("cdi/k8s.example.com-claim_dp-gpu.json")).unwrap(),
+    )
+    .unwrap();
+    let devices: Vec<_> = spec["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(devices, ["dp-gpu-gpu-0", "dp-gpu-gpu-1", "dp-gpu-gpu-3"]);
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+}
