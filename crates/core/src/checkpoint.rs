@@ -73,6 +73,33 @@ const MAX_CORRUPT_COPIES: u32 = 10_000;
 /// The checkpoint's mode: it names claims and devices, so only the owner reads it.
 const CHECKPOINT_MODE: u32 = 0o600;
 
+/// One change to the checkpoint, for [`CheckpointStore::apply`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Change {
+    /// A claim's prepare started (see [`CheckpointStore::start_prepare`]).
+    Start {
+        /// The claim.
+        claim: ClaimRef,
+        /// Its allocated devices.
+        devices: Vec<AllocatedDevice>,
+    },
+    /// A claim's prepare completed (see [`CheckpointStore::complete_prepare`]).
+    Complete {
+        /// The claim's UID.
+        uid: String,
+        /// The prepared devices.
+        prepared: Vec<PreparedDevice>,
+        /// The CDI spec file name, if one was written.
+        cdi_file: Option<String>,
+    },
+    /// A claim is forgotten (see [`CheckpointStore::remove`]).
+    Remove {
+        /// The claim's UID.
+        uid: String,
+    },
+}
+
 /// Where a claim's prepare stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ClaimState {
@@ -410,23 +437,16 @@ impl CheckpointStore {
             .collect()
     }
 
-    /// Records that preparing `claim` with `devices` begins, replacing any earlier record of the
-    /// claim. Persisted before it returns.
+    /// Records that `claim`'s prepare started, with the devices allocated to it. Persisted
+    /// before it returns. A record for the same UID is replaced.
     pub fn start_prepare(
         &mut self,
         claim: &ClaimRef,
         devices: &[AllocatedDevice],
     ) -> Result<(), CheckpointError> {
-        let record = ClaimRecord {
+        self.apply_one(Change::Start {
             claim: claim.clone(),
-            state: ClaimState::PrepareStarted,
             devices: devices.to_vec(),
-            prepared: Vec::new(),
-            cdi_file: None,
-        };
-        self.mutate(|claims| {
-            claims.insert(claim.uid.clone(), record);
-            Ok(true)
         })
     }
 
@@ -439,30 +459,83 @@ impl CheckpointStore {
         prepared: &[PreparedDevice],
         cdi_file: Option<&str>,
     ) -> Result<(), CheckpointError> {
-        let path = self.path.clone();
-        self.mutate(|claims| {
-            let record = claims
-                .get_mut(uid)
-                .ok_or_else(|| CheckpointError::UnknownClaim {
-                    uid: uid.to_owned(),
-                    path,
-                })?;
-            record.state = ClaimState::PrepareCompleted;
-            record.prepared = prepared.to_vec();
-            record.cdi_file = cdi_file.map(str::to_owned);
-            Ok(true)
+        self.apply_one(Change::Complete {
+            uid: uid.to_owned(),
+            prepared: prepared.to_vec(),
+            cdi_file: cdi_file.map(str::to_owned),
         })
     }
 
     /// Forgets the claim (after unprepare or a rollback). Persisted before it returns. Returns
     /// whether the claim was recorded; removing an unknown claim succeeds.
     pub fn remove(&mut self, uid: &str) -> Result<bool, CheckpointError> {
-        let mut existed = false;
-        self.mutate(|claims| {
-            existed = claims.remove(uid).is_some();
-            Ok(existed)
+        let existed = self.claims.contains_key(uid);
+        self.apply_one(Change::Remove {
+            uid: uid.to_owned(),
         })?;
         Ok(existed)
+    }
+
+    fn apply_one(&mut self, change: Change) -> Result<(), CheckpointError> {
+        self.apply(vec![change])?.pop().unwrap_or(Ok(()))
+    }
+
+    /// Applies several changes with one read-modify-write of the file (one fsync), in order, and
+    /// returns one result per change: a change that cannot apply (completing an unknown claim)
+    /// fails alone. The outer error means nothing was persisted. This is what lets concurrent
+    /// prepares share a write (group commit).
+    pub fn apply(
+        &mut self,
+        changes: Vec<Change>,
+    ) -> Result<Vec<Result<(), CheckpointError>>, CheckpointError> {
+        let path = self.path.clone();
+        let mut results = Vec::with_capacity(changes.len());
+        self.mutate(|claims| {
+            let mut changed = false;
+            for change in changes {
+                let r = match change {
+                    Change::Start { claim, devices } => {
+                        let uid = claim.uid.clone();
+                        claims.insert(
+                            uid,
+                            ClaimRecord {
+                                claim,
+                                state: ClaimState::PrepareStarted,
+                                devices,
+                                prepared: Vec::new(),
+                                cdi_file: None,
+                            },
+                        );
+                        Ok(())
+                    }
+                    Change::Complete {
+                        uid,
+                        prepared,
+                        cdi_file,
+                    } => match claims.get_mut(&uid) {
+                        Some(record) => {
+                            record.state = ClaimState::PrepareCompleted;
+                            record.prepared = prepared;
+                            record.cdi_file = cdi_file;
+                            Ok(())
+                        }
+                        None => Err(CheckpointError::UnknownClaim {
+                            uid,
+                            path: path.clone(),
+                        }),
+                    },
+                    Change::Remove { uid } => {
+                        changed |= claims.remove(&uid).is_some();
+                        results.push(Ok(()));
+                        continue;
+                    }
+                };
+                changed |= r.is_ok();
+                results.push(r);
+            }
+            Ok(changed)
+        })?;
+        Ok(results)
     }
 
     /// Read-modify-write under the node lock: re-read the file (another instance may have
@@ -850,6 +923,45 @@ mod tests {
             String::from_utf8(out).unwrap(),
             r#"{"a":null,"b":[{"a":"x","z":1}]}"#
         );
+    }
+
+    #[test]
+    fn a_batch_of_changes_is_one_write_with_per_change_results() {
+        let fx = Fixture::new();
+        let (mut store, _) = fx.open();
+        let results = store
+            .apply(vec![
+                Change::Start {
+                    claim: claim("u1"),
+                    devices: vec![allocated("gpu-0")],
+                },
+                Change::Start {
+                    claim: claim("u2"),
+                    devices: vec![allocated("gpu-1")],
+                },
+                Change::Complete {
+                    uid: "u1".into(),
+                    prepared: vec![prepared("gpu-0")],
+                    cdi_file: Some("spec.json".into()),
+                },
+                Change::Complete {
+                    uid: "nope".into(),
+                    prepared: vec![],
+                    cdi_file: None,
+                },
+                Change::Remove { uid: "u2".into() },
+            ])
+            .unwrap();
+        assert_eq!(results.len(), 5);
+        assert!(results[..3].iter().all(Result::is_ok));
+        assert!(matches!(
+            results[3],
+            Err(CheckpointError::UnknownClaim { .. })
+        ));
+        assert!(results[4].is_ok());
+        let (again, _) = fx.open();
+        assert_eq!(again.claims().len(), 1);
+        assert_eq!(again.get("u1").unwrap().state, ClaimState::PrepareCompleted);
     }
 
     #[test]

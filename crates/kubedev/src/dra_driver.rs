@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use kubedev_core::cdi::CdiWriter;
-use kubedev_core::checkpoint::{CheckpointStore, ClaimState};
+use kubedev_core::checkpoint::{Change, CheckpointStore, ClaimState};
 use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{DraHandler, PreparedClaimDevice};
+use tokio::sync::{mpsc, oneshot};
 
 use crate::backends::Backends;
 use crate::failpoint;
@@ -37,11 +38,56 @@ pub struct Recovery {
     pub cdi_removed: Vec<PathBuf>,
 }
 
+type Commit = (Change, oneshot::Sender<Result<(), String>>);
+
+/// Group commit: checkpoint changes that arrive while a write is in flight are applied together
+/// with the next write, so concurrent prepares share fsyncs instead of queueing for one each.
+async fn committer(store: Arc<Mutex<CheckpointStore>>, mut rx: mpsc::UnboundedReceiver<Commit>) {
+    const MAX_BATCH: usize = 1024;
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        let (changes, replies): (Vec<Change>, Vec<_>) = batch.into_iter().unzip();
+        let store = store.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            store
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .apply(changes)
+        })
+        .await;
+        match outcome {
+            Ok(Ok(results)) => {
+                for (reply, r) in replies.into_iter().zip(results) {
+                    let _ = reply.send(r.map_err(|e| e.to_string()));
+                }
+            }
+            Ok(Err(e)) => {
+                let msg = format!("writing the checkpoint: {e}");
+                for reply in replies {
+                    let _ = reply.send(Err(msg.clone()));
+                }
+            }
+            Err(e) => {
+                for reply in replies {
+                    let _ = reply.send(Err(format!("checkpoint task failed: {e}")));
+                }
+            }
+        }
+    }
+}
+
 /// The DRA driver: implements the kubelet plugin's [`DraHandler`].
 pub struct DraDriver {
     backends: Backends,
     claims: Arc<dyn ClaimSource>,
     store: Arc<Mutex<CheckpointStore>>,
+    commits: mpsc::UnboundedSender<Commit>,
     cdi: Arc<CdiWriter>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
@@ -70,20 +116,35 @@ fn base_request(name: &str) -> String {
 
 impl DraDriver {
     /// A driver over `backends`, reading allocations from `claims`, recording prepares in `store`
-    /// and writing CDI specs with `cdi`.
+    /// and writing CDI specs with `cdi`. Must be called within a Tokio runtime (it starts the
+    /// checkpoint's group-commit task, which ends when the driver is dropped).
     pub fn new(
         backends: Backends,
         claims: Arc<dyn ClaimSource>,
         store: CheckpointStore,
         cdi: CdiWriter,
     ) -> Self {
+        let store = Arc::new(Mutex::new(store));
+        let (commits, rx) = mpsc::unbounded_channel();
+        tokio::spawn(committer(store.clone(), rx));
         DraDriver {
             backends,
             claims,
-            store: Arc::new(Mutex::new(store)),
+            store,
+            commits,
             cdi: Arc::new(cdi),
             locks: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Persists one checkpoint change (possibly together with concurrent ones).
+    async fn commit(&self, change: Change) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        self.commits
+            .send((change, tx))
+            .map_err(|_| "the checkpoint writer stopped".to_string())?;
+        rx.await
+            .map_err(|_| "the checkpoint writer stopped".to_string())?
     }
 
     fn lock_for(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -224,9 +285,11 @@ impl DraDriver {
                 ));
             }
         }
-        let (c, devs) = (claim.clone(), devices.clone());
-        self.with_store(move |s| s.start_prepare(&c, &devs).map_err(|e| e.to_string()))
-            .await?;
+        self.commit(Change::Start {
+            claim: claim.clone(),
+            devices: devices.clone(),
+        })
+        .await?;
         failpoint::hit("after-prepare-started");
 
         let prepared = match self
@@ -236,9 +299,10 @@ impl DraDriver {
         {
             Ok(p) => p,
             Err(e) => {
-                let uid = claim.uid.clone();
-                self.with_store(move |s| s.remove(&uid).map_err(|e| e.to_string()))
-                    .await?;
+                self.commit(Change::Remove {
+                    uid: claim.uid.clone(),
+                })
+                .await?;
                 return Err(format!("preparing claim {claim}: {e}"));
             }
         };
@@ -253,9 +317,10 @@ impl DraDriver {
                 if let Err(u) = self.backends.unprepare(claim, &devices).await {
                     tracing::error!(claim = %claim, error = %u, "rolling back after a CDI failure failed");
                 }
-                let uid = claim.uid.clone();
-                self.with_store(move |s| s.remove(&uid).map_err(|e| e.to_string()))
-                    .await?;
+                self.commit(Change::Remove {
+                    uid: claim.uid.clone(),
+                })
+                .await?;
                 return Err(format!("writing the CDI spec of claim {claim}: {e}"));
             }
         };
@@ -267,10 +332,10 @@ impl DraDriver {
             .as_ref()
             .and_then(|f| f.file_name())
             .map(|f| f.to_string_lossy().into_owned());
-        let (uid, p) = (claim.uid.clone(), prepared.clone());
-        self.with_store(move |s| {
-            s.complete_prepare(&uid, &p, file_name.as_deref())
-                .map_err(|e| e.to_string())
+        self.commit(Change::Complete {
+            uid: claim.uid.clone(),
+            prepared: prepared.clone(),
+            cdi_file: file_name,
         })
         .await?;
         tracing::info!(claim = %claim, devices = prepared.len(), "prepared");
@@ -298,9 +363,10 @@ impl DraDriver {
         })
         .await?;
         if record.is_some() {
-            let uid = claim.uid.clone();
-            self.with_store(move |s| s.remove(&uid).map(|_| ()).map_err(|e| e.to_string()))
-                .await?;
+            self.commit(Change::Remove {
+                uid: claim.uid.clone(),
+            })
+            .await?;
             tracing::info!(claim = %claim, "unprepared");
         }
         Ok(())

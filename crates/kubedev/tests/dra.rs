@@ -332,7 +332,17 @@ async fn device_plugin_resources_and_dra_never_share_a_device() {
         .await
         .unwrap();
     assert_eq!(st.devices.keys().collect::<Vec<_>>(), ["gpu-0", "gpu-1"]);
-    let published = slices.0.lock().unwrap().last().cloned().unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    let published = loop {
+        if let Some(p) = slices.0.lock().unwrap().last().cloned() {
+            break p;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing was published as slices"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let names: Vec<String> = published
         .devices()
         .map(|(_, d)| d.name.to_string())
