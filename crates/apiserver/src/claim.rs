@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams};
 use kubedev_core::{
     AllocatedDevice, ClaimRef, DeviceName, DeviceRef, DriverName, PoolName, Quantity,
 };
@@ -241,10 +241,11 @@ impl ClaimReader {
         allocated_claim(&self.driver, claim, &found)
     }
 
-    /// Writes `devices` into the claim's `status.devices` (through the status subresource):
-    /// entries of this driver for the same device and share ID are replaced, everything else is
-    /// kept. A condition keeps its transition time when its status did not change. Conflicts
-    /// are retried after re-reading the claim.
+    /// Writes `devices` into the claim's `status.devices` (a merge patch of the status
+    /// subresource, conditional on the claim's resourceVersion and UID): entries of this driver
+    /// for the same device and share ID are replaced, everything else is kept. A condition keeps
+    /// its transition time when its status did not change. Conflicts are retried after
+    /// re-reading the claim.
     pub async fn set_device_status(
         &self,
         claim: &ClaimRef,
@@ -252,13 +253,22 @@ impl ClaimReader {
     ) -> Result<(), Error> {
         let api = self.api(&claim.namespace);
         for _ in 0..STATUS_ATTEMPTS {
-            let mut found = self.fetch(claim).await?;
+            let found = self.fetch(claim).await?;
             check_uid(claim, &found)?;
-            let status = found.status.get_or_insert_with(Default::default);
-            let entries = status.devices.get_or_insert_with(Vec::new);
-            merge_device_status(entries, &self.driver, devices, Timestamp::now());
+            let mut entries = found.status.and_then(|s| s.devices).unwrap_or_default();
+            merge_device_status(&mut entries, &self.driver, devices, Timestamp::now());
+            // A merge patch of the status alone: the spec (and any status field this client's
+            // API types do not know) is left as the server has it. The resourceVersion and UID
+            // make it conditional on the claim being the one just read.
+            let patch = serde_json::json!({
+                "metadata": {
+                    "uid": found.metadata.uid,
+                    "resourceVersion": found.metadata.resource_version,
+                },
+                "status": {"devices": entries},
+            });
             match api
-                .replace_status(&claim.name, &PostParams::default(), &found)
+                .patch_status(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => return Ok(()),
@@ -694,5 +704,182 @@ mod tests {
         assert!(!c(&["nic"]).applies_to("gpu"));
         assert_eq!(base_request("gpu/large"), "gpu");
         assert_eq!(base_request("gpu"), "gpu");
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod client_tests {
+    use std::sync::{Arc, Mutex};
+
+    use http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use serde_json::json;
+
+    use super::*;
+
+    fn claim_json() -> serde_json::Value {
+        json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "train", "namespace": "team-a", "uid": "uid-1", "resourceVersion": "7"},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": "gpu.example.com", "pool": "node-a", "device": "gpu-0"}
+            ]}}}
+        })
+    }
+
+    fn not_found() -> Response<Body> {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "NotFound", "code": 404, "message": "not found"});
+        Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    }
+
+    fn conflict() -> Response<Body> {
+        let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "reason": "Conflict", "code": 409, "message": "the object has been modified"});
+        Response::builder()
+            .status(StatusCode::CONFLICT)
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    }
+
+    fn ok(value: &serde_json::Value) -> Response<Body> {
+        Response::builder()
+            .status(StatusCode::OK)
+            .body(Body::from(serde_json::to_vec(value).unwrap()))
+            .unwrap()
+    }
+
+    type Log = Arc<Mutex<Vec<(String, String, Vec<u8>)>>>;
+
+    /// A fake API server holding one claim; the first `conflicts` status writes answer 409.
+    fn fake(conflicts: usize) -> (Client, Log) {
+        let log: Log = Arc::default();
+        let seen = log.clone();
+        let remaining = Arc::new(Mutex::new(conflicts));
+        let service = tower::service_fn(move |req: Request<Body>| {
+            let seen = seen.clone();
+            let remaining = remaining.clone();
+            async move {
+                let method = req.method().to_string();
+                let path = req.uri().path().to_owned();
+                let body = http_body_util_collect(req.into_body()).await;
+                seen.lock()
+                    .unwrap()
+                    .push((method.clone(), path.clone(), body));
+                let base = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/train";
+                let response = match (method.as_str(), path.as_str()) {
+                    ("GET", p) if p == base => ok(&claim_json()),
+                    ("PATCH", p) if p == format!("{base}/status") => {
+                        let mut left = remaining.lock().unwrap();
+                        if *left > 0 {
+                            *left -= 1;
+                            conflict()
+                        } else {
+                            ok(&claim_json())
+                        }
+                    }
+                    _ => not_found(),
+                };
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        });
+        (Client::new(service, "default"), log)
+    }
+
+    async fn http_body_util_collect(body: Body) -> Vec<u8> {
+        use http_body_util::BodyExt;
+        body.collect()
+            .await
+            .map(|c| c.to_bytes().to_vec())
+            .unwrap_or_default()
+    }
+
+    fn claim_ref(uid: &str, name: &str) -> ClaimRef {
+        ClaimRef {
+            uid: uid.into(),
+            namespace: "team-a".into(),
+            name: name.into(),
+        }
+    }
+
+    fn driver() -> DriverName {
+        DriverName::new("gpu.example.com").unwrap()
+    }
+
+    #[tokio::test]
+    async fn get_reads_the_claim_from_the_api_server() {
+        let (client, log) = fake(0);
+        let reader = ClaimReader::new(client, driver());
+        let claim = reader.get(&claim_ref("uid-1", "train")).await.unwrap();
+        assert_eq!(claim.results.len(), 1);
+        assert_eq!(claim.results[0].device.device.to_string(), "node-a/gpu-0");
+        {
+            let log = log.lock().unwrap();
+            assert_eq!(log.len(), 1);
+            assert_eq!(log[0].0, "GET");
+        }
+
+        let err = reader.get(&claim_ref("uid-2", "train")).await.unwrap_err();
+        assert!(matches!(err, Error::ClaimUidMismatch { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_claim_is_not_found() {
+        let (client, _) = fake(0);
+        let reader = ClaimReader::new(client, driver());
+        let err = reader.get(&claim_ref("uid-1", "gone")).await.unwrap_err();
+        assert_eq!(err.to_string(), "ResourceClaim team-a/gone not found");
+    }
+
+    #[tokio::test]
+    async fn status_writes_retry_conflicts_and_give_up_eventually() {
+        let dev = DeviceRef {
+            pool: PoolName::new("node-a").unwrap(),
+            device: DeviceName::new("gpu-0").unwrap(),
+        };
+        let (client, log) = fake(2);
+        let reader = ClaimReader::new(client, driver());
+        reader
+            .set_device_status(
+                &claim_ref("uid-1", "train"),
+                &[DeviceStatus::ready(dev.clone(), None)],
+            )
+            .await
+            .unwrap();
+        {
+            let log = log.lock().unwrap();
+            let patches: Vec<&(String, String, Vec<u8>)> =
+                log.iter().filter(|(m, _, _)| m == "PATCH").collect();
+            assert_eq!(patches.len(), 3, "two conflicts, then success");
+            let sent: serde_json::Value = serde_json::from_slice(&patches[2].2).unwrap();
+            assert_eq!(sent["metadata"]["resourceVersion"], "7");
+            assert_eq!(sent["metadata"]["uid"], "uid-1");
+            assert!(sent.get("spec").is_none(), "{sent}");
+            let entry = &sent["status"]["devices"][0];
+            assert_eq!(entry["driver"], "gpu.example.com");
+            assert_eq!(entry["device"], "gpu-0");
+            assert_eq!(entry["conditions"][0]["type"], "Ready");
+            assert_eq!(entry["conditions"][0]["status"], "True");
+        }
+
+        let (client, _) = fake(100);
+        let reader = ClaimReader::new(client, driver());
+        let err = reader
+            .set_device_status(
+                &claim_ref("uid-1", "train"),
+                &[DeviceStatus::ready(dev, None)],
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::ClaimConflict { attempts: 5, .. }),
+            "{err}"
+        );
     }
 }

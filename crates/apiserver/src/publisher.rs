@@ -608,7 +608,6 @@ impl Worker {
                     due = Some(now);
                 }
                 Ok(Pass::Conflict) => {
-                    bump(&self.shared.counters.conflicts);
                     self.conflicts_in_row += 1;
                     due = Some(if self.conflicts_in_row > MAX_IMMEDIATE_CONFLICTS {
                         now + self.backoff.next_delay()
@@ -799,6 +798,7 @@ impl Worker {
                     Ok(Step::Done)
                 }
                 Some(409) => {
+                    bump(&self.shared.counters.conflicts);
                     debug!(slice = %name, "conflict deleting ResourceSlice; re-reading");
                     self.reread(&name).await?;
                     Ok(Step::Conflict)
@@ -828,7 +828,10 @@ impl Worker {
                 Ok(Step::Done)
             }
             Err(error) => match api_code(&error) {
-                Some(404 | 409) => {
+                Some(code @ (404 | 409)) => {
+                    if code == 409 {
+                        bump(&self.shared.counters.conflicts);
+                    }
                     debug!(slice = %name, "conflict updating ResourceSlice; re-reading");
                     self.reread(&name).await?;
                     Ok(Step::Conflict)
@@ -858,7 +861,10 @@ impl Worker {
                 Ok(Step::Done)
             }
             // A generated name that was taken: try again with a fresh one.
-            Err(error) if api_code(&error) == Some(409) => Ok(Step::Conflict),
+            Err(error) if api_code(&error) == Some(409) => {
+                bump(&self.shared.counters.conflicts);
+                Ok(Step::Conflict)
+            }
             Err(error) => Err(Error::Slice {
                 operation: "creating",
                 slice: slice.metadata.generate_name.clone().unwrap_or_default(),
