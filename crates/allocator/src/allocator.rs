@@ -64,7 +64,7 @@ pub struct Allocator<'a> {
     slices: &'a [ResourceSlice],
     classes: &'a [DeviceClass],
     allocated: HashSet<(&'a str, &'a str, &'a str)>,
-    class_index: Option<HashMap<&'a str, usize>>,
+    class_index: HashMap<&'a str, usize>,
     nodes: HashMap<String, Result<NodeView<'a>, String>>,
     stats: SearchStats,
 }
@@ -127,6 +127,8 @@ pub(crate) struct Constraint<'c> {
     pub(crate) kind: ConstraintKind,
     pub(crate) attribute: &'c str,
     pub(crate) requests: &'c [String],
+    /// The attribute's slot in the node view's attribute cache.
+    pub(crate) slot: usize,
 }
 
 impl Constraint<'_> {
@@ -178,7 +180,13 @@ impl<'a> Allocator<'a> {
                 .iter()
                 .filter_map(|s| split_device_id(s))
                 .collect(),
-            class_index: None,
+            class_index: {
+                let mut m = HashMap::with_capacity(classes.len());
+                for (i, c) in classes.iter().enumerate() {
+                    m.entry(c.metadata.name.as_str()).or_insert(i);
+                }
+                m
+            },
             nodes: HashMap::new(),
             stats: SearchStats::default(),
         }
@@ -193,24 +201,21 @@ impl<'a> Allocator<'a> {
         self.stats
     }
 
-    fn class(&mut self, name: &str) -> Option<usize> {
-        let classes = self.classes;
-        let index = self.class_index.get_or_insert_with(|| {
-            let mut m = HashMap::with_capacity(classes.len());
-            for (i, c) in classes.iter().enumerate() {
-                m.entry(c.metadata.name.as_str()).or_insert(i);
-            }
-            m
-        });
-        index.get(name).copied()
+    pub(crate) fn node_view(&mut self, node: &Node) -> Result<&mut NodeView<'a>, AllocationError> {
+        Self::view_in(&mut self.nodes, self.slices, &self.allocated, node)
     }
 
-    pub(crate) fn node_view(&mut self, node: &Node) -> Result<&mut NodeView<'a>, AllocationError> {
-        if !self.nodes.contains_key(&node.name) {
-            let view = build_node_view(node, self.slices, &self.allocated);
-            self.nodes.insert(node.name.clone(), view);
+    fn view_in<'m>(
+        nodes: &'m mut HashMap<String, Result<NodeView<'a>, String>>,
+        slices: &'a [ResourceSlice],
+        allocated: &HashSet<(&'a str, &'a str, &'a str)>,
+        node: &Node,
+    ) -> Result<&'m mut NodeView<'a>, AllocationError> {
+        if !nodes.contains_key(&node.name) {
+            let view = build_node_view(node, slices, allocated);
+            nodes.insert(node.name.clone(), view);
         }
-        match self.nodes.get_mut(&node.name) {
+        match nodes.get_mut(&node.name) {
             Some(Ok(v)) => Ok(v),
             Some(Err(message)) => Err(AllocationError::NodeSelection {
                 message: message.clone(),
@@ -230,9 +235,10 @@ impl<'a> Allocator<'a> {
         options: &AllocateOptions<'_>,
     ) -> Result<Option<Vec<AllocationResult>>, AllocationError> {
         self.stats = SearchStats::default();
-        let plan = self.plan(node, claims, options)?;
         let classes = self.classes;
-        let view = self.node_view(node)?;
+        let view = Self::view_in(&mut self.nodes, self.slices, &self.allocated, node)?;
+        let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
+        self.stats.evaluations = evaluations;
         let (results, steps) = if statically_impossible(view, &plan) {
             (Ok(None), 0)
         } else {
@@ -247,7 +253,6 @@ impl<'a> Allocator<'a> {
         self.stats.steps = steps;
         let results = results?;
         if results.is_none() {
-            let view = self.node_view(node)?;
             let invalid: Vec<String> = view
                 .pools
                 .iter()
@@ -273,137 +278,132 @@ impl<'a> Allocator<'a> {
         claims: &'c [ResourceClaim],
         options: &AllocateOptions<'_>,
     ) -> Result<Vec<ClaimPlan<'c>>, AllocationError> {
-        if claims.len() > MAX_CLAIMS {
-            return Err(AllocationError::TooManyClaims {
-                count: claims.len(),
-                limit: MAX_CLAIMS,
-            });
-        }
-        // Resolve everything that needs `&mut self` before borrowing the node view.
-        let mut class_ids: Vec<Vec<Vec<Option<usize>>>> = Vec::with_capacity(claims.len());
-        for claim in claims {
-            let mut per_req = Vec::new();
-            for r in &claim.spec.devices.requests {
-                let names: Vec<&str> = match &r.exactly {
-                    Some(e) if r.first_available.is_empty() => vec![e.device_class_name.as_str()],
-                    _ => r
-                        .first_available
-                        .iter()
-                        .map(|s| s.device_class_name.as_str())
-                        .collect(),
-                };
-                per_req.push(names.into_iter().map(|n| self.class(n)).collect());
-            }
-            class_ids.push(per_req);
-        }
         let classes = self.classes;
-        let view = self.node_view(node)?;
-        let mut plans = Vec::with_capacity(claims.len());
-        let mut evaluations = 0u64;
-        for (ci, claim) in claims.iter().enumerate() {
-            let display = claim_display(claim);
-            let mut requests = Vec::with_capacity(claim.spec.devices.requests.len());
-            let mut min_total = 0usize;
-            for (ri, r) in claim.spec.devices.requests.iter().enumerate() {
-                let mut subs = Vec::new();
-                let first_available = !r.first_available.is_empty();
-                if first_available {
-                    for (si, s) in r.first_available.iter().enumerate() {
-                        let p = SubSpec {
-                            name: &s.name,
-                            base: &r.name,
-                            sub: Some(&s.name),
-                            class_name: &s.device_class_name,
-                            class: class_ids[ci][ri][si],
-                            selectors: &s.selectors,
-                            mode: s.allocation_mode.as_deref(),
-                            count: s.count,
-                            admin: false,
-                            tolerations: &s.tolerations,
-                            capacity: s.capacity.as_ref(),
-                        };
-                        subs.push(plan_sub(view, classes, &display, p, &mut evaluations)?);
-                    }
-                    min_total += subs.iter().map(|s| s.num_devices).min().unwrap_or(0);
-                } else {
-                    let Some(e) = &r.exactly else {
-                        return Err(AllocationError::EmptyRequest {
-                            claim: display,
-                            request: r.name.clone(),
-                        });
-                    };
+        let view = Self::view_in(&mut self.nodes, self.slices, &self.allocated, node)?;
+        let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
+        self.stats.evaluations = evaluations;
+        Ok(plan)
+    }
+}
+
+/// The per-claim checks and candidate lists of [`Allocator::plan`].
+fn plan_claims<'c>(
+    view: &mut NodeView<'_>,
+    classes: &[DeviceClass],
+    class_index: &HashMap<&str, usize>,
+    claims: &'c [ResourceClaim],
+    options: &AllocateOptions<'_>,
+) -> Result<(Vec<ClaimPlan<'c>>, u64), AllocationError> {
+    if claims.len() > MAX_CLAIMS {
+        return Err(AllocationError::TooManyClaims {
+            count: claims.len(),
+            limit: MAX_CLAIMS,
+        });
+    }
+    let class = |name: &str| class_index.get(name).copied();
+    let mut plans = Vec::with_capacity(claims.len());
+    let mut evaluations = 0u64;
+    for claim in claims {
+        let display = claim_display(claim);
+        let mut requests = Vec::with_capacity(claim.spec.devices.requests.len());
+        let mut min_total = 0usize;
+        for r in &claim.spec.devices.requests {
+            let mut subs = Vec::new();
+            let first_available = !r.first_available.is_empty();
+            if first_available {
+                for s in &r.first_available {
                     let p = SubSpec {
-                        name: &r.name,
+                        name: &s.name,
                         base: &r.name,
-                        sub: None,
-                        class_name: &e.device_class_name,
-                        class: class_ids[ci][ri][0],
-                        selectors: &e.selectors,
-                        mode: e.allocation_mode.as_deref(),
-                        count: e.count,
-                        admin: e.admin_access.unwrap_or(false),
-                        tolerations: &e.tolerations,
-                        capacity: e.capacity.as_ref(),
+                        sub: Some(&s.name),
+                        class_name: &s.device_class_name,
+                        class: class(&s.device_class_name),
+                        selectors: &s.selectors,
+                        mode: s.allocation_mode.as_deref(),
+                        count: s.count,
+                        admin: false,
+                        tolerations: &s.tolerations,
+                        capacity: s.capacity.as_ref(),
                     };
-                    let sp = plan_sub(view, classes, &display, p, &mut evaluations)?;
-                    min_total += sp.num_devices;
-                    subs.push(sp);
+                    subs.push(plan_sub(view, classes, &display, p, &mut evaluations)?);
                 }
-                requests.push(RequestPlan {
-                    first_available,
-                    subs,
-                });
-            }
-            if min_total > MAX_DEVICES_PER_CLAIM {
-                return Err(AllocationError::TooManyDevices {
-                    claim: display,
-                    count: min_total,
-                    limit: MAX_DEVICES_PER_CLAIM,
-                });
-            }
-            let mut constraints = Vec::new();
-            for (i, c) in claim.spec.devices.constraints.iter().enumerate() {
-                let (kind, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
-                    (Some(a), _) => (ConstraintKind::Match, a.as_str()),
-                    (None, Some(a)) => (ConstraintKind::Distinct, a.as_str()),
-                    (None, None) => {
-                        return Err(AllocationError::EmptyConstraint {
-                            claim: display,
-                            index: i,
-                        });
-                    }
+                min_total += subs.iter().map(|s| s.num_devices).min().unwrap_or(0);
+            } else {
+                let Some(e) = &r.exactly else {
+                    return Err(AllocationError::EmptyRequest {
+                        claim: display,
+                        request: r.name.clone(),
+                    });
                 };
-                constraints.push(Constraint {
-                    kind,
-                    attribute,
-                    requests: &c.requests,
-                });
+                let p = SubSpec {
+                    name: &r.name,
+                    base: &r.name,
+                    sub: None,
+                    class_name: &e.device_class_name,
+                    class: class(&e.device_class_name),
+                    selectors: &e.selectors,
+                    mode: e.allocation_mode.as_deref(),
+                    count: e.count,
+                    admin: e.admin_access.unwrap_or(false),
+                    tolerations: &e.tolerations,
+                    capacity: e.capacity.as_ref(),
+                };
+                let sp = plan_sub(view, classes, &display, p, &mut evaluations)?;
+                min_total += sp.num_devices;
+                subs.push(sp);
             }
-            for rp in &mut requests {
-                for sp in &mut rp.subs {
-                    sp.match_constraints = constraints
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, c)| {
-                            c.kind == ConstraintKind::Match && c.applies(sp.base, sp.sub)
-                        })
-                        .map(|(i, _)| i)
-                        .collect();
-                    if let Some(policy) = options.policy {
-                        apply_policy(view, policy, &display, sp);
-                    }
-                }
-            }
-            plans.push(ClaimPlan {
-                claim,
-                display,
-                requests,
-                constraints,
+            requests.push(RequestPlan {
+                first_available,
+                subs,
             });
         }
-        self.stats.evaluations = evaluations;
-        Ok(plans)
+        if min_total > MAX_DEVICES_PER_CLAIM {
+            return Err(AllocationError::TooManyDevices {
+                claim: display,
+                count: min_total,
+                limit: MAX_DEVICES_PER_CLAIM,
+            });
+        }
+        let mut constraints = Vec::new();
+        for (i, c) in claim.spec.devices.constraints.iter().enumerate() {
+            let (kind, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
+                (Some(a), _) => (ConstraintKind::Match, a.as_str()),
+                (None, Some(a)) => (ConstraintKind::Distinct, a.as_str()),
+                (None, None) => {
+                    return Err(AllocationError::EmptyConstraint {
+                        claim: display,
+                        index: i,
+                    });
+                }
+            };
+            constraints.push(Constraint {
+                kind,
+                attribute,
+                requests: &c.requests,
+                slot: view.attr_slot(attribute),
+            });
+        }
+        for rp in &mut requests {
+            for sp in &mut rp.subs {
+                sp.match_constraints = constraints
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.kind == ConstraintKind::Match && c.applies(sp.base, sp.sub))
+                    .map(|(i, _)| i)
+                    .collect();
+                if let Some(policy) = options.policy {
+                    apply_policy(view, policy, &display, sp);
+                }
+            }
+        }
+        plans.push(ClaimPlan {
+            claim,
+            display,
+            requests,
+            constraints,
+        });
     }
+    Ok((plans, evaluations))
 }
 
 /// Whether some request cannot be satisfied whatever the other requests get: too few
@@ -436,37 +436,44 @@ fn statically_impossible(view: &NodeView<'_>, plans: &[ClaimPlan<'_>]) -> bool {
 }
 
 fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bool {
+    let usable = |dev: &Dev<'_>| (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations);
     match sp.mode {
         Mode::All => {
             !sp.all_devices.is_empty()
-                && sp.all_devices.iter().all(|&d| {
-                    let dev = &view.devices[d as usize];
-                    (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations)
-                })
+                && sp
+                    .all_devices
+                    .iter()
+                    .all(|&d| usable(&view.devices[d as usize]))
         }
         Mode::Exact(_) => {
             let n = sp.num_devices;
             if n == 0 {
                 return true;
             }
-            let usable: Vec<&Dev<'_>> = sp
+            let count = sp
                 .cands
                 .iter()
-                .map(|&(d, _)| &view.devices[d as usize])
-                .filter(|dev| (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations))
-                .collect();
-            if usable.len() < n {
+                .filter(|&&(d, _)| usable(&view.devices[d as usize]))
+                .count();
+            if count < n {
                 return false;
             }
             for c in cp.constraints.iter().filter(|c| c.applies(sp.base, sp.sub)) {
-                let mut groups: HashMap<AttrKey<'_>, usize> = HashMap::new();
-                for dev in &usable {
-                    if let Some(v) = dev.constraint_attr(c.attribute) {
-                        *groups.entry(v).or_default() += 1;
+                let values = &view.attr_values[c.slot];
+                let mut groups: Vec<(AttrKey<'_>, usize)> = Vec::new();
+                for &(d, _) in &sp.cands {
+                    if !usable(&view.devices[d as usize]) {
+                        continue;
+                    }
+                    if let Some(v) = values[d as usize] {
+                        match groups.iter_mut().find(|(k, _)| *k == v) {
+                            Some(g) => g.1 += 1,
+                            None => groups.push((v, 1)),
+                        }
                     }
                 }
                 let enough = match c.kind {
-                    ConstraintKind::Match => groups.values().any(|&k| k >= n),
+                    ConstraintKind::Match => groups.iter().any(|&(_, k)| k >= n),
                     ConstraintKind::Distinct => groups.len() >= n,
                 };
                 if !enough {
@@ -528,36 +535,32 @@ struct SubSpec<'c> {
 
 /// The selectors of one request: class selectors first, then the request's, each compiled
 /// (through the process-wide cache) and mapped to its slot in the node's result cache.
-pub(crate) struct SelectorSet {
+pub(crate) struct SelectorSet<'x> {
+    class_name: &'x str,
+    claim: &'x str,
     entries: Vec<SelectorEntry>,
 }
 
 struct SelectorEntry {
-    owner: SelectorOwner,
     is_class: bool,
     index: usize,
     program: Result<(usize, Arc<cel::Program>), String>,
 }
 
-impl SelectorSet {
+impl<'x> SelectorSet<'x> {
     pub(crate) fn new(
         view: &mut NodeView<'_>,
-        classes: &[DeviceClass],
-        claim: &str,
+        classes: &'x [DeviceClass],
+        claim: &'x str,
         class: usize,
         selectors: &[DeviceSelector],
-    ) -> SelectorSet {
+    ) -> SelectorSet<'x> {
         let class_obj = &classes[class];
         let mut entries = Vec::with_capacity(class_obj.spec.selectors.len() + selectors.len());
         let groups: [(&[DeviceSelector], bool); 2] =
             [(&class_obj.spec.selectors, true), (selectors, false)];
         for (list, is_class) in groups {
             for (index, sel) in list.iter().enumerate() {
-                let owner = if is_class {
-                    SelectorOwner::Class(class_obj.metadata.name.clone())
-                } else {
-                    SelectorOwner::Claim(claim.to_string())
-                };
                 let expr = sel
                     .cel
                     .as_ref()
@@ -581,14 +584,25 @@ impl SelectorSet {
                     Err(e) => Err(e.to_string()),
                 };
                 entries.push(SelectorEntry {
-                    owner,
                     is_class,
                     index,
                     program,
                 });
             }
         }
-        SelectorSet { entries }
+        SelectorSet {
+            class_name: &class_obj.metadata.name,
+            claim,
+            entries,
+        }
+    }
+
+    fn owner(&self, e: &SelectorEntry) -> SelectorOwner {
+        if e.is_class {
+            SelectorOwner::Class(self.class_name.to_string())
+        } else {
+            SelectorOwner::Claim(self.claim.to_string())
+        }
     }
 
     /// Whether device `d` matches: every selector true (cached per device and program),
@@ -604,7 +618,7 @@ impl SelectorSet {
                 Ok(p) => p,
                 Err(message) => {
                     return Verdict::Error(AllocationError::SelectorCompile {
-                        owner: e.owner.clone(),
+                        owner: self.owner(e),
                         index: e.index,
                         message: message.clone(),
                     });
@@ -613,7 +627,7 @@ impl SelectorSet {
             let mut code = view.selector_cache[*slot][d];
             if code == 0 {
                 *evaluations += 1;
-                let r = match &view.devices[d].ctx {
+                let r = match view.devices[d].context(&view.interner) {
                     Ok(ctx) => cel::evaluate(program, ctx).map_err(|e| e.to_string()),
                     Err(e) => Err(e.clone()),
                 };
@@ -634,7 +648,7 @@ impl SelectorSet {
                 2 => {}
                 _ => {
                     let dev = &view.devices[d];
-                    let message = match &dev.ctx {
+                    let message = match dev.context(&view.interner) {
                         Ok(ctx) => match cel::evaluate(program, ctx) {
                             Err(e) => e.to_string(),
                             Ok(_) => "inconsistent evaluation".to_string(),
@@ -642,7 +656,7 @@ impl SelectorSet {
                         Err(e) => e.clone(),
                     };
                     return Verdict::Error(AllocationError::SelectorRuntime {
-                        owner: e.owner.clone(),
+                        owner: self.owner(e),
                         index: e.index,
                         device: dev.id(),
                         message,
@@ -1005,10 +1019,10 @@ struct At {
     dev: usize,
 }
 
-struct ConstraintState<'v> {
-    value: Option<AttrKey<'v>>,
+struct ConstraintState<'a> {
+    value: Option<AttrKey<'a>>,
     count: usize,
-    values: Vec<AttrKey<'v>>,
+    values: Vec<AttrKey<'a>>,
 }
 
 pub(crate) struct Search<'s, 'a, 'c> {
@@ -1018,7 +1032,7 @@ pub(crate) struct Search<'s, 'a, 'c> {
     consumed: Vec<Vec<Quantity>>,
     shares: Vec<u32>,
     share_capacity: Vec<Vec<Quantity>>,
-    constraint_state: Vec<Vec<ConstraintState<'s>>>,
+    constraint_state: Vec<Vec<ConstraintState<'a>>>,
     pub(crate) chosen: Vec<Vec<Chosen>>,
     selected: Vec<Vec<usize>>,
     pub(crate) steps: u64,
@@ -1187,9 +1201,13 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             if let Some(e) = err {
                 return Err(Stop::Err(sp.errors[e].clone()));
             }
-            match capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d)) {
-                Ok(CapFit::Fits(_)) => {}
-                _ => continue,
+            if (sp.capacity.is_some() || dev.multi || !dev.plain_capacity)
+                && !matches!(
+                    capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d)),
+                    Ok(CapFit::Fits(_))
+                )
+            {
+                continue;
             }
             let Some(undo) = self.take(r, d, false)? else {
                 continue;
@@ -1227,10 +1245,10 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             let Some(value) = st.value else {
                 continue;
             };
-            let attr = self.plan[r.claim].constraints[ci].attribute;
+            let values = &self.view.attr_values[self.plan[r.claim].constraints[ci].slot];
             let mut found = 0;
             for &(d, _) in &sp.cands[i + 1..] {
-                if self.view.devices[d as usize].constraint_attr(attr) == Some(value) {
+                if values[d as usize] == Some(value) {
                     found += 1;
                     if found >= more {
                         break;
@@ -1285,7 +1303,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         let (base, sub) = (sp.base, sp.sub);
         let nconstraints = plan[r.claim].constraints.len();
         for ci in 0..nconstraints {
-            if !self.constraint_add(r.claim, ci, base, sub, dev) {
+            if !self.constraint_add(r.claim, ci, base, sub, d) {
                 for cj in (0..ci).rev() {
                     self.constraint_remove(r.claim, cj, base, sub);
                 }
@@ -1417,14 +1435,14 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         ci: usize,
         base: &str,
         sub: Option<&str>,
-        dev: &'s Dev<'a>,
+        d: u32,
     ) -> bool {
         let plan = self.plan;
         let c = &plan[claim].constraints[ci];
         if !c.applies(base, sub) {
             return true;
         }
-        let Some(v) = dev.constraint_attr(c.attribute) else {
+        let Some(v) = self.view.attr_values[c.slot][d as usize] else {
             return false;
         };
         let kind = c.kind;

@@ -2,13 +2,14 @@
 //! the devices it may allocate, prepared once (typed attributes, the CEL `device` variable,
 //! parsed quantities, counter indices) and cached per node by the allocator.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use kubedev_core::{Quantity, Version};
+use kubedev_core::Quantity;
 
 use crate::api::{Device, DeviceCapacity, DeviceTaint, Node, ResourceSlice};
-use crate::cel::{self, AttributeValue, DeviceContext};
+use crate::cel::{self, DeviceContext, Interner, Value};
 use crate::nodesel::node_matches;
 
 /// Whether a pool can be allocated from.
@@ -86,8 +87,13 @@ pub(crate) struct Dev<'a> {
     pub(crate) allocated: bool,
     /// Per-device node selection result (true when the slice selects nodes).
     pub(crate) node_ok: Result<bool, String>,
-    /// The CEL `device` variable, or why it cannot be built (an invalid attribute).
-    pub(crate) ctx: Result<DeviceContext, String>,
+    /// The CEL `device` variable, or why it cannot be built (an invalid attribute), built
+    /// when a selector first needs it.
+    ctx: std::cell::OnceCell<Result<DeviceContext, String>>,
+    /// A capacity that does not parse.
+    capacity_error: Option<String>,
+    /// No capacity has a request policy.
+    pub(crate) plain_capacity: bool,
     /// Counter consumption: index into the pool's flat counters, amount.
     pub(crate) counters: Vec<(usize, Quantity)>,
     pub(crate) capacity: Vec<Capacity<'a>>,
@@ -97,14 +103,27 @@ pub(crate) struct Dev<'a> {
     pub(crate) binds_to_node: bool,
 }
 
-impl Dev<'_> {
+impl<'a> Dev<'a> {
+    /// The CEL `device` variable.
+    pub(crate) fn context(&self, interner: &RefCell<Interner>) -> &Result<DeviceContext, String> {
+        self.ctx.get_or_init(|| match &self.capacity_error {
+            Some(e) => Err(e.clone()),
+            None => device_context(
+                self.device,
+                self.driver,
+                &self.capacity,
+                &mut interner.borrow_mut(),
+            ),
+        })
+    }
+
     pub(crate) fn id(&self) -> String {
         format!("{}/{}/{}", self.driver, self.pool_name, self.device.name)
     }
 
     /// Looks up an attribute for a constraint: the fully qualified name as written, else the
     /// bare id when the domain is the driver's.
-    pub(crate) fn constraint_attr(&self, qualified: &str) -> Option<AttrKey<'_>> {
+    pub(crate) fn constraint_attr(&self, qualified: &str) -> Option<AttrKey<'a>> {
         let attrs = &self.device.attributes;
         let found = attrs.get(qualified).or_else(|| {
             let (domain, id) = qualified.split_once('/')?;
@@ -136,6 +155,29 @@ pub(crate) struct NodeView<'a> {
     /// Programs with cached results, and their index by address.
     pub(crate) programs: Vec<Arc<cel::Program>>,
     pub(crate) program_index: HashMap<usize, usize>,
+    /// Constraint attributes per device, by attribute slot.
+    pub(crate) attr_values: Vec<Vec<Option<AttrKey<'a>>>>,
+    pub(crate) attr_slots: HashMap<String, usize>,
+    /// Shared strings and values of the devices' CEL contexts.
+    pub(crate) interner: RefCell<Interner>,
+}
+
+impl<'a> NodeView<'a> {
+    /// The slot of a constraint attribute, looked up once for every device.
+    pub(crate) fn attr_slot(&mut self, qualified: &str) -> usize {
+        if let Some(&slot) = self.attr_slots.get(qualified) {
+            return slot;
+        }
+        let values: Vec<Option<AttrKey<'a>>> = self
+            .devices
+            .iter()
+            .map(|d| d.constraint_attr(qualified))
+            .collect();
+        let slot = self.attr_values.len();
+        self.attr_values.push(values);
+        self.attr_slots.insert(qualified.to_string(), slot);
+        slot
+    }
 }
 
 fn slice_relevant(node: &Node, slice: &ResourceSlice) -> Result<bool, String> {
@@ -208,38 +250,37 @@ fn parse_policy(cap: &DeviceCapacity, name: &str) -> Result<Option<Policy>, Stri
 /// Builds the `device` variable as the scheduler does: the first set field of each attribute
 /// (int, bool, string, version); none set or an invalid version is an error for every
 /// selector evaluated on the device.
-fn device_context(dev: &Device, driver: &str) -> Result<DeviceContext, String> {
-    let mut attrs = Vec::with_capacity(dev.attributes.len());
+fn device_context(
+    dev: &Device,
+    driver: &str,
+    caps: &[Capacity<'_>],
+    interner: &mut Interner,
+) -> Result<DeviceContext, String> {
+    let mut ctx = DeviceContext::empty(
+        interner,
+        driver,
+        dev.allow_multiple_allocations.unwrap_or(false),
+    );
     for (name, a) in &dev.attributes {
         let v = if let Some(i) = a.int {
-            AttributeValue::Int(i)
+            Value::Int(i)
         } else if let Some(b) = a.bool {
-            AttributeValue::Bool(b)
+            Value::Bool(b)
         } else if let Some(s) = &a.string {
-            AttributeValue::String(s.clone())
+            Value::String(interner.str(s))
         } else if let Some(v) = &a.version {
-            AttributeValue::Version(
-                Version::parse(v)
-                    .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?,
-            )
+            interner
+                .version(v)
+                .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
         } else {
             return Err(format!("attribute {name}: unsupported attribute value"));
         };
-        attrs.push((name.clone(), v));
+        ctx.push_attribute(interner, driver, name, v);
     }
-    let mut caps = Vec::with_capacity(dev.capacity.len());
-    for (name, c) in &dev.capacity {
-        caps.push((
-            name.clone(),
-            parse_q(c.value.as_str(), &|| format!("capacity {name}"))?,
-        ));
+    for c in caps {
+        ctx.push_capacity(interner, driver, c.key, c.value);
     }
-    Ok(DeviceContext::new(
-        driver,
-        attrs,
-        caps,
-        dev.allow_multiple_allocations.unwrap_or(false),
-    ))
+    Ok(ctx)
 }
 
 struct RawPool<'a> {
@@ -384,6 +425,9 @@ pub(crate) fn build_node_view<'a>(
         selector_cache: Vec::new(),
         programs: Vec::new(),
         program_index: HashMap::new(),
+        attr_values: Vec::new(),
+        attr_slots: HashMap::new(),
+        interner: RefCell::new(Interner::default()),
     };
     for (pi, (relevant, others)) in sorted_slices.into_iter().enumerate() {
         if view.pools[pi].state != PoolState::Usable {
@@ -466,11 +510,17 @@ fn prepare_pool<'a>(
         Ok(out)
     };
     // Validate the consumption of every device of the pool and subtract what allocated
-    // devices consume.
+    // devices consume. Candidates are parsed once, below.
+    let is_candidate_slice = |s: &ResourceSlice| device_slices.iter().any(|x| std::ptr::eq(*x, s));
     for s in relevant.iter().chain(others.iter()) {
+        let candidate_slice = is_candidate_slice(s);
         for d in &s.spec.devices {
+            let is_allocated = allocated.contains(&(driver, pool_name, d.name.as_str()));
+            if candidate_slice && !is_allocated {
+                continue;
+            }
             let used = consumption(d)?;
-            if allocated.contains(&(driver, pool_name, d.name.as_str())) {
+            if is_allocated {
                 for (idx, q) in used {
                     available[idx] = available[idx].checked_sub(&q).ok_or_else(|| {
                         format!("counter arithmetic overflow on device {}", d.name)
@@ -495,7 +545,7 @@ fn prepare_pool<'a>(
                 Ok(true)
             };
             let mut capacity = Vec::with_capacity(d.capacity.len());
-            let mut cap_err = None;
+            let mut capacity_error = None;
             for (name, c) in &d.capacity {
                 match (Quantity::parse(c.value.as_str()), parse_policy(c, name)) {
                     (Ok(value), Ok(policy)) => capacity.push(Capacity {
@@ -503,14 +553,10 @@ fn prepare_pool<'a>(
                         value,
                         policy,
                     }),
-                    (Err(e), _) => cap_err = Some(format!("capacity {name}: {e}")),
-                    (_, Err(e)) => cap_err = Some(e),
+                    (Err(e), _) => capacity_error = Some(format!("capacity {name}: {e}")),
+                    (_, Err(e)) => capacity_error = Some(e),
                 }
             }
-            let ctx = match cap_err {
-                Some(e) => Err(e),
-                None => device_context(d, driver),
-            };
             view.devices.push(Dev {
                 pool: pi,
                 slice: s,
@@ -519,7 +565,9 @@ fn prepare_pool<'a>(
                 pool_name,
                 allocated: allocated.contains(&(driver, pool_name, d.name.as_str())),
                 node_ok,
-                ctx,
+                ctx: std::cell::OnceCell::new(),
+                plain_capacity: capacity.iter().all(|c| c.policy.is_none()),
+                capacity_error,
                 counters: consumption(d)?,
                 capacity,
                 taints: d

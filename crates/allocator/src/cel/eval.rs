@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::DeviceContext;
-use super::compile::{BinOp, DeviceField, Node, Program};
+use super::compile::{BinOp, Comprehension, DeviceField, Node, Program};
 use super::library;
 use super::value::{MapValue, Value, empty_map};
 
@@ -101,10 +101,10 @@ impl<'a> Evaluator<'a> {
 
     fn device_field(&self, f: DeviceField) -> Value {
         match f {
-            DeviceField::Driver => self.device.driver.clone(),
-            DeviceField::Attributes => self.device.attributes.clone(),
-            DeviceField::Capacity => self.device.capacity.clone(),
-            DeviceField::AllowMultipleAllocations => Value::Bool(self.device.allow_multiple),
+            DeviceField::Driver => self.device.driver().clone(),
+            DeviceField::Attributes => self.device.attributes().clone(),
+            DeviceField::Capacity => self.device.capacity().clone(),
+            DeviceField::AllowMultipleAllocations => Value::Bool(self.device.allow_multiple()),
         }
     }
 
@@ -115,301 +115,342 @@ impl<'a> Evaluator<'a> {
                 self.meter.charge(1)?;
                 Ok(self.locals[*slot].clone())
             }
-            Node::DeviceVar => {
-                self.meter.charge(1)?;
-                let mut m = MapValue::default();
-                for (k, f) in [
-                    ("driver", DeviceField::Driver),
-                    ("attributes", DeviceField::Attributes),
-                    ("capacity", DeviceField::Capacity),
-                    (
-                        "allowMultipleAllocations",
-                        DeviceField::AllowMultipleAllocations,
-                    ),
-                ] {
-                    m.entries.push((Value::str(k), self.device_field(f)));
-                }
-                Ok(Value::Map(Arc::new(m)))
-            }
+            Node::DeviceVar => self.eval_device_var(),
             Node::Device(f) => {
                 self.meter.charge(1)?;
                 Ok(self.device_field(*f))
             }
-            Node::DeviceEntry { field, domain, id } => {
-                self.meter.charge(3)?;
-                let top = match field {
-                    DeviceField::Capacity => &self.device.capacity,
-                    _ => &self.device.attributes,
-                };
-                let Value::Map(top) = top else {
-                    return Err(EvalError::msg("device map missing"));
-                };
-                match top.get_str(domain) {
-                    Some(Value::Map(inner)) => match inner.get_str(id) {
-                        Some(v) => Ok(v.clone()),
-                        None => Err(EvalError::msg(format!("no such key: {id}"))),
-                    },
-                    _ => Err(EvalError::msg(format!("no such key: {id}"))),
-                }
-            }
-            Node::Select(operand, field) => {
-                let v = self.eval(operand)?;
-                self.meter.charge(1)?;
-                select(&v, field)
-            }
-            Node::Has(operand, field) => {
-                let v = self.eval(operand)?;
-                self.meter.charge(1)?;
-                match &v {
-                    Value::Map(m) => Ok(Value::Bool(
-                        m.missing_is_empty || m.get_str(field).is_some(),
-                    )),
-                    other => Err(EvalError::msg(format!(
-                        "invalid type for field selection: {}",
-                        other.type_name()
-                    ))),
-                }
-            }
-            Node::OptSelect(operand, field) => {
-                let v = self.eval(operand)?;
-                self.meter.charge(1)?;
-                let inner = match &v {
-                    Value::Optional(None) => return Ok(Value::Optional(None)),
-                    Value::Optional(Some(x)) => (**x).clone(),
-                    other => other.clone(),
-                };
-                match &inner {
-                    Value::Map(m) => Ok(Value::Optional(match m.get_str(field) {
-                        Some(x) => Some(Arc::new(x.clone())),
-                        None if m.missing_is_empty => Some(Arc::new(empty_map())),
-                        None => None,
-                    })),
-                    other => Err(EvalError::msg(format!(
-                        "invalid type for field selection: {}",
-                        other.type_name()
-                    ))),
-                }
-            }
-            Node::Index(operand, index) => {
-                let v = self.eval(operand)?;
-                let i = self.eval(index)?;
-                self.meter.charge(1)?;
-                index_value(&v, &i)
-            }
-            Node::OptIndex(operand, index) => {
-                let v = self.eval(operand)?;
-                let i = self.eval(index)?;
-                self.meter.charge(1)?;
-                let inner = match &v {
-                    Value::Optional(None) => return Ok(Value::Optional(None)),
-                    Value::Optional(Some(x)) => (**x).clone(),
-                    other => other.clone(),
-                };
-                match index_value(&inner, &i) {
-                    Ok(x) => Ok(Value::Optional(Some(Arc::new(x)))),
-                    Err(e) if e.fatal => Err(e),
-                    Err(_) => match &inner {
-                        Value::Map(_) | Value::List(_) => Ok(Value::Optional(None)),
-                        other => Err(EvalError::msg(format!(
-                            "no such overload: _[?_]({})",
-                            other.type_name()
-                        ))),
-                    },
-                }
-            }
+            Node::DeviceEntry { field, domain, id } => self.eval_device_entry(field, domain, id),
+            Node::Select(operand, field) => self.eval_select(operand, field),
+            Node::Has(operand, field) => self.eval_has(operand, field),
+            Node::OptSelect(operand, field) => self.eval_opt_select(operand, field),
+            Node::Index(operand, index) => self.eval_index(operand, index),
+            Node::OptIndex(operand, index) => self.eval_opt_index(operand, index),
             Node::And(a, b) => self.logic(a, b, false),
             Node::Or(a, b) => self.logic(a, b, true),
-            Node::Not(a) => {
-                let v = self.eval(a)?;
-                self.meter.charge(1)?;
-                match v {
-                    Value::Bool(b) => Ok(Value::Bool(!b)),
-                    other => Err(EvalError::msg(format!(
-                        "no such overload: !_({})",
-                        other.type_name()
-                    ))),
-                }
-            }
+            Node::Not(a) => self.eval_not(a),
             Node::NotStrictlyFalse(a) => match self.eval(a) {
                 Ok(Value::Bool(false)) => Ok(Value::Bool(false)),
                 Err(e) if e.fatal => Err(e),
                 _ => Ok(Value::Bool(true)),
             },
-            Node::Cond(c) => {
-                let cond = self.eval(&c.0)?;
-                self.meter.charge(1)?;
-                match cond {
-                    Value::Bool(true) => self.eval(&c.1),
-                    Value::Bool(false) => self.eval(&c.2),
-                    other => Err(EvalError::msg(format!(
-                        "no such overload: _?_:_({})",
-                        other.type_name()
-                    ))),
-                }
-            }
-            Node::Neg(a) => {
-                let v = self.eval(a)?;
-                self.meter.charge(1)?;
+            Node::Cond(c) => self.eval_cond(c),
+            Node::Neg(a) => self.eval_neg(a),
+            Node::Binary(op, a, b) => self.eval_binary(op, a, b),
+            Node::List(elements, optional) => self.eval_list(elements, optional),
+            Node::Map(entries) => self.eval_map(entries),
+            Node::Call(f, args) => self.eval_call(f, args),
+            Node::Bind(slot, init, body) => self.eval_bind(slot, init, body),
+            Node::Comprehension(c) => self.eval_comprehension(c),
+        }
+    }
+
+    #[inline(never)]
+    fn eval_device_entry(&mut self, field: &DeviceField, domain: &str, id: &str) -> R {
+        self.meter.charge(3)?;
+        match self
+            .device
+            .entry(matches!(field, DeviceField::Capacity), domain, id)
+        {
+            Some(v) => Ok(v.clone()),
+            None => Err(EvalError::msg(format!("no such key: {id}"))),
+        }
+    }
+
+    #[inline(never)]
+    fn eval_select(&mut self, operand: &Node, field: &str) -> R {
+        let v = self.eval(operand)?;
+        self.meter.charge(1)?;
+        select(&v, field)
+    }
+
+    #[inline(never)]
+    fn eval_has(&mut self, operand: &Node, field: &str) -> R {
+        let v = self.eval(operand)?;
+        self.meter.charge(1)?;
+        match &v {
+            Value::Map(m) => Ok(Value::Bool(
+                m.missing_is_empty || m.get_str(field).is_some(),
+            )),
+            other => Err(EvalError::msg(format!(
+                "invalid type for field selection: {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    #[inline(never)]
+    fn eval_index(&mut self, operand: &Node, index: &Node) -> R {
+        let v = self.eval(operand)?;
+        let i = self.eval(index)?;
+        self.meter.charge(1)?;
+        index_value(&v, &i)
+    }
+
+    #[inline(never)]
+    fn eval_not(&mut self, a: &Node) -> R {
+        let v = self.eval(a)?;
+        self.meter.charge(1)?;
+        match v {
+            Value::Bool(b) => Ok(Value::Bool(!b)),
+            other => Err(EvalError::msg(format!(
+                "no such overload: !_({})",
+                other.type_name()
+            ))),
+        }
+    }
+
+    #[inline(never)]
+    fn eval_cond(&mut self, c: &(Node, Node, Node)) -> R {
+        let cond = self.eval(&c.0)?;
+        self.meter.charge(1)?;
+        match cond {
+            Value::Bool(true) => self.eval(&c.1),
+            Value::Bool(false) => self.eval(&c.2),
+            other => Err(EvalError::msg(format!(
+                "no such overload: _?_:_({})",
+                other.type_name()
+            ))),
+        }
+    }
+
+    #[inline(never)]
+    fn eval_neg(&mut self, a: &Node) -> R {
+        let v = self.eval(a)?;
+        self.meter.charge(1)?;
+        match v {
+            Value::Int(i) => i
+                .checked_neg()
+                .map(Value::Int)
+                .ok_or_else(|| EvalError::msg("integer overflow")),
+            Value::Double(d) => Ok(Value::Double(-d)),
+            other => Err(EvalError::msg(format!(
+                "no such overload: -_({})",
+                other.type_name()
+            ))),
+        }
+    }
+
+    #[inline(never)]
+    fn eval_bind(&mut self, slot: &usize, init: &Node, body: &Node) -> R {
+        let v = self.eval(init)?;
+        let saved = std::mem::replace(&mut self.locals[*slot], v);
+        let r = self.eval(body);
+        self.locals[*slot] = saved;
+        r
+    }
+
+    #[inline(never)]
+    fn eval_device_var(&mut self) -> R {
+        self.meter.charge(1)?;
+        let mut m = MapValue::default();
+        for (k, f) in [
+            ("driver", DeviceField::Driver),
+            ("attributes", DeviceField::Attributes),
+            ("capacity", DeviceField::Capacity),
+            (
+                "allowMultipleAllocations",
+                DeviceField::AllowMultipleAllocations,
+            ),
+        ] {
+            m.entries.push((Value::str(k), self.device_field(f)));
+        }
+        Ok(Value::Map(Arc::new(m)))
+    }
+
+    #[inline(never)]
+    fn eval_opt_select(&mut self, operand: &Node, field: &str) -> R {
+        let v = self.eval(operand)?;
+        self.meter.charge(1)?;
+        let inner = match &v {
+            Value::Optional(None) => return Ok(Value::Optional(None)),
+            Value::Optional(Some(x)) => (**x).clone(),
+            other => other.clone(),
+        };
+        match &inner {
+            Value::Map(m) => Ok(Value::Optional(match m.get_str(field) {
+                Some(x) => Some(Arc::new(x.clone())),
+                None if m.missing_is_empty => Some(Arc::new(empty_map())),
+                None => None,
+            })),
+            other => Err(EvalError::msg(format!(
+                "invalid type for field selection: {}",
+                other.type_name()
+            ))),
+        }
+    }
+
+    #[inline(never)]
+    fn eval_opt_index(&mut self, operand: &Node, index: &Node) -> R {
+        let v = self.eval(operand)?;
+        let i = self.eval(index)?;
+        self.meter.charge(1)?;
+        let inner = match &v {
+            Value::Optional(None) => return Ok(Value::Optional(None)),
+            Value::Optional(Some(x)) => (**x).clone(),
+            other => other.clone(),
+        };
+        match index_value(&inner, &i) {
+            Ok(x) => Ok(Value::Optional(Some(Arc::new(x)))),
+            Err(e) if e.fatal => Err(e),
+            Err(_) => match &inner {
+                Value::Map(_) | Value::List(_) => Ok(Value::Optional(None)),
+                other => Err(EvalError::msg(format!(
+                    "no such overload: _[?_]({})",
+                    other.type_name()
+                ))),
+            },
+        }
+    }
+
+    #[inline(never)]
+    fn eval_binary(&mut self, op: &BinOp, a: &Node, b: &Node) -> R {
+        let x = self.eval(a)?;
+        let y = self.eval(b)?;
+        self.meter.charge(1)?;
+        self.binary(*op, &x, &y)
+    }
+
+    #[inline(never)]
+    fn eval_list(&mut self, elements: &[Node], optional: &[usize]) -> R {
+        self.meter.charge(10 + elements.len() as u64)?;
+        let mut out = Vec::with_capacity(elements.len());
+        for (i, e) in elements.iter().enumerate() {
+            let v = self.eval(e)?;
+            if optional.contains(&i) {
                 match v {
-                    Value::Int(i) => i
-                        .checked_neg()
-                        .map(Value::Int)
-                        .ok_or_else(|| EvalError::msg("integer overflow")),
-                    Value::Double(d) => Ok(Value::Double(-d)),
-                    other => Err(EvalError::msg(format!(
-                        "no such overload: -_({})",
-                        other.type_name()
-                    ))),
-                }
-            }
-            Node::Binary(op, a, b) => {
-                let x = self.eval(a)?;
-                let y = self.eval(b)?;
-                self.meter.charge(1)?;
-                self.binary(*op, &x, &y)
-            }
-            Node::List(elements, optional) => {
-                self.meter.charge(10 + elements.len() as u64)?;
-                let mut out = Vec::with_capacity(elements.len());
-                for (i, e) in elements.iter().enumerate() {
-                    let v = self.eval(e)?;
-                    if optional.contains(&i) {
-                        match v {
-                            Value::Optional(Some(x)) => out.push((*x).clone()),
-                            Value::Optional(None) => {}
-                            other => {
-                                return Err(EvalError::msg(format!(
-                                    "optional list element is a {}",
-                                    other.type_name()
-                                )));
-                            }
-                        }
-                    } else {
-                        out.push(v);
-                    }
-                }
-                Ok(Value::List(Arc::new(out)))
-            }
-            Node::Map(entries) => {
-                self.meter.charge(30 + entries.len() as u64)?;
-                let mut m = MapValue::default();
-                for (k, v, optional) in entries {
-                    let key = self.eval(k)?;
-                    if !matches!(
-                        key,
-                        Value::String(_) | Value::Int(_) | Value::Uint(_) | Value::Bool(_)
-                    ) {
-                        return Err(EvalError::msg(format!(
-                            "unsupported map key type: {}",
-                            key.type_name()
-                        )));
-                    }
-                    let value = self.eval(v)?;
-                    let value = if *optional {
-                        match value {
-                            Value::Optional(Some(x)) => (*x).clone(),
-                            Value::Optional(None) => continue,
-                            other => {
-                                return Err(EvalError::msg(format!(
-                                    "optional map entry is a {}",
-                                    other.type_name()
-                                )));
-                            }
-                        }
-                    } else {
-                        value
-                    };
-                    if m.get(&key).is_some() {
-                        return Err(EvalError::msg(format!("duplicate map key {key}")));
-                    }
-                    m.entries.push((key, value));
-                }
-                Ok(Value::Map(Arc::new(m)))
-            }
-            Node::Call(f, args) => {
-                let mut values = Vec::with_capacity(args.len());
-                for a in args {
-                    values.push(self.eval(a)?);
-                }
-                library::call(*f, values, &mut self.meter)
-            }
-            Node::Bind(slot, init, body) => {
-                let v = self.eval(init)?;
-                let saved = std::mem::replace(&mut self.locals[*slot], v);
-                let r = self.eval(body);
-                self.locals[*slot] = saved;
-                r
-            }
-            Node::Comprehension(c) => {
-                let range = self.eval(&c.range)?;
-                let items: Vec<(Value, Value)> = match &range {
-                    Value::List(l) => l
-                        .iter()
-                        .enumerate()
-                        .map(|(i, v)| (Value::Int(i as i64), v.clone()))
-                        .collect(),
-                    Value::Map(m) => m
-                        .entries
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
+                    Value::Optional(Some(x)) => out.push((*x).clone()),
+                    Value::Optional(None) => {}
                     other => {
                         return Err(EvalError::msg(format!(
-                            "expression of type {} cannot be range of a comprehension",
+                            "optional list element is a {}",
                             other.type_name()
                         )));
                     }
-                };
-                let is_list = matches!(range, Value::List(_));
-                let accu = self.eval(&c.init)?;
-                let saved_accu = std::mem::replace(&mut self.locals[c.accu], accu);
-                let saved_var = self.locals[c.var].clone();
-                let saved_var2 = c.var2.map(|s| self.locals[s].clone());
-                let mut outcome: Result<(), EvalError> = Ok(());
-                for (key, value) in items {
-                    if let Err(e) = self.meter.charge(1) {
-                        outcome = Err(e);
-                        break;
-                    }
-                    match c.var2 {
-                        Some(s2) => {
-                            self.locals[c.var] = key;
-                            self.locals[s2] = value;
-                        }
-                        None => self.locals[c.var] = if is_list { value } else { key },
-                    }
-                    match self.eval(&c.cond) {
-                        Ok(Value::Bool(false)) => break,
-                        Ok(Value::Bool(true)) => {}
-                        Ok(other) => {
-                            outcome = Err(EvalError::msg(format!(
-                                "comprehension condition is a {}",
-                                other.type_name()
-                            )));
-                            break;
-                        }
-                        Err(e) => {
-                            outcome = Err(e);
-                            break;
-                        }
-                    }
-                    match self.eval(&c.step) {
-                        Ok(v) => self.locals[c.accu] = v,
-                        Err(e) => {
-                            outcome = Err(e);
-                            break;
-                        }
-                    }
                 }
-                let result = outcome.and_then(|()| self.eval(&c.result));
-                self.locals[c.accu] = saved_accu;
-                self.locals[c.var] = saved_var;
-                if let (Some(s2), Some(v)) = (c.var2, saved_var2) {
-                    self.locals[s2] = v;
-                }
-                result
+            } else {
+                out.push(v);
             }
         }
+        Ok(Value::List(Arc::new(out)))
+    }
+
+    #[inline(never)]
+    fn eval_map(&mut self, entries: &[(Node, Node, bool)]) -> R {
+        self.meter.charge(30 + entries.len() as u64)?;
+        let mut m = MapValue::default();
+        for (k, v, optional) in entries {
+            let key = self.eval(k)?;
+            if !matches!(
+                key,
+                Value::String(_) | Value::Int(_) | Value::Uint(_) | Value::Bool(_)
+            ) {
+                return Err(EvalError::msg(format!(
+                    "unsupported map key type: {}",
+                    key.type_name()
+                )));
+            }
+            let value = self.eval(v)?;
+            let value = if *optional {
+                match value {
+                    Value::Optional(Some(x)) => (*x).clone(),
+                    Value::Optional(None) => continue,
+                    other => {
+                        return Err(EvalError::msg(format!(
+                            "optional map entry is a {}",
+                            other.type_name()
+                        )));
+                    }
+                }
+            } else {
+                value
+            };
+            if m.get(&key).is_some() {
+                return Err(EvalError::msg(format!("duplicate map key {key}")));
+            }
+            m.entries.push((key, value));
+        }
+        Ok(Value::Map(Arc::new(m)))
+    }
+
+    #[inline(never)]
+    fn eval_call(&mut self, f: &library::Func, args: &[Node]) -> R {
+        let mut values = Vec::with_capacity(args.len());
+        for a in args {
+            values.push(self.eval(a)?);
+        }
+        library::call(*f, values, &mut self.meter)
+    }
+
+    #[inline(never)]
+    fn eval_comprehension(&mut self, c: &Comprehension) -> R {
+        let range = self.eval(&c.range)?;
+        let items: Vec<(Value, Value)> = match &range {
+            Value::List(l) => l
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (Value::Int(i as i64), v.clone()))
+                .collect(),
+            Value::Map(m) => m
+                .entries
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            other => {
+                return Err(EvalError::msg(format!(
+                    "expression of type {} cannot be range of a comprehension",
+                    other.type_name()
+                )));
+            }
+        };
+        let is_list = matches!(range, Value::List(_));
+        let accu = self.eval(&c.init)?;
+        let saved_accu = std::mem::replace(&mut self.locals[c.accu], accu);
+        let saved_var = self.locals[c.var].clone();
+        let saved_var2 = c.var2.map(|s| self.locals[s].clone());
+        let mut outcome: Result<(), EvalError> = Ok(());
+        for (key, value) in items {
+            if let Err(e) = self.meter.charge(1) {
+                outcome = Err(e);
+                break;
+            }
+            match c.var2 {
+                Some(s2) => {
+                    self.locals[c.var] = key;
+                    self.locals[s2] = value;
+                }
+                None => self.locals[c.var] = if is_list { value } else { key },
+            }
+            match self.eval(&c.cond) {
+                Ok(Value::Bool(false)) => break,
+                Ok(Value::Bool(true)) => {}
+                Ok(other) => {
+                    outcome = Err(EvalError::msg(format!(
+                        "comprehension condition is a {}",
+                        other.type_name()
+                    )));
+                    break;
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+            match self.eval(&c.step) {
+                Ok(v) => self.locals[c.accu] = v,
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        let result = outcome.and_then(|()| self.eval(&c.result));
+        self.locals[c.accu] = saved_accu;
+        self.locals[c.var] = saved_var;
+        if let (Some(s2), Some(v)) = (c.var2, saved_var2) {
+            self.locals[s2] = v;
+        }
+        result
     }
 
     /// `&&` (`or == false`) and `||` with CEL's commutative error handling: a decisive

@@ -20,8 +20,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub use compile::Program;
-use numeric::Quantity;
-use value::{MapValue, Value};
+use numeric::{Quantity, Version};
+use value::MapValue;
+pub(crate) use value::Value;
 
 /// Longest accepted expression, in bytes (the API server's limit for selectors).
 pub const MAX_EXPRESSION_LENGTH: usize = 10 * 1024;
@@ -134,12 +135,18 @@ pub fn compile_uncached(expression: &str) -> Result<Arc<Program>, CompileError> 
 pub use kubedev_core::AttributeValue;
 
 /// The `device` variable of one device, built once and reused for every evaluation.
-#[derive(Clone, Debug)]
+///
+/// Attribute and capacity entries are kept flat; the nested `domain -> id -> value` maps are
+/// only built when an expression uses them as maps (iteration, `in`, `size`), since direct
+/// lookups (`device.attributes["domain"].id`) read the flat entries.
+#[derive(Debug)]
 pub struct DeviceContext {
     driver: Value,
-    attributes: Value,
-    capacity: Value,
+    attrs: Vec<(Arc<str>, Arc<str>, Value)>,
+    caps: Vec<(Arc<str>, Arc<str>, Value)>,
     allow_multiple: bool,
+    attributes: OnceLock<Value>,
+    capacity: OnceLock<Value>,
 }
 
 /// Splits a qualified name into domain and id; bare names get the driver as domain.
@@ -150,27 +157,105 @@ pub fn split_qualified<'a>(name: &'a str, driver: &'a str) -> (&'a str, &'a str)
     }
 }
 
-fn nested_map<V>(
-    driver: &str,
-    items: impl IntoIterator<Item = (String, V)>,
-    convert: impl Fn(V) -> Value,
-) -> Value {
+/// A fast hasher for the interner's short keys (FNV-1a over 8-byte words). The keys come
+/// from ResourceSlices published by drivers, which the cluster trusts.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = self.0 ^ 0xcbf2_9ce4_8422_2325;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            h = (h ^ u64::from_le_bytes(w))
+                .wrapping_mul(0x0000_0100_0000_01b3)
+                .rotate_left(29);
+        }
+        for &b in chunks.remainder() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+
+/// A name split for a driver: (driver, domain, id).
+type SplitName = (Arc<str>, Arc<str>, Arc<str>);
+
+/// Shares the strings and values of device contexts (names, domains, string values,
+/// versions and quantities repeat across the devices of a node).
+#[derive(Debug, Default)]
+pub(crate) struct Interner {
+    strings: FastMap<Box<str>, Arc<str>>,
+    /// Name -> (driver it was split for, domain, id).
+    names: FastMap<Box<str>, SplitName>,
+    versions: FastMap<Box<str>, Value>,
+    quantities: FastMap<Quantity, Value>,
+}
+
+impl Interner {
+    /// Domain and id of an attribute or capacity name (bare names belong to `driver`).
+    pub(crate) fn name(&mut self, name: &str, driver: &str) -> (Arc<str>, Arc<str>) {
+        if let Some((d, domain, id)) = self.names.get(name)
+            && (name.contains('/') || &**d == driver)
+        {
+            return (domain.clone(), id.clone());
+        }
+        let (domain, id) = split_qualified(name, driver);
+        let entry = (self.str(driver), self.str(domain), self.str(id));
+        let pair = (entry.1.clone(), entry.2.clone());
+        self.names.insert(Box::from(name), entry);
+        pair
+    }
+
+    pub(crate) fn str(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.strings.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.strings.insert(Box::from(s), a.clone());
+        a
+    }
+
+    pub(crate) fn version(&mut self, text: &str) -> Result<Value, String> {
+        if let Some(v) = self.versions.get(text) {
+            return Ok(v.clone());
+        }
+        let v = Value::Semver(Arc::new(Version::parse(text).map_err(|e| e.to_string())?));
+        self.versions.insert(Box::from(text), v.clone());
+        Ok(v)
+    }
+
+    pub(crate) fn quantity(&mut self, q: Quantity) -> Value {
+        self.quantities
+            .entry(q)
+            .or_insert_with(|| Value::Quantity(Arc::new(q)))
+            .clone()
+    }
+}
+
+fn materialize(entries: &[(Arc<str>, Arc<str>, Value)]) -> Value {
     let mut domains: Vec<(Arc<str>, MapValue)> = Vec::new();
-    for (name, v) in items {
-        let (domain, id) = split_qualified(&name, driver);
-        let pos = match domains.iter().position(|(d, _)| &**d == domain) {
+    for (domain, id, value) in entries {
+        let pos = match domains.iter().position(|(d, _)| d == domain) {
             Some(p) => p,
             None => {
-                domains.push((Arc::from(domain), MapValue::default()));
+                domains.push((domain.clone(), MapValue::default()));
                 domains.len() - 1
             }
         };
         let inner = &mut domains[pos].1;
-        let key = Value::str(id);
-        let value = convert(v);
-        match inner.entries.iter_mut().find(|(k, _)| k.equals(&key)) {
-            Some(slot) => slot.1 = value,
-            None => inner.entries.push((key, value)),
+        if inner.get_str(id).is_none() {
+            inner
+                .entries
+                .push((Value::String(id.clone()), value.clone()));
         }
     }
     Value::Map(Arc::new(MapValue {
@@ -191,19 +276,86 @@ impl DeviceContext {
         capacity: impl IntoIterator<Item = (String, Quantity)>,
         allow_multiple_allocations: bool,
     ) -> DeviceContext {
-        DeviceContext {
-            driver: Value::str(driver),
-            attributes: nested_map(driver, attributes, |a| match a {
+        let mut interner = Interner::default();
+        let mut ctx = DeviceContext::empty(&mut interner, driver, allow_multiple_allocations);
+        for (name, a) in attributes {
+            let value = match a {
                 AttributeValue::Int(i) => Value::Int(i),
                 AttributeValue::Bool(b) => Value::Bool(b),
-                AttributeValue::String(s) => Value::str(&s),
+                AttributeValue::String(s) => Value::String(interner.str(&s)),
                 AttributeValue::Version(v) => Value::Semver(Arc::new(v)),
                 // Future attribute types are not visible to selectors.
                 _ => Value::Null,
-            }),
-            capacity: nested_map(driver, capacity, |q| Value::Quantity(Arc::new(q))),
-            allow_multiple: allow_multiple_allocations,
+            };
+            ctx.push_attribute(&mut interner, driver, &name, value);
         }
+        for (name, q) in capacity {
+            ctx.push_capacity(&mut interner, driver, &name, q);
+        }
+        ctx
+    }
+
+    pub(crate) fn empty(
+        interner: &mut Interner,
+        driver: &str,
+        allow_multiple: bool,
+    ) -> DeviceContext {
+        DeviceContext {
+            driver: Value::String(interner.str(driver)),
+            attrs: Vec::new(),
+            caps: Vec::new(),
+            allow_multiple,
+            attributes: OnceLock::new(),
+            capacity: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn push_attribute(
+        &mut self,
+        interner: &mut Interner,
+        driver: &str,
+        name: &str,
+        value: Value,
+    ) {
+        let (domain, id) = interner.name(name, driver);
+        self.attrs.push((domain, id, value));
+    }
+
+    pub(crate) fn push_capacity(
+        &mut self,
+        interner: &mut Interner,
+        driver: &str,
+        name: &str,
+        q: Quantity,
+    ) {
+        let (domain, id) = interner.name(name, driver);
+        let value = interner.quantity(q);
+        self.caps.push((domain, id, value));
+    }
+
+    pub(crate) fn driver(&self) -> &Value {
+        &self.driver
+    }
+
+    pub(crate) fn allow_multiple(&self) -> bool {
+        self.allow_multiple
+    }
+
+    pub(crate) fn attributes(&self) -> &Value {
+        self.attributes.get_or_init(|| materialize(&self.attrs))
+    }
+
+    pub(crate) fn capacity(&self) -> &Value {
+        self.capacity.get_or_init(|| materialize(&self.caps))
+    }
+
+    /// `device.attributes[domain][id]` (or capacity) without building maps; `None` when the
+    /// id is missing.
+    pub(crate) fn entry(&self, capacity: bool, domain: &str, id: &str) -> Option<&Value> {
+        let list = if capacity { &self.caps } else { &self.attrs };
+        list.iter()
+            .find(|(d, i, _)| &**d == domain && &**i == id)
+            .map(|(_, _, v)| v)
     }
 }
 
