@@ -45,6 +45,6 @@ pub use names::{
 };
 pub use prepare::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice, Preparer};
 pub use publish::Publisher;
-pub use quantity::{Quantity, QuantityError};
+pub use quantity::{Format, Quantity, QuantityError};
 pub use source::{DeviceSource, SourceEvent};
 pub use version::{Version, VersionError};
