@@ -220,9 +220,7 @@ fn forbidden_imports_and_broken_contracts_are_bad_modules() {
             "imports kubedev.log (function (i64) -> ())",
         ),
         (
-            wat(&format!(
-                r#"(module (import "env" "mem" (memory 1)) (func (export "x")))"#
-            )),
+            wat(r#"(module (import "env" "mem" (memory 1)) (func (export "x")))"#),
             "imports env.mem (memory)",
         ),
         (
