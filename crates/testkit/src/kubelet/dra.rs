@@ -448,6 +448,70 @@ async fn register(
     }
 }
 
+/// The health snapshot as the kubelet keeps it: `pool/device` → health.
+fn seen(msg: drahealth::v1::NodeWatchResourcesResponse) -> Vec<(String, DeviceHealthSeen)> {
+    let status_name = |h: i32| match h {
+        1 => "HEALTHY",
+        2 => "UNHEALTHY",
+        _ => "UNKNOWN",
+    };
+    msg.devices
+        .into_iter()
+        .map(|d| {
+            let id = d
+                .device
+                .map(|i| format!("{}/{}", i.pool_name, i.device_name))
+                .unwrap_or_default();
+            let seen = DeviceHealthSeen {
+                health: status_name(d.health).into(),
+                message: d.message,
+                last_updated: d.last_updated_time,
+            };
+            (id, seen)
+        })
+        .collect()
+}
+
+/// v1alpha1 and v1 are the same message field for field.
+fn v1_of(
+    msg: drahealth::v1alpha1::NodeWatchResourcesResponse,
+) -> drahealth::v1::NodeWatchResourcesResponse {
+    drahealth::v1::NodeWatchResourcesResponse {
+        devices: msg
+            .devices
+            .into_iter()
+            .map(|d| drahealth::v1::DeviceHealth {
+                device: d.device.map(|i| drahealth::v1::DeviceIdentifier {
+                    pool_name: i.pool_name,
+                    device_name: i.device_name,
+                }),
+                health: d.health,
+                last_updated_time: d.last_updated_time,
+                health_check_timeout_seconds: d.health_check_timeout_seconds,
+                message: d.message,
+            })
+            .collect(),
+    }
+}
+
+/// Hands every message of `stream` to `on` until the stream ends or `cancel` fires.
+async fn follow<T>(
+    mut stream: tonic::Streaming<T>,
+    cancel: &CancellationToken,
+    mut on: impl FnMut(T),
+) {
+    loop {
+        let msg = tokio::select! {
+            _ = cancel.cancelled() => return,
+            m = stream.message() => m,
+        };
+        match msg {
+            Ok(Some(m)) => on(m),
+            _ => return,
+        }
+    }
+}
+
 async fn follow_health(
     driver: String,
     endpoint: PathBuf,
@@ -458,11 +522,6 @@ async fn follow_health(
 ) {
     let Ok(channel) = connect(&endpoint).await else {
         return;
-    };
-    let status_name = |h: i32| match h {
-        1 => "HEALTHY",
-        2 => "UNHEALTHY",
-        _ => "UNKNOWN",
     };
     let apply = |devices: Vec<(String, DeviceHealthSeen)>| {
         let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -475,74 +534,16 @@ async fn follow_health(
     if service == "v1.DRAResourceHealth" {
         let mut c =
             drahealth::v1::dra_resource_health_client::DraResourceHealthClient::new(channel);
-        let Ok(resp) = c
-            .node_watch_resources(drahealth::v1::NodeWatchResourcesRequest {})
-            .await
-        else {
-            return;
-        };
-        let mut s = resp.into_inner();
-        loop {
-            let msg = tokio::select! {
-                _ = cancel.cancelled() => return,
-                m = s.message() => m,
-            };
-            let Ok(Some(msg)) = msg else { return };
-            apply(
-                msg.devices
-                    .into_iter()
-                    .map(|d| {
-                        let id = d
-                            .device
-                            .map(|i| format!("{}/{}", i.pool_name, i.device_name))
-                            .unwrap_or_default();
-                        (
-                            id,
-                            DeviceHealthSeen {
-                                health: status_name(d.health).into(),
-                                message: d.message,
-                                last_updated: d.last_updated_time,
-                            },
-                        )
-                    })
-                    .collect(),
-            );
+        let req = drahealth::v1::NodeWatchResourcesRequest {};
+        if let Ok(resp) = c.node_watch_resources(req).await {
+            follow(resp.into_inner(), &cancel, |m| apply(seen(m))).await;
         }
     } else {
         let mut c =
             drahealth::v1alpha1::dra_resource_health_client::DraResourceHealthClient::new(channel);
-        let Ok(resp) = c
-            .node_watch_resources(drahealth::v1alpha1::NodeWatchResourcesRequest {})
-            .await
-        else {
-            return;
-        };
-        let mut s = resp.into_inner();
-        loop {
-            let msg = tokio::select! {
-                _ = cancel.cancelled() => return,
-                m = s.message() => m,
-            };
-            let Ok(Some(msg)) = msg else { return };
-            apply(
-                msg.devices
-                    .into_iter()
-                    .map(|d| {
-                        let id = d
-                            .device
-                            .map(|i| format!("{}/{}", i.pool_name, i.device_name))
-                            .unwrap_or_default();
-                        (
-                            id,
-                            DeviceHealthSeen {
-                                health: status_name(d.health).into(),
-                                message: d.message,
-                                last_updated: d.last_updated_time,
-                            },
-                        )
-                    })
-                    .collect(),
-            );
+        let req = drahealth::v1alpha1::NodeWatchResourcesRequest {};
+        if let Ok(resp) = c.node_watch_resources(req).await {
+            follow(resp.into_inner(), &cancel, |m| apply(seen(v1_of(m)))).await;
         }
     }
 }
