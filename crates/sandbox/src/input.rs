@@ -5,8 +5,6 @@ use std::collections::{HashMap, HashSet};
 use kubedev_allocator::api;
 use kubedev_core::HealthState;
 
-use crate::abi::NUMA_NODE_ATTRIBUTE;
-
 /// One request a policy orders candidates for.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -100,22 +98,22 @@ pub struct Candidate<'a> {
     pub in_use: bool,
     /// The device's health.
     pub health: HealthState,
-    /// The device's NUMA node, if known.
+    /// The device's NUMA node, when known besides its attributes (inventory devices). For
+    /// a published device this is `None` and the NUMA node is read from its attributes when
+    /// the input is encoded: `resource.kubernetes.io/numaNode`, else the driver's
+    /// `numaNode`, else `numa` (integers).
     pub numa_node: Option<i64>,
 }
 
 impl<'a> Candidate<'a> {
     /// A published device. It counts as healthy unless a taint key ends in `unhealthy`
-    /// (kubedev taints unhealthy devices `<driver>/unhealthy`); its NUMA node is the integer
-    /// attribute `resource.kubernetes.io/numaNode`, else the driver's `numaNode` or `numa`.
+    /// (kubedev taints unhealthy devices `<driver>/unhealthy`); its NUMA node comes from its
+    /// attributes (see [`Candidate::numa_node`]).
     pub fn published(driver: &'a str, pool: &'a str, device: &'a api::Device) -> Self {
         let unhealthy = device
             .taints
             .iter()
             .any(|t| t.key.ends_with("/unhealthy") || t.key == "unhealthy");
-        let numa_node = [NUMA_NODE_ATTRIBUTE, "numaNode", "numa"]
-            .iter()
-            .find_map(|k| device.attributes.get(*k).and_then(|a| a.int));
         Candidate {
             driver,
             pool,
@@ -126,7 +124,7 @@ impl<'a> Candidate<'a> {
             } else {
                 HealthState::Healthy
             },
-            numa_node,
+            numa_node: None,
         }
     }
 

@@ -30,11 +30,12 @@
 //! The contract is a small core WebAssembly module interface, versioned by an export, with
 //! one compact binary message in and one out through linear memory:
 //!
-//! - **Cost per call.** A call must stay within a few microseconds for 64 candidates. Here
-//!   the host writes one length-prefixed message into guest memory with a single copy, and
-//!   the guest reads it in place without allocating per field. The component model's
+//! - **Cost per call.** A call must stay within about ten microseconds for 64 candidates.
+//!   Here the host writes one message of fixed-size records into guest memory (two copies:
+//!   records, then strings), names are interned so the guest compares integers, and the
+//!   guest reads everything in place without allocating per field. The component model's
 //!   canonical ABI would lower every attribute name and value as its own list or string,
-//!   with a guest allocation (`cabi_realloc`) for each.
+//!   with a guest allocation (`cabi_realloc`) and a UTF-8 check for each.
 //! - **Weight.** wasmtime stays without its `component-model` feature (less code compiled
 //!   into the daemon, a smaller attack surface), and a policy is a plain
 //!   `cargo build --target wasm32-unknown-unknown` of a `no_std` crate: no `wit-bindgen`,
@@ -65,36 +66,44 @@
 //! 1000 fuel plus one per byte). Every call runs on a fresh instance, so a policy keeps no
 //! state between calls and a bump allocator that never frees is enough.
 //!
-//! All integers are little-endian. `str` is a `u32` byte length followed by UTF-8 bytes;
-//! lists are a `u32` count followed by the items.
-//!
-//! Input:
+//! All integers are little-endian. The input is a set of fixed-size records a guest reads
+//! in place (no parsing, no allocation per field): a header, tables of records, a name
+//! table and a string region. An *offset* is a byte offset from the start of the message; a
+//! *span* is `(offset u32, length u32)` of UTF-8 bytes relative to the string region; a
+//! *name* is a `u32` index into the name table, where every distinct name (drivers, pools,
+//! attribute, capacity, counter-set and counter names) is stored once, so a guest compares
+//! names as integers. Attribute and capacity names are qualified: a bare name published by a
+//! driver is sent as `<driver>/<name>`.
 //!
 //! ```text
-//! magic "KDPI", version u32 = 1
-//! claim str ("namespace/name"), request str ("request" or "request/subrequest"), count u32
-//! constraints: list of { kind u8 (0 matchAttribute, 1 distinctAttribute), attribute str }
-//! candidates: list of {
-//!     driver str, pool str, name str
-//!     flags u8        bit 0: already allocated; bit 1: NUMA node known
-//!     health u8       0 unknown, 1 healthy, 2 unhealthy
-//!     numa i64        (0 when unknown)
-//!     attributes: list of { name str, tag u8, value }
-//!         tag 0 int: i64 | 1 bool: u8 | 2 string: str | 3 version: str
-//!     capacity: list of { name str, value i64, text str }
-//!     counters: list of {
-//!         counter_set str, set_in_use u32, counters: list of { name str, value i64 } }
-//! }
+//! header (64 bytes)
+//!    0 magic "KDPI"            4 version u32 = 1        8 count u32 (devices wanted)
+//!   12 reserved u32           16 claim span            24 request span
+//!   32 names offset, count    40 constraints offset, count
+//!   48 candidates offset, count                        56 strings offset, length
+//! name table entry (8):    span of the name
+//! constraint (8):          0 attribute name, 4 kind u32 (0 matchAttribute, 1 distinctAttribute)
+//! candidate (64):          0 device name span, 8 driver name, 12 pool name,
+//!                          16 flags u8 (bit 0 already allocated, bit 1 NUMA node known),
+//!                          17 health u8 (0 unknown, 1 healthy, 2 unhealthy), 24 NUMA node i64,
+//!                          32 attributes offset, count     40 capacities offset, count
+//!                          48 counter sets offset, count   56 reserved
+//! attribute (16):          0 name, 4 tag u8 (0 int, 1 bool, 2 string, 3 version),
+//!                          8 value: i64 | u8 | span
+//! capacity (24):           0 name, 8 value i64, 16 text span (the quantity as written)
+//! counter set (16):        0 counter set name, 4 in use u32, 8 counters offset, count
+//! counter (16):            0 counter name, 8 value i64
 //! ```
 //!
-//! Attribute and capacity names are as published: a bare name belongs to the driver's domain
-//! (`numa` of driver `gpu.example.com` is `gpu.example.com/numa`). Quantities are given as
-//! written (`text`) and as Kubernetes' `Value()` (rounded away from zero, saturated to
-//! `i64`). `set_in_use` counts the already-allocated devices that draw from the same shared
-//! counter set (the partitionable device's parent), when the caller knows them (see
-//! [`WasmPolicy::session`] and [`CounterUsage`]).
+//! Quantities are given as written and as Kubernetes' `Value()` (rounded away from zero,
+//! saturated to `i64`). A published device's NUMA node is its integer attribute
+//! `resource.kubernetes.io/numaNode`, else the driver's `numaNode`, else `numa`; an
+//! inventory device's is its own. A counter set's *in use* counts the already-allocated
+//! devices that draw from the same shared counter set (the partitionable device's parent),
+//! when the caller knows them (see [`WasmPolicy::session`] and [`CounterUsage`]).
 //!
-//! Output:
+//! Output (a plain stream: a list is a `u32` count then its items, a `str` a `u32` length
+//! then UTF-8 bytes):
 //!
 //! ```text
 //! magic "KDPO", version u32 = 1, kind u8
@@ -130,6 +139,7 @@
 mod abi;
 mod check;
 mod dir;
+mod encode;
 mod error;
 mod input;
 mod limits;

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use kubedev_allocator::api::ResourceSlice;
 use kubedev_allocator::{PolicyDevice, PolicyRequest, SelectionPolicy};
 
-use crate::abi;
+use crate::encode::{Message, encode_input};
 use crate::error::PolicyError;
 use crate::input::{Candidate, CounterUsage, PolicyInput, split_device_id};
 use crate::ratelimit::TokenBucket;
@@ -147,7 +147,7 @@ pub struct PolicyStats {
 }
 
 thread_local! {
-    static INPUT_BUF: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(16 << 10));
+    static INPUT_BUF: RefCell<Message> = RefCell::new(Message::default());
 }
 
 impl WasmPolicy {
@@ -211,7 +211,7 @@ impl WasmPolicy {
         let started = Instant::now();
         let result = INPUT_BUF.with(|buf| match buf.try_borrow_mut() {
             Ok(mut buf) => self.call(input, &mut buf),
-            Err(_) => self.call(input, &mut Vec::new()),
+            Err(_) => self.call(input, &mut Message::default()),
         });
         match result {
             Ok(out) => Ok(Evaluation {
@@ -243,9 +243,9 @@ impl WasmPolicy {
     fn call(
         &self,
         input: &PolicyInput<'_>,
-        buf: &mut Vec<u8>,
+        buf: &mut Message,
     ) -> Result<crate::sandbox::CallOutput, PolicyError> {
-        abi::encode_input(input, buf);
+        encode_input(input, buf);
         let limits = &self.inner.sandbox.inner.limits;
         let log = LogSink {
             policy: self.inner.name.clone(),

@@ -18,6 +18,7 @@ use crate::abi::{
     self, ABI_VERSION, EXPORT_ALLOC, EXPORT_MEMORY, EXPORT_SELECT, EXPORT_VERSION, IMPORT_LOG,
     IMPORT_MODULE, RawDecision,
 };
+use crate::encode::Message;
 use crate::error::{CallContext, HostFault, PolicyError, classify};
 use crate::limits::Limits;
 use crate::policy::WasmPolicy;
@@ -542,7 +543,7 @@ impl SandboxInner {
     pub(crate) fn call_select(
         &self,
         compiled: &Compiled,
-        input: &[u8],
+        input: &Message,
         candidates: usize,
         log: LogSink,
     ) -> Result<CallOutput, PolicyError> {
@@ -599,7 +600,10 @@ impl SandboxInner {
                 "{EXPORT_ALLOC}({len}) returned 0 (no memory for the input)"
             )));
         }
-        if memory.write(&mut store, ptr, input).is_err() {
+        let written = memory
+            .write(&mut store, ptr, &input.records)
+            .and_then(|()| memory.write(&mut store, ptr + input.records.len(), &input.strings));
+        if written.is_err() {
             return Err(bad_output(format!(
                 "{EXPORT_ALLOC}({len}) returned {ptr}, but {len} bytes from there are outside the memory of {} bytes",
                 memory.data_size(&store)

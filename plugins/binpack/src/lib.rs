@@ -24,27 +24,23 @@ use kubedev_policy_sdk::{Candidate, Decision, Input, kubedev_policy};
 
 /// How many allocated devices share the candidate's busiest parent.
 fn parent_use(c: &Candidate<'_>) -> u32 {
-    c.counter_sets().map(|s| s.in_use).max().unwrap_or(0)
+    c.counter_sets().map(|s| s.in_use()).max().unwrap_or(0)
 }
 
 /// Everything the candidate takes from its parents' counters.
 fn consumption(c: &Candidate<'_>) -> i128 {
-    c.counter_sets()
-        .flat_map(|s| s.counters())
-        .map(|(_, v)| i128::from(v))
-        .sum()
+    c.counter_sets().map(|s| s.total()).sum()
 }
 
 /// The policy.
 pub fn binpack(input: &Input<'_>) -> Decision {
     let mut keyed: Vec<(bool, Reverse<u32>, i128, u32)> = input
         .candidates()
-        .iter()
         .map(|c| {
             (
                 !c.is_free(),
-                Reverse(parent_use(c)),
-                consumption(c),
+                Reverse(parent_use(&c)),
+                consumption(&c),
                 c.index(),
             )
         })

@@ -12,7 +12,7 @@ use kubedev_policy_sdk::{Decision, Input, kubedev_policy, pack_by};
 
 /// The policy.
 pub fn numa_pack(input: &Input<'_>) -> Decision {
-    if input.candidates().iter().all(|c| c.numa_node().is_none()) {
+    if input.candidates().all(|c| c.numa_node().is_none()) {
         return Decision::keep();
     }
     Decision::order(pack_by(input, |c| c.numa_node()))

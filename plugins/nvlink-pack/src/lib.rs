@@ -16,15 +16,12 @@ pub const LINK_GROUP: &str = "linkGroup";
 
 /// The policy.
 pub fn nvlink_pack(input: &Input<'_>) -> Decision {
-    if input
-        .candidates()
-        .iter()
-        .all(|c| c.attribute(LINK_GROUP).is_none())
-    {
+    let link_group = input.key(LINK_GROUP);
+    if input.candidates().all(|c| c.get(&link_group).is_none()) {
         log("nvlink-pack: no candidate has a linkGroup attribute; keeping the default order");
         return Decision::keep();
     }
-    Decision::order(pack_by(input, |c| c.attribute(LINK_GROUP)))
+    Decision::order(pack_by(input, |c| c.get(&link_group)))
 }
 
 kubedev_policy!(nvlink_pack);

@@ -17,6 +17,12 @@
 //!     Decision::order(pack_by(input, |c| c.numa_node()))
 //! }
 //!
+//! // Attribute lookups in a loop: resolve the name once.
+//! fn by_island(input: &Input<'_>) -> Decision {
+//!     let island = input.key("linkGroup");
+//!     Decision::order(pack_by(input, |c| c.get(&island)))
+//! }
+//!
 //! kubedev_policy!(numa_first);
 //! ```
 //!
@@ -26,7 +32,6 @@
 
 extern crate alloc;
 
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -42,185 +47,167 @@ const OUTPUT_MAGIC: &[u8; 4] = b"KDPO";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeError(pub &'static str);
 
-#[derive(Clone, Copy)]
-struct Reader<'a> {
-    buf: &'a [u8],
-    at: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        let end = self
-            .at
-            .checked_add(n)
-            .filter(|&e| e <= self.buf.len())
-            .ok_or(DecodeError("input ends early"))?;
-        let s = &self.buf[self.at..end];
-        self.at = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8, DecodeError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, DecodeError> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn i64(&mut self) -> Result<i64, DecodeError> {
-        let b = self.take(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(i64::from_le_bytes(a))
-    }
-    fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
-        let n = self.u32()? as usize;
-        self.take(n)
-    }
-    fn str(&mut self) -> Result<&'a str, DecodeError> {
-        core::str::from_utf8(self.bytes()?).map_err(|_| DecodeError("a string is not UTF-8"))
-    }
-    fn skip_str(&mut self) -> Result<(), DecodeError> {
-        self.bytes().map(|_| ())
-    }
-    /// Skips `count` items with `skip`, returning the bytes they span.
-    fn section(
-        &mut self,
-        skip: fn(&mut Reader<'a>) -> Result<(), DecodeError>,
-    ) -> Result<Section<'a>, DecodeError> {
-        let count = self.u32()?;
-        let start = self.at;
-        for _ in 0..count {
-            skip(self)?;
-        }
-        Ok(Section {
-            bytes: &self.buf[start..self.at],
-            count,
-        })
-    }
-}
-
-/// A list of encoded items, read on demand.
-#[derive(Clone, Copy, Debug)]
-struct Section<'a> {
-    bytes: &'a [u8],
-    count: u32,
-}
-
-impl<'a> Section<'a> {
-    fn reader(&self) -> Reader<'a> {
-        Reader {
-            buf: self.bytes,
-            at: 0,
-        }
-    }
-}
-
-fn skip_attribute(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-    r.skip_str()?;
-    match r.u8()? {
-        TAG_INT => r.take(8).map(|_| ()),
-        TAG_BOOL => r.take(1).map(|_| ()),
-        TAG_STRING | TAG_VERSION => r.skip_str(),
-        _ => Err(DecodeError("unknown attribute tag")),
-    }
-}
-
-fn skip_capacity(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-    r.skip_str()?;
-    r.take(8)?;
-    r.skip_str()
-}
-
-fn skip_counter(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-    r.skip_str()?;
-    r.take(8).map(|_| ())
-}
-
-fn skip_counter_set(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-    r.skip_str()?;
-    r.u32()?;
-    r.section(skip_counter).map(|_| ())
-}
-
-fn skip_constraint(r: &mut Reader<'_>) -> Result<(), DecodeError> {
-    r.u8()?;
-    r.skip_str()
-}
+const HEADER: usize = 64;
+const CANDIDATE: usize = 64;
+const CONSTRAINT: usize = 8;
+const ATTRIBUTE: usize = 16;
+const CAPACITY: usize = 24;
+const COUNTER_SET: usize = 16;
+const COUNTER: usize = 16;
+const NAME: usize = 8;
 
 const TAG_INT: u8 = 0;
 const TAG_BOOL: u8 = 1;
 const TAG_STRING: u8 = 2;
-const TAG_VERSION: u8 = 3;
+
+/// UTF-8 text of host bytes. Names and values are nearly always ASCII: checking that is a
+/// few operations per word, where full validation costs a few hundred per string.
+#[inline]
+fn text(bytes: &[u8]) -> &str {
+    let mut words = bytes.chunks_exact(4);
+    let ascii = words
+        .by_ref()
+        .all(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) & 0x8080_8080 == 0)
+        && words.remainder().iter().all(|b| *b < 0x80);
+    if ascii {
+        #[allow(unsafe_code)]
+        // SAFETY: every byte is below 0x80, so the bytes are ASCII, which is valid UTF-8.
+        unsafe {
+            core::str::from_utf8_unchecked(bytes)
+        }
+    } else {
+        core::str::from_utf8(bytes).unwrap_or("")
+    }
+}
+
+/// The message, read in place. Reads out of bounds panic (a trap: the host keeps its
+/// default order); the host never sends such a message.
+#[derive(Clone, Copy)]
+struct Msg<'a> {
+    b: &'a [u8],
+    strings: usize,
+    names: usize,
+    names_len: u32,
+}
+
+impl core::fmt::Debug for Msg<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Msg").field("bytes", &self.b.len()).finish()
+    }
+}
+
+impl<'a> Msg<'a> {
+    #[inline(always)]
+    fn u32(&self, at: usize) -> u32 {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(&self.b[at..at + 4]);
+        u32::from_le_bytes(a)
+    }
+    #[inline(always)]
+    fn i64(&self, at: usize) -> i64 {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&self.b[at..at + 8]);
+        i64::from_le_bytes(a)
+    }
+    #[inline(always)]
+    fn usize(&self, at: usize) -> usize {
+        self.u32(at) as usize
+    }
+    /// The bytes of the span at `at`.
+    #[inline]
+    fn bytes(&self, at: usize) -> &'a [u8] {
+        let off = self.strings + self.usize(at);
+        &self.b[off..off + self.usize(at + 4)]
+    }
+    fn str(&self, at: usize) -> &'a str {
+        text(self.bytes(at))
+    }
+    /// The text of name `id`.
+    fn name(&self, id: u32) -> &'a [u8] {
+        if id >= self.names_len {
+            return &[];
+        }
+        self.bytes(self.names + id as usize * NAME)
+    }
+    /// The id of the name whose text is `text`.
+    fn find(&self, text: &[u8]) -> Option<u32> {
+        (0..self.names_len).find(|&id| self.name(id) == text)
+    }
+    /// The id of `driver/bare`.
+    fn find_qualified(&self, driver: &[u8], bare: &[u8]) -> Option<u32> {
+        (0..self.names_len).find(|&id| {
+            let n = self.name(id);
+            n.len() == driver.len() + 1 + bare.len()
+                && n.starts_with(driver)
+                && n[driver.len()] == b'/'
+                && n.ends_with(bare)
+        })
+    }
+}
 
 /// One request and its candidates, read in place from the host's message.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct Input<'a> {
-    claim: &'a str,
-    request: &'a str,
+    m: Msg<'a>,
     count: u32,
-    constraints: Section<'a>,
-    candidates: Vec<Candidate<'a>>,
+    constraints: usize,
+    constraints_len: usize,
+    candidates: usize,
+    len: usize,
 }
 
 impl<'a> Input<'a> {
-    /// Reads an input message.
+    /// Reads an input message (checks its header; records are read when used).
     pub fn decode(bytes: &'a [u8]) -> Result<Input<'a>, DecodeError> {
-        let mut r = Reader { buf: bytes, at: 0 };
-        if r.take(4)? != INPUT_MAGIC {
+        if bytes.len() < HEADER || &bytes[0..4] != INPUT_MAGIC {
             return Err(DecodeError("not an input message"));
         }
-        if r.u32()? != ABI_VERSION {
+        let mut m = Msg {
+            b: bytes,
+            strings: 0,
+            names: 0,
+            names_len: 0,
+        };
+        if m.u32(4) != ABI_VERSION {
             return Err(DecodeError("input is another ABI version"));
         }
-        let claim = r.str()?;
-        let request = r.str()?;
-        let count = r.u32()?;
-        let constraints = r.section(skip_constraint)?;
-        let n = r.u32()?;
-        let mut candidates = Vec::with_capacity(n as usize);
-        for index in 0..n {
-            let driver = r.str()?;
-            let pool = r.str()?;
-            let name = r.str()?;
-            let flags = r.u8()?;
-            let health = r.u8()?;
-            let numa = r.i64()?;
-            let attributes = r.section(skip_attribute)?;
-            let capacity = r.section(skip_capacity)?;
-            let counters = r.section(skip_counter_set)?;
-            candidates.push(Candidate {
-                index,
-                driver,
-                pool,
-                name,
-                flags,
-                health,
-                numa,
-                attributes,
-                capacity,
-                counters,
-            });
+        let (strings, strings_len) = (m.usize(56), m.usize(60));
+        let (names, names_len) = (m.usize(32), m.usize(36));
+        let (constraints, constraints_len) = (m.usize(40), m.usize(44));
+        let (candidates, len) = (m.usize(48), m.usize(52));
+        let fits = |off: usize, n: usize, size: usize| {
+            n.checked_mul(size)
+                .and_then(|s| s.checked_add(off))
+                .is_some_and(|end| end <= bytes.len())
+        };
+        if !fits(strings, strings_len, 1)
+            || !fits(names, names_len, NAME)
+            || !fits(constraints, constraints_len, CONSTRAINT)
+            || !fits(candidates, len, CANDIDATE)
+        {
+            return Err(DecodeError("a region lies outside the message"));
         }
-        if r.at != bytes.len() {
-            return Err(DecodeError("bytes after the input message"));
-        }
+        m.strings = strings;
+        m.names = names;
+        m.names_len = names_len as u32;
         Ok(Input {
-            claim,
-            request,
-            count,
+            m,
+            count: m.u32(8),
             constraints,
+            constraints_len,
             candidates,
+            len,
         })
     }
 
     /// The claim, as `namespace/name`.
     pub fn claim(&self) -> &'a str {
-        self.claim
+        self.m.str(16)
     }
 
     /// `request` or `request/subrequest`.
     pub fn request(&self) -> &'a str {
-        self.request
+        self.m.str(24)
     }
 
     /// How many devices the request wants.
@@ -228,34 +215,101 @@ impl<'a> Input<'a> {
         self.count as usize
     }
 
-    /// The candidates, in the allocator's default order.
-    pub fn candidates(&self) -> &[Candidate<'a>] {
-        &self.candidates
-    }
-
     /// Number of candidates.
     pub fn len(&self) -> usize {
-        self.candidates.len()
+        self.len
     }
 
     /// True when there are no candidates.
     pub fn is_empty(&self) -> bool {
-        self.candidates.is_empty()
+        self.len == 0
+    }
+
+    /// Candidate `index` (panics when out of range).
+    pub fn candidate(&self, index: usize) -> Candidate<'a> {
+        assert!(index < self.len, "candidate index out of range");
+        Candidate {
+            m: self.m,
+            rec: self.candidates + index * CANDIDATE,
+            index: index as u32,
+        }
+    }
+
+    /// The candidates, in the allocator's default order.
+    pub fn candidates(&self) -> impl ExactSizeIterator<Item = Candidate<'a>> + use<'a> {
+        let this = *self;
+        (0..self.len).map(move |i| this.candidate(i))
     }
 
     /// The claim constraints in force for this request.
     pub fn constraints(&self) -> impl Iterator<Item = Constraint<'a>> + use<'a> {
-        let mut r = self.constraints.reader();
-        (0..self.constraints.count).filter_map(move |_| {
-            let kind = match r.u8().ok()? {
-                0 => ConstraintKind::MatchAttribute,
-                _ => ConstraintKind::DistinctAttribute,
-            };
-            Some(Constraint {
-                kind,
-                attribute: r.str().ok()?,
-            })
+        let (m, base) = (self.m, self.constraints);
+        (0..self.constraints_len).map(move |i| {
+            let at = base + i * CONSTRAINT;
+            Constraint {
+                kind: if m.u32(at + 4) == 0 {
+                    ConstraintKind::MatchAttribute
+                } else {
+                    ConstraintKind::DistinctAttribute
+                },
+                attribute: text(m.name(m.u32(at))),
+            }
         })
+    }
+
+    /// Resolves an attribute or capacity name once, for fast lookups with
+    /// [`Candidate::get`] and [`Candidate::capacity_of`]. A qualified name (`domain/id`) is
+    /// taken as it is; a bare name means the id in each candidate's driver's domain.
+    pub fn key(&self, name: &str) -> Key {
+        let name = name.as_bytes();
+        if name.contains(&b'/') {
+            return Key {
+                ids: self
+                    .m
+                    .find(name)
+                    .map(|id| (ANY_DRIVER, id))
+                    .into_iter()
+                    .collect(),
+            };
+        }
+        let mut ids: Vec<(u32, u32)> = Vec::new();
+        for c in self.candidates() {
+            let d = c.driver_id();
+            if ids.iter().any(|&(x, _)| x == d) {
+                continue;
+            }
+            // A driver without this name still gets an entry, so it is looked up once.
+            let id = self
+                .m
+                .find_qualified(self.m.name(d), name)
+                .unwrap_or(NO_NAME);
+            ids.push((d, id));
+        }
+        Key { ids }
+    }
+}
+
+const ANY_DRIVER: u32 = u32::MAX;
+const NO_NAME: u32 = u32::MAX;
+
+/// A resolved attribute or capacity name; see [`Input::key`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    ids: Vec<(u32, u32)>,
+}
+
+impl Key {
+    #[inline]
+    fn id_for(&self, driver: u32) -> Option<u32> {
+        // Nearly always one entry: one driver, or a qualified name.
+        let id = match self.ids.as_slice() {
+            [(d, id)] if *d == driver || *d == ANY_DRIVER => *id,
+            ids => ids
+                .iter()
+                .find(|&&(d, _)| d == driver || d == ANY_DRIVER)
+                .map_or(NO_NAME, |&(_, id)| id),
+        };
+        (id != NO_NAME).then_some(id)
     }
 }
 
@@ -289,7 +343,7 @@ pub enum Health {
 }
 
 /// A typed attribute value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Value<'a> {
     /// An integer.
     Int(i64),
@@ -304,7 +358,7 @@ pub enum Value<'a> {
 /// A capacity of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capacity<'a> {
-    /// The name as published.
+    /// The qualified name.
     pub name: &'a str,
     /// Kubernetes' `Value()`: rounded away from zero, saturated.
     pub value: i64,
@@ -315,48 +369,47 @@ pub struct Capacity<'a> {
 /// A shared counter set (a partitionable device's parent) a candidate draws from.
 #[derive(Debug, Clone, Copy)]
 pub struct CounterSet<'a> {
-    /// The counter set name, unique in the pool.
-    pub name: &'a str,
-    /// How many already-allocated devices draw from the same set.
-    pub in_use: u32,
-    counters: Section<'a>,
+    m: Msg<'a>,
+    rec: usize,
 }
 
 impl<'a> CounterSet<'a> {
+    /// The counter set name, unique in the pool.
+    pub fn name(&self) -> &'a str {
+        text(self.m.name(self.m.u32(self.rec)))
+    }
+
+    /// How many already-allocated devices draw from the same set.
+    pub fn in_use(&self) -> u32 {
+        self.m.u32(self.rec + 4)
+    }
+
     /// The counters the candidate consumes from this set: name and `Value()`.
     pub fn counters(&self) -> impl Iterator<Item = (&'a str, i64)> + use<'a> {
-        let mut r = self.counters.reader();
-        (0..self.counters.count).filter_map(move |_| Some((r.str().ok()?, r.i64().ok()?)))
+        let m = self.m;
+        let (off, n) = (m.usize(self.rec + 8), m.usize(self.rec + 12));
+        (0..n).map(move |i| {
+            let at = off + i * COUNTER;
+            (text(m.name(m.u32(at))), m.i64(at + 8))
+        })
+    }
+
+    /// The sum of the counters consumed (useful when a set has one counter, e.g. memory).
+    pub fn total(&self) -> i128 {
+        let m = self.m;
+        let (off, n) = (m.usize(self.rec + 8), m.usize(self.rec + 12));
+        (0..n)
+            .map(|i| i128::from(m.i64(off + i * COUNTER + 8)))
+            .sum()
     }
 }
 
 /// One candidate device.
 #[derive(Debug, Clone, Copy)]
 pub struct Candidate<'a> {
+    m: Msg<'a>,
+    rec: usize,
     index: u32,
-    driver: &'a str,
-    pool: &'a str,
-    name: &'a str,
-    flags: u8,
-    health: u8,
-    numa: i64,
-    attributes: Section<'a>,
-    capacity: Section<'a>,
-    counters: Section<'a>,
-}
-
-/// `key` (as published) names `query`: equal, or one is the bare form of the other in the
-/// driver's domain.
-fn name_matches(key: &str, query: &str, driver: &str) -> bool {
-    fn qualified(full: &str, driver: &str, bare: &str) -> bool {
-        full.len() == driver.len() + 1 + bare.len()
-            && full.starts_with(driver)
-            && full.as_bytes()[driver.len()] == b'/'
-            && full.ends_with(bare)
-    }
-    key == query
-        || (!key.contains('/') && qualified(query, driver, key))
-        || (!query.contains('/') && qualified(key, driver, query))
 }
 
 impl<'a> Candidate<'a> {
@@ -367,27 +420,31 @@ impl<'a> Candidate<'a> {
 
     /// Device name.
     pub fn name(&self) -> &'a str {
-        self.name
+        self.m.str(self.rec)
+    }
+
+    fn driver_id(&self) -> u32 {
+        self.m.u32(self.rec + 8)
     }
 
     /// Driver name.
     pub fn driver(&self) -> &'a str {
-        self.driver
+        text(self.m.name(self.driver_id()))
     }
 
     /// Pool name.
     pub fn pool(&self) -> &'a str {
-        self.pool
+        text(self.m.name(self.m.u32(self.rec + 12)))
     }
 
     /// True when the device is already allocated (the allocator will skip it).
     pub fn in_use(&self) -> bool {
-        self.flags & 1 != 0
+        self.m.b[self.rec + 16] & 1 != 0
     }
 
     /// Health.
     pub fn health(&self) -> Health {
-        match self.health {
+        match self.m.b[self.rec + 17] {
             1 => Health::Healthy,
             2 => Health::Unhealthy,
             _ => Health::Unknown,
@@ -401,30 +458,60 @@ impl<'a> Candidate<'a> {
 
     /// NUMA node, when known.
     pub fn numa_node(&self) -> Option<i64> {
-        (self.flags & 2 != 0).then_some(self.numa)
+        (self.m.b[self.rec + 16] & 2 != 0).then(|| self.m.i64(self.rec + 24))
     }
 
-    /// Every attribute: name as published and value.
+    fn value(&self, at: usize) -> Value<'a> {
+        match self.m.b[at + 4] {
+            TAG_INT => Value::Int(self.m.i64(at + 8)),
+            TAG_BOOL => Value::Bool(self.m.b[at + 8] != 0),
+            TAG_STRING => Value::String(self.m.str(at + 8)),
+            _ => Value::Version(self.m.str(at + 8)),
+        }
+    }
+
+    /// The records of a section: `(offset, count)` at `at`, records of `size` bytes.
+    #[inline(always)]
+    fn section(&self, at: usize, size: usize) -> (usize, &'a [u8]) {
+        let (off, n) = (self.m.usize(at), self.m.usize(at + 4));
+        (off, &self.m.b[off..off + n * size])
+    }
+
+    /// The attribute named by `key`.
+    pub fn get(&self, key: &Key) -> Option<Value<'a>> {
+        let id = key.id_for(self.driver_id())?;
+        let (off, recs) = self.section(self.rec + 32, ATTRIBUTE);
+        recs.chunks_exact(ATTRIBUTE)
+            .position(|r| u32::from_le_bytes([r[0], r[1], r[2], r[3]]) == id)
+            .map(|i| self.value(off + i * ATTRIBUTE))
+    }
+
+    /// Every attribute: qualified name and value.
     pub fn attributes(&self) -> impl Iterator<Item = (&'a str, Value<'a>)> + use<'a> {
-        let mut r = self.attributes.reader();
-        (0..self.attributes.count).filter_map(move |_| {
-            let name = r.str().ok()?;
-            let value = match r.u8().ok()? {
-                TAG_INT => Value::Int(r.i64().ok()?),
-                TAG_BOOL => Value::Bool(r.u8().ok()? != 0),
-                TAG_STRING => Value::String(r.str().ok()?),
-                _ => Value::Version(r.str().ok()?),
-            };
-            Some((name, value))
+        let this = *self;
+        let (off, n) = (this.m.usize(this.rec + 32), this.m.usize(this.rec + 36));
+        (0..n).map(move |i| {
+            let at = off + i * ATTRIBUTE;
+            (text(this.m.name(this.m.u32(at))), this.value(at))
         })
     }
 
-    /// The attribute `name`: qualified (`domain/id`) or bare (the driver's domain).
+    /// The attribute `name`: qualified (`domain/id`) or bare (the driver's domain). Resolves
+    /// the name on every call; use [`Input::key`] and [`Candidate::get`] in loops.
     pub fn attribute(&self, name: &str) -> Option<Value<'a>> {
-        let driver = self.driver;
-        self.attributes()
-            .find(|(k, _)| name_matches(k, name, driver))
-            .map(|(_, v)| v)
+        self.get(&self.key(name))
+    }
+
+    fn key(&self, name: &str) -> Key {
+        let name = name.as_bytes();
+        let id = if name.contains(&b'/') {
+            self.m.find(name)
+        } else {
+            self.m.find_qualified(self.m.name(self.driver_id()), name)
+        };
+        Key {
+            ids: id.map(|id| (ANY_DRIVER, id)).into_iter().collect(),
+        }
     }
 
     /// An integer attribute.
@@ -451,37 +538,42 @@ impl<'a> Candidate<'a> {
         }
     }
 
+    fn capacity_at(&self, at: usize) -> Capacity<'a> {
+        Capacity {
+            name: text(self.m.name(self.m.u32(at))),
+            value: self.m.i64(at + 8),
+            text: self.m.str(at + 16),
+        }
+    }
+
     /// Every capacity.
     pub fn capacities(&self) -> impl Iterator<Item = Capacity<'a>> + use<'a> {
-        let mut r = self.capacity.reader();
-        (0..self.capacity.count).filter_map(move |_| {
-            Some(Capacity {
-                name: r.str().ok()?,
-                value: r.i64().ok()?,
-                text: r.str().ok()?,
-            })
-        })
+        let this = *self;
+        let (off, n) = (this.m.usize(this.rec + 40), this.m.usize(this.rec + 44));
+        (0..n).map(move |i| this.capacity_at(off + i * CAPACITY))
+    }
+
+    /// The capacity named by `key`.
+    pub fn capacity_of(&self, key: &Key) -> Option<Capacity<'a>> {
+        let id = key.id_for(self.driver_id())?;
+        let (off, recs) = self.section(self.rec + 40, CAPACITY);
+        recs.chunks_exact(CAPACITY)
+            .position(|r| u32::from_le_bytes([r[0], r[1], r[2], r[3]]) == id)
+            .map(|i| self.capacity_at(off + i * CAPACITY))
     }
 
     /// The capacity `name` (qualified or bare, as for attributes).
     pub fn capacity(&self, name: &str) -> Option<Capacity<'a>> {
-        let driver = self.driver;
-        self.capacities()
-            .find(|c| name_matches(c.name, name, driver))
+        self.capacity_of(&self.key(name))
     }
 
     /// The shared counter sets the device draws from.
-    pub fn counter_sets(&self) -> impl Iterator<Item = CounterSet<'a>> + use<'a> {
-        let mut r = self.counters.reader();
-        (0..self.counters.count).filter_map(move |_| {
-            let name = r.str().ok()?;
-            let in_use = r.u32().ok()?;
-            let counters = r.section(skip_counter).ok()?;
-            Some(CounterSet {
-                name,
-                in_use,
-                counters,
-            })
+    pub fn counter_sets(&self) -> impl ExactSizeIterator<Item = CounterSet<'a>> + use<'a> {
+        let m = self.m;
+        let (off, n) = (m.usize(self.rec + 48), m.usize(self.rec + 52));
+        (0..n).map(move |i| CounterSet {
+            m,
+            rec: off + i * COUNTER_SET,
         })
     }
 }
@@ -538,7 +630,12 @@ impl Decision {
 
     /// The output message.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64);
+        let items = match &self.kind {
+            Kind::Keep => 0,
+            Kind::Order(o) => o.len() * 4,
+            Kind::Scores(s) => s.len() * 8,
+        };
+        let mut out = Vec::with_capacity(17 + items + self.rejections.len() * 16);
         out.extend_from_slice(OUTPUT_MAGIC);
         out.extend_from_slice(&ABI_VERSION.to_le_bytes());
         match &self.kind {
@@ -568,86 +665,199 @@ impl Decision {
     }
 }
 
-/// Packs the request onto as few groups as possible (NUMA nodes, link groups, switches):
-/// first the smallest group that can hold every device still needed (keeping larger groups
-/// whole), else the group with the most free devices, and so on. Within a group the input
-/// order stays. Candidates without a group come after the grouped ones, and candidates that
-/// are not free (in use or unhealthy) come last. Returns a full order.
-pub fn pack_by<'a, K: Ord>(
+/// FNV-1a: a small, deterministic hash for grouping keys.
+struct Fnv(u64);
+
+impl core::hash::Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write(&[i]);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0 ^ i).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    fn write_i64(&mut self, i: i64) {
+        self.write_u64(i as u64);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn hash_of<K: core::hash::Hash>(k: &K) -> u64 {
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    k.hash(&mut h);
+    core::hash::Hasher::finish(&h)
+}
+
+const NONE: u32 = u32::MAX;
+
+/// Candidates split by a key. Groups are numbered in order of first appearance; members
+/// of a group are listed in input order.
+struct Groups {
+    /// Free members of each group, in input order: `members[start[g]..start[g + 1]]`.
+    members: Vec<u32>,
+    start: Vec<u32>,
+    /// Devices of each group that are not free (in use or unhealthy).
+    busy_in: Vec<u32>,
+    ungrouped: Vec<u32>,
+    busy: Vec<u32>,
+}
+
+impl Groups {
+    fn len(&self) -> usize {
+        self.busy_in.len()
+    }
+    fn free(&self, g: usize) -> &[u32] {
+        &self.members[self.start[g] as usize..self.start[g + 1] as usize]
+    }
+}
+
+fn group_by<'a, K: Eq + core::hash::Hash>(
     input: &Input<'a>,
     key: impl Fn(&Candidate<'a>) -> Option<K>,
-) -> Vec<u32> {
-    let mut groups: BTreeMap<K, Vec<u32>> = BTreeMap::new();
+) -> Groups {
+    let n = input.len();
+    // Open addressing over (hash, key) → group number.
+    let cap = (n * 2).next_power_of_two().max(8);
+    let mut slots: Vec<u32> = alloc::vec![NONE; cap];
+    let mut keys: Vec<(u64, K)> = Vec::new();
+    let mut group_of: Vec<u32> = Vec::with_capacity(n);
+    let mut free_count: Vec<u32> = Vec::new();
+    let mut busy_in: Vec<u32> = Vec::new();
     let mut ungrouped = Vec::new();
     let mut busy = Vec::new();
     for c in input.candidates() {
-        if !c.is_free() {
+        let free = c.is_free();
+        if !free {
             busy.push(c.index());
-        } else if let Some(k) = key(c) {
-            groups.entry(k).or_default().push(c.index());
+        }
+        let Some(k) = key(&c) else {
+            if free {
+                ungrouped.push(c.index());
+            }
+            group_of.push(NONE);
+            continue;
+        };
+        let h = hash_of(&k);
+        let mut i = (h as usize) & (cap - 1);
+        let g = loop {
+            match slots[i] {
+                NONE => {
+                    let g = keys.len() as u32;
+                    slots[i] = g;
+                    keys.push((h, k));
+                    free_count.push(0);
+                    busy_in.push(0);
+                    break g;
+                }
+                g if keys[g as usize].0 == h && keys[g as usize].1 == k => break g,
+                _ => i = (i + 1) & (cap - 1),
+            }
+        };
+        if free {
+            free_count[g as usize] += 1;
+            group_of.push(g);
         } else {
-            ungrouped.push(c.index());
+            busy_in[g as usize] += 1;
+            group_of.push(NONE);
         }
     }
-    let mut groups: Vec<Vec<u32>> = groups.into_values().collect();
-    let mut order = Vec::with_capacity(input.len());
-    let mut need = input.count();
-    while !groups.is_empty() {
-        let best = (0..groups.len())
-            .min_by_key(|&i| {
-                let free = groups[i].len();
-                let fits = free >= need;
-                (!fits, if fits { free } else { usize::MAX - free })
-            })
-            .unwrap_or(0);
-        let g = groups.remove(best);
-        need = need.saturating_sub(g.len());
-        order.extend(g);
+    // Counting sort of the free grouped candidates by group, stable.
+    let mut start = Vec::with_capacity(free_count.len() + 1);
+    let mut total = 0u32;
+    for &f in &free_count {
+        start.push(total);
+        total += f;
     }
-    order.extend(ungrouped);
-    order.extend(busy);
+    start.push(total);
+    let mut next = start.clone();
+    let mut members = alloc::vec![0u32; total as usize];
+    for (i, &g) in group_of.iter().enumerate() {
+        if g != NONE {
+            members[next[g as usize] as usize] = i as u32;
+            next[g as usize] += 1;
+        }
+    }
+    Groups {
+        members,
+        start,
+        busy_in,
+        ungrouped,
+        busy,
+    }
+}
+
+/// Packs the request onto as few groups as possible (NUMA nodes, link groups, switches):
+/// first the smallest group that can hold every device still needed (keeping larger groups
+/// whole), else the group with the most free devices, and so on; ties go to the group seen
+/// first. Within a group the input order stays. Candidates without a group come after the
+/// grouped ones, and candidates that are not free (in use or unhealthy) come last. Returns
+/// a full order.
+pub fn pack_by<'a, K: Eq + core::hash::Hash>(
+    input: &Input<'a>,
+    key: impl Fn(&Candidate<'a>) -> Option<K>,
+) -> Vec<u32> {
+    let groups = group_by(input, key);
+    let mut order = Vec::with_capacity(input.len());
+    let mut left: Vec<usize> = (0..groups.len()).collect();
+    let mut need = input.count();
+    while !left.is_empty() {
+        let mut best = 0;
+        let mut best_rank = (true, usize::MAX);
+        for (i, &g) in left.iter().enumerate() {
+            let free = groups.free(g).len();
+            let fits = free >= need;
+            let rank = (!fits, if fits { free } else { usize::MAX - free });
+            if rank < best_rank {
+                best_rank = rank;
+                best = i;
+            }
+        }
+        let g = left.remove(best);
+        let members = groups.free(g);
+        need = need.saturating_sub(members.len());
+        order.extend_from_slice(members);
+    }
+    order.extend_from_slice(&groups.ungrouped);
+    order.extend_from_slice(&groups.busy);
     order
 }
 
 /// Spreads the request across groups (PCIe roots, switches, hosts): one candidate from
 /// each group in turn, groups with fewer devices in use first, then groups with more free
-/// devices, then by key. Candidates without a group come after, those not free last.
-/// Returns a full order.
-pub fn spread_by<'a, K: Ord>(
+/// devices, then the group seen first. Candidates without a group come after, those not
+/// free last. Returns a full order.
+pub fn spread_by<'a, K: Eq + core::hash::Hash>(
     input: &Input<'a>,
     key: impl Fn(&Candidate<'a>) -> Option<K>,
 ) -> Vec<u32> {
-    // key → (devices in use, free candidates)
-    let mut groups: BTreeMap<K, (usize, Vec<u32>)> = BTreeMap::new();
-    let mut ungrouped = Vec::new();
-    let mut busy = Vec::new();
-    for c in input.candidates() {
-        let k = key(c);
-        if !c.is_free() {
-            if let Some(k) = k {
-                groups.entry(k).or_default().0 += 1;
-            }
-            busy.push(c.index());
-        } else if let Some(k) = k {
-            groups.entry(k).or_default().1.push(c.index());
-        } else {
-            ungrouped.push(c.index());
-        }
-    }
-    let mut groups: Vec<(usize, Vec<u32>)> = groups.into_values().collect();
-    // Stable sort: equal groups keep key order.
-    groups.sort_by_key(|(used, free)| (*used, usize::MAX - free.len()));
+    let groups = group_by(input, key);
+    let mut by_rank: Vec<usize> = (0..groups.len()).collect();
+    // Stable: equal groups keep the order they were seen in.
+    by_rank.sort_by_key(|&g| (groups.busy_in[g], usize::MAX - groups.free(g).len()));
     let mut order = Vec::with_capacity(input.len());
-    let rounds = groups.iter().map(|(_, f)| f.len()).max().unwrap_or(0);
+    let rounds = by_rank
+        .iter()
+        .map(|&g| groups.free(g).len())
+        .max()
+        .unwrap_or(0);
     for round in 0..rounds {
-        for (_, free) in &groups {
-            if let Some(&i) = free.get(round) {
+        for &g in &by_rank {
+            if let Some(&i) = groups.free(g).get(round) {
                 order.push(i);
             }
         }
     }
-    order.extend(ungrouped);
-    order.extend(busy);
+    order.extend_from_slice(&groups.ungrouped);
+    order.extend_from_slice(&groups.busy);
     order
 }
 

@@ -7,21 +7,28 @@
 //! Devices without it come after; devices in use come last; unhealthy devices are rejected.
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
-use kubedev_policy_sdk::{Decision, Health, Input, kubedev_policy, spread_by};
+use kubedev_policy_sdk::{
+    Candidate, Decision, Health, Input, Key, Value, kubedev_policy, spread_by,
+};
 
 /// The standard attribute naming a device's PCIe root complex.
 pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
 
+/// The candidate's PCIe root.
+fn root_of<'a>(c: &Candidate<'a>, root: &Key) -> Option<&'a str> {
+    match c.get(root) {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
 /// The policy.
 pub fn spread(input: &Input<'_>) -> Decision {
-    if input
-        .candidates()
-        .iter()
-        .all(|c| c.string(PCIE_ROOT).is_none())
-    {
+    let root = input.key(PCIE_ROOT);
+    if input.candidates().all(|c| root_of(&c, &root).is_none()) {
         return Decision::keep();
     }
-    let mut d = Decision::order(spread_by(input, |c| c.string(PCIE_ROOT)));
+    let mut d = Decision::order(spread_by(input, |c| root_of(c, &root)));
     for c in input.candidates() {
         if c.health() == Health::Unhealthy {
             d = d.reject(c.index(), "device is unhealthy");
