@@ -168,6 +168,29 @@ impl Backends {
         Ok(ordered)
     }
 
+    /// Whether any backend wants `PreStartContainer` calls.
+    pub fn needs_pre_start(&self) -> bool {
+        self.list.iter().any(|b| b.preparer.needs_pre_start())
+    }
+
+    /// Runs the owning backends' pre-start hooks for `devices` (a container is about to start).
+    pub async fn pre_start(&self, devices: &[kubedev_core::DeviceRef]) -> Result<(), PrepareError> {
+        let allocated: Vec<AllocatedDevice> = devices
+            .iter()
+            .map(|d| AllocatedDevice {
+                device: d.clone(),
+                request: String::new(),
+                share_id: None,
+                config: Vec::new(),
+            })
+            .collect();
+        for (owner, group) in self.group(&allocated)? {
+            let refs: Vec<_> = group.into_iter().map(|a| a.device).collect();
+            self.list[owner].preparer.pre_start(&refs).await?;
+        }
+        Ok(())
+    }
+
     /// Unprepares a claim's devices through their backends; devices of pools no backend owns any
     /// more are skipped (their backend is gone).
     pub async fn unprepare(
@@ -184,5 +207,114 @@ impl Backends {
             self.list[owner].preparer.unprepare(claim, &group).await?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use kubedev_core::{
+        ClaimRef, Device, DeviceName, DeviceRef, Pool, PoolName, PreparedDevice, SourceError,
+    };
+
+    use super::*;
+
+    /// A backend with one pool of two devices that records pre-start calls.
+    #[derive(Debug)]
+    struct Recorder {
+        pool: &'static str,
+        pre_start: bool,
+        calls: Mutex<Vec<Vec<String>>>,
+    }
+
+    #[async_trait]
+    impl DeviceSource for Recorder {
+        fn name(&self) -> &str {
+            self.pool
+        }
+        async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
+            let devices = ["d0", "d1"]
+                .map(|d| Device::new(DeviceName::new(d).unwrap()))
+                .to_vec();
+            Ok(vec![Pool::new(PoolName::new(self.pool).unwrap(), devices)])
+        }
+    }
+
+    #[async_trait]
+    impl Preparer for Recorder {
+        async fn prepare(
+            &self,
+            _: &Consumer,
+            devices: &[AllocatedDevice],
+        ) -> Result<Vec<PreparedDevice>, PrepareError> {
+            Ok(devices
+                .iter()
+                .map(|d| PreparedDevice {
+                    device: d.clone(),
+                    edits: Default::default(),
+                })
+                .collect())
+        }
+        async fn unprepare(&self, _: &ClaimRef, _: &[AllocatedDevice]) -> Result<(), PrepareError> {
+            Ok(())
+        }
+        async fn pre_start(&self, devices: &[DeviceRef]) -> Result<(), PrepareError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(devices.iter().map(ToString::to_string).collect());
+            Ok(())
+        }
+        fn needs_pre_start(&self) -> bool {
+            self.pre_start
+        }
+    }
+
+    fn r(pool: &str, dev: &str) -> DeviceRef {
+        DeviceRef {
+            pool: PoolName::new(pool).unwrap(),
+            device: DeviceName::new(dev).unwrap(),
+        }
+    }
+
+    #[tokio::test]
+    async fn pre_start_goes_to_the_owning_backends_only() {
+        let a = Arc::new(Recorder {
+            pool: "a",
+            pre_start: true,
+            calls: Mutex::default(),
+        });
+        let b = Arc::new(Recorder {
+            pool: "b",
+            pre_start: false,
+            calls: Mutex::default(),
+        });
+        let backends = Backends::new(vec![
+            Backend {
+                source: a.clone(),
+                preparer: a.clone(),
+            },
+            Backend {
+                source: b.clone(),
+                preparer: b.clone(),
+            },
+        ]);
+        assert!(backends.needs_pre_start());
+        let inventory = backends.discover_all().await;
+        assert_eq!(inventory.devices().count(), 4);
+        backends
+            .pre_start(&[r("a", "d1"), r("b", "d0"), r("a", "d0")])
+            .await
+            .unwrap();
+        assert_eq!(
+            *a.calls.lock().unwrap(),
+            [vec!["a/d1".to_string(), "a/d0".to_string()]]
+        );
+        assert_eq!(*b.calls.lock().unwrap(), [vec!["b/d0".to_string()]]);
+        let err = backends.pre_start(&[r("zz", "d0")]).await.unwrap_err();
+        assert!(err.to_string().contains("zz/d0"), "{err}");
     }
 }

@@ -214,6 +214,24 @@ impl DevicePluginHandler for ResourceHandler {
         })
     }
 
+    async fn pre_start(&self, devices: &[PluginDevice]) -> Result<(), PrepareError> {
+        let refs = devices
+            .iter()
+            .map(|d| {
+                self.resource
+                    .device_ref(&d.id)
+                    .ok_or_else(|| PrepareError::UnknownDevice {
+                        device: d.id.clone(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.backends.pre_start(&refs).await
+    }
+
+    fn needs_pre_start(&self) -> bool {
+        self.backends.needs_pre_start()
+    }
+
     fn preferred_allocation(&self, request: &PreferenceRequest<'_>) -> Option<Vec<String>> {
         self.policy
             .as_ref()
