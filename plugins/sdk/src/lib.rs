@@ -8,9 +8,10 @@
 //! docs), a bump allocator (every call runs on a fresh instance, so nothing is ever freed)
 //! and a panic handler (a panic is a trap; the host then keeps its default order).
 //!
-//! ```ignore
-//! #![cfg_attr(target_arch = "wasm32", no_std)]
-//! extern crate alloc;
+//! A policy crate starts with `#![cfg_attr(target_arch = "wasm32", no_std)]`, so it also
+//! builds (and unit-tests) on the host, where the macro expands to nothing:
+//!
+//! ```
 //! use kubedev_policy_sdk::{Decision, Input, kubedev_policy, pack_by};
 //!
 //! fn numa_first(input: &Input<'_>) -> Decision {
@@ -27,7 +28,8 @@
 //! ```
 //!
 //! Build with `cargo build --release --target wasm32-unknown-unknown` and link with a small
-//! stack (`-C link-arg=-zstack-size=65536`), as `plugins/.cargo/config.toml` does.
+//! stack (`-C link-arg=-zstack-size=16384`), as `plugins/.cargo/config.toml` does: a policy
+//! instance then needs a single 64 KiB page of memory, which keeps every call cheap.
 #![no_std]
 
 extern crate alloc;
