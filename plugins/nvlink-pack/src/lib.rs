@@ -17,7 +17,7 @@ pub const LINK_GROUP: &str = "linkGroup";
 /// The policy.
 pub fn nvlink_pack(input: &Input<'_>) -> Decision {
     let link_group = input.key(LINK_GROUP);
-    if input.candidates().all(|c| c.get(&link_group).is_none()) {
+    if !link_group.is_known() {
         log("nvlink-pack: no candidate has a linkGroup attribute; keeping the default order");
         return Decision::keep();
     }

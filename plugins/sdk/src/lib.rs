@@ -301,7 +301,13 @@ pub struct Key {
 }
 
 impl Key {
-    #[inline]
+    /// False when no candidate has an attribute or capacity of this name (the message
+    /// carries only the names it uses), so a policy can skip its work at once.
+    pub fn is_known(&self) -> bool {
+        self.ids.iter().any(|&(_, id)| id != NO_NAME)
+    }
+
+    #[inline(always)]
     fn id_for(&self, driver: u32) -> Option<u32> {
         // Nearly always one entry: one driver, or a qualified name.
         let id = match self.ids.as_slice() {
@@ -425,6 +431,7 @@ impl<'a> Candidate<'a> {
         self.m.str(self.rec)
     }
 
+    #[inline(always)]
     fn driver_id(&self) -> u32 {
         self.m.u32(self.rec + 8)
     }
@@ -463,6 +470,7 @@ impl<'a> Candidate<'a> {
         (self.m.b[self.rec + 16] & 2 != 0).then(|| self.m.i64(self.rec + 24))
     }
 
+    #[inline(always)]
     fn value(&self, at: usize) -> Value<'a> {
         match self.m.b[at + 4] {
             TAG_INT => Value::Int(self.m.i64(at + 8)),
@@ -480,6 +488,7 @@ impl<'a> Candidate<'a> {
     }
 
     /// The attribute named by `key`.
+    #[inline(always)]
     pub fn get(&self, key: &Key) -> Option<Value<'a>> {
         let id = key.id_for(self.driver_id())?;
         let (off, recs) = self.section(self.rec + 32, ATTRIBUTE);

@@ -25,7 +25,7 @@ fn root_of<'a>(c: &Candidate<'a>, root: &Key) -> Option<&'a str> {
 /// The policy.
 pub fn spread(input: &Input<'_>) -> Decision {
     let root = input.key(PCIE_ROOT);
-    if input.candidates().all(|c| root_of(&c, &root).is_none()) {
+    if !root.is_known() {
         return Decision::keep();
     }
     let mut d = Decision::order(spread_by(input, |c| root_of(c, &root)));
