@@ -1,6 +1,5 @@
 //! Hostile and broken modules are contained and reported with the right `PolicyError`.
 
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use kubedev_sandbox::{Candidate, Limits, PolicyError, PolicyInput, Sandbox, WasmPolicy};
@@ -350,18 +349,16 @@ fn policies_run_concurrently_and_a_full_pool_is_busy() {
         Limits::default()
             .with_max_concurrent_calls(1)
             .with_fuel(u64::MAX / 2)
-            .with_timeout(Duration::from_millis(400)),
+            .with_timeout(Duration::from_secs(1)),
     )
     .expect("sandbox");
     let slow = load(&one, &wat_policy(INFINITE_LOOP));
-    let barrier = Arc::new(Barrier::new(2));
-    let b = barrier.clone();
     let s = slow.clone();
-    let t = std::thread::spawn(move || {
-        b.wait();
-        ask(&s)
-    });
-    barrier.wait();
+    let t = std::thread::spawn(move || ask(&s));
+    // Wait until the first call has started, then give it time to take the only slot.
+    while slow.stats().calls == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     std::thread::sleep(Duration::from_millis(100));
     match ask(&slow) {
         Err(PolicyError::Busy { limit, .. }) => assert_eq!(limit, 1),
