@@ -166,7 +166,13 @@ fn real_main() -> anyhow::Result<()> {
         } => {
             let report = kubedev_sandbox::check(&path)
                 .with_context(|| format!("checking policy {}", path.display()))?;
-            write_stdout(&format!("{report}\n"))
+            write_stdout(&format!("{report}\n"))?;
+            anyhow::ensure!(
+                report.passed(),
+                "policy {} failed its check",
+                path.display()
+            );
+            Ok(())
         }
         Command::CheckConfig { config } => {
             kubedev::config::Config::load(&config)?;

@@ -74,3 +74,58 @@ fn check_config_names_the_bad_field() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("devicePlugin.resources[0].name"), "{err}");
 }
+
+fn plugin(name: &str) -> String {
+    let dir = std::env::var("KUBEDEV_PLUGIN_DIR")
+        .unwrap_or_else(|_| format!("{}/../../target/plugins/wasm", env!("CARGO_MANIFEST_DIR")));
+    let p = format!("{dir}/{name}.wasm");
+    assert!(
+        std::path::Path::new(&p).exists(),
+        "{p} is missing: run `cargo xtask build-plugins` first"
+    );
+    p
+}
+
+#[test]
+fn policy_check_passes_a_good_module_and_fails_a_bad_one() {
+    let out = kubedev(&["policy", "check", &plugin("numa-pack")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("PASS") && text.contains("fuel"), "{text}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.wasm");
+    std::fs::write(&bad, b"\0asm garbage").unwrap();
+    let out = kubedev(&["policy", "check", bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.wasm"));
+}
+
+#[test]
+fn simulate_with_a_policy_uses_it() {
+    let out = kubedev(&[
+        "simulate",
+        "-f",
+        &scenario("gpu8-c2.yaml"),
+        "--policy",
+        &plugin("spread"),
+        "-o",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["allocatable"], true);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).is_empty(),
+        "the policy failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
