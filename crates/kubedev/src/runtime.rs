@@ -429,6 +429,8 @@ pub async fn run(
             ownership.device_plugin.push(r.filter.clone());
             resource_devices.push((publisher.add_resource(r.name, Box::new(r.filter)), policy));
         }
+        // Before the servers start, so the kubelet's first snapshot is complete, and so a
+        // resource whose selector makes device IDs clash stops the daemon with the reason.
         publisher
             .publish(&inventory)
             .await
