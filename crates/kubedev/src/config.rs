@@ -169,6 +169,10 @@ pub struct DevicePluginSection {
     /// Where the device-plugin CDI specs are written.
     #[serde(default = "default_cdi_dir")]
     pub cdi_dir: PathBuf,
+    /// A directory of `.wasm` selection policies, watched and hot-reloaded; a resource's
+    /// `policy` that is a bare name (no `/`) names a module in it (its file stem).
+    #[serde(default)]
+    pub policy_dir: Option<PathBuf>,
 }
 
 fn yes() -> bool {
@@ -188,6 +192,7 @@ impl Default for DevicePluginSection {
             resources: Vec::new(),
             cdi: false,
             cdi_dir: default_cdi_dir(),
+            policy_dir: None,
         }
     }
 }
@@ -201,7 +206,8 @@ pub struct ResourceConfig {
     /// Which devices of the inventory belong to it (all when absent).
     #[serde(default)]
     pub selector: Selector,
-    /// A WebAssembly selection policy that chooses devices for `GetPreferredAllocation`.
+    /// A WebAssembly selection policy that chooses devices for `GetPreferredAllocation`: a
+    /// `.wasm` file, or the name of a module in `devicePlugin.policyDir` (hot-reloaded).
     #[serde(default)]
     pub policy: Option<PathBuf>,
 }

@@ -65,9 +65,27 @@ impl std::fmt::Debug for ClusterServices {
 struct ResourceHandler {
     resource: Arc<ResourceDevices>,
     backends: Backends,
-    policy: Option<kubedev_sandbox::WasmPolicy>,
+    policy: Option<PolicySource>,
     inventory: Arc<std::sync::RwLock<Inventory>>,
     cdi: Option<DevicePluginCdi>,
+}
+
+/// Where a resource's selection policy comes from.
+enum PolicySource {
+    /// A module loaded once at start.
+    Fixed(kubedev_sandbox::WasmPolicy),
+    /// A module of the watched policy directory, looked up at every call so a reload takes
+    /// effect at once (a bad new module leaves the old one in place).
+    Dir(Arc<kubedev_sandbox::PolicyDir>, String),
+}
+
+impl PolicySource {
+    fn current(&self) -> Option<kubedev_sandbox::WasmPolicy> {
+        match self {
+            PolicySource::Fixed(p) => Some(p.clone()),
+            PolicySource::Dir(dir, name) => dir.get(name),
+        }
+    }
 }
 
 /// CDI mode of one device-plugin resource: every device ever allocated gets a CDI device in one
@@ -233,9 +251,8 @@ impl DevicePluginHandler for ResourceHandler {
     }
 
     fn preferred_allocation(&self, request: &PreferenceRequest<'_>) -> Option<Vec<String>> {
-        self.policy
-            .as_ref()
-            .and_then(|p| self.policy_choice(p, request))
+        let policy = self.policy.as_ref()?.current()?;
+        self.policy_choice(&policy, request)
     }
 }
 
@@ -393,6 +410,9 @@ pub async fn run(
     let mut inventory = backends.discover_all().await;
     let shared_inventory = Arc::new(std::sync::RwLock::new(inventory.clone()));
     let mut sandbox: Option<kubedev_sandbox::Sandbox> = None;
+    let mut policy_dir: Option<Arc<kubedev_sandbox::PolicyDir>> = None;
+    // Keeps the policy directory's reload thread alive for the daemon's life.
+    let mut policy_watch: Option<kubedev_sandbox::DirWatcher> = None;
     tracing::info!(
         backends = backends.list().len(),
         pools = inventory.pools.len(),
@@ -416,13 +436,38 @@ pub async fn run(
                         )?);
                     }
                     let sb = sandbox.as_ref().context("sandbox missing")?;
-                    Some(sb.load_file(path).with_context(|| {
-                        format!(
-                            "devicePlugin resource {}: loading the selection policy {}",
-                            r.name,
-                            path.display()
-                        )
-                    })?)
+                    let bare = path.components().count() == 1 && path.extension().is_none();
+                    match (&dp.policy_dir, bare) {
+                        (Some(dir), true) => {
+                            if policy_dir.is_none() {
+                                let (opened, report) = kubedev_sandbox::PolicyDir::open(sb, dir)
+                                    .with_context(|| {
+                                        format!("devicePlugin.policyDir {}", dir.display())
+                                    })?;
+                                if !report.is_empty() {
+                                    tracing::info!(dir = %dir.display(), ?report, "policies loaded");
+                                }
+                                let opened = Arc::new(opened);
+                                policy_watch = Some(opened.watch(Duration::from_secs(2))?);
+                                policy_dir = Some(opened);
+                            }
+                            let dir = policy_dir.clone().context("policy directory missing")?;
+                            let name = path.to_string_lossy().into_owned();
+                            if dir.get(&name).is_none() {
+                                tracing::warn!(resource = %r.name, policy = %name, "no such policy in the policy directory yet; NUMA packing until it appears");
+                            }
+                            Some(PolicySource::Dir(dir, name))
+                        }
+                        _ => Some(PolicySource::Fixed(sb.load_file(path).with_context(
+                            || {
+                                format!(
+                                    "devicePlugin resource {}: loading the selection policy {}",
+                                    r.name,
+                                    path.display()
+                                )
+                            },
+                        )?)),
+                    }
                 }
                 None => None,
             };
@@ -531,6 +576,7 @@ pub async fn run(
     }
 
     tracing::info!("stopping");
+    drop(policy_watch);
     watchers.shutdown().await;
     let stop_all = async {
         if let Some(d) = dra {

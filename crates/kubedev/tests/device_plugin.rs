@@ -158,3 +158,52 @@ async fn cdi_mode_answers_with_cdi_names_and_writes_the_spec() {
     cancel.cancel();
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn a_policy_from_the_policy_directory_is_hot_reloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    std::fs::copy(plugin("numa-pack"), policies.join("gpu-choice.wasm")).unwrap();
+    let path = dir.path().join("kubedev.yaml");
+    let text = config(dir.path(), Some(PathBuf::from("gpu-choice"))).replace(
+        "  resources:",
+        &format!("  policyDir: {}\n  resources:", policies.display()),
+    );
+    std::fs::write(&path, text).unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let kubelet = KubeletEmulator::start(dir.path()).await.unwrap();
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let task = tokio::spawn(async move { run(cfg, &path, None, c).await });
+    kubelet
+        .wait_for("example.com/gpu", WAIT, |r| r.connected && r.capacity == 4)
+        .await
+        .unwrap();
+    let all: Vec<String> = (0..4).map(|i| format!("gpu-{i}")).collect();
+    let ask = || kubelet.preferred_allocation("example.com/gpu", &all, &[], 2);
+    assert_eq!(
+        ask().await.unwrap(),
+        ["gpu-0", "gpu-1"],
+        "numa-pack keeps one PCIe root"
+    );
+    // A broken module does not replace the working one.
+    std::fs::write(policies.join("gpu-choice.wasm"), b"\0asm broken").unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(ask().await.unwrap(), ["gpu-0", "gpu-1"]);
+    // A good new module takes over without a restart.
+    std::fs::copy(plugin("spread"), policies.join("gpu-choice.wasm")).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        if ask().await.unwrap() == ["gpu-0", "gpu-2"] {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new policy was never loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+}
