@@ -107,9 +107,9 @@ impl Scenario {
     }
 }
 
-/// Splits `driver/pool/device`. Pool names may contain `/`, so the driver is everything
-/// before the first `/` and the device everything after the last.
-pub(crate) fn split_device_id(id: &str) -> Option<(&str, &str, &str)> {
+/// Splits an `allocatedDevices` entry, `driver/pool/device`. Pool names may contain `/`, so the
+/// driver is everything before the first `/` and the device everything after the last.
+pub fn split_device_id(id: &str) -> Option<(&str, &str, &str)> {
     let first = id.find('/')?;
     let last = id.rfind('/')?;
     if first == last {

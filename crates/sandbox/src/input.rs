@@ -202,7 +202,7 @@ impl CounterUsage {
         let mut usage = CounterUsage::new();
         let ids: HashSet<(&str, &str, &str)> = allocated
             .iter()
-            .filter_map(|s| split_device_id(s))
+            .filter_map(|s| kubedev_allocator::scenario::split_device_id(s))
             .collect();
         if ids.is_empty() {
             return usage;
@@ -229,19 +229,4 @@ impl CounterUsage {
         }
         usage
     }
-}
-
-/// Splits `driver/pool/device`: the driver is everything before the first `/`, the device
-/// everything after the last (pool names may contain `/`).
-pub(crate) fn split_device_id(id: &str) -> Option<(&str, &str, &str)> {
-    let first = id.find('/')?;
-    let last = id.rfind('/')?;
-    if first == last {
-        return None;
-    }
-    let (driver, pool, device) = (&id[..first], &id[first + 1..last], &id[last + 1..]);
-    if driver.is_empty() || pool.is_empty() || device.is_empty() {
-        return None;
-    }
-    Some((driver, pool, device))
 }

@@ -12,9 +12,10 @@ use kubedev_allocator::{PolicyDevice, PolicyRequest, SelectionPolicy};
 
 use crate::encode::{Message, encode_input};
 use crate::error::PolicyError;
-use crate::input::{Candidate, CounterUsage, PolicyInput, split_device_id};
+use crate::input::{Candidate, CounterUsage, PolicyInput};
 use crate::ratelimit::TokenBucket;
 use crate::sandbox::{Compiled, LogSink, Sandbox};
+use kubedev_allocator::scenario::split_device_id;
 
 /// A policy module loaded into a [`Sandbox`]: call it with [`WasmPolicy::evaluate`], or hand
 /// it to the allocator as a [`SelectionPolicy`]. Cheap to clone; clones share statistics.
