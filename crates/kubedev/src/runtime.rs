@@ -318,25 +318,28 @@ impl Ownership {
     }
 }
 
-/// Publishes the full inventory to the device-plugin publisher and the DRA view to the slices.
+/// Publishes the full inventory to the device-plugin publisher, and the DRA view to the slices
+/// and the DRA health stream.
 async fn publish_all(
     dp: Option<&DevicePluginPublisher>,
-    slices: Option<&Arc<dyn Publisher>>,
+    dra: Option<&Dra>,
     ownership: &Ownership,
+    clock: &mut HealthClock,
     inventory: &Inventory,
-) -> Inventory {
+) {
     if let Some(p) = dp
         && let Err(e) = p.publish(inventory).await
     {
         tracing::error!(error = %e, "device-plugin publishing failed");
     }
+    let Some(dra) = dra else {
+        return;
+    };
     let view = ownership.dra_view(inventory);
-    if let Some(p) = slices
-        && let Err(e) = p.publish(&view).await
-    {
+    if let Err(e) = dra.slices.publish(&view).await {
         tracing::error!(error = %e, "ResourceSlice publishing failed");
     }
-    view
+    dra.health.send_replace(clock.reports(&view));
 }
 
 struct Dra {
@@ -506,16 +509,14 @@ pub async fn run(
 
     let dra = start_dra(&config, config_path, &backends, cluster, &cancel).await?;
     let mut clock = HealthClock::default();
-    let view = publish_all(
+    publish_all(
         dp_publisher.as_ref(),
-        dra.as_ref().map(|d| &d.slices),
+        dra.as_ref(),
         &ownership,
+        &mut clock,
         &inventory,
     )
     .await;
-    if let Some(d) = &dra {
-        d.health.send_replace(clock.reports(&view));
-    }
 
     // Backend watchers feed one event channel.
     let (tx, mut rx) = mpsc::channel::<(usize, SourceEvent)>(256);
@@ -562,16 +563,14 @@ pub async fn run(
         };
         if changed {
             *shared_inventory.write().unwrap_or_else(|e| e.into_inner()) = inventory.clone();
-            let view = publish_all(
+            publish_all(
                 dp_publisher.as_ref(),
-                dra.as_ref().map(|d| &d.slices),
+                dra.as_ref(),
                 &ownership,
+                &mut clock,
                 &inventory,
             )
             .await;
-            if let Some(d) = &dra {
-                d.health.send_replace(clock.reports(&view));
-            }
         }
     }
 

@@ -91,104 +91,70 @@ fn v1beta1_device(d: PreparedClaimDevice) -> v1beta1::Device {
     }
 }
 
-macro_rules! claims_of {
-    ($req:expr) => {
-        $req.claims
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.uid.clone(), claim_ref(i, &c.namespace, &c.uid, &c.name)))
-            .collect::<Vec<_>>()
+/// Implements the `DRAPlugin` service of one API version: the two versions differ only in their
+/// message types (and `v1`'s share ID, which `$device` handles).
+macro_rules! dra_plugin_service {
+    ($api:ident, $device:ident) => {
+        #[tonic::async_trait]
+        impl $api::dra_plugin_server::DraPlugin for Service {
+            async fn node_prepare_resources(
+                &self,
+                request: Request<$api::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$api::NodePrepareResourcesResponse>, Status> {
+                let req = request.into_inner();
+                let claims = self
+                    .prepare(claims_of(&req.claims, |c| (&c.namespace, &c.uid, &c.name)))
+                    .await;
+                let claims = claims
+                    .into_iter()
+                    .map(|(uid, r)| {
+                        let (devices, error) = match r {
+                            Ok(devs) => (devs.into_iter().map($device).collect(), String::new()),
+                            Err(error) => (Vec::new(), error),
+                        };
+                        (uid, $api::NodePrepareResourceResponse { devices, error })
+                    })
+                    .collect();
+                Ok(Response::new($api::NodePrepareResourcesResponse { claims }))
+            }
+
+            async fn node_unprepare_resources(
+                &self,
+                request: Request<$api::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$api::NodeUnprepareResourcesResponse>, Status> {
+                let req = request.into_inner();
+                let claims = self
+                    .unprepare(claims_of(&req.claims, |c| (&c.namespace, &c.uid, &c.name)))
+                    .await;
+                let claims = claims
+                    .into_iter()
+                    .map(|(uid, r)| {
+                        let error = r.err().unwrap_or_default();
+                        (uid, $api::NodeUnprepareResourceResponse { error })
+                    })
+                    .collect();
+                Ok(Response::new($api::NodeUnprepareResourcesResponse {
+                    claims,
+                }))
+            }
+        }
     };
 }
 
-#[tonic::async_trait]
-impl v1::dra_plugin_server::DraPlugin for Service {
-    async fn node_prepare_resources(
-        &self,
-        request: Request<v1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<v1::NodePrepareResourcesResponse>, Status> {
-        let req = request.into_inner();
-        let results = self.prepare(claims_of!(req)).await;
-        let claims = results
-            .into_iter()
-            .map(|(uid, r)| {
-                let resp = match r {
-                    Ok(devs) => v1::NodePrepareResourceResponse {
-                        devices: devs.into_iter().map(v1_device).collect(),
-                        error: String::new(),
-                    },
-                    Err(error) => v1::NodePrepareResourceResponse {
-                        devices: Vec::new(),
-                        error,
-                    },
-                };
-                (uid, resp)
-            })
-            .collect();
-        Ok(Response::new(v1::NodePrepareResourcesResponse { claims }))
-    }
-
-    async fn node_unprepare_resources(
-        &self,
-        request: Request<v1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<v1::NodeUnprepareResourcesResponse>, Status> {
-        let req = request.into_inner();
-        let results = self.unprepare(claims_of!(req)).await;
-        let claims = results
-            .into_iter()
-            .map(|(uid, r)| {
-                let error = r.err().unwrap_or_default();
-                (uid, v1::NodeUnprepareResourceResponse { error })
-            })
-            .collect();
-        Ok(Response::new(v1::NodeUnprepareResourcesResponse { claims }))
-    }
+/// The claims of a request, keyed by UID, each checked.
+fn claims_of<C>(
+    claims: &[C],
+    fields: impl Fn(&C) -> (&String, &String, &String),
+) -> Vec<(String, Result<ClaimRef, String>)> {
+    claims
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (namespace, uid, name) = fields(c);
+            (uid.clone(), claim_ref(i, namespace, uid, name))
+        })
+        .collect()
 }
 
-#[tonic::async_trait]
-impl v1beta1::dra_plugin_server::DraPlugin for Service {
-    async fn node_prepare_resources(
-        &self,
-        request: Request<v1beta1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<v1beta1::NodePrepareResourcesResponse>, Status> {
-        let req = request.into_inner();
-        let results = self.prepare(claims_of!(req)).await;
-        let claims = results
-            .into_iter()
-            .map(|(uid, r)| {
-                let resp = match r {
-                    Ok(devs) => v1beta1::NodePrepareResourceResponse {
-                        devices: devs.into_iter().map(v1beta1_device).collect(),
-                        error: String::new(),
-                    },
-                    Err(error) => v1beta1::NodePrepareResourceResponse {
-                        devices: Vec::new(),
-                        error,
-                    },
-                };
-                (uid, resp)
-            })
-            .collect();
-        Ok(Response::new(v1beta1::NodePrepareResourcesResponse {
-            claims,
-        }))
-    }
-
-    async fn node_unprepare_resources(
-        &self,
-        request: Request<v1beta1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<v1beta1::NodeUnprepareResourcesResponse>, Status> {
-        let req = request.into_inner();
-        let results = self.unprepare(claims_of!(req)).await;
-        let claims = results
-            .into_iter()
-            .map(|(uid, r)| {
-                let error = r.err().unwrap_or_default();
-                (uid, v1beta1::NodeUnprepareResourceResponse { error })
-            })
-            .collect();
-        Ok(Response::new(v1beta1::NodeUnprepareResourcesResponse {
-            claims,
-        }))
-    }
-}
+dra_plugin_service!(v1, v1_device);
+dra_plugin_service!(v1beta1, v1beta1_device);
