@@ -6,3 +6,4 @@
 pub mod apiserver;
 pub mod hostroot;
 pub mod kubelet;
+pub mod machines;

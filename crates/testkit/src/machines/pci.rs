@@ -1,0 +1,1 @@
+//! Fake pci machines.
