@@ -21,8 +21,10 @@ mod atomic_file;
 mod attribute;
 pub mod cdi;
 pub mod checkpoint;
+pub mod durable;
 mod edits;
 mod error;
+pub mod hostfs;
 mod model;
 mod names;
 mod prepare;
@@ -35,6 +37,7 @@ mod version;
 pub use attribute::{AttributeError, AttributeValue};
 pub use edits::{ContainerEdits, DeviceNode, DeviceNodeType, Hook, Mount};
 pub use error::{ModelError, PrepareError, PublishError, SourceError};
+pub use hostfs::{BackendContext, HostFs, HostFsError};
 pub use model::{
     AttributeMatch, Capacity, CounterConsumption, CounterSet, Device, DeviceFilter, DeviceRef,
     Health, HealthState, Inventory, Pool, Taint, TaintEffect,
