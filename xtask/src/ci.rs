@@ -70,6 +70,9 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
 
+    step("fuzz targets, briefly");
+    crate::fuzz::fuzz(root, 15)?;
+
     eprintln!("\nci passed in {:.0?}", started.elapsed());
     Ok(())
 }

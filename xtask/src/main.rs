@@ -7,6 +7,7 @@ mod bench;
 mod ci;
 mod codegen;
 mod demo;
+mod fuzz;
 mod plugins;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,12 @@ enum Command {
     /// Build the example selection policies in plugins/ for wasm32-unknown-unknown and copy
     /// them to target/plugins/wasm/.
     BuildPlugins,
+    /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +60,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench => bench::bench(&root),
         Command::Codegen { check } => codegen::run(&root, check),
         Command::BuildPlugins => plugins::build_plugins(&root).map(|_| ()),
+        Command::Fuzz { seconds } => fuzz::fuzz(&root, seconds),
     }
 }
 

@@ -305,11 +305,11 @@ pub struct UeventError {
     pub problem: String,
 }
 
-/// Parses a sysfs `uevent` file (`KEY=VALUE` per line; empty lines ignored; a key repeated keeps
-/// its last value).
+/// Parses a sysfs `uevent` file (`KEY=VALUE` per `\n`-terminated line, as the kernel writes it;
+/// empty lines ignored; a key repeated keeps its last value).
 pub fn parse_uevent(s: &str) -> Result<BTreeMap<String, String>, UeventError> {
     let mut out = BTreeMap::new();
-    for (i, line) in s.lines().enumerate() {
+    for (i, line) in s.split('\n').enumerate() {
         if line.trim().is_empty() {
             continue;
         }
