@@ -1,0 +1,680 @@
+//! The backend: NVML state, discovery, the health watcher and prepare.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kubedev_core::{
+    AllocatedDevice, BackendContext, ClaimRef, Consumer, DeviceRef, DeviceSource, Health, Pool,
+    PoolName, PrepareError, PreparedDevice, Preparer, SourceError, SourceEvent,
+};
+use nvml_wrapper::Nvml;
+use tokio::sync::mpsc;
+
+use crate::NvidiaError;
+use crate::config::{MigStrategy, NvidiaConfig};
+use crate::devices::{Built, DeviceKind, build_pool};
+use crate::edits::{gpu_edits, mig_edits, read_mig_minors};
+use crate::ffi;
+use crate::health::{HealthTracker, Probe};
+use crate::records::{MigRecord, RecordState, RecordStore};
+use crate::snapshot::{GpuInfo, MachineInfo, MigProfile, Placement};
+use crate::topology::Topology;
+
+const BACKEND: &str = "nvidia";
+
+/// The longest single wait on the event set: how quickly a dropped `watch` stops.
+const MAX_WAIT_MS: u64 = 200;
+
+/// The NVIDIA backend. Cheap to clone (clones share state).
+#[derive(Clone)]
+pub struct NvidiaBackend {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for NvidiaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvidiaBackend")
+            .field("pool", &self.inner.pool)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One discovery's result, shared by prepare and the watcher.
+#[derive(Debug)]
+struct Discovered {
+    machine: MachineInfo,
+    topology: Topology,
+    built: Built,
+}
+
+struct Inner {
+    config: NvidiaConfig,
+    ctx: BackendContext,
+    pool: PoolName,
+    nvml: Mutex<Option<Arc<Nvml>>>,
+    discovered: RwLock<Option<Arc<Discovered>>>,
+    health: Mutex<HealthTracker>,
+    records: RecordStore,
+    /// Serialises MIG creation and destruction (NVML placements are per GPU; one lock is
+    /// simple and MIG changes are rare).
+    mig: Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl NvidiaBackend {
+    /// A backend with `config`, keeping its MIG records in `ctx.state_dir` and publishing the
+    /// pool `<ctx.node_name>-nvidia`.
+    ///
+    /// Fails on invalid configuration or when the state directory cannot be created. A missing
+    /// or failing NVML is *not* an error here: `discover` reports it (see the crate docs).
+    pub fn new(config: NvidiaConfig, ctx: &BackendContext) -> Result<Self, NvidiaError> {
+        config.validate()?;
+        let pool = PoolName::new(format!("{}-{BACKEND}", ctx.node_name)).map_err(|e| {
+            NvidiaError::Config {
+                field: "nodeName",
+                value: ctx.node_name.clone(),
+                reason: e.to_string(),
+            }
+        })?;
+        let records = RecordStore::open(&ctx.state_dir)?;
+        let health = HealthTracker::new(
+            config.ignored_xids.clone(),
+            Duration::from_secs(config.health_recheck_seconds),
+        );
+        let inner = Inner {
+            config,
+            ctx: ctx.clone(),
+            pool,
+            nvml: Mutex::new(None),
+            discovered: RwLock::new(None),
+            health: Mutex::new(health),
+            records,
+            mig: Mutex::new(()),
+        };
+        // Load NVML now so a crash's leftovers are repaired before anything is served; a
+        // failure is reported by discovery.
+        if let Err(e) = inner.nvml() {
+            tracing::warn!(error = %e, "NVIDIA backend starts without NVML");
+        }
+        Ok(NvidiaBackend {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The pool this backend publishes.
+    pub fn pool_name(&self) -> &PoolName {
+        &self.inner.pool
+    }
+
+    /// The GPU topology of the last discovery (`None` before the first one).
+    pub fn topology(&self) -> Option<Topology> {
+        self.inner.current().map(|d| d.topology.clone())
+    }
+}
+
+impl Inner {
+    /// The NVML handle, loading the library on first use (and again after a failure). The
+    /// first successful load reconciles the MIG records.
+    fn nvml(&self) -> Result<Arc<Nvml>, NvidiaError> {
+        let mut slot = lock(&self.nvml);
+        if let Some(n) = slot.as_ref() {
+            return Ok(n.clone());
+        }
+        let nvml = Arc::new(
+            ffi::init(self.config.library_path.as_deref()).map_err(NvidiaError::Unavailable)?,
+        );
+        *slot = Some(nvml.clone());
+        drop(slot);
+        if self.config.mig_strategy == MigStrategy::Partitionable {
+            self.reconcile(&nvml);
+        }
+        Ok(nvml)
+    }
+
+    fn current(&self) -> Option<Arc<Discovered>> {
+        self.discovered
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Finishes or rolls back MIG work a crash interrupted (see the crate docs).
+    fn reconcile(&self, nvml: &Nvml) {
+        let _g = lock(&self.mig);
+        let records = match self.records.all() {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read MIG records; not reconciled");
+                return;
+            }
+        };
+        for rec in records {
+            match rec.state {
+                RecordState::Creating | RecordState::Destroying => {
+                    let what = if rec.state == RecordState::Creating {
+                        "rolling back an unfinished MIG creation"
+                    } else {
+                        "finishing an unfinished MIG destruction"
+                    };
+                    tracing::info!(device = %rec.device, claim = %rec.claim_uid, "{what}");
+                    match ffi::destroy_instance(
+                        nvml,
+                        &rec.gpu_uuid,
+                        rec.profile_id,
+                        rec.placement(),
+                    ) {
+                        Ok(()) => {
+                            if let Err(e) = self.records.remove(&rec.device) {
+                                tracing::warn!(error = %e, "cannot remove MIG record");
+                            }
+                        }
+                        Err(e) => tracing::warn!(device = %rec.device, error = %e, "{what} failed"),
+                    }
+                }
+                RecordState::Created => {
+                    match ffi::find_instance(nvml, &rec.gpu_uuid, rec.profile_id, rec.placement()) {
+                        Ok(Some(found)) if !found.ci_ids.is_empty() => {}
+                        Ok(_) => tracing::warn!(
+                            device = %rec.device, claim = %rec.claim_uid,
+                            "the MIG instance prepared for this claim is gone; preparing it again recreates it"
+                        ),
+                        Err(e) => {
+                            tracing::warn!(device = %rec.device, error = %e, "cannot check MIG instance")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Placements kubedev created (or is creating) for claims.
+    fn owned_placements(&self) -> BTreeSet<(String, Placement)> {
+        match self.records.all() {
+            Ok(records) => records
+                .into_iter()
+                .map(|r| (r.gpu_uuid.clone(), r.placement()))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read MIG records");
+                BTreeSet::new()
+            }
+        }
+    }
+
+    fn unavailable(e: &NvidiaError) -> SourceError {
+        SourceError::Unavailable {
+            backend: BACKEND.into(),
+            reason: e.to_string(),
+        }
+    }
+
+    fn discover_blocking(&self) -> Result<Arc<Discovered>, SourceError> {
+        let nvml = self.nvml().map_err(|e| Self::unavailable(&e))?;
+        let mig = self.config.mig_strategy != MigStrategy::None;
+        let read = ffi::read_machine(&nvml, &self.ctx.host, mig).map_err(|e| match &e {
+            NvidiaError::Unavailable(_) => Self::unavailable(&e),
+            _ => SourceError::Unavailable {
+                backend: BACKEND.into(),
+                reason: format!("NVML unavailable: {e}"),
+            },
+        })?;
+        let mut machine = read.machine;
+        let previous = self.current();
+        let now = Instant::now();
+        for (index, err) in read.failed {
+            let lost = matches!(err, NvidiaError::Nvml { gpu_lost: true, .. });
+            let known = previous
+                .as_ref()
+                .and_then(|p| p.machine.gpus.iter().find(|g| g.index == index).cloned());
+            match (lost, known) {
+                (true, Some(gpu)) => {
+                    // Keep publishing a lost GPU under its name, unhealthy, so its claims see it.
+                    lock(&self.health).on_probe(&gpu.uuid, &Probe::Lost(err.to_string()), now);
+                    machine.gpus.push(gpu);
+                }
+                _ => tracing::warn!(gpu = index, error = %err, "GPU skipped"),
+            }
+        }
+        machine.gpus.sort_by_key(|g| g.index);
+        if machine.ancestor_levels.len() != machine.gpus.len() {
+            // A GPU was carried over from the last discovery: the level matrix no longer lines
+            // up; rebuild it from the last one where possible.
+            machine.ancestor_levels = realign_levels(&machine, previous.as_deref());
+        }
+        let topology = Topology::from_machine(&machine);
+        let owned = self.owned_placements();
+        let built = {
+            let health = lock(&self.health);
+            let (built, errors) = build_pool(
+                self.pool.clone(),
+                &self.config,
+                &machine,
+                &topology,
+                &|uuid| health.health(uuid),
+                &owned,
+            );
+            for e in errors {
+                tracing::warn!(error = %e, "device skipped");
+            }
+            built
+        };
+        built.pool.validate().map_err(|error| SourceError::Model {
+            backend: BACKEND.into(),
+            error,
+        })?;
+        let d = Arc::new(Discovered {
+            machine,
+            topology,
+            built,
+        });
+        *self.discovered.write().unwrap_or_else(|e| e.into_inner()) = Some(d.clone());
+        Ok(d)
+    }
+
+    fn discovered_or_discover(&self) -> Result<Arc<Discovered>, SourceError> {
+        match self.current() {
+            Some(d) => Ok(d),
+            None => self.discover_blocking(),
+        }
+    }
+
+    /// Health events for every published device of the GPU.
+    fn health_events(&self, d: &Discovered, gpu_uuid: &str, health: &Health) -> Vec<SourceEvent> {
+        let Some(pos) = d.machine.gpus.iter().position(|g| g.uuid == gpu_uuid) else {
+            return Vec::new();
+        };
+        d.built
+            .kinds
+            .iter()
+            .filter(|(_, k)| k.gpu() == pos)
+            .map(|(name, _)| SourceEvent::Health {
+                device: DeviceRef {
+                    pool: self.pool.clone(),
+                    device: name.clone(),
+                },
+                health: health.clone(),
+            })
+            .collect()
+    }
+
+    /// The watcher loop, on a blocking thread until `stop` is set or nobody listens.
+    fn watch_blocking(
+        &self,
+        events: &mpsc::Sender<SourceEvent>,
+        stop: &AtomicBool,
+    ) -> Result<(), SourceError> {
+        let nvml = self.nvml().map_err(|e| Self::unavailable(&e))?;
+        let discovered = self.discovered_or_discover()?;
+        let uuids: Vec<String> = discovered
+            .machine
+            .gpus
+            .iter()
+            .map(|g| g.uuid.clone())
+            .collect();
+        let xids = ffi::XidEvents::open(&nvml, &uuids).map_err(|e| SourceError::Unavailable {
+            backend: BACKEND.into(),
+            reason: e.to_string(),
+        })?;
+        tracing::debug!(gpus = ?xids.watched().collect::<Vec<_>>(), "watching Xid events");
+        let poll = Duration::from_millis(self.config.health_poll_millis);
+        let wait_ms = u32::try_from(self.config.health_poll_millis.min(MAX_WAIT_MS)).unwrap_or(200);
+        let mut last_probe = Instant::now();
+        let mut failures = 0u32;
+        let send = |changes: Vec<(String, Health)>| -> bool {
+            let d = self.current().unwrap_or_else(|| discovered.clone());
+            for (uuid, h) in changes {
+                for ev in self.health_events(&d, &uuid, &h) {
+                    if events.blocking_send(ev).is_err() {
+                        return false;
+                    }
+                }
+            }
+            true
+        };
+        loop {
+            if stop.load(Ordering::Relaxed) || events.is_closed() {
+                return Ok(());
+            }
+            let mut probe_now = false;
+            match xids.wait(wait_ms) {
+                ffi::Wait::Xid { gpu_uuid, xid } => {
+                    failures = 0;
+                    let change = lock(&self.health).on_xid(&gpu_uuid, xid, Instant::now());
+                    if let Some(h) = change {
+                        tracing::warn!(gpu = %gpu_uuid, reason = ?h.reason, "GPU unhealthy");
+                        if !send(vec![(gpu_uuid, h)]) {
+                            return Ok(());
+                        }
+                    }
+                }
+                ffi::Wait::Lost => probe_now = true,
+                ffi::Wait::Timeout => failures = 0,
+                ffi::Wait::Failed(e) => {
+                    failures += 1;
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::warn!(error = %e, failures, "waiting for NVML events failed");
+                    }
+                    std::thread::sleep(Duration::from_millis(MAX_WAIT_MS));
+                }
+            }
+            if probe_now || last_probe.elapsed() >= poll {
+                last_probe = Instant::now();
+                let mut changes = Vec::new();
+                for uuid in &uuids {
+                    let p = ffi::probe(&nvml, uuid);
+                    if let Some(h) = lock(&self.health).on_probe(uuid, &p, Instant::now()) {
+                        tracing::info!(gpu = %uuid, health = %h.state, reason = ?h.reason, "GPU health changed");
+                        changes.push((uuid.clone(), h));
+                    }
+                }
+                if !send(changes) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    fn prepare_blocking(
+        &self,
+        consumer: &Consumer,
+        devices: &[AllocatedDevice],
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        let d = self
+            .discovered_or_discover()
+            .map_err(|e| PrepareError::Other(e.to_string()))?;
+        let minors = read_mig_minors(&self.ctx.host);
+        let mut out = Vec::with_capacity(devices.len());
+        for a in devices {
+            let unknown = || PrepareError::UnknownDevice {
+                device: a.device.to_string(),
+            };
+            if a.device.pool != self.pool {
+                return Err(unknown());
+            }
+            let kind = d.built.kinds.get(&a.device.device).ok_or_else(unknown)?;
+            let gpu = d.machine.gpus.get(kind.gpu()).ok_or_else(unknown)?;
+            let edits = match kind {
+                DeviceKind::Gpu { .. } => gpu_edits(&self.ctx.host, gpu.minor, &gpu.uuid),
+                DeviceKind::Mig { instance, .. } => {
+                    let uuid = instance
+                        .uuid
+                        .as_deref()
+                        .ok_or_else(|| PrepareError::Unhealthy {
+                            device: a.device.to_string(),
+                            reason: "NVML lists no MIG device (UUID) for this compute instance"
+                                .into(),
+                        })?;
+                    mig_edits(
+                        &self.ctx.host,
+                        &minors,
+                        gpu.minor,
+                        uuid,
+                        instance.gi_id,
+                        instance.ci_id,
+                    )
+                }
+                DeviceKind::Placement {
+                    profile, placement, ..
+                } => {
+                    let Consumer::Claim(claim) = consumer else {
+                        return Err(PrepareError::Other(format!(
+                            "device {}: MIG placements are created for DRA claims only; the \
+                             device-plugin API never unprepares, so it cannot use them",
+                            a.device
+                        )));
+                    };
+                    let (gi, ci, uuid) = self
+                        .prepare_placement(
+                            claim,
+                            a.device.device.as_str(),
+                            gpu,
+                            profile,
+                            *placement,
+                        )
+                        .map_err(|e| PrepareError::Other(format!("device {}: {e}", a.device)))?;
+                    mig_edits(&self.ctx.host, &minors, gpu.minor, &uuid, gi, ci)
+                }
+            };
+            out.push(PreparedDevice {
+                device: a.clone(),
+                edits,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Creates (or finds, when already prepared) the MIG instance of a placement for a claim.
+    /// Returns (GI id, CI id, MIG UUID).
+    fn prepare_placement(
+        &self,
+        claim: &ClaimRef,
+        device: &str,
+        gpu: &GpuInfo,
+        profile: &MigProfile,
+        placement: Placement,
+    ) -> Result<(u32, u32, String), NvidiaError> {
+        let nvml = self.nvml()?;
+        let _g = lock(&self.mig);
+        let existing = self.records.get(device)?;
+        if let Some(rec) = &existing
+            && rec.claim_uid != claim.uid
+        {
+            return Err(NvidiaError::Nvml {
+                call: "creating a MIG instance",
+                target: format!(
+                    "{} placement {}+{}",
+                    gpu.uuid, placement.start, placement.size
+                ),
+                message: format!(
+                    "the placement is prepared for claim {}; it cannot be prepared for {claim}",
+                    rec.claim_uid
+                ),
+                gpu_lost: false,
+            });
+        }
+        let found = ffi::find_instance(&nvml, &gpu.uuid, profile.id, placement)?;
+        if existing.is_none() && found.is_some() {
+            return Err(NvidiaError::Nvml {
+                call: "creating a MIG instance",
+                target: format!(
+                    "{} placement {}+{}",
+                    gpu.uuid, placement.start, placement.size
+                ),
+                message: "a MIG instance kubedev did not create occupies the placement".into(),
+                gpu_lost: false,
+            });
+        }
+        let mut rec = existing.unwrap_or_else(|| MigRecord {
+            claim_uid: claim.uid.clone(),
+            device: device.to_string(),
+            gpu_uuid: gpu.uuid.clone(),
+            profile_index: profile.index,
+            profile_id: profile.id,
+            start: placement.start,
+            size: placement.size,
+            state: RecordState::Creating,
+            gi_id: None,
+            ci_id: None,
+            mig_uuid: None,
+        });
+        // Already there and complete (a repeated prepare, or a crash after creating): adopt it.
+        if let Some(f) = &found
+            && let (Some(&ci), Some(uuid)) = (f.ci_ids.first(), f.mig_uuid.clone())
+        {
+            if rec.state != RecordState::Created || rec.mig_uuid.as_deref() != Some(&uuid) {
+                rec.state = RecordState::Created;
+                rec.gi_id = Some(f.gi_id);
+                rec.ci_id = Some(ci);
+                rec.mig_uuid = Some(uuid.clone());
+                self.records.put(&rec)?;
+            }
+            return Ok((f.gi_id, ci, uuid));
+        }
+        rec.state = RecordState::Creating;
+        self.records.put(&rec)?;
+        if found.is_some() {
+            // Half made (a GPU instance without a compute instance): start over.
+            ffi::destroy_instance(&nvml, &gpu.uuid, profile.id, placement)?;
+        }
+        let created = match ffi::create_instance(&nvml, &gpu.uuid, profile.index, placement) {
+            Ok(c) => c,
+            Err(e) => {
+                // Nothing was left behind (create rolls back its own GPU instance).
+                if let Err(re) = self.records.remove(device) {
+                    tracing::warn!(error = %re, "cannot remove MIG record after a failed create");
+                }
+                return Err(e);
+            }
+        };
+        let ci = created.ci_ids.first().copied().unwrap_or(0);
+        let Some(uuid) = created.mig_uuid.clone() else {
+            return Err(NvidiaError::Nvml {
+                call: "nvmlDeviceGetMigDeviceHandleByIndex",
+                target: format!(
+                    "{} GPU instance {} compute instance {ci}",
+                    gpu.uuid, created.gi_id
+                ),
+                message: "NVML lists no MIG device for the new compute instance".into(),
+                gpu_lost: false,
+            });
+        };
+        rec.state = RecordState::Created;
+        rec.gi_id = Some(created.gi_id);
+        rec.ci_id = Some(ci);
+        rec.mig_uuid = Some(uuid.clone());
+        self.records.put(&rec)?;
+        Ok((created.gi_id, ci, uuid))
+    }
+
+    fn unprepare_blocking(
+        &self,
+        claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<(), PrepareError> {
+        for a in devices {
+            if a.device.pool != self.pool {
+                continue;
+            }
+            let name = a.device.device.as_str();
+            let fail = |e: NvidiaError| PrepareError::Other(format!("device {}: {e}", a.device));
+            let _g = lock(&self.mig);
+            let Some(mut rec) = self.records.get(name).map_err(fail)? else {
+                continue;
+            };
+            if rec.claim_uid != claim.uid {
+                // Another claim's instance (this claim never got it): leave it alone.
+                continue;
+            }
+            let nvml = self.nvml().map_err(fail)?;
+            if rec.state != RecordState::Destroying {
+                rec.state = RecordState::Destroying;
+                self.records.put(&rec).map_err(fail)?;
+            }
+            ffi::destroy_instance(&nvml, &rec.gpu_uuid, rec.profile_id, rec.placement())
+                .map_err(fail)?;
+            self.records.remove(name).map_err(fail)?;
+        }
+        Ok(())
+    }
+}
+
+/// The level matrix for `machine.gpus` from the last discovery's, by UUID.
+fn realign_levels(machine: &MachineInfo, previous: Option<&Discovered>) -> Vec<Vec<Option<u32>>> {
+    let n = machine.gpus.len();
+    let mut out = vec![vec![None; n]; n];
+    let Some(prev) = previous else { return out };
+    let pos = |uuid: &str| prev.machine.gpus.iter().position(|g| g.uuid == uuid);
+    for (i, a) in machine.gpus.iter().enumerate() {
+        for (j, b) in machine.gpus.iter().enumerate() {
+            if let (Some(pi), Some(pj)) = (pos(&a.uuid), pos(&b.uuid)) {
+                out[i][j] = prev
+                    .machine
+                    .ancestor_levels
+                    .get(pi)
+                    .and_then(|r| r.get(pj))
+                    .copied()
+                    .flatten();
+            }
+        }
+    }
+    out
+}
+
+fn join_error(e: tokio::task::JoinError) -> String {
+    format!("the NVML worker thread failed: {e}")
+}
+
+/// Sets the flag when dropped: stops the blocking watcher when `watch` is cancelled.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl DeviceSource for NvidiaBackend {
+    fn name(&self) -> &str {
+        BACKEND
+    }
+
+    async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
+        let inner = self.inner.clone();
+        let d = tokio::task::spawn_blocking(move || inner.discover_blocking())
+            .await
+            .map_err(|e| SourceError::Unavailable {
+                backend: BACKEND.into(),
+                reason: join_error(e),
+            })??;
+        Ok(vec![d.built.pool.clone()])
+    }
+
+    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let _guard = StopOnDrop(stop.clone());
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.watch_blocking(&events, &stop))
+            .await
+            .map_err(|e| SourceError::Unavailable {
+                backend: BACKEND.into(),
+                reason: join_error(e),
+            })?
+    }
+}
+
+#[async_trait]
+impl Preparer for NvidiaBackend {
+    async fn prepare(
+        &self,
+        consumer: &Consumer,
+        devices: &[AllocatedDevice],
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        let inner = self.inner.clone();
+        let consumer = consumer.clone();
+        let devices = devices.to_vec();
+        tokio::task::spawn_blocking(move || inner.prepare_blocking(&consumer, &devices))
+            .await
+            .map_err(|e| PrepareError::Other(join_error(e)))?
+    }
+
+    async fn unprepare(
+        &self,
+        claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<(), PrepareError> {
+        let inner = self.inner.clone();
+        let claim = claim.clone();
+        let devices = devices.to_vec();
+        tokio::task::spawn_blocking(move || inner.unprepare_blocking(&claim, &devices))
+            .await
+            .map_err(|e| PrepareError::Other(join_error(e)))?
+    }
+}
