@@ -1,0 +1,25 @@
+//! Errors of the USB backend.
+
+/// What can go wrong building the USB backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UsbError {
+    /// A configuration value is wrong.
+    #[error("usb configuration: {field} = {value:?}: {reason}")]
+    Config {
+        /// The field, e.g. `resources[1].selectors`.
+        field: String,
+        /// The rejected value.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The pool name made from the node name is not a valid pool name.
+    #[error("usb: pool name {pool:?} made from the node name is invalid: {reason}")]
+    PoolName {
+        /// The rejected pool name.
+        pool: String,
+        /// Why.
+        reason: String,
+    },
+}

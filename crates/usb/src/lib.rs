@@ -1,0 +1,329 @@
+//! kubedev USB backend: USB devices found in sysfs, offered as resources of one or more devices.
+//!
+//! A resource is a name (`example.com/yubikey-pair`) and a list of `vendor:product` selectors
+//! that one instance needs all of; see [`groups`] for how instances are formed (deterministically,
+//! by bus and port path). Each instance is one device of the pool `<node>-usb`; it is healthy
+//! while all its device nodes exist.
+//!
+//! # Discovery
+//!
+//! `/sys/bus/usb/devices` under the host root, skipping root hubs (`usbN`) and interfaces
+//! (`1-1:1.0`): `idVendor`, `idProduct`, `bcdDevice`, `busnum`, `devnum`, `serial`,
+//! `manufacturer`, `product`, and the device node from the uevent's `DEVNAME`
+//! (`/dev/bus/usb/BBB/DDD`). A device whose files are broken is logged and skipped.
+//!
+//! # Attributes (domain `usb.kubedev.io`)
+//!
+//! | attribute | type | value |
+//! |---|---|---|
+//! | `resource` | string | the resource name, e.g. `example.com/yubikey` (left out if longer than 64 bytes) |
+//! | `deviceCount` | int | how many USB devices the instance holds |
+//! | `busnum` | int | the bus number of the first device |
+//! | `vendorId` | string | `idVendor` as four lower-case hex digits, e.g. `1050` |
+//! | `productId` | string | `idProduct`, e.g. `0407` |
+//! | `bcdDevice` | string | `bcdDevice`, e.g. `0512` |
+//! | `busDev` | string | `bus:dev` in decimal, e.g. `1:2` |
+//! | `portPath` | string | the sysfs name (bus and port chain), e.g. `1-1.4` |
+//! | `serial` | string | the serial number, if any |
+//! | `manufacturer` | string | the manufacturer string, if any |
+//! | `product` | string | the product string, if any |
+//!
+//! For an instance of several devices, the string attributes list the members' values in
+//! selector order, joined with `,` (a member without the value contributes an empty string);
+//! an attribute whose list would be ambiguous (a value containing `,`) or longer than 64 bytes is
+//! left out.
+//!
+//! # Preparing
+//!
+//! Every member's device node with cgroup permissions `mrw`, and the env variable
+//! `USB_RESOURCE_<NAME>=<bus>:<dev>,…` (NAME = resource name upper-cased, `/` and `.` → `_`;
+//! bus and device numbers in decimal). Several instances of one resource in one container give
+//! one variable listing them all.
+//!
+//! # Hot-plug
+//!
+//! `watch` uses inotify on `/dev/bus/usb` and its bus directories (re-checking every
+//! `resyncSeconds` as a safety net): an instance whose node disappears turns Unhealthy and
+//! recovers when the node is back; a node discovery has not seen (a device plugged in, or
+//! re-plugged under a new device number) triggers [`SourceEvent::Rediscover`].
+//!
+//! ```
+//! use kubedev_usb::{UsbBackend, UsbConfig};
+//!
+//! let config: UsbConfig = serde_json::from_str(
+//!     r#"{"resources": [{"name": "example.com/yubikey", "selectors": ["1050:0407"]}]}"#,
+//! )?;
+//! let ctx = kubedev_core::BackendContext::for_tests("/nonexistent-root", "/nonexistent-state");
+//! let backend = UsbBackend::new(config, &ctx)?;
+//! assert_eq!(backend.pool_name().as_str(), "node-a-usb");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![warn(missing_docs)]
+
+mod config;
+mod dirwatch;
+mod discover;
+mod error;
+pub mod groups;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kubedev_core::hostfs::HostFs;
+use kubedev_core::{
+    AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceNode,
+    DeviceRef, DeviceSource, Health, Pool, PoolName, PrepareError, PreparedDevice, Preparer,
+    SourceError, SourceEvent,
+};
+use tokio::sync::mpsc;
+
+pub use config::{UsbConfig, UsbResource, UsbSelector};
+pub use discover::{DEV_BUS_USB, SYSFS_USB_DEVICES, UsbDevice, read_usb_devices};
+pub use error::UsbError;
+pub use groups::ATTRIBUTE_DOMAIN;
+
+use dirwatch::DirWatch;
+use groups::Instance;
+
+/// The backend's name in logs and configuration.
+pub const BACKEND_NAME: &str = "usb";
+
+/// The cgroup permissions USB device nodes are given.
+pub const NODE_PERMISSIONS: &str = "mrw";
+
+/// What the last discovery found, and what has been reported since.
+#[derive(Debug, Default)]
+struct State {
+    /// The instances of the last discovery, by device name.
+    instances: BTreeMap<DeviceName, Instance>,
+    /// The health last reported for each instance (by discovery or the watcher).
+    reported: BTreeMap<DeviceName, Health>,
+    /// Device nodes under `/dev/bus/usb` that discovery saw or the watcher already announced.
+    known_nodes: BTreeSet<String>,
+}
+
+/// The USB backend: implements [`DeviceSource`] and [`Preparer`].
+#[derive(Debug, Clone)]
+pub struct UsbBackend {
+    config: UsbConfig,
+    host: HostFs,
+    pool: PoolName,
+    state: Arc<Mutex<State>>,
+}
+
+impl UsbBackend {
+    /// A backend serving `config` from `ctx`'s host root, in the pool `<node>-usb`. Fails when
+    /// the configuration is invalid (the error names the field and the value).
+    pub fn new(config: UsbConfig, ctx: &BackendContext) -> Result<Self, UsbError> {
+        config.validate()?;
+        let pool_name = format!("{}-{BACKEND_NAME}", ctx.node_name);
+        let pool = PoolName::new(pool_name.clone()).map_err(|e| UsbError::PoolName {
+            pool: pool_name,
+            reason: e.reason,
+        })?;
+        Ok(UsbBackend {
+            config,
+            host: ctx.host.clone(),
+            pool,
+            state: Arc::default(),
+        })
+    }
+
+    /// The pool the devices are published in.
+    pub fn pool_name(&self) -> &PoolName {
+        &self.pool
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn health_of(&self, instance: &Instance) -> Health {
+        let missing: Vec<String> = instance
+            .members
+            .iter()
+            .filter(|m| !self.host.exists(&m.node))
+            .map(|m| format!("{} ({})", m.node, m.sysfs_name))
+            .collect();
+        if missing.is_empty() {
+            Health::healthy()
+        } else {
+            Health::unhealthy(format!("USB device node missing: {}", missing.join(", ")))
+        }
+    }
+
+    /// Reads sysfs, forms the instances and records them; returns the pool.
+    fn refresh(&self) -> Result<Pool, SourceError> {
+        let devices = read_usb_devices(&self.host).map_err(|e| SourceError::Unavailable {
+            backend: BACKEND_NAME.into(),
+            reason: e.to_string(),
+        })?;
+        let nodes = discover::list_nodes(&self.host);
+        let instances = groups::form_instances(&self.config.resources, &devices);
+        let mut published = Vec::with_capacity(instances.len());
+        let mut reported = BTreeMap::new();
+        for inst in &instances {
+            let mut dev = groups::device_of(inst, &self.config.resources[inst.resource]);
+            dev.health = self.health_of(inst);
+            reported.insert(inst.name.clone(), dev.health.clone());
+            published.push(dev);
+        }
+        let pool = Pool::new(self.pool.clone(), published);
+        pool.validate().map_err(|error| SourceError::Model {
+            backend: BACKEND_NAME.into(),
+            error,
+        })?;
+        let mut st = self.state();
+        st.instances = instances.into_iter().map(|i| (i.name.clone(), i)).collect();
+        st.reported = reported;
+        st.known_nodes = nodes.into_iter().collect();
+        Ok(pool)
+    }
+
+    /// Compares presence with what was reported; returns the events to send.
+    fn check(&self) -> Vec<SourceEvent> {
+        let nodes = discover::list_nodes(&self.host);
+        let instances: Vec<Instance> = self.state().instances.values().cloned().collect();
+        let health: Vec<(DeviceName, Health)> = instances
+            .iter()
+            .map(|i| (i.name.clone(), self.health_of(i)))
+            .collect();
+        let mut st = self.state();
+        let mut out = Vec::new();
+        for (name, h) in health {
+            // Only instances still known: a discovery may have run meanwhile.
+            if !st.instances.contains_key(&name) {
+                continue;
+            }
+            if st.reported.get(&name) != Some(&h) {
+                st.reported.insert(name.clone(), h.clone());
+                out.push(SourceEvent::Health {
+                    device: DeviceRef {
+                        pool: self.pool.clone(),
+                        device: name,
+                    },
+                    health: h,
+                });
+            }
+        }
+        let new: Vec<String> = nodes
+            .into_iter()
+            .filter(|n| !st.known_nodes.contains(n))
+            .collect();
+        if !new.is_empty() {
+            tracing::info!(nodes = ?new, "new USB device nodes; rediscovering");
+            st.known_nodes.extend(new);
+            out.push(SourceEvent::Rediscover);
+        }
+        out
+    }
+
+    fn watch_dirs(&self, w: &mut DirWatch) {
+        for dir in ["/dev/bus", DEV_BUS_USB] {
+            if let Ok(p) = self.host.resolve(dir) {
+                w.watch(&p);
+            }
+        }
+        if let Ok(buses) = self.host.list_dir(DEV_BUS_USB) {
+            for bus in buses {
+                if let Ok(p) = self.host.resolve(Path::new(DEV_BUS_USB).join(bus)) {
+                    w.watch(&p);
+                }
+            }
+        }
+    }
+
+    fn edits_for(&self, device: &DeviceRef) -> Result<Option<ContainerEdits>, PrepareError> {
+        if device.pool != self.pool {
+            return Err(PrepareError::UnknownDevice {
+                device: device.to_string(),
+            });
+        }
+        let Some(inst) = self.state().instances.get(&device.device).cloned() else {
+            return Ok(None);
+        };
+        let health = self.health_of(&inst);
+        if !health.is_healthy() {
+            return Err(PrepareError::Unhealthy {
+                device: device.to_string(),
+                reason: health.reason.unwrap_or_default(),
+            });
+        }
+        let resource = &self.config.resources[inst.resource];
+        let list: Vec<String> = inst.members.iter().map(UsbDevice::bus_dev).collect();
+        Ok(Some(ContainerEdits {
+            device_nodes: inst
+                .members
+                .iter()
+                .map(|m| DeviceNode::new(m.node.clone(), NODE_PERMISSIONS))
+                .collect(),
+            env: BTreeMap::from([(resource.env_name(), list.join(","))]),
+            ..ContainerEdits::default()
+        }))
+    }
+}
+
+#[async_trait]
+impl DeviceSource for UsbBackend {
+    fn name(&self) -> &str {
+        BACKEND_NAME
+    }
+
+    async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
+        Ok(vec![self.refresh()?])
+    }
+
+    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
+        let mut w = DirWatch::new();
+        let resync = Duration::from_secs(self.config.resync_seconds.max(1));
+        loop {
+            self.watch_dirs(&mut w);
+            for ev in self.check() {
+                if events.send(ev).await.is_err() {
+                    return Ok(());
+                }
+            }
+            w.wait(resync).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Preparer for UsbBackend {
+    async fn prepare(
+        &self,
+        _consumer: &Consumer,
+        devices: &[AllocatedDevice],
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        let mut out = Vec::with_capacity(devices.len());
+        for a in devices {
+            let mut edits = self.edits_for(&a.device)?;
+            if edits.is_none() {
+                // Not seen by the last discovery (or none ran yet): look again once.
+                self.refresh()
+                    .map_err(|e| PrepareError::Other(format!("rediscovering USB devices: {e}")))?;
+                edits = self.edits_for(&a.device)?;
+            }
+            let edits = edits.ok_or_else(|| PrepareError::UnknownDevice {
+                device: a.device.to_string(),
+            })?;
+            out.push(PreparedDevice {
+                device: a.clone(),
+                edits,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn unprepare(
+        &self,
+        _claim: &ClaimRef,
+        _devices: &[AllocatedDevice],
+    ) -> Result<(), PrepareError> {
+        // Preparing changes nothing on the host.
+        Ok(())
+    }
+}

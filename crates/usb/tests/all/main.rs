@@ -1,0 +1,30 @@
+//! Integration tests of the USB backend against fake host roots.
+#![allow(clippy::unwrap_used)]
+
+mod discovery;
+mod hotplug;
+mod prepare;
+
+use kubedev_core::{BackendContext, DeviceName, DeviceRef, PoolName};
+use kubedev_testkit::hostroot::HostRoot;
+use kubedev_usb::{UsbBackend, UsbConfig};
+
+/// A backend over `root` with the given resources (name, selectors).
+pub(crate) fn backend(root: &HostRoot, resources: &[(&str, &[&str])]) -> UsbBackend {
+    let resources: Vec<serde_json::Value> = resources
+        .iter()
+        .map(|(name, sel)| serde_json::json!({"name": name, "selectors": sel}))
+        .collect();
+    let config: UsbConfig =
+        serde_json::from_value(serde_json::json!({ "resources": resources })).unwrap();
+    let ctx = BackendContext::for_tests(root.path(), root.path().join("state"));
+    UsbBackend::new(config, &ctx).unwrap()
+}
+
+/// A reference to a device of the `node-a-usb` pool.
+pub(crate) fn dref(name: &str) -> DeviceRef {
+    DeviceRef {
+        pool: PoolName::new("node-a-usb").unwrap(),
+        device: DeviceName::new(name).unwrap(),
+    }
+}
