@@ -39,6 +39,7 @@ mod error;
 mod plan;
 mod publisher;
 mod ratelimit;
+mod render;
 
 pub use claim::{
     AllocatedClaim, ClaimReader, ConditionStatus, ConfigSource, DeviceCondition, DeviceResult,
@@ -48,3 +49,4 @@ pub use connect::{ConnectError, connect};
 pub use convert::{NUMA_NODE_ATTRIBUTE, UnhealthyDevices};
 pub use error::Error;
 pub use publisher::{PublishStats, PublisherTask, SlicePublisher};
+pub use render::render_slices;

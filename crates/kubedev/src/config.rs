@@ -54,6 +54,39 @@ pub struct Config {
     /// The backends and their options.
     #[serde(default)]
     pub backends: Backends,
+    /// Where the host's `/` is seen (`/` on the host, `/host` or `/proc/1/root` in a container):
+    /// backends read sysfs and `/dev` beneath it.
+    #[serde(default = "default_host_root")]
+    pub host_root: PathBuf,
+    /// Where backends keep their own records (one subdirectory per backend), e.g. the original
+    /// driver of a PCI function rebound to vfio-pci.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: PathBuf,
+}
+
+fn default_host_root() -> PathBuf {
+    PathBuf::from("/")
+}
+
+fn default_state_dir() -> PathBuf {
+    PathBuf::from("/var/lib/kubedev")
+}
+
+/// The section of a backend this binary was built without: accepted by the parser so that
+/// validation can say which feature is missing, instead of "unknown field".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NotBuiltIn;
+
+impl<'de> Deserialize<'de> for NotBuiltIn {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| NotBuiltIn)
+    }
+}
+
+impl Serialize for NotBuiltIn {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_unit()
+    }
 }
 
 /// DRA mode settings.
@@ -228,6 +261,60 @@ pub struct Backends {
     /// The `static` example backend.
     #[serde(default, rename = "static")]
     pub static_devices: Option<StaticConfig>,
+    /// NVIDIA GPUs through NVML (cargo feature `nvidia`).
+    #[serde(default)]
+    pub nvidia: Option<NvidiaSection>,
+    /// PCI functions for passthrough and mediated devices (cargo feature `vfio`).
+    #[serde(default)]
+    pub vfio: Option<VfioSection>,
+    /// USB devices (cargo feature `usb`).
+    #[serde(default)]
+    pub usb: Option<UsbSection>,
+    /// Character devices and Unix sockets (cargo feature `host`).
+    #[serde(default)]
+    pub host: Option<HostSection>,
+}
+
+macro_rules! backend_section {
+    ($alias:ident, $feature:literal, $ty:ty) => {
+        #[doc = concat!("The `", $feature, "` backend's options (`NotBuiltIn` without the feature).")]
+        #[cfg(feature = $feature)]
+        pub type $alias = $ty;
+        #[doc = concat!("The `", $feature, "` backend's options (`NotBuiltIn` without the feature).")]
+        #[cfg(not(feature = $feature))]
+        pub type $alias = NotBuiltIn;
+    };
+}
+
+backend_section!(NvidiaSection, "nvidia", kubedev_nvidia::NvidiaConfig);
+backend_section!(VfioSection, "vfio", kubedev_vfio::VfioConfig);
+backend_section!(UsbSection, "usb", kubedev_usb::UsbConfig);
+backend_section!(HostSection, "host", kubedev_host::HostConfig);
+
+impl Backends {
+    /// The backends the configuration names that this binary was built without, as
+    /// (field, cargo feature).
+    pub fn not_built_in(&self) -> Vec<(&'static str, &'static str)> {
+        #[allow(unused_mut)]
+        let mut out = Vec::new();
+        #[cfg(not(feature = "nvidia"))]
+        if self.nvidia.is_some() {
+            out.push(("backends.nvidia", "nvidia"));
+        }
+        #[cfg(not(feature = "vfio"))]
+        if self.vfio.is_some() {
+            out.push(("backends.vfio", "vfio"));
+        }
+        #[cfg(not(feature = "usb"))]
+        if self.usb.is_some() {
+            out.push(("backends.usb", "usb"));
+        }
+        #[cfg(not(feature = "host"))]
+        if self.host.is_some() {
+            out.push(("backends.host", "host"));
+        }
+        out
+    }
 }
 
 /// A validated device-plugin resource.
@@ -332,6 +419,15 @@ impl Config {
             field,
             message,
         };
+        if let Some((field, feature)) = self.backends.not_built_in().first() {
+            return Err(invalid(
+                (*field).to_string(),
+                format!(
+                    "this kubedev was built without the `{feature}` backend; rebuild with \
+                     `cargo build --features {feature}`"
+                ),
+            ));
+        }
         self.resources(path)?;
         let mut names = std::collections::BTreeSet::new();
         for (i, r) in self.device_plugin.resources.iter().enumerate() {
@@ -473,5 +569,25 @@ backends:
             .unwrap_err()
             .to_string();
         assert!(err.contains("configured twice"), "{err}");
+    }
+
+    #[cfg(not(feature = "usb"))]
+    #[test]
+    fn a_backend_left_out_of_the_build_is_named_with_its_feature() {
+        let text = format!("{GOOD}  usb:\n    resources: []\n");
+        let err = Config::parse(&text, Path::new("c.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("backends.usb") && err.contains("--features usb"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn host_root_and_state_dir_have_defaults() {
+        let c = Config::parse(GOOD, Path::new("c.yaml")).unwrap();
+        assert_eq!(c.host_root, PathBuf::from("/"));
+        assert_eq!(c.state_dir, PathBuf::from("/var/lib/kubedev"));
     }
 }

@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod cluster;
 pub mod config;
+pub mod discover;
 pub mod dra_driver;
 pub mod failpoint;
 pub mod runtime;

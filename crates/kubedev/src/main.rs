@@ -30,6 +30,13 @@ enum Output {
     Yaml,
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum DiscoverOutput {
+    Table,
+    Yaml,
+    Json,
+}
+
 #[derive(Debug, Subcommand)]
 enum PolicyCommand {
     /// Validate a policy's contract, run it on sample input, report fuel and memory used.
@@ -82,6 +89,23 @@ enum Command {
     Policy {
         #[command(subcommand)]
         command: PolicyCommand,
+    },
+    /// Show what the configured backends find on this host, and which API serves each device.
+    ///
+    /// `-o table` (the default) lists every device with its pool, health, NUMA node, attributes
+    /// and whether a device-plugin resource or DRA serves it; `-o yaml|json` prints the
+    /// ResourceSlices DRA would publish. Nothing is published and no socket is opened.
+    ///
+    /// Examples:
+    ///   kubedev discover --config /etc/kubedev/config.yaml
+    ///   kubedev discover --config config.yaml -o yaml
+    Discover {
+        /// The configuration file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = DiscoverOutput::Table)]
+        output: DiscoverOutput,
     },
     /// Check a configuration file and exit.
     ///
@@ -173,6 +197,27 @@ fn real_main() -> anyhow::Result<()> {
                 path.display()
             );
             Ok(())
+        }
+        Command::Discover {
+            config: path,
+            output,
+        } => {
+            let config = kubedev::config::Config::load(&path)?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let found = rt.block_on(kubedev::discover::discover(&config, &path))?;
+            let text = match output {
+                DiscoverOutput::Table => found.table(),
+                DiscoverOutput::Json => {
+                    format!("{:#}\n", found.slices(&config)?)
+                }
+                DiscoverOutput::Yaml => {
+                    serde_saphyr::to_string(&found.slices(&config)?).context("encoding YAML")?
+                }
+            };
+            write_stdout(&text)
         }
         Command::CheckConfig { config } => {
             kubedev::config::Config::load(&config)?;

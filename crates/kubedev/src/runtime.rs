@@ -41,7 +41,54 @@ pub fn build_backends(config: &Config) -> anyhow::Result<Vec<Backend>> {
             preparer: b,
         });
     }
+    // What each host backend is given: the host root, its own state directory, the node.
+    #[allow(unused_variables)]
+    let context = |name: &str| -> anyhow::Result<kubedev_core::BackendContext> {
+        let state_dir = config.state_dir.join(name);
+        std::fs::create_dir_all(&state_dir)
+            .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+        Ok(kubedev_core::BackendContext {
+            host: kubedev_core::HostFs::new(&config.host_root),
+            state_dir,
+            node_name: node_name(config),
+        })
+    };
+    macro_rules! host_backend {
+        ($feature:literal, $field:ident, $ty:path) => {
+            #[cfg(feature = $feature)]
+            if let Some(c) = &config.backends.$field {
+                let b = Arc::new(
+                    <$ty>::new(c.clone(), &context($feature)?)
+                        .context(concat!("backends.", $feature))?,
+                );
+                out.push(Backend {
+                    source: b.clone(),
+                    preparer: b,
+                });
+            }
+        };
+    }
+    host_backend!("nvidia", nvidia, kubedev_nvidia::NvidiaBackend);
+    host_backend!("vfio", vfio, kubedev_vfio::VfioBackend);
+    host_backend!("usb", usb, kubedev_usb::UsbBackend);
+    host_backend!("host", host, kubedev_host::HostBackend);
     Ok(out)
+}
+
+/// The node's name: from the configuration, else `NODE_NAME`, else the host name.
+pub fn node_name(config: &Config) -> String {
+    config
+        .node_name
+        .clone()
+        .or_else(|| std::env::var("NODE_NAME").ok())
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "localhost".to_string())
 }
 
 /// What the DRA mode needs from the cluster: where claims are read and where slices are written.

@@ -129,3 +129,103 @@ fn simulate_with_a_policy_uses_it() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+fn write_config(dir: &std::path::Path, text: &str) -> String {
+    let p = dir.join("config.yaml");
+    std::fs::write(&p, text).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+const SPLIT_CONFIG: &str = "nodeName: node-a
+devicePlugin:
+  resources:
+    - name: example.com/gpu
+      selector:
+        attributes:
+          type: {string: gpu}
+dra:
+  enabled: true
+  driverName: devices.example.com
+backends:
+  static:
+    pool: node-a
+    devices:
+      - {name: gpu-0, numaNode: 0, attributes: {type: {string: gpu}}}
+      - {name: nic-0, attributes: {type: {string: nic}}}
+      - {name: nic-1, attributes: {type: {string: nic}}}
+";
+
+#[test]
+fn discover_shows_which_api_serves_each_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), SPLIT_CONFIG);
+    let out = kubedev(&["discover", "--config", &config]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = |dev: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(dev))
+            .unwrap_or_else(|| panic!("no row for {dev} in\n{table}"))
+            .to_string()
+    };
+    assert!(
+        row("gpu-0").contains("device-plugin example.com/gpu"),
+        "{table}"
+    );
+    assert!(row("nic-0").contains(" dra "), "{table}");
+    assert!(row("nic-1").contains("type=\"nic\""), "{table}");
+    assert!(
+        table.contains("3 device(s) in 1 pool(s) from static."),
+        "{table}"
+    );
+
+    // As ResourceSlices: only what DRA serves.
+    let out = kubedev(&["discover", "--config", &config, "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["kind"], "List");
+    let slice = &v["items"][0];
+    assert_eq!(slice["kind"], "ResourceSlice");
+    assert_eq!(slice["spec"]["driver"], "devices.example.com");
+    assert_eq!(slice["spec"]["nodeName"], "node-a");
+    let names: Vec<&str> = slice["spec"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["nic-0", "nic-1"]);
+
+    let out = kubedev(&["discover", "--config", &config, "-o", "yaml"]);
+    assert!(out.status.success());
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    assert!(yaml.contains("kind: ResourceSlice"), "{yaml}");
+}
+
+#[test]
+fn discover_says_plainly_when_nothing_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "nodeName: node-a\nbackends:\n  static:\n    pool: node-a\n    devices: []\n",
+    );
+    let out = kubedev(&["discover", "--config", &config]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "No devices found: the static backend found nothing to offer on this host.\n"
+    );
+}
