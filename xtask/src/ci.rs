@@ -56,6 +56,9 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         ],
     )?;
 
+    step("the NVML stand-in library the NVIDIA tests load");
+    run(root, "cargo", &["build", "-p", "kubedev-nvml-mock"])?;
+
     step("tests");
     if has_nextest(root) {
         run(
