@@ -1,0 +1,2 @@
+//! Discovery benchmark (filled in below).
+fn main() {}

@@ -1,0 +1,511 @@
+//! The backend: discovery, health watching and preparation over PCI units and mdev instances.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+use tokio::sync::mpsc;
+
+use kubedev_core::{
+    AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceNode,
+    DeviceRef, DeviceSource, Health, HostFs, Pool, PoolName, PrepareError, PreparedDevice,
+    Preparer, SourceError, SourceEvent,
+};
+
+use crate::config::{Checked, VfioConfig};
+use crate::error::VfioError;
+use crate::mdev::{MdevTypeManager, MdevUnit, mdev_device, scan_mdevs, select_mdevs};
+use crate::naming::{MDEV_PCI_RESOURCE_PREFIX, PCI_RESOURCE_PREFIX, resource_env_name};
+use crate::pci::{
+    PciKind, PciUnit, SelectOptions, VFIO_CONTAINER, scan, select, unit_device, unit_health,
+};
+use crate::{BACKEND_NAME, bind};
+
+/// One offered device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offered {
+    /// A PCI function or IOMMU group.
+    Pci(PciUnit),
+    /// An mdev instance.
+    Mdev(MdevUnit),
+}
+
+impl Offered {
+    /// The IOMMU group.
+    pub fn group(&self) -> u32 {
+        match self {
+            Offered::Pci(u) => u.group,
+            Offered::Mdev(u) => u.group,
+        }
+    }
+
+    /// `/dev/vfio/<group>`.
+    pub fn group_node(&self) -> String {
+        format!("/dev/vfio/{}", self.group())
+    }
+
+    /// The resource name from the configuration.
+    pub fn resource(&self) -> &str {
+        match self {
+            Offered::Pci(u) => &u.resource,
+            Offered::Mdev(u) => &u.resource,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    offered: BTreeMap<DeviceName, Offered>,
+    reported: BTreeMap<DeviceName, Health>,
+    discovered: bool,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: VfioConfig,
+    checked: Checked,
+    host: HostFs,
+    state_dir: PathBuf,
+    pool: PoolName,
+    state: Mutex<State>,
+    /// Serialises driver rebinding: `drivers_probe` is one file for the whole bus.
+    bind_lock: Mutex<()>,
+}
+
+/// The VFIO backend: PCI passthrough devices and mediated devices in one pool named
+/// `<node>-vfio`.
+///
+/// Device names: `pci-<domain>-<bus>-<device>-<function>` after the first offered function of an
+/// IOMMU group (`0000:3b:00.0` → `pci-0000-3b-00-0`), `mdev-<uuid>` for an mdev instance.
+#[derive(Debug, Clone)]
+pub struct VfioBackend {
+    inner: Arc<Inner>,
+}
+
+impl VfioBackend {
+    /// A backend for `config` on the host and node of `ctx`. Checks the configuration (the error
+    /// names the field and the value) and the pool name.
+    pub fn new(config: VfioConfig, ctx: &BackendContext) -> Result<Self, VfioError> {
+        let checked = config.check()?;
+        let pool_name = format!("{}-{BACKEND_NAME}", ctx.node_name);
+        let pool = PoolName::new(&pool_name).map_err(|e| VfioError::Config {
+            field: "nodeName".into(),
+            value: ctx.node_name.clone(),
+            reason: format!("pool name {pool_name:?}: {}", e.reason),
+        })?;
+        Ok(VfioBackend {
+            inner: Arc::new(Inner {
+                config,
+                checked,
+                host: ctx.host.clone(),
+                state_dir: ctx.state_dir.clone(),
+                pool,
+                state: Mutex::default(),
+                bind_lock: Mutex::new(()),
+            }),
+        })
+    }
+
+    /// The pool this backend publishes.
+    pub fn pool_name(&self) -> &PoolName {
+        &self.inner.pool
+    }
+
+    /// The mdev type manager for this backend's configuration and host (see
+    /// [`MdevTypeManager`]); the daemon runs [`MdevTypeManager::apply`] on start.
+    pub fn type_manager(&self) -> MdevTypeManager {
+        MdevTypeManager::new(&self.inner.config, self.inner.host.clone())
+            .expect("the configuration was checked in new()")
+    }
+
+    /// Discovers now, on the calling thread (what [`DeviceSource::discover`] runs on a blocking
+    /// thread).
+    pub fn discover_blocking(&self) -> Result<Pool, VfioError> {
+        self.inner.discover()
+    }
+
+    /// What the last discovery offered, by device name.
+    pub fn offered(&self) -> BTreeMap<DeviceName, Offered> {
+        self.inner.lock().offered.clone()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.settle_timeout_ms)
+    }
+
+    fn health(&self, o: &Offered) -> Health {
+        match o {
+            Offered::Pci(u) => unit_health(&self.host, u, self.config.bind_on_prepare),
+            Offered::Mdev(u) => {
+                if self.host.exists(u.group_node()) {
+                    Health::healthy()
+                } else {
+                    Health::unhealthy(format!("{} is missing", u.group_node()))
+                }
+            }
+        }
+    }
+
+    fn discover(&self) -> Result<Pool, VfioError> {
+        let functions = scan(&self.host)?;
+        let units = select(
+            &functions,
+            &self.checked,
+            SelectOptions {
+                bind_on_prepare: self.config.bind_on_prepare,
+                include_vgpu_vfs: self.config.include_vgpu_vfs,
+            },
+        );
+        let instances = scan_mdevs(&self.host)?;
+        let mdevs = select_mdevs(&instances, &self.checked.mdev);
+        let mut offered = BTreeMap::new();
+        let mut reported = BTreeMap::new();
+        let mut devices = Vec::with_capacity(units.len() + mdevs.len());
+        for u in units {
+            let h = unit_health(&self.host, &u, self.config.bind_on_prepare);
+            devices.push(unit_device(&u, h.clone()));
+            reported.insert(u.name.clone(), h);
+            offered.insert(u.name.clone(), Offered::Pci(u));
+        }
+        for u in mdevs {
+            let h = self.health(&Offered::Mdev(u.clone()));
+            devices.push(mdev_device(&u, h.clone()));
+            reported.insert(u.name.clone(), h);
+            offered.insert(u.name.clone(), Offered::Mdev(u));
+        }
+        let pool = Pool::new(self.pool.clone(), devices);
+        if let Err(e) = pool.validate() {
+            return Err(VfioError::Unsupported(format!(
+                "inconsistent inventory: {e}"
+            )));
+        }
+        let mut st = self.lock();
+        st.offered = offered;
+        st.reported = reported;
+        st.discovered = true;
+        Ok(pool)
+    }
+
+    /// The offered device for `r`, discovering again once if it is not known (e.g. after a
+    /// restart, before the first discovery).
+    fn find(&self, r: &DeviceRef) -> Result<Offered, PrepareError> {
+        let unknown = || PrepareError::UnknownDevice {
+            device: r.to_string(),
+        };
+        if r.pool != self.pool {
+            return Err(unknown());
+        }
+        if let Some(o) = self.lock().offered.get(&r.device) {
+            return Ok(o.clone());
+        }
+        self.discover()
+            .map_err(|e| e.into_prepare("discovering devices", &r.to_string()))?;
+        self.lock()
+            .offered
+            .get(&r.device)
+            .cloned()
+            .ok_or_else(unknown)
+    }
+
+    /// Prepares one device (blocking: may rebind drivers).
+    fn prepare_one(
+        &self,
+        consumer: &Consumer,
+        a: &AllocatedDevice,
+    ) -> Result<PreparedDevice, PrepareError> {
+        let o = self.find(&a.device)?;
+        let device = a.device.to_string();
+        if let Offered::Pci(u) = &o
+            && self.config.bind_on_prepare
+            && u.kind == PciKind::Passthrough
+        {
+            let _guard = self.bind_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let addrs: Vec<_> = u.functions.iter().map(|f| f.address).collect();
+            bind::bind_to_vfio(
+                &self.host,
+                &self.state_dir,
+                u.name.as_str(),
+                &addrs,
+                &u.group_node(),
+                self.timeout(),
+            )
+            .map_err(|e| e.into_prepare("binding to vfio-pci", &device))?;
+        }
+        let node = o.group_node();
+        if !self.host.exists(&node) {
+            return Err(PrepareError::Unhealthy {
+                device,
+                reason: format!("{node} is missing"),
+            });
+        }
+        let resource = match consumer {
+            Consumer::Container { resource } => resource.as_str(),
+            _ => o.resource(),
+        };
+        let mut edits = ContainerEdits::default();
+        edits
+            .device_nodes
+            .push(DeviceNode::new(VFIO_CONTAINER, "mrw"));
+        edits.device_nodes.push(DeviceNode::new(node, "mrw"));
+        match &o {
+            Offered::Pci(u) => {
+                edits.env.insert(
+                    resource_env_name(PCI_RESOURCE_PREFIX, resource),
+                    u.addresses(),
+                );
+            }
+            Offered::Mdev(u) => {
+                edits.env.insert(
+                    resource_env_name(MDEV_PCI_RESOURCE_PREFIX, resource),
+                    u.instance.uuid.clone(),
+                );
+            }
+        }
+        Ok(PreparedDevice {
+            device: a.clone(),
+            edits,
+        })
+    }
+
+    fn unprepare_one(&self, a: &AllocatedDevice) -> Result<(), PrepareError> {
+        if a.device.pool != self.pool {
+            return Ok(());
+        }
+        let _guard = self.bind_lock.lock().unwrap_or_else(|e| e.into_inner());
+        bind::restore(
+            &self.host,
+            &self.state_dir,
+            a.device.device.as_str(),
+            self.timeout(),
+        )
+        .map(|_| ())
+        .map_err(|e| e.into_prepare("restoring the original driver", &a.device.to_string()))
+    }
+
+    /// Recomputes the health of the devices `which` selects and returns those that changed.
+    fn recheck(&self, which: impl Fn(&Offered) -> bool) -> Vec<(DeviceName, Health)> {
+        let offered: Vec<(DeviceName, Offered)> = self
+            .lock()
+            .offered
+            .iter()
+            .filter(|(_, o)| which(o))
+            .map(|(n, o)| (n.clone(), o.clone()))
+            .collect();
+        let mut changed = Vec::new();
+        for (name, o) in offered {
+            let h = self.health(&o);
+            let mut st = self.lock();
+            if st.reported.get(&name) != Some(&h) {
+                st.reported.insert(name.clone(), h.clone());
+                changed.push((name, h));
+            }
+        }
+        changed
+    }
+
+    fn knows_group(&self, group: u32) -> bool {
+        self.lock().offered.values().any(|o| o.group() == group)
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| format!("blocking task failed: {e}"))
+}
+
+#[async_trait]
+impl DeviceSource for VfioBackend {
+    fn name(&self) -> &str {
+        BACKEND_NAME
+    }
+
+    async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
+        let inner = self.inner.clone();
+        let pool = blocking(move || inner.discover())
+            .await
+            .map_err(|reason| SourceError::Unavailable {
+                backend: BACKEND_NAME.into(),
+                reason,
+            })?
+            .map_err(VfioError::into_source)?;
+        Ok(vec![pool])
+    }
+
+    /// Watches `/dev/vfio` with inotify: a group node removed makes its device Unhealthy, back
+    /// makes it Healthy; a node for a group no offered device has asks for a rediscovery.
+    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
+        let unavailable = |reason: String| SourceError::Unavailable {
+            backend: BACKEND_NAME.into(),
+            reason,
+        };
+        if !self.inner.lock().discovered {
+            let inner = self.inner.clone();
+            blocking(move || inner.discover())
+                .await
+                .map_err(unavailable)?
+                .map_err(VfioError::into_source)?;
+        }
+        let host = &self.inner.host;
+        let dev = match host.resolve("/dev") {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "no /dev under the host root: not watching VFIO nodes");
+                return Ok(());
+            }
+        };
+        let inotify = Inotify::init().map_err(|e| unavailable(format!("inotify: {e}")))?;
+        let dir_mask =
+            WatchMask::CREATE | WatchMask::DELETE | WatchMask::MOVED_FROM | WatchMask::MOVED_TO;
+        let mut stream = inotify
+            .into_event_stream([0u8; 4096])
+            .map_err(|e| unavailable(format!("inotify: {e}")))?;
+        let dev_wd = stream
+            .watches()
+            .add(&dev, dir_mask | WatchMask::ONLYDIR)
+            .map_err(|e| unavailable(format!("watching {}: {e}", dev.display())))?;
+        let add_vfio = |stream: &inotify::EventStream<[u8; 4096]>| -> Option<WatchDescriptor> {
+            let p = host.resolve("/dev/vfio").ok()?;
+            match stream.watches().add(&p, dir_mask | WatchMask::ONLYDIR) {
+                Ok(wd) => Some(wd),
+                Err(e) => {
+                    tracing::warn!(path = %p.display(), error = %e, "cannot watch /dev/vfio");
+                    None
+                }
+            }
+        };
+        let mut vfio_wd: Option<WatchDescriptor> = add_vfio(&stream);
+        // Changes between discovery and now.
+        if !self.send(&events, self.inner.recheck(|_| true)).await {
+            return Ok(());
+        }
+        while let Some(ev) = stream.next().await {
+            let ev = match ev {
+                Ok(ev) => ev,
+                Err(e) => return Err(unavailable(format!("inotify: {e}"))),
+            };
+            let mut rediscover = false;
+            let changed = if ev.mask.contains(EventMask::Q_OVERFLOW) {
+                self.inner.recheck(|_| true)
+            } else if ev.wd == dev_wd {
+                if ev.name.as_deref().and_then(|n| n.to_str()) != Some("vfio") {
+                    continue;
+                }
+                if ev.mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
+                    vfio_wd = add_vfio(&stream);
+                    rediscover = true;
+                }
+                self.inner.recheck(|_| true)
+            } else if Some(&ev.wd) == vfio_wd.as_ref() {
+                let Some(group) = ev
+                    .name
+                    .as_deref()
+                    .and_then(|n| n.to_str())
+                    .and_then(|n| n.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                if ev.mask.intersects(EventMask::CREATE | EventMask::MOVED_TO)
+                    && !self.inner.knows_group(group)
+                {
+                    rediscover = true;
+                }
+                self.inner.recheck(|o| o.group() == group)
+            } else {
+                continue;
+            };
+            if !self.send(&events, changed).await {
+                return Ok(());
+            }
+            if rediscover && events.send(SourceEvent::Rediscover).await.is_err() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl VfioBackend {
+    /// Sends health changes; false when nobody listens any more.
+    async fn send(
+        &self,
+        events: &mpsc::Sender<SourceEvent>,
+        changed: Vec<(DeviceName, Health)>,
+    ) -> bool {
+        for (device, health) in changed {
+            tracing::info!(device = %device, health = %health.state, reason = ?health.reason, "VFIO device health changed");
+            let ev = SourceEvent::Health {
+                device: DeviceRef {
+                    pool: self.inner.pool.clone(),
+                    device,
+                },
+                health,
+            };
+            if events.send(ev).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[async_trait]
+impl Preparer for VfioBackend {
+    /// Device nodes `/dev/vfio/vfio` and `/dev/vfio/<group>` (`mrw`) and the variable KubeVirt's
+    /// launcher reads: `PCI_RESOURCE_<NAME>=<addr>,...` for PCI devices,
+    /// `MDEV_PCI_RESOURCE_<NAME>=<uuid>` for mdev instances. NAME is the extended resource name
+    /// the kubelet asked for (device-plugin API) or the device's configured resource name (DRA,
+    /// the `resourceName` attribute), upper-cased with `/` and `.` as `_`; several devices of one
+    /// resource join their values with `,`. With `bindOnPrepare`, functions not on `vfio-pci`
+    /// are bound to it first.
+    async fn prepare(
+        &self,
+        consumer: &Consumer,
+        devices: &[AllocatedDevice],
+    ) -> Result<Vec<PreparedDevice>, PrepareError> {
+        let inner = self.inner.clone();
+        let consumer = consumer.clone();
+        let devices = devices.to_vec();
+        blocking(move || {
+            devices
+                .iter()
+                .map(|a| inner.prepare_one(&consumer, a))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await
+        .map_err(PrepareError::Other)?
+    }
+
+    /// Gives rebound functions back to their original drivers (from the records written before
+    /// they were rebound); devices that were not rebound need nothing.
+    async fn unprepare(
+        &self,
+        _claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<(), PrepareError> {
+        let inner = self.inner.clone();
+        let devices = devices.to_vec();
+        blocking(move || {
+            let mut first_err = None;
+            for a in &devices {
+                if let Err(e) = inner.unprepare_one(a) {
+                    tracing::warn!(device = %a.device, error = %e, "unprepare failed");
+                    first_err.get_or_insert(e);
+                }
+            }
+            first_err.map_or(Ok(()), Err)
+        })
+        .await
+        .map_err(PrepareError::Other)?
+    }
+}
