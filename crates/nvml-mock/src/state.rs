@@ -328,7 +328,11 @@ impl MigRt {
     /// slices form a binary tree, else the smallest free id.
     fn next_gi_id(&self, start: u32, size: u32) -> u32 {
         let total = self.table.memory_slices;
-        if total.is_power_of_two() && size.is_power_of_two() && size <= total && start % size == 0 {
+        if total.is_power_of_two()
+            && size.is_power_of_two()
+            && size <= total
+            && start.is_multiple_of(size)
+        {
             let id = (total / size - 1) + start / size;
             if !self.gis.contains_key(&id) {
                 return id;
