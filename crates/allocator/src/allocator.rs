@@ -14,7 +14,9 @@ use crate::api::{
 use crate::cel;
 use crate::error::{AllocationError, SelectorOwner};
 use crate::model::{AttrKey, Dev, NodeView, PoolState, build_node_view};
-use crate::policy::{PolicyDevice, PolicyRequest, SelectionPolicy, is_permutation};
+use crate::policy::{
+    PolicyConstraint, PolicyConstraintKind, PolicyDevice, PolicyRequest, SelectionPolicy,
+};
 use crate::scenario::split_device_id;
 
 /// Most devices one claim can get (the API's `AllocationResultsMaxSize`).
@@ -28,8 +30,12 @@ pub const MAX_CLAIMS: usize = 128;
 pub struct AllocateOptions<'p> {
     /// Stop with [`AllocationError::Deadline`] when the search runs longer than this.
     pub deadline: Option<Duration>,
-    /// Reorders valid candidates by preference; `None` keeps the scheduler's order.
+    /// Reorders valid candidates by preference and may reject some; `None` keeps the
+    /// scheduler's order.
     pub policy: Option<&'p dyn SelectionPolicy>,
+    /// When the policy fails: `false` (the default) keeps the default order for that
+    /// request, `true` refuses the allocation with [`AllocationError::Policy`].
+    pub fail_closed: bool,
 }
 
 impl<'p> AllocateOptions<'p> {
@@ -42,6 +48,13 @@ impl<'p> AllocateOptions<'p> {
     /// Options with a selection policy.
     pub fn with_policy(mut self, policy: &'p dyn SelectionPolicy) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// Options that refuse the allocation when the policy fails (`true`) or keep the
+    /// default order (`false`, the default).
+    pub fn with_fail_closed(mut self, fail_closed: bool) -> Self {
+        self.fail_closed = fail_closed;
         self
     }
 }
@@ -108,6 +121,9 @@ pub(crate) struct SubPlan<'c> {
     pub(crate) errors: Vec<AllocationError>,
     /// Match constraints of the claim that apply to this subplan.
     pub(crate) match_constraints: Vec<usize>,
+    /// Devices the selection policy rejected for this subplan (left out of `cands`), with
+    /// the policy's reason.
+    pub(crate) policy_rejected: Vec<(u32, String)>,
 }
 
 #[derive(Debug)]
@@ -392,7 +408,14 @@ fn plan_claims<'c>(
                     .map(|(i, _)| i)
                     .collect();
                 if let Some(policy) = options.policy {
-                    apply_policy(view, policy, &display, sp);
+                    apply_policy(
+                        view,
+                        policy,
+                        options.fail_closed,
+                        &display,
+                        &constraints,
+                        sp,
+                    )?;
                 }
             }
         }
@@ -485,38 +508,73 @@ fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bo
     }
 }
 
+/// Asks the policy about one `ExactCount` subplan: reorders its candidates and leaves out
+/// the ones it rejects. Candidates whose selectors failed stay where they are (the search
+/// must still reach their error, as the scheduler would). On a failure the default order
+/// stands, or with `fail_closed` the allocation is refused.
 fn apply_policy(
     view: &NodeView<'_>,
     policy: &dyn SelectionPolicy,
+    fail_closed: bool,
     claim: &str,
+    constraints: &[Constraint<'_>],
     sp: &mut SubPlan<'_>,
-) {
-    if !matches!(sp.mode, Mode::Exact(_)) || sp.cands.len() < 2 {
-        return;
+) -> Result<(), AllocationError> {
+    if !matches!(sp.mode, Mode::Exact(_)) || sp.cands.is_empty() {
+        return Ok(());
     }
     let devices: Vec<PolicyDevice<'_>> = sp
         .cands
         .iter()
         .map(|&(d, _)| {
             let dev = &view.devices[d as usize];
-            PolicyDevice {
-                driver: dev.driver,
-                pool: dev.pool_name,
-                device: dev.device,
-            }
+            PolicyDevice::new(dev.driver, dev.pool_name, dev.device).with_allocated(dev.allocated)
         })
         .collect();
-    let request = PolicyRequest {
-        claim,
-        request: &sp.full_name,
-        count: sp.num_devices,
+    let in_force: Vec<PolicyConstraint<'_>> = constraints
+        .iter()
+        .filter(|c| c.applies(sp.base, sp.sub))
+        .map(|c| {
+            let kind = match c.kind {
+                ConstraintKind::Match => PolicyConstraintKind::MatchAttribute,
+                ConstraintKind::Distinct => PolicyConstraintKind::DistinctAttribute,
+            };
+            PolicyConstraint::new(kind, c.attribute)
+        })
+        .collect();
+    let request =
+        PolicyRequest::new(claim, &sp.full_name, sp.num_devices).with_constraints(&in_force);
+    let outcome = policy.order(&request, &devices).and_then(|o| {
+        o.check(devices.len())
+            .map(|()| o)
+            .map_err(|message| crate::PolicyFailure::new(policy.name(), "bad-output", message))
+    });
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(failure) if fail_closed => {
+            return Err(AllocationError::Policy {
+                claim: claim.to_string(),
+                request: sp.full_name.clone(),
+                failure: Box::new(failure),
+            });
+        }
+        Err(_) => return Ok(()),
     };
-    if let Some(order) = policy.order(&request, &devices)
-        && is_permutation(&order, sp.cands.len())
-    {
-        let old = std::mem::take(&mut sp.cands);
-        sp.cands = order.into_iter().map(|i| old[i]).collect();
+    let old = std::mem::take(&mut sp.cands);
+    let mut reason: Vec<Option<String>> = vec![None; old.len()];
+    for r in outcome.rejected {
+        reason[r.index] = Some(r.reason);
     }
+    let order = outcome.order.unwrap_or_else(|| (0..old.len()).collect());
+    sp.cands = Vec::with_capacity(old.len());
+    for i in order {
+        let (d, err) = old[i];
+        match reason[i].take() {
+            Some(why) if err.is_none() => sp.policy_rejected.push((d, why)),
+            _ => sp.cands.push((d, err)),
+        }
+    }
+    Ok(())
 }
 
 struct SubSpec<'c> {
@@ -745,6 +803,7 @@ fn plan_sub<'c>(
         cands: Vec::new(),
         errors: Vec::new(),
         match_constraints: Vec::new(),
+        policy_rejected: Vec::new(),
     };
     match s.mode.unwrap_or("ExactCount") {
         "ExactCount" => {
@@ -1000,14 +1059,16 @@ struct Undo {
     share: bool,
 }
 
+/// Why the search stops early. The error is boxed: it is rare, and it keeps the result of
+/// every search step small.
 enum Stop {
     MaxSize,
-    Err(AllocationError),
+    Err(Box<AllocationError>),
 }
 
 impl From<AllocationError> for Stop {
     fn from(e: AllocationError) -> Stop {
-        Stop::Err(e)
+        Stop::Err(Box::new(e))
     }
 }
 
@@ -1090,7 +1151,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         ) {
             Ok(done) => Ok(done),
             Err(Stop::MaxSize) => Ok(false),
-            Err(Stop::Err(e)) => Err(e),
+            Err(Stop::Err(e)) => Err(*e),
         }
     }
 
@@ -1100,9 +1161,10 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             && let Some((t0, limit)) = self.deadline
             && t0.elapsed() > limit
         {
-            return Err(Stop::Err(AllocationError::Deadline {
+            return Err(AllocationError::Deadline {
                 millis: limit.as_millis(),
-            }));
+            }
+            .into());
         }
         if r.claim >= self.plan.len() {
             return Ok(true);
@@ -1199,7 +1261,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 continue;
             }
             if let Some(e) = err {
-                return Err(Stop::Err(sp.errors[e].clone()));
+                return Err(sp.errors[e].clone().into());
             }
             if (sp.capacity.is_some() || dev.multi || !dev.plain_capacity)
                 && !matches!(

@@ -2,6 +2,8 @@
 //! cannot judge, reported with the claim, class, selector and device involved. The messages
 //! follow the Kubernetes scheduler's wording.
 
+use crate::policy::PolicyFailure;
+
 /// Who owns a selector: a DeviceClass or a claim.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SelectorOwner {
@@ -198,6 +200,17 @@ pub enum AllocationError {
         count: usize,
         /// The limit.
         limit: usize,
+    },
+    /// The selection policy gave no answer and the allocation runs fail-closed
+    /// ([`AllocateOptions::fail_closed`](crate::AllocateOptions::fail_closed)).
+    #[error("claim {claim}, request {request}: selection {failure}")]
+    Policy {
+        /// Claim.
+        claim: String,
+        /// Request (`request` or `request/subrequest`).
+        request: String,
+        /// The policy's name, the kind of failure and what went wrong.
+        failure: Box<PolicyFailure>,
     },
     /// The search ran past its deadline.
     #[error("filter operation aborted: allocation took longer than {millis} ms")]

@@ -59,6 +59,14 @@ pub enum Reason {
         /// The attribute.
         attribute: String,
     },
+    /// The selection policy rejected the device for this request.
+    #[serde(rename_all = "camelCase")]
+    PolicyRejected {
+        /// The policy's name.
+        policy: String,
+        /// The policy's reason.
+        message: String,
+    },
     /// Evaluating a selector failed.
     #[serde(rename_all = "camelCase")]
     SelectorError {
@@ -77,6 +85,7 @@ impl Reason {
             Reason::CountersExhausted { .. } => "counters exhausted",
             Reason::CapacityInsufficient => "capacity insufficient",
             Reason::ConstraintConflict { .. } => "missing a constraint attribute",
+            Reason::PolicyRejected { .. } => "rejected by policy",
             Reason::SelectorError { .. } => "selector error",
         }
     }
@@ -156,7 +165,20 @@ impl<'a> Allocator<'a> {
         node: &Node,
         claims: &[ResourceClaim],
     ) -> Result<Explanation, AllocationError> {
-        let plans = self.plan(node, claims, &AllocateOptions::default())?;
+        self.explain_with(node, claims, &AllocateOptions::default())
+    }
+
+    /// [`Allocator::explain`] under `options`: with a selection policy, the devices it
+    /// rejects are listed with its reason ([`Reason::PolicyRejected`]); a failing policy is
+    /// the same error [`Allocator::allocate`] reports when the options are fail-closed.
+    pub fn explain_with(
+        &mut self,
+        node: &Node,
+        claims: &[ResourceClaim],
+        options: &AllocateOptions<'_>,
+    ) -> Result<Explanation, AllocationError> {
+        let plans = self.plan(node, claims, options)?;
+        let policy = options.policy.map(|p| p.name().to_string());
         let classes = self.classes_slice();
         let view = self.node_view(node)?;
         let mut out = Explanation {
@@ -182,7 +204,7 @@ impl<'a> Allocator<'a> {
             };
             for rp in &cp.requests {
                 for sp in &rp.subs {
-                    let re = explain_sub(view, classes, cp, sp);
+                    let re = explain_sub(view, classes, cp, sp, policy.as_deref());
                     out.summary.push(re.summary.clone());
                     ce.requests.push(re);
                 }
@@ -199,6 +221,7 @@ fn explain_sub(
     classes: &[DeviceClass],
     cp: &ClaimPlan<'_>,
     sp: &SubPlan<'_>,
+    policy: Option<&str>,
 ) -> RequestExplanation {
     let mut rejected = Vec::new();
     let mut usable = Vec::new();
@@ -255,13 +278,22 @@ fn explain_sub(
                     Ok(CapFit::Fits(_))
                 ) {
                     Some(Reason::CapacityInsufficient)
+                } else if let Some(c) = cp
+                    .constraints
+                    .iter()
+                    .filter(|c| c.applies(sp.base, sp.sub))
+                    .find(|c| dev.constraint_attr(c.attribute).is_none())
+                {
+                    Some(Reason::ConstraintConflict {
+                        attribute: c.attribute.to_string(),
+                    })
                 } else {
-                    cp.constraints
+                    sp.policy_rejected
                         .iter()
-                        .filter(|c| c.applies(sp.base, sp.sub))
-                        .find(|c| dev.constraint_attr(c.attribute).is_none())
-                        .map(|c| Reason::ConstraintConflict {
-                            attribute: c.attribute.to_string(),
+                        .find(|(r, _)| *r as usize == d)
+                        .map(|(_, why)| Reason::PolicyRejected {
+                            policy: policy.unwrap_or("policy").to_string(),
+                            message: why.clone(),
                         })
                 }
             }
@@ -323,10 +355,17 @@ fn explain_sub(
     }
     let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut selector_texts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut policy_texts: Vec<String> = Vec::new();
     for r in &rejected {
         *counts.entry(r.reason.kind()).or_default() += 1;
-        if let Reason::Selector { expression, .. } = &r.reason {
-            *selector_texts.entry(expression.clone()).or_default() += 1;
+        match &r.reason {
+            Reason::Selector { expression, .. } => {
+                *selector_texts.entry(expression.clone()).or_default() += 1;
+            }
+            Reason::PolicyRejected { message, .. } => {
+                policy_texts.push(format!("{}: {}", r.device, shorten(message, 80)));
+            }
+            _ => {}
         }
     }
     let mut parts = vec![format!("{} devices", view.devices.len())];
@@ -338,6 +377,16 @@ fn explain_sub(
                 .map(|(e, _)| shorten(e, 80))
                 .unwrap_or_default();
             parts.push(format!("{n} rejected by selector ({top})"));
+        } else if *kind == "rejected by policy" {
+            let mut shown: Vec<&str> = policy_texts.iter().map(String::as_str).take(3).collect();
+            if policy_texts.len() > 3 {
+                shown.push("…");
+            }
+            parts.push(format!(
+                "{n} rejected by policy {} ({})",
+                policy.unwrap_or("policy"),
+                shown.join("; ")
+            ));
         } else {
             parts.push(format!("{n} {kind}"));
         }

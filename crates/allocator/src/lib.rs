@@ -53,8 +53,10 @@
 //! - [`simulate()`]: what `kubedev simulate` prints ([`SimulateOutput::to_json`],
 //!   [`SimulateOutput::to_yaml`], [`SimulateOutput::to_text`]), with an explanation and
 //!   timings on request.
-//! - [`SelectionPolicy`]: reorders valid candidates by preference (the WASM policies plug in
-//!   here); without one, results are the scheduler's.
+//! - [`SelectionPolicy`]: reorders valid candidates by preference and may reject some (the
+//!   WASM policies plug in here); without one, results are the scheduler's. A failing policy
+//!   leaves the default order, or refuses the allocation with [`AllocationError::Policy`]
+//!   when [`AllocateOptions::fail_closed`] is set.
 //! - [`cel`]: the DRA CEL environment.
 //!
 //! # The search
@@ -131,6 +133,9 @@ mod simulate;
 pub use allocator::{AllocateOptions, Allocator, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM, SearchStats};
 pub use error::{AllocationError, SelectorOwner};
 pub use explain::{ClaimExplanation, Explanation, Reason, Rejection, RequestExplanation};
-pub use policy::{PolicyDevice, PolicyRequest, SelectionPolicy};
+pub use policy::{
+    PolicyConstraint, PolicyConstraintKind, PolicyDevice, PolicyFailure, PolicyOutcome,
+    PolicyRejection, PolicyRequest, SelectionPolicy,
+};
 pub use scenario::{Scenario, ScenarioError};
 pub use simulate::{ClaimOutput, SimulateOptions, SimulateOutput, Timing, simulate, simulate_here};

@@ -24,6 +24,8 @@ pub struct SimulateOptions<'p> {
     pub policy: Option<&'p dyn SelectionPolicy>,
     /// Stop a search that runs longer than this.
     pub deadline: Option<Duration>,
+    /// Refuse the allocation when the policy fails instead of keeping the default order.
+    pub fail_closed: bool,
 }
 
 impl<'p> SimulateOptions<'p> {
@@ -48,6 +50,13 @@ impl<'p> SimulateOptions<'p> {
     /// With a search deadline.
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// Refusing the allocation when the policy fails (`true`), or keeping the default order
+    /// (`false`, the default).
+    pub fn with_fail_closed(mut self, fail_closed: bool) -> Self {
+        self.fail_closed = fail_closed;
         self
     }
 }
@@ -163,6 +172,7 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
     let alloc_options = AllocateOptions {
         deadline: options.deadline,
         policy: options.policy,
+        fail_closed: options.fail_closed,
     };
     let mut allocator = Allocator::new(
         &scenario.resource_slices,
@@ -181,7 +191,7 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
         },
     };
     if options.explain && out.error.is_none() {
-        match allocator.explain(&scenario.node, &scenario.claims) {
+        match allocator.explain_with(&scenario.node, &scenario.claims, &alloc_options) {
             Ok(e) => out.explanation = Some(e),
             Err(e) => out.error = Some(e.to_string()),
         }

@@ -15,6 +15,8 @@ pub(crate) const EXPORT_MEMORY: &str = "memory";
 pub(crate) const EXPORT_VERSION: &str = "kubedev_policy_abi_version";
 pub(crate) const EXPORT_ALLOC: &str = "kubedev_alloc";
 pub(crate) const EXPORT_SELECT: &str = "kubedev_select";
+/// The optional export declaring what a policy reads.
+pub(crate) const EXPORT_INPUTS: &str = "kubedev_policy_inputs";
 /// The one import a policy may have.
 pub(crate) const IMPORT_MODULE: &str = "kubedev";
 pub(crate) const IMPORT_LOG: &str = "log";

@@ -6,6 +6,7 @@ use kubedev_core::{AttributeValue, HealthState, Quantity};
 
 use crate::abi::{ABI_VERSION, INPUT_MAGIC, NUMA_NODE_ATTRIBUTE};
 use crate::input::{Candidate, ConstraintKind, CounterUsage, DeviceData, PolicyInput};
+use crate::inputs::{self, Inputs};
 
 pub(crate) const HEADER: usize = 64;
 pub(crate) const CANDIDATE: usize = 64;
@@ -87,6 +88,8 @@ fn same(a: &[u8], b: &[u8]) -> bool {
 
 /// No driver: the name is taken as written.
 const PLAIN: u32 = u32::MAX;
+/// The id of a name the policy did not declare: its records are not sent.
+const NOT_SENT: u32 = u32::MAX;
 
 /// Section kinds, each with its own memo of the previous candidate's names by position.
 const M_ATTR: usize = 0;
@@ -100,14 +103,17 @@ const M_DRIVER: usize = 3;
 /// buffers live in the reused [`Message`], so a call allocates nothing once warm.
 #[derive(Debug, Default)]
 pub(crate) struct Names {
-    /// (driver id or PLAIN, offset and length of the name as written in `raw`, name id).
+    /// (driver id or PLAIN, offset and length of the name as written in `raw`, name id or
+    /// NOT_SENT).
     aliases: Vec<(u32, u32, u32, u32)>,
+    /// Alias → 1, 2 or 3 when it is a NUMA attribute name (the standard one, the driver's
+    /// `numaNode`, the driver's `numa`), else 0.
+    numa: Vec<u8>,
     raw: Vec<u8>,
     /// Name id → span of the (qualified) text.
     table: Vec<(u32, u32)>,
-    /// Name id → 1, 2 or 3 when it is a NUMA attribute name (the standard one, the driver's
-    /// `numaNode`, the driver's `numa`), else 0.
-    numa: Vec<u8>,
+    /// Ids of names that are always sent (those of the constraints in force).
+    forced: Vec<u32>,
     memo: [Vec<u32>; 5],
     /// The last driver or pool looked up: same address, same text.
     last: [(usize, usize, u32); 2],
@@ -122,6 +128,7 @@ impl Names {
         self.raw.clear();
         self.table.clear();
         self.numa.clear();
+        self.forced.clear();
         for m in &mut self.memo {
             m.clear();
         }
@@ -135,7 +142,7 @@ impl Names {
         if ptr == raw.as_ptr() as usize && len == raw.len() && len != 0 {
             return id;
         }
-        let id = self.id(strings, raw, PLAIN, M_DRIVER + slot, 0);
+        let (id, _) = self.id(strings, raw, PLAIN, M_DRIVER + slot, 0, None);
         self.last[slot] = (raw.as_ptr() as usize, raw.len(), id);
         id
     }
@@ -146,7 +153,8 @@ impl Names {
         d == driver && same(&self.raw[off as usize..(off + len) as usize], raw)
     }
 
-    /// The id of `raw`; with a driver, a bare name is qualified with the driver's domain.
+    /// The id of `raw` and its NUMA rank; with a driver, a bare name is qualified with the
+    /// driver's domain. With a selection, a name outside it is `NOT_SENT`.
     fn id(
         &mut self,
         strings: &mut Vec<u8>,
@@ -154,20 +162,22 @@ impl Names {
         driver: u32,
         kind: usize,
         pos: usize,
-    ) -> u32 {
+        select: Option<&inputs::Names>,
+    ) -> (u32, u8) {
         let raw = raw.as_bytes();
         if let Some(&a) = self.memo[kind].get(pos)
             && self.alias_is(a as usize, driver, raw)
         {
-            return self.aliases[a as usize].3;
+            return (self.aliases[a as usize].3, self.numa[a as usize]);
         }
         let alias = match (0..self.aliases.len()).find(|&a| self.alias_is(a, driver, raw)) {
             Some(a) => a,
             None => {
-                let id = self.add(strings, raw, driver);
+                let (id, rank) = self.add(strings, raw, driver, select);
                 let off = n32(self.raw.len());
                 self.raw.extend_from_slice(raw);
                 self.aliases.push((driver, off, n32(raw.len()), id));
+                self.numa.push(rank);
                 self.aliases.len() - 1
             }
         };
@@ -177,11 +187,18 @@ impl Names {
         } else if pos == memo.len() {
             memo.push(n32(alias));
         }
-        self.aliases[alias].3
+        (self.aliases[alias].3, self.numa[alias])
     }
 
-    /// Adds the text of a new alias to the table, unless an equal text is there already.
-    fn add(&mut self, strings: &mut Vec<u8>, raw: &[u8], driver: u32) -> u32 {
+    /// Adds the text of a new alias to the table, unless an equal text is there already or
+    /// the selection leaves it out; returns its id (or `NOT_SENT`) and NUMA rank.
+    fn add(
+        &mut self,
+        strings: &mut Vec<u8>,
+        raw: &[u8],
+        driver: u32,
+        select: Option<&inputs::Names>,
+    ) -> (u32, u8) {
         let start = strings.len();
         if driver != PLAIN && !raw.contains(&b'/') {
             let (off, len) = self.table[driver as usize];
@@ -190,21 +207,18 @@ impl Names {
         }
         strings.extend_from_slice(raw);
         let text = start..strings.len();
-        if let Some(id) = self
-            .table
-            .iter()
-            .position(|&s| span_text(strings, s) == &strings[text.clone()])
-        {
-            strings.truncate(start);
-            return n32(id);
-        }
         let t = &strings[text.clone()];
-        // In the device's driver's domain: `<driver>/...`.
-        let own = driver != PLAIN && {
+        let domain = if driver == PLAIN {
+            &[][..]
+        } else {
             let (off, len) = self.table[driver as usize];
-            let d = &strings[off as usize..(off + len) as usize];
-            t.len() > d.len() && t.starts_with(d) && t[d.len()] == b'/'
+            &strings[off as usize..(off + len) as usize]
         };
+        // In the device's driver's domain: `<driver>/...`.
+        let own = driver != PLAIN
+            && t.len() > domain.len()
+            && t.starts_with(domain)
+            && t[domain.len()] == b'/';
         let rank = if t == NUMA_NODE_ATTRIBUTE.as_bytes() {
             1
         } else if own && t.ends_with(b"/numaNode") {
@@ -214,9 +228,23 @@ impl Names {
         } else {
             0
         };
+        let wanted = select.is_none_or(|s| s.wants(t, domain));
+        if let Some(id) = self
+            .table
+            .iter()
+            .position(|&s| span_text(strings, s) == &strings[text.clone()])
+        {
+            strings.truncate(start);
+            let id = n32(id);
+            let sent = wanted || self.forced.contains(&id);
+            return (if sent { id } else { NOT_SENT }, rank);
+        }
+        if !wanted {
+            strings.truncate(start);
+            return (NOT_SENT, rank);
+        }
         self.table.push((n32(start), n32(text.len())));
-        self.numa.push(rank);
-        n32(self.table.len() - 1)
+        (n32(self.table.len() - 1), rank)
     }
 }
 
@@ -310,6 +338,7 @@ struct Encoder<'m, 'a> {
     names: &'m mut Names,
     quantities: Quantities<'a>,
     usage: Option<&'a CounterUsage>,
+    inputs: &'m Inputs,
 }
 
 impl<'a> Encoder<'_, 'a> {
@@ -360,8 +389,17 @@ impl<'a> Encoder<'_, 'a> {
         self.records.extend_from_slice(&r);
     }
 
-    fn capacity(&mut self, name: &'a str, driver: u32, pos: usize, value: i64, text: &str) {
-        let id = self.names.id(self.strings, name, driver, M_CAP, pos);
+    /// The id of a capacity name, unless the policy does not read it.
+    fn capacity_id(&mut self, name: &str, driver: u32, pos: usize) -> Option<u32> {
+        let select = Some(&self.inputs.capacities);
+        let (id, _) = self
+            .names
+            .id(self.strings, name, driver, M_CAP, pos, select);
+        (id != NOT_SENT).then_some(id)
+    }
+
+    /// Appends one capacity record.
+    fn capacity(&mut self, id: u32, value: i64, text: &str) {
         let (off, len) = push_str(self.strings, text);
         let mut r = [0u8; CAPACITY];
         r[0..4].copy_from_slice(&id.to_le_bytes());
@@ -371,16 +409,23 @@ impl<'a> Encoder<'_, 'a> {
         self.records.extend_from_slice(&r);
     }
 
-    /// Appends one attribute; returns its name id.
-    fn attribute_id(&mut self, name: &'a str, driver: u32, pos: usize, v: Val<'_>) -> u32 {
-        let id = self.names.id(self.strings, name, driver, M_ATTR, pos);
-        self.attribute_record(id, pos, v);
-        id
+    /// Appends one attribute when the policy reads it; returns its NUMA rank.
+    fn attribute(&mut self, name: &'a str, driver: u32, pos: usize, v: Val<'_>) -> u8 {
+        let select = Some(&self.inputs.attributes);
+        let (id, rank) = self
+            .names
+            .id(self.strings, name, driver, M_ATTR, pos, select);
+        if id != NOT_SENT {
+            self.attribute_record(id, pos, v);
+        }
+        rank
     }
 
     /// Appends one counter set record (its counters follow later at `counters_at`).
     fn counter_set(&mut self, at: usize, c: &Candidate<'a>, set: &'a str, pos: usize, n: usize) {
-        let id = self.names.id(self.strings, set, PLAIN, M_COUNTER, pos);
+        let (id, _) = self
+            .names
+            .id(self.strings, set, PLAIN, M_COUNTER, pos, None);
         let in_use = self.usage.map_or(0, |u| u.get(c.driver, c.pool, set));
         let counters_at = self.records.len();
         put_u32(self.records, at, id);
@@ -390,7 +435,9 @@ impl<'a> Encoder<'_, 'a> {
     }
 
     fn counter(&mut self, name: &'a str, pos: usize, value: i64) {
-        let id = self.names.id(self.strings, name, PLAIN, M_COUNTER, pos);
+        let (id, _) = self
+            .names
+            .id(self.strings, name, PLAIN, M_COUNTER, pos, None);
         let mut r = [0u8; COUNTER];
         r[0..4].copy_from_slice(&id.to_le_bytes());
         r[8..16].copy_from_slice(&value.to_le_bytes());
@@ -408,10 +455,13 @@ impl<'a> Encoder<'_, 'a> {
         let mut numa = c.numa_node.map(|n| (0u8, n));
         match c.device {
             DeviceData::Published(d) => {
-                let mut pos = 0;
-                for (k, v) in &d.attributes {
+                // Without any attribute to send, only the NUMA attributes are looked at.
+                let numa_only = self.inputs.no_attributes() && numa.is_none();
+                for (pos, (k, v)) in d.attributes.iter().enumerate() {
                     let val = if let Some(i) = v.int {
                         Val::Int(i)
+                    } else if numa_only {
+                        continue;
                     } else if let Some(b) = v.bool {
                         Val::Bool(b)
                     } else if let Some(s) = &v.string {
@@ -422,29 +472,28 @@ impl<'a> Encoder<'_, 'a> {
                         continue;
                     };
                     let int = v.int;
-                    let id = self.attribute_id(k, driver, pos, val);
-                    if let Some(i) = int {
-                        let rank = self.names.numa[id as usize];
-                        if rank != 0 && numa.is_none_or(|(r, _)| rank < r) {
-                            numa = Some((rank, i));
-                        }
+                    let rank = self.attribute(k, driver, pos, val);
+                    if let Some(i) = int
+                        && rank != 0
+                        && numa.is_none_or(|(r, _)| rank < r)
+                    {
+                        numa = Some((rank, i));
                     }
-                    pos += 1;
                 }
             }
             DeviceData::Inventory(d) => {
-                let mut pos = 0;
-                for (k, v) in &d.attributes {
-                    let val = match v {
-                        AttributeValue::Int(i) => Val::Int(*i),
-                        AttributeValue::Bool(b) => Val::Bool(*b),
-                        AttributeValue::String(s) => Val::Str(TAG_STRING, s),
-                        AttributeValue::Version(v) => Val::Str(TAG_VERSION, v.as_str()),
-                        // A value kind added to core later is not sent.
-                        _ => continue,
-                    };
-                    self.attribute_id(k.as_str(), driver, pos, val);
-                    pos += 1;
+                if !self.inputs.no_attributes() {
+                    for (pos, (k, v)) in d.attributes.iter().enumerate() {
+                        let val = match v {
+                            AttributeValue::Int(i) => Val::Int(*i),
+                            AttributeValue::Bool(b) => Val::Bool(*b),
+                            AttributeValue::String(s) => Val::Str(TAG_STRING, s),
+                            AttributeValue::Version(v) => Val::Str(TAG_VERSION, v.as_str()),
+                            // A value kind added to core later is not sent.
+                            _ => continue,
+                        };
+                        self.attribute(k.as_str(), driver, pos, val);
+                    }
                 }
             }
         }
@@ -457,16 +506,23 @@ impl<'a> Encoder<'_, 'a> {
         // Capacities.
         let start = self.records.len();
         match c.device {
+            _ if self.inputs.no_capacities() => {}
             DeviceData::Published(d) => {
                 for (pos, (k, cap)) in d.capacity.iter().enumerate() {
-                    let v = self.quantities.value(cap.value.as_str());
-                    self.capacity(k, driver, pos, v, cap.value.as_str());
+                    let Some(id) = self.capacity_id(k, driver, pos) else {
+                        continue;
+                    };
+                    let text = cap.value.as_str();
+                    let value = self.quantities.value(text);
+                    self.capacity(id, value, text);
                 }
             }
             DeviceData::Inventory(d) => {
                 for (pos, (k, cap)) in d.capacity.iter().enumerate() {
-                    let text = cap.value.to_string();
-                    self.capacity(k.as_str(), driver, pos, saturated_value(&cap.value), &text);
+                    let Some(id) = self.capacity_id(k.as_str(), driver, pos) else {
+                        continue;
+                    };
+                    self.capacity(id, saturated_value(&cap.value), &cap.value.to_string());
                 }
             }
         }
@@ -477,6 +533,7 @@ impl<'a> Encoder<'_, 'a> {
         let start = self.records.len();
         let mut pos = 0;
         match c.device {
+            _ if !self.inputs.counters => {}
             DeviceData::Published(d) => {
                 let sets = &d.consumes_counters;
                 self.records.resize(start + sets.len() * COUNTER_SET, 0);
@@ -506,6 +563,7 @@ impl<'a> Encoder<'_, 'a> {
             }
         }
         let n = match c.device {
+            _ if !self.inputs.counters => 0,
             DeviceData::Published(d) => d.consumes_counters.len(),
             DeviceData::Inventory(d) => d.consumes_counters.len(),
         };
@@ -514,8 +572,8 @@ impl<'a> Encoder<'_, 'a> {
     }
 }
 
-/// Encodes `input` into `msg` (cleared first).
-pub(crate) fn encode_input(input: &PolicyInput<'_>, msg: &mut Message) {
+/// Encodes `input` into `msg` (cleared first), with only the `inputs` the policy reads.
+pub(crate) fn encode_input(input: &PolicyInput<'_>, inputs: &Inputs, msg: &mut Message) {
     let Message {
         records,
         strings,
@@ -537,13 +595,16 @@ pub(crate) fn encode_input(input: &PolicyInput<'_>, msg: &mut Message) {
         names,
         quantities: Quantities { seen: Vec::new() },
         usage: input.usage.filter(|u| !u.is_empty()),
+        inputs,
     };
     e.span_at(16, input.claim);
     e.span_at(24, input.request);
+    // The attributes of the constraints in force are sent whatever the policy declared.
     for (i, c) in input.constraints.iter().enumerate() {
-        let id = e
+        let (id, _) = e
             .names
-            .id(e.strings, c.attribute, PLAIN, M_ATTR, usize::MAX);
+            .id(e.strings, c.attribute, PLAIN, M_ATTR, usize::MAX, None);
+        e.names.forced.push(id);
         let at = constraints_off + i * CONSTRAINT;
         put_u32(e.records, at, id);
         put_u32(
@@ -654,7 +715,7 @@ mod tests {
             ],
         );
         let mut m = Message::default();
-        encode_input(&input, &mut m);
+        encode_input(&input, &Inputs::default(), &mut m);
         let msg = [m.records.clone(), m.strings.clone()].concat();
         assert_eq!(&msg[0..4], b"KDPI");
         assert_eq!(u32_at(&msg, 8), 2);
@@ -728,7 +789,7 @@ mod tests {
             ],
         );
         let mut m = Message::default();
-        encode_input(&input, &mut m);
+        encode_input(&input, &Inputs::default(), &mut m);
         let msg = [m.records.clone(), m.strings.clone()].concat();
         let cand = |i: usize| u32_at(&msg, 48) as usize + i * CANDIDATE;
         assert_eq!((msg[cand(0) + 16] & 2, i64_at(&msg, cand(0) + 24)), (2, 3));
@@ -741,6 +802,57 @@ mod tests {
         // "X100" is stored once for the two candidates that list it at the same position.
         let x100 = m.strings.windows(4).filter(|w| w == b"X100").count();
         assert_eq!(x100, 1);
+    }
+
+    #[test]
+    fn only_declared_inputs_and_constraint_attributes_are_sent() {
+        use crate::input::Constraint;
+        let a = device("gpu-0", 1, "model");
+        let b = device("gpu-1", 0, "brand");
+        let input = PolicyInput::new(
+            "ns/claim",
+            "req",
+            1,
+            vec![
+                Candidate::published("gpu.example.com", "pool", &a),
+                Candidate::published("gpu.example.com", "pool", &b),
+            ],
+        )
+        .with_constraints(vec![Constraint {
+            kind: ConstraintKind::MatchAttribute,
+            attribute: "gpu.example.com/brand",
+        }]);
+        let inputs = Inputs::parse("attribute model").unwrap();
+        let mut m = Message::default();
+        encode_input(&input, &inputs, &mut m);
+        let msg = [m.records.clone(), m.strings.clone()].concat();
+        let cand = |i: usize| u32_at(&msg, 48) as usize + i * CANDIDATE;
+        let attrs = |i: usize| -> Vec<&str> {
+            let (off, n) = (
+                u32_at(&msg, cand(i) + 32) as usize,
+                u32_at(&msg, cand(i) + 36),
+            );
+            (0..n as usize)
+                .map(|j| name(&msg, u32_at(&msg, off + j * ATTRIBUTE)))
+                .collect()
+        };
+        // The declared attribute, and the constraint's attribute; not the NUMA attribute,
+        // whose value is still in the record, and no capacity or counter.
+        assert_eq!(attrs(0), vec!["gpu.example.com/model"]);
+        assert_eq!(attrs(1), vec!["gpu.example.com/brand"]);
+        assert_eq!((msg[cand(0) + 16] & 2, i64_at(&msg, cand(0) + 24)), (2, 1));
+        assert_eq!(u32_at(&msg, cand(0) + 44), 0, "no capacities");
+        let names: Vec<&str> = (0..u32_at(&msg, 36)).map(|i| name(&msg, i)).collect();
+        assert!(
+            !names.contains(&"resource.kubernetes.io/numaNode")
+                && !names.contains(&"gpu.example.com/memory"),
+            "{names:?}"
+        );
+        // Nothing declared: only the records themselves.
+        encode_input(&input, &Inputs::parse("").unwrap(), &mut m);
+        let small = m.len();
+        encode_input(&input, &Inputs::default(), &mut m);
+        assert!(small < m.len(), "{small} < {}", m.len());
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! driver, typed attributes, capacities, shared counters consumed, NUMA node, health, whether
 //! already allocated). It answers with a preference order or a score per candidate, and may
 //! reject candidates with a reason. It only changes which valid allocation the allocator
-//! finds first: it can never make an invalid allocation valid.
+//! finds first, or leaves rejected candidates out: it can never make an invalid allocation
+//! valid.
 //!
 //! ```no_run
 //! use kubedev_allocator::{Scenario, SimulateOptions, simulate};
@@ -15,7 +16,7 @@
 //! let sandbox = Sandbox::new(Limits::default())?;
 //! let policy = sandbox.load_file("target/plugins/wasm/numa-pack.wasm".as_ref())?;
 //! let scenario = Scenario::from_path("scenario.yaml")?;
-//! // A session marks the scenario's allocated devices as in use for the policy.
+//! // A session passes on how much of each shared counter set the allocated devices use.
 //! let session = policy.session(&scenario.resource_slices, &scenario.allocated_devices);
 //! let out = simulate(&scenario, &SimulateOptions::default().with_policy(&session));
 //! if let Some(e) = session.failure() {
@@ -59,6 +60,21 @@
 //! | `kubedev_policy_abi_version` | `() -> i32` | returns `1` |
 //! | `kubedev_alloc` | `(len: i32) -> i32` | returns a pointer to `len` writable bytes for the input (0 on failure) |
 //! | `kubedev_select` | `(ptr: i32, len: i32) -> i64` | reads the input at `ptr`, returns `(out_ptr << 32) \| out_len` |
+//! | `kubedev_policy_inputs` (optional) | `() -> i64` | returns `(ptr << 32) \| len` of the input declaration below |
+//!
+//! **Input declaration.** A policy that exports `kubedev_policy_inputs` declares what it
+//! reads, as UTF-8 text of at most 64 KiB, one entry per line: `attribute NAME`,
+//! `capacity NAME` (a bare name means that id in each device's driver's domain, a qualified
+//! one is taken as written; `*` means every name), or `counters` (the shared counter sets
+//! a device draws from); blank lines and `#` comments are ignored, anything else makes the
+//! module a [`PolicyError::BadModule`]. The host reads it once, at load, and then sends
+//! only the declared attributes, capacities and counter sets (plus the attributes of the
+//! constraints in force); a name nobody declared is left out of the name table as well.
+//! Everything else (the header, every candidate record with its name, driver, pool, flags,
+//! health and NUMA node) is always sent, and the layout is unchanged, so this stays ABI
+//! version 1: a module without the export gets everything, as before. Declaring inputs is
+//! what keeps calls cheap with many candidates (`numa-pack` declares nothing, `spread` one
+//! attribute).
 //!
 //! Imports: none, except optionally `kubedev.log: (ptr: i32, len: i32) -> ()`, which logs
 //! UTF-8 text (at most [`Limits::log_lines_per_call`] lines of
@@ -115,9 +131,16 @@
 //! ```
 //!
 //! Nothing may follow the message. An output over [`Limits::max_output_bytes`], outside
-//! memory, or malformed in any way is [`PolicyError::BadOutput`]. The allocator cannot
-//! exclude a candidate, so for it rejected candidates move to the end of the order;
-//! [`Decision::preferred`] excludes them (for `GetPreferredAllocation`).
+//! memory, or malformed in any way is [`PolicyError::BadOutput`]. The allocator leaves
+//! rejected candidates out of the request (its explanation names the policy's reason);
+//! [`Decision::preferred`] leaves them out of `GetPreferredAllocation`'s answer.
+//!
+//! As the allocator's [`SelectionPolicy`], a policy is told which candidates are already
+//! allocated (the in-use flag) and which claim constraints are in force for the request
+//! (the constraint records); a [`WasmPolicy::session`] adds the usage of shared counter
+//! sets. A failure is returned to the allocator, which keeps its default order or, with
+//! `AllocateOptions::fail_closed`, refuses the allocation naming the policy and the
+//! [`PolicyError::kind`].
 //!
 //! # Limits and determinism
 //!
@@ -142,6 +165,7 @@ mod dir;
 mod encode;
 mod error;
 mod input;
+mod inputs;
 mod limits;
 mod policy;
 mod ratelimit;

@@ -2,20 +2,21 @@
 //! [`SelectionPolicy`].
 
 use std::cell::RefCell;
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kubedev_allocator::api::ResourceSlice;
-use kubedev_allocator::{PolicyDevice, PolicyRequest, SelectionPolicy};
+use kubedev_allocator::{
+    PolicyConstraintKind, PolicyDevice, PolicyFailure, PolicyOutcome, PolicyRequest,
+    SelectionPolicy,
+};
 
 use crate::encode::{Message, encode_input};
 use crate::error::PolicyError;
-use crate::input::{Candidate, CounterUsage, PolicyInput};
+use crate::input::{Candidate, Constraint, ConstraintKind, CounterUsage, PolicyInput};
 use crate::ratelimit::TokenBucket;
-use crate::sandbox::{Compiled, LogSink, Sandbox};
-use kubedev_allocator::scenario::split_device_id;
+use crate::sandbox::{Compiled, LogSink, Sandbox, strip_policy};
 
 /// A policy module loaded into a [`Sandbox`]: call it with [`WasmPolicy::evaluate`], or hand
 /// it to the allocator as a [`SelectionPolicy`]. Cheap to clone; clones share statistics.
@@ -94,9 +95,7 @@ impl Decision {
             .collect()
     }
 
-    /// A full permutation for the allocator: the accepted candidates in order, then the
-    /// rejected ones (the allocator cannot exclude a candidate, so a rejection only makes it
-    /// the last choice).
+    /// A full permutation: the accepted candidates in order, then the rejected ones.
     pub fn preference(&self) -> Vec<usize> {
         let mut p = self.accepted();
         p.extend(self.order.iter().copied().filter(|&i| self.is_rejected(i)));
@@ -187,6 +186,12 @@ impl WasmPolicy {
         self.inner.compiled.compile_time
     }
 
+    /// The policy's input declaration (what it reads; see the crate docs), or `None` when
+    /// it reads everything.
+    pub fn input_declaration(&self) -> Option<&str> {
+        self.inner.compiled.declaration_text.as_deref()
+    }
+
     /// True when the module imports `kubedev.log`.
     pub fn imports_log(&self) -> bool {
         self.inner.compiled.imports_log
@@ -246,7 +251,7 @@ impl WasmPolicy {
         input: &PolicyInput<'_>,
         buf: &mut Message,
     ) -> Result<crate::sandbox::CallOutput, PolicyError> {
-        encode_input(input, buf);
+        encode_input(input, &self.inner.compiled.inputs, buf);
         let limits = &self.inner.sandbox.inner.limits;
         let log = LogSink {
             policy: self.inner.name.clone(),
@@ -263,9 +268,9 @@ impl WasmPolicy {
     }
 
     /// A view of this policy for one allocation over `slices` with `allocated` devices
-    /// (`driver/pool/device`) in use: candidates are marked in use, and the usage of shared
-    /// counter sets is passed on (what `binpack` needs). It records the first failure, so a
-    /// fail-closed caller can refuse the allocation it made.
+    /// (`driver/pool/device`) in use: the usage of shared counter sets by those devices is
+    /// passed on (what `binpack` needs). It records the first failure, so a caller can tell
+    /// that the default order was used.
     pub fn session<'a>(
         &'a self,
         slices: &'a [ResourceSlice],
@@ -273,44 +278,53 @@ impl WasmPolicy {
     ) -> PolicySession<'a> {
         PolicySession {
             policy: self,
-            allocated: allocated
-                .iter()
-                .filter_map(|s| split_device_id(s))
-                .collect(),
             usage: CounterUsage::from_allocated(slices, allocated),
             failure: Mutex::new(None),
         }
     }
 
-    /// The allocator hook: `Ok(None)` keeps the default order.
-    fn order_for(
+    /// The allocator hook. The allocator says which candidates are allocated and which
+    /// constraints are in force.
+    fn outcome(
         &self,
         request: &PolicyRequest<'_>,
         candidates: &[PolicyDevice<'_>],
-        allocated: Option<&HashSet<(&str, &str, &str)>>,
         usage: Option<&CounterUsage>,
-    ) -> Result<Option<Vec<usize>>, PolicyError> {
+    ) -> Result<PolicyOutcome, PolicyError> {
         let cands = candidates
             .iter()
-            .map(|d| {
-                let in_use = allocated
-                    .is_some_and(|a| a.contains(&(d.driver, d.pool, d.device.name.as_str())));
-                Candidate::published(d.driver, d.pool, d.device).with_in_use(in_use)
+            .map(|d| Candidate::published(d.driver, d.pool, d.device).with_in_use(d.allocated))
+            .collect();
+        let constraints = request
+            .constraints
+            .iter()
+            .map(|c| Constraint {
+                kind: match c.kind {
+                    PolicyConstraintKind::DistinctAttribute => ConstraintKind::DistinctAttribute,
+                    _ => ConstraintKind::MatchAttribute,
+                },
+                attribute: c.attribute,
             })
             .collect();
-        let mut input = PolicyInput::new(request.claim, request.request, request.count, cands);
+        let mut input = PolicyInput::new(request.claim, request.request, request.count, cands)
+            .with_constraints(constraints);
         if let Some(u) = usage.filter(|u| !u.is_empty()) {
             input = input.with_counter_usage(u);
         }
-        let eval = self.evaluate(&input)?;
-        let d = eval.decision;
-        if d.kind == DecisionKind::Keep && d.rejections.is_empty() {
-            return Ok(None);
+        let d = self.evaluate(&input)?.decision;
+        let mut outcome = if d.kind == DecisionKind::Keep {
+            PolicyOutcome::keep()
+        } else {
+            PolicyOutcome::ordered(d.order)
+        };
+        for r in d.rejections {
+            outcome = outcome.with_rejection(r.index, r.reason);
         }
-        Ok(Some(d.preference()))
+        Ok(outcome)
     }
 
-    fn warn_fallback(&self, error: &PolicyError) {
+    /// Turns a failed call into the allocator's failure, logging it (rate-limited).
+    fn failure(&self, error: &PolicyError) -> PolicyFailure {
         let allowed = self
             .inner
             .warn_bucket
@@ -322,27 +336,27 @@ impl WasmPolicy {
                 policy = %self.name(),
                 kind = error.kind(),
                 %error,
-                "selection policy failed; the default order is used"
+                "selection policy failed"
             );
         }
+        PolicyFailure::new(self.name(), error.kind(), strip_policy(error, self.name()))
     }
 }
 
 impl SelectionPolicy for WasmPolicy {
-    /// Asks the policy; on any failure logs a (rate-limited) warning and keeps the default
-    /// order. No candidate is marked in use: use [`WasmPolicy::session`] for that.
+    fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Asks the policy; a failure is logged (rate-limited) and returned. Shared counter
+    /// usage is not known: use [`WasmPolicy::session`] for that.
     fn order(
         &self,
         request: &PolicyRequest<'_>,
         candidates: &[PolicyDevice<'_>],
-    ) -> Option<Vec<usize>> {
-        match self.order_for(request, candidates, None, None) {
-            Ok(order) => order,
-            Err(e) => {
-                self.warn_fallback(&e);
-                None
-            }
-        }
+    ) -> Result<PolicyOutcome, PolicyFailure> {
+        self.outcome(request, candidates, None)
+            .map_err(|e| self.failure(&e))
     }
 }
 
@@ -350,7 +364,6 @@ impl SelectionPolicy for WasmPolicy {
 #[derive(Debug)]
 pub struct PolicySession<'a> {
     policy: &'a WasmPolicy,
-    allocated: HashSet<(&'a str, &'a str, &'a str)>,
     usage: CounterUsage,
     failure: Mutex<Option<PolicyError>>,
 }
@@ -368,25 +381,24 @@ impl PolicySession<'_> {
 }
 
 impl SelectionPolicy for PolicySession<'_> {
+    fn name(&self) -> &str {
+        self.policy.name()
+    }
+
     fn order(
         &self,
         request: &PolicyRequest<'_>,
         candidates: &[PolicyDevice<'_>],
-    ) -> Option<Vec<usize>> {
-        let allocated = (!self.allocated.is_empty()).then_some(&self.allocated);
-        match self
-            .policy
-            .order_for(request, candidates, allocated, Some(&self.usage))
-        {
-            Ok(order) => order,
-            Err(e) => {
-                self.policy.warn_fallback(&e);
+    ) -> Result<PolicyOutcome, PolicyFailure> {
+        self.policy
+            .outcome(request, candidates, Some(&self.usage))
+            .map_err(|e| {
+                let failure = self.policy.failure(&e);
                 if let Ok(mut f) = self.failure.lock() {
                     f.get_or_insert(e);
                 }
-                None
-            }
-        }
+                failure
+            })
     }
 }
 

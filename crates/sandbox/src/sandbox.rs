@@ -15,11 +15,12 @@ use wasmtime::{
 };
 
 use crate::abi::{
-    self, ABI_VERSION, EXPORT_ALLOC, EXPORT_MEMORY, EXPORT_SELECT, EXPORT_VERSION, IMPORT_LOG,
-    IMPORT_MODULE, RawDecision,
+    self, ABI_VERSION, EXPORT_ALLOC, EXPORT_INPUTS, EXPORT_MEMORY, EXPORT_SELECT, EXPORT_VERSION,
+    IMPORT_LOG, IMPORT_MODULE, RawDecision,
 };
 use crate::encode::Message;
 use crate::error::{CallContext, HostFault, PolicyError, classify};
+use crate::inputs::{Inputs, MAX_DECLARATION_BYTES};
 use crate::limits::Limits;
 use crate::policy::WasmPolicy;
 use crate::ratelimit::TokenBucket;
@@ -75,11 +76,16 @@ pub(crate) struct Compiled {
     pub(crate) size: usize,
     pub(crate) compile_time: Duration,
     pub(crate) imports_log: bool,
+    /// What the policy reads (everything unless it declares less).
+    pub(crate) inputs: Inputs,
+    /// The text of its input declaration, if it has one.
+    pub(crate) declaration_text: Option<String>,
     pre: InstancePre<Host>,
     memory: ModuleExport,
     alloc: ModuleExport,
     select: ModuleExport,
     version: ModuleExport,
+    declaration: Option<ModuleExport>,
 }
 
 impl Sandbox {
@@ -185,34 +191,41 @@ impl Sandbox {
         let module = Module::from_binary(&self.inner.engine, wasm)
             .map_err(|e| bad(format!("does not compile: {}", chain(&e))))?;
         let compile_time = started.elapsed();
-        let (exports, imports_log) = check_contract(&module, limits).map_err(bad)?;
+        let (exports, declaration, imports_log) = check_contract(&module, limits).map_err(bad)?;
         let pre = self
             .inner
             .linker
             .instantiate_pre(&module)
             .map_err(|e| bad(format!("cannot be linked: {}", chain(&e))))?;
-        let compiled = Arc::new(Compiled {
+        let mut compiled = Compiled {
             digest,
             size: wasm.len(),
             compile_time,
             imports_log,
+            inputs: Inputs::default(),
+            declaration_text: None,
             pre,
             memory: exports[0],
             alloc: exports[1],
             select: exports[2],
             version: exports[3],
-        });
-        let version = self.inner.call_version(name, &compiled).map_err(|e| {
-            bad(format!(
-                "calling {EXPORT_VERSION} failed: {}",
-                strip_policy(&e, name)
-            ))
-        })?;
+            declaration,
+        };
+        let (version, declared) = self
+            .inner
+            .call_version(name, &compiled)
+            .map_err(|e| bad(strip_policy(&e, name)))?;
         if version != ABI_VERSION as i32 {
             return Err(bad(format!(
                 "{EXPORT_VERSION} returned {version}, this host speaks ABI version {ABI_VERSION}"
             )));
         }
+        if let Some(text) = declared {
+            compiled.inputs = Inputs::parse(&text)
+                .map_err(|e| bad(format!("the declaration of {EXPORT_INPUTS}: {e}")))?;
+            compiled.declaration_text = Some(text);
+        }
+        let compiled = Arc::new(compiled);
         let mut cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
         // Another thread may have compiled the same bytes meanwhile: keep one copy.
         if let Some(c) = cache.get(&digest).and_then(Weak::upgrade) {
@@ -224,7 +237,7 @@ impl Sandbox {
 }
 
 /// The error message without the `policy NAME: ` prefix.
-fn strip_policy(e: &PolicyError, name: &str) -> String {
+pub(crate) fn strip_policy(e: &PolicyError, name: &str) -> String {
     let s = e.to_string();
     s.strip_prefix(&format!("policy {name}: "))
         .map(str::to_string)
@@ -293,9 +306,15 @@ fn func_is(ty: &ExternType, params: &[ValType], results: &[ValType]) -> bool {
         && f.results().zip(results).all(|(a, b)| eq(a, b))
 }
 
-/// Checks imports and exports; returns the export handles (memory, alloc, select, version)
-/// and whether the module imports `kubedev.log`.
-fn check_contract(module: &Module, limits: &Limits) -> Result<([ModuleExport; 4], bool), String> {
+/// The export handles of the contract: memory, alloc, select, version.
+type ContractExports = [ModuleExport; 4];
+
+/// Checks imports and exports; returns the export handles, the optional input declaration
+/// export and whether the module imports `kubedev.log`.
+fn check_contract(
+    module: &Module,
+    limits: &Limits,
+) -> Result<(ContractExports, Option<ModuleExport>, bool), String> {
     let mut imports_log = false;
     for imp in module.imports() {
         let ty = imp.ty();
@@ -362,6 +381,16 @@ fn check_contract(module: &Module, limits: &Limits) -> Result<([ModuleExport; 4]
             None => return Err(format!("does not export function {name:?} {sig}")),
         }
     }
+    let declaration = match export_ty(EXPORT_INPUTS) {
+        None => false,
+        Some(ty) if func_is(&ty, &[], &[ValType::I64]) => true,
+        Some(ty) => {
+            return Err(format!(
+                "export {EXPORT_INPUTS:?} is a {}, the contract wants function () -> (i64)",
+                describe(&ty)
+            ));
+        }
+    };
     let index = |name: &str| {
         module
             .get_export_index(name)
@@ -374,6 +403,11 @@ fn check_contract(module: &Module, limits: &Limits) -> Result<([ModuleExport; 4]
             index(EXPORT_SELECT)?,
             index(EXPORT_VERSION)?,
         ],
+        if declaration {
+            Some(index(EXPORT_INPUTS)?)
+        } else {
+            None
+        },
         imports_log,
     ))
 }
@@ -514,7 +548,13 @@ impl SandboxInner {
         }
     }
 
-    fn call_version(&self, policy: &str, compiled: &Compiled) -> Result<i32, PolicyError> {
+    /// Calls the ABI-version export and, if the module has one, the input declaration;
+    /// returns the version and the declaration's text.
+    fn call_version(
+        &self,
+        policy: &str,
+        compiled: &Compiled,
+    ) -> Result<(i32, Option<String>), PolicyError> {
         let _active = self.ticker.enter();
         let log = LogSink {
             policy: Arc::from(policy),
@@ -531,10 +571,45 @@ impl SandboxInner {
                 policy: policy.to_string(),
                 message: chain(&e),
             })?;
+        let fault = |m: String| wasmtime::Error::new(HostFault::Contract(m));
         let result = (|| {
             let instance = compiled.pre.instantiate(&mut store)?;
-            let f: TypedFunc<(), i32> = typed(&instance, &mut store, &compiled.version)?;
-            f.call(&mut store, ())
+            let f: TypedFunc<(), i32> = typed(&instance, &mut store, &compiled.version)
+                .map_err(|e| e.context(format!("calling {EXPORT_VERSION}")))?;
+            let version = f
+                .call(&mut store, ())
+                .map_err(|e| e.context(format!("calling {EXPORT_VERSION}")))?;
+            let Some(export) = &compiled.declaration else {
+                return Ok((version, None));
+            };
+            let f: TypedFunc<(), i64> = typed(&instance, &mut store, export)?;
+            let packed = f
+                .call(&mut store, ())
+                .map_err(|e| e.context(format!("calling {EXPORT_INPUTS}")))?
+                as u64;
+            let (ptr, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+            if len > MAX_DECLARATION_BYTES {
+                return Err(fault(format!(
+                    "{EXPORT_INPUTS} declares {len} bytes, the limit is {MAX_DECLARATION_BYTES}"
+                )));
+            }
+            let memory = match instance.get_module_export(&mut store, &compiled.memory) {
+                Some(wasmtime::Extern::Memory(m)) => m,
+                _ => return Err(fault(format!("{EXPORT_MEMORY:?} is missing"))),
+            };
+            let data = memory.data(&store);
+            let bytes = ptr
+                .checked_add(len)
+                .and_then(|e| data.get(ptr..e))
+                .ok_or_else(|| {
+                    fault(format!(
+                        "{EXPORT_INPUTS} points at {len} bytes at {ptr}, outside the memory of {} bytes",
+                        data.len()
+                    ))
+                })?;
+            let text = std::str::from_utf8(bytes)
+                .map_err(|e| fault(format!("{EXPORT_INPUTS} is not UTF-8: {e}")))?;
+            Ok((version, Some(text.to_string())))
         })();
         result.map_err(|e| classify(policy, &e, &self.context(&store, fuel)))
     }

@@ -22,6 +22,9 @@ use core::cmp::Reverse;
 
 use kubedev_policy_sdk::{Candidate, Decision, Input, kubedev_policy};
 
+/// What the policy reads (see `kubedev_policy!`): the shared counter sets only.
+pub const INPUTS: &str = "counters";
+
 /// How many allocated devices share the candidate's busiest parent.
 fn parent_use(c: &Candidate<'_>) -> u32 {
     c.counter_sets().map(|s| s.in_use()).max().unwrap_or(0)
@@ -49,4 +52,4 @@ pub fn binpack(input: &Input<'_>) -> Decision {
     Decision::order(keyed.into_iter().map(|k| k.3).collect())
 }
 
-kubedev_policy!(binpack);
+kubedev_policy!(binpack, inputs = INPUTS);

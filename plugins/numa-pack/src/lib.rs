@@ -18,4 +18,5 @@ pub fn numa_pack(input: &Input<'_>) -> Decision {
     Decision::order(pack_by(input, |c| c.numa_node()))
 }
 
-kubedev_policy!(numa_pack);
+// The NUMA node is part of every candidate record: no attribute is needed.
+kubedev_policy!(numa_pack, inputs = "");

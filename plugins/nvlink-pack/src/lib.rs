@@ -14,6 +14,9 @@ use kubedev_policy_sdk::{Decision, Input, kubedev_policy, log, pack_by};
 /// The attribute naming a GPU's NVLink island.
 pub const LINK_GROUP: &str = "linkGroup";
 
+/// What the policy reads (see `kubedev_policy!`).
+pub const INPUTS: &str = "attribute linkGroup";
+
 /// The policy.
 pub fn nvlink_pack(input: &Input<'_>) -> Decision {
     let link_group = input.key(LINK_GROUP);
@@ -24,4 +27,4 @@ pub fn nvlink_pack(input: &Input<'_>) -> Decision {
     Decision::order(pack_by(input, |c| c.get(&link_group)))
 }
 
-kubedev_policy!(nvlink_pack);
+kubedev_policy!(nvlink_pack, inputs = INPUTS);

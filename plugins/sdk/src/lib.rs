@@ -680,9 +680,20 @@ impl Decision {
 struct Fnv(u64);
 
 impl core::hash::Hasher for Fnv {
+    /// Eight bytes per step (keys are short strings such as PCIe roots and models).
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        let mut words = bytes.chunks_exact(8);
+        for w in words.by_ref() {
+            self.write_u64(u64::from_le_bytes([
+                w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7],
+            ]));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut tail = [0u8; 8];
+            tail[..rest.len()].copy_from_slice(rest);
+            tail[7] = rest.len() as u8;
+            self.write_u64(u64::from_le_bytes(tail));
         }
     }
     fn write_u8(&mut self, i: u8) {
@@ -698,7 +709,8 @@ impl core::hash::Hasher for Fnv {
         self.write_u64(i as u64);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // Fold the high bits down: slots are picked by the low bits.
+        self.0 ^ (self.0 >> 32) ^ (self.0 >> 17)
     }
 }
 
@@ -1027,18 +1039,59 @@ pub mod rt {
             core::arch::wasm32::unreachable()
         };
         let out = policy(&input).encode();
-        let packed = ((out.as_ptr() as usize as u64) << 32) | out.len() as u64;
+        let packed = pack(&out);
         core::mem::forget(out);
-        packed as i64
+        packed
+    }
+
+    /// The address and length of `bytes`, packed as the host reads them.
+    pub fn pack(bytes: &[u8]) -> i64 {
+        (((bytes.as_ptr() as usize as u64) << 32) | bytes.len() as u64) as i64
     }
 }
 
 /// Generates the policy exports for `fn(&Input<'_>) -> Decision`, plus the allocator and
 /// panic handler a `no_std` WebAssembly module needs. Only on `wasm32`; elsewhere it
 /// expands to nothing, so the crate still builds and tests on the host.
+///
+/// With `inputs = TEXT` the policy also declares what it reads (the
+/// `kubedev_policy_inputs` export): one entry per line, `attribute NAME` (bare names are in
+/// each device's driver's domain), `capacity NAME` (`*` for every name) or `counters`. The
+/// host then sends only those attributes, capacities and counter sets, which makes every
+/// call cheaper; name, pool, driver, health, NUMA node and in-use flag are always sent, and
+/// so are the attributes of the constraints in force. Without it, everything is sent.
+///
+/// ```
+/// use kubedev_policy_sdk::{Decision, Input, kubedev_policy, pack_by};
+///
+/// fn by_island(input: &Input<'_>) -> Decision {
+///     let island = input.key("linkGroup");
+///     Decision::order(pack_by(input, |c| c.get(&island)))
+/// }
+///
+/// kubedev_policy!(by_island, inputs = "attribute linkGroup");
+/// ```
 #[macro_export]
 macro_rules! kubedev_policy {
     ($policy:path) => {
+        $crate::kubedev_policy!(@exports $policy);
+    };
+    ($policy:path, inputs = $inputs:expr $(,)?) => {
+        $crate::kubedev_policy!(@exports $policy);
+
+        #[cfg(target_arch = "wasm32")]
+        const _: () = {
+            #[allow(unsafe_code)]
+            #[unsafe(no_mangle)]
+            pub extern "C" fn kubedev_policy_inputs() -> i64 {
+                const __KUBEDEV_POLICY_INPUTS: &str = $inputs;
+                $crate::rt::pack(__KUBEDEV_POLICY_INPUTS.as_bytes())
+            }
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: &str = $inputs;
+    };
+    (@exports $policy:path) => {
         #[cfg(target_arch = "wasm32")]
         const _: () = {
             #[global_allocator]

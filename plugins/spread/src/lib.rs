@@ -14,6 +14,9 @@ use kubedev_policy_sdk::{
 /// The standard attribute naming a device's PCIe root complex.
 pub const PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
 
+/// What the policy reads (see `kubedev_policy!`).
+pub const INPUTS: &str = "attribute resource.kubernetes.io/pcieRoot";
+
 /// The candidate's PCIe root.
 fn root_of<'a>(c: &Candidate<'a>, root: &Key) -> Option<&'a str> {
     match c.get(root) {
@@ -37,4 +40,4 @@ pub fn spread(input: &Input<'_>) -> Decision {
     d
 }
 
-kubedev_policy!(spread);
+kubedev_policy!(spread, inputs = INPUTS);

@@ -2,4 +2,5 @@
 //! kubedev-allocator integration tests, one binary with a module per topic.
 
 mod conformance;
+mod policy;
 mod properties;

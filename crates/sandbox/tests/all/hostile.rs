@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use kubedev_allocator::{AllocateOptions, AllocationError, Allocator, SimulateOptions, simulate};
 use kubedev_sandbox::{Candidate, Limits, PolicyError, PolicyInput, Sandbox, WasmPolicy};
 use serde_json::json;
 
@@ -329,6 +330,139 @@ fn a_failing_policy_leaves_the_default_allocation_and_the_host_keeps_serving() {
         sorted(allocate(&s, Some(&good)).expect("fits")),
         names(&["gpu-0", "gpu-2"])
     );
+}
+
+#[test]
+fn fail_closed_refuses_the_allocation_naming_the_policy_and_the_failure() {
+    let sb = Sandbox::new(
+        Limits::default()
+            .with_fuel(200_000)
+            .with_memory_bytes(4 << 20),
+    )
+    .expect("sandbox");
+    let gpus = (0..4)
+        .map(|i| {
+            device(
+                &format!("gpu-{i}"),
+                json!({ "resource.kubernetes.io/numaNode": { "int": i % 2 } }),
+            )
+        })
+        .collect();
+    let s = scenario(gpus, vec![], &[], 2);
+    let default = allocate(&s, None).expect("fits");
+    let bomb =
+        "(loop $l (br_if $l (i32.ne (memory.grow (i32.const 16)) (i32.const -1)))) (i64.const 0)";
+    let cases = [
+        (wat_policy(INFINITE_LOOP), "out-of-fuel"),
+        (wat_policy(bomb), "memory-limit"),
+        (wat_policy("(unreachable)"), "trap"),
+        (fixed_output_policy(b"garbage"), "bad-output"),
+    ];
+    for (module, kind) in cases {
+        let hostile = load(&sb, &module);
+        let session = hostile.session(&s.resource_slices, &s.allocated_devices);
+        // Fail-open: the allocation succeeds in the default order, the failure is recorded.
+        assert_eq!(
+            allocate(&s, Some(&session)).expect("fits"),
+            default,
+            "{kind}"
+        );
+        assert_eq!(session.failure().map(|e| e.kind()), Some(kind));
+        // Fail-closed: the allocation is refused with the policy's name and failure kind.
+        let mut allocator =
+            Allocator::new(&s.resource_slices, &s.device_classes, &s.allocated_devices);
+        let options = AllocateOptions::default()
+            .with_policy(&session)
+            .with_fail_closed(true);
+        match allocator.allocate(&s.node, &s.claims, &options) {
+            Err(AllocationError::Policy {
+                claim,
+                request,
+                failure,
+            }) => {
+                assert_eq!(failure.policy, "hostile");
+                assert_eq!(failure.kind, kind);
+                assert_eq!((claim.as_str(), request.as_str()), ("default/job", "gpus"));
+                assert!(!failure.message.starts_with("policy hostile"), "{failure}");
+            }
+            other => panic!("{kind}: expected AllocationError::Policy, got {other:?}"),
+        }
+        let out = simulate(
+            &s,
+            &SimulateOptions::default()
+                .with_policy(&hostile)
+                .with_fail_closed(true),
+        );
+        let error = out.error.expect("simulate reports the failure");
+        assert!(
+            error.contains(&format!("selection policy hostile failed ({kind})")),
+            "{error}"
+        );
+    }
+    // The same sandbox still serves a good policy, fail-closed.
+    let good = plugin(&sb, "numa-pack");
+    let mut allocator = Allocator::new(&s.resource_slices, &s.device_classes, &s.allocated_devices);
+    let options = AllocateOptions::default()
+        .with_policy(&good)
+        .with_fail_closed(true);
+    let results = allocator
+        .allocate(&s.node, &s.claims, &options)
+        .expect("no failure")
+        .expect("fits");
+    let got: Vec<String> = results[0]
+        .devices
+        .results
+        .iter()
+        .map(|r| r.device.clone())
+        .collect();
+    assert_eq!(sorted(got), names(&["gpu-0", "gpu-2"]));
+}
+
+#[test]
+fn a_bad_input_declaration_is_a_bad_module() {
+    let sb = sandbox();
+    let declare = |text: &str| {
+        wat_policy_with(
+            "",
+            "(i64.const 0)",
+            &format!(
+                r#"(func (export "kubedev_policy_inputs") (result i64)
+                     (i64.or (i64.shl (i64.const 1024) (i64.const 32)) (i64.const {})))
+                   (data (i32.const 1024) "{text}")"#,
+                text.len()
+            ),
+        )
+    };
+    let ok = sb.load("declares", &declare("counters")).expect("load");
+    assert_eq!(ok.input_declaration(), Some("counters"));
+    match sb.load("declares", &declare("attributes model")) {
+        Err(PolicyError::BadModule { reason, .. }) => {
+            assert!(reason.contains("line 1"), "{reason}")
+        }
+        other => panic!("expected BadModule, got {other:?}"),
+    }
+    let wild = wat_policy_with(
+        "",
+        "(i64.const 0)",
+        r#"(func (export "kubedev_policy_inputs") (result i64) (i64.const 0x0000fff000001000))"#,
+    );
+    match sb.load("wild", &wild) {
+        Err(PolicyError::BadModule { reason, .. }) => {
+            assert!(reason.contains("outside the memory"), "{reason}")
+        }
+        other => panic!("expected BadModule, got {other:?}"),
+    }
+    let typed = wat_policy_with(
+        "",
+        "(i64.const 0)",
+        r#"(func (export "kubedev_policy_inputs") (result i32) (i32.const 0))"#,
+    );
+    match sb.load("typed", &typed) {
+        Err(PolicyError::BadModule { reason, .. }) => {
+            assert!(reason.contains("kubedev_policy_inputs"), "{reason}")
+        }
+        other => panic!("expected BadModule, got {other:?}"),
+    }
 }
 
 #[test]

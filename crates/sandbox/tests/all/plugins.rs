@@ -1,5 +1,6 @@
 //! Each example policy changes a real allocation the way it promises.
 
+use kubedev_allocator::{SimulateOptions, simulate};
 use kubedev_core::{Device, DeviceName};
 use kubedev_sandbox::{Candidate, DecisionKind, PolicyInput};
 use serde_json::json;
@@ -190,6 +191,24 @@ fn spread_avoids_roots_already_in_use() {
         sorted(allocate(&s, Some(&session)).expect("fits")),
         names(&["d2", "d4"])
     );
+    // The allocator itself says which candidates are allocated: no session needed.
+    assert_eq!(
+        sorted(allocate(&s, Some(&policy)).expect("fits")),
+        names(&["d2", "d4"])
+    );
+}
+
+#[test]
+fn the_example_policies_declare_what_they_read() {
+    let sb = sandbox();
+    for (name, want) in [
+        ("numa-pack", ""),
+        ("nvlink-pack", "attribute linkGroup"),
+        ("spread", "attribute resource.kubernetes.io/pcieRoot"),
+        ("binpack", "counters"),
+    ] {
+        assert_eq!(plugin(&sb, name).input_declaration(), Some(want), "{name}");
+    }
 }
 
 fn two_partitionable_gpus() -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
@@ -257,7 +276,7 @@ fn a_policy_never_makes_an_invalid_allocation_valid() {
 }
 
 #[test]
-fn a_fixed_order_policy_reorders_and_rejected_devices_come_last() {
+fn a_fixed_order_policy_reorders_and_rejected_devices_are_left_out() {
     let sb = sandbox();
     // Prefer candidate 2, then 0; reject 1.
     let policy = sb
@@ -267,9 +286,22 @@ fn a_fixed_order_policy_reorders_and_rejected_devices_come_last() {
         )
         .expect("load");
     let s = scenario(numa_gpus(3), vec![], &[], 3);
+    assert_eq!(allocate(&s, None).map(|v| v.len()), Some(3));
     assert_eq!(
-        allocate(&s, Some(&policy)).expect("fits"),
-        names(&["gpu-2", "gpu-0", "gpu-1"])
+        allocate(&s, Some(&policy)),
+        None,
+        "three devices would need the rejected gpu-1"
+    );
+    let out = simulate(
+        &s,
+        &SimulateOptions::default()
+            .with_policy(&policy)
+            .with_explain(true),
+    );
+    let text = out.to_text();
+    assert!(
+        text.contains("rejected by policy fixed (gpu.example.com/node-1/gpu-1: too hot)"),
+        "{text}"
     );
     let s = scenario(numa_gpus(3), vec![], &[], 2);
     assert_eq!(
