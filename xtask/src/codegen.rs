@@ -70,6 +70,11 @@ const APIS: &[Api] = &[
         package: "v1",
         output: "drahealth_v1.rs",
     },
+    Api {
+        proto: "podresources/v1/api.proto",
+        package: "v1",
+        output: "podresources_v1.rs",
+    },
 ];
 
 /// Runs `cargo xtask codegen`: writes the bindings, or with `check` only

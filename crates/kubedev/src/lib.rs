@@ -8,3 +8,4 @@ pub mod discover;
 pub mod dra_driver;
 pub mod failpoint;
 pub mod runtime;
+pub mod who_uses;

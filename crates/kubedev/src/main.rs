@@ -37,6 +37,12 @@ enum DiscoverOutput {
     Json,
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum WhoUsesOutput {
+    Table,
+    Json,
+}
+
 #[derive(Debug, Subcommand)]
 enum PolicyCommand {
     /// Validate a policy's contract, run it on sample input, report fuel and memory used.
@@ -106,6 +112,29 @@ enum Command {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t = DiscoverOutput::Table)]
         output: DiscoverOutput,
+    },
+    /// Show which pod and container hold each device, in both kubelet APIs.
+    ///
+    /// Asks the kubelet's pod resources API. With `--config`, only this daemon's device-plugin
+    /// resources and DRA driver are shown; device names given as arguments narrow it further
+    /// (a DRA device as `device` or `pool/device`).
+    ///
+    /// Examples:
+    ///   kubedev who-uses
+    ///   kubedev who-uses --config /etc/kubedev/config.yaml gpu-3
+    ///   kubedev who-uses -o json
+    WhoUses {
+        /// The kubelet's pod resources socket.
+        #[arg(long, default_value = kubedev_kubelet_grpc::pod_resources::DEFAULT_SOCKET)]
+        socket: PathBuf,
+        /// Only this daemon's resources and driver.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = WhoUsesOutput::Table)]
+        output: WhoUsesOutput,
+        /// Only these devices.
+        devices: Vec<String>,
     },
     /// Check a configuration file and exit.
     ///
@@ -216,6 +245,38 @@ fn real_main() -> anyhow::Result<()> {
                 DiscoverOutput::Yaml => {
                     serde_saphyr::to_string(&found.slices(&config)?).context("encoding YAML")?
                 }
+            };
+            write_stdout(&text)
+        }
+        Command::WhoUses {
+            socket,
+            config,
+            output,
+            devices,
+        } => {
+            let config = config
+                .map(|p| kubedev::config::Config::load(&p))
+                .transpose()?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            let pods = rt.block_on(async {
+                let mut client = kubedev_kubelet_grpc::pod_resources::PodResourcesClient::connect(
+                    &socket,
+                    std::time::Duration::from_secs(5),
+                )
+                .await?;
+                client.list().await
+            })?;
+            let rows = kubedev::who_uses::filter(
+                kubedev_kubelet_grpc::pod_resources::device_uses(&pods),
+                config.as_ref(),
+                &devices,
+            );
+            let text = match output {
+                WhoUsesOutput::Table => kubedev::who_uses::table(&rows),
+                WhoUsesOutput::Json => format!("{:#}\n", serde_json::to_value(&rows)?),
             };
             write_stdout(&text)
         }

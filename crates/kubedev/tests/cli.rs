@@ -229,3 +229,101 @@ fn discover_says_plainly_when_nothing_is_found() {
         "No devices found: the static backend found nothing to offer on this host.\n"
     );
 }
+
+#[tokio::test]
+async fn who_uses_shows_pods_holding_this_daemons_devices_in_both_apis() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = kubedev_testkit::kubelet::PodResourcesEmulator::start(&socket).unwrap();
+    kubelet.assign_devices("ml", "trainer", "main", "example.com/gpu", &["gpu-0"]);
+    kubelet.assign_devices("ml", "trainer", "main", "other.com/fpga", &["f-1"]);
+    kubelet.assign_claim(
+        "web",
+        "nginx",
+        "proxy",
+        "nics",
+        "devices.example.com",
+        &[("node-a", "nic-1")],
+    );
+    kubelet.add_pod("kube-system", "coredns", "coredns");
+    let config = write_config(dir.path(), SPLIT_CONFIG);
+    let s = socket.to_string_lossy().into_owned();
+    let run = move |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            kubedev(&args)
+        })
+    };
+    let out = run(vec![
+        "who-uses".into(),
+        "--socket".into(),
+        s.clone(),
+        "--config".into(),
+        config.clone(),
+    ])
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(table.lines().count(), 3, "header + 2 rows: {table}");
+    assert!(
+        table.lines().any(|l| l.contains("trainer")
+            && l.contains("example.com/gpu")
+            && l.ends_with("gpu-0")),
+        "{table}"
+    );
+    assert!(
+        table.lines().any(|l| l.contains("nginx")
+            && l.contains("web/nics (devices.example.com)")
+            && l.ends_with("node-a/nic-1")),
+        "{table}"
+    );
+    assert!(
+        !table.contains("f-1"),
+        "another plugin's device is not ours: {table}"
+    );
+
+    // One device, as JSON.
+    let out = run(vec![
+        "who-uses".into(),
+        "--socket".into(),
+        s.clone(),
+        "-o".into(),
+        "json".into(),
+        "node-a/nic-1".into(),
+    ])
+    .await
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["pod"], "nginx");
+    assert_eq!(v[0]["api"], "dra");
+
+    let out = run(vec![
+        "who-uses".into(),
+        "--socket".into(),
+        s,
+        "gpu-7".into(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "No pod holds any of these devices.\n"
+    );
+    kubelet.stop().await;
+
+    let out = run(vec![
+        "who-uses".into(),
+        "--socket".into(),
+        "/nonexistent/kubelet.sock".into(),
+    ])
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/kubelet.sock"));
+}

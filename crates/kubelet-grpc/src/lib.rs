@@ -24,6 +24,7 @@ pub mod device_plugin;
 mod dir_watch;
 pub mod dra;
 mod error;
+pub mod pod_resources;
 mod uds;
 
 pub use error::Error;
@@ -58,6 +59,9 @@ mod generated {
     }
     pub mod drahealth_v1 {
         include!("generated/drahealth_v1.rs");
+    }
+    pub mod podresources_v1 {
+        include!("generated/podresources_v1.rs");
     }
 }
 
@@ -117,6 +121,15 @@ pub mod pb {
         /// `v1.DRAResourceHealth`.
         pub mod v1 {
             pub use crate::generated::drahealth_v1::*;
+        }
+    }
+
+    /// The kubelet's pod resources API, which tells which pod and container hold which
+    /// devices; served by the kubelet on `/var/lib/kubelet/pod-resources/kubelet.sock`.
+    pub mod podresources {
+        /// Pod resources API v1 (protobuf package `v1`).
+        pub mod v1 {
+            pub use crate::generated::podresources_v1::*;
         }
     }
 }

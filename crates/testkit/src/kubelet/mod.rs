@@ -14,9 +14,11 @@
 
 mod device_plugin;
 mod dra;
+mod pod_resources;
 
 pub use device_plugin::{DeviceState, KubeletEmulator, RegistrationRecord, ResourceState};
 pub use dra::{
     ClaimId, DeviceHealthSeen, DraDriverState, DraKubelet, KUBELET_DRA_SERVICES, PrepareAnswer,
     PreparedDeviceAnswer,
 };
+pub use pod_resources::PodResourcesEmulator;
