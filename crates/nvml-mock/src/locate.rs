@@ -22,9 +22,10 @@ struct Sidecar {
 }
 
 /// Path of the built mock library: env `KUBEDEV_NVML_MOCK` first, else `libnvml_mock.so` in the
-/// target directory of the running executable (`target/<profile>/deps/test-hash` →
-/// `target/<profile>/libnvml_mock.so`). `None` when it does not exist: run
-/// `cargo build -p kubedev-nvml-mock` first (`cargo test` of another crate does not build it).
+/// target directory of the running executable: `target/<profile>/deps/` (where cargo puts it when
+/// a test's crate has `kubedev-nvml-mock` as a dev-dependency, so `cargo test -p <that crate>`
+/// builds it), then `target/<profile>/` (after `cargo build -p kubedev-nvml-mock`). `None` when
+/// it does not exist.
 pub fn library_path() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("KUBEDEV_NVML_MOCK") {
         let path = PathBuf::from(path);
@@ -38,8 +39,9 @@ pub fn library_path() -> Option<PathBuf> {
     {
         dir = dir.parent()?;
     }
-    let path = dir.join(LIBRARY_FILE);
-    path.is_file().then_some(path)
+    [dir.join("deps").join(LIBRARY_FILE), dir.join(LIBRARY_FILE)]
+        .into_iter()
+        .find(|p| p.is_file())
 }
 
 /// Path of a bundled machine file: `machines/<name>.yaml` of this crate (`"dgx-a100"`,

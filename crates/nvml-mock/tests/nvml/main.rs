@@ -1,7 +1,7 @@
 //! The mock library loaded through nvml-wrapper, as the NVIDIA backend loads the real one.
 //!
-//! `cargo test -p kubedev-nvml-mock` builds the crate's cdylib (target/<profile>/libnvml_mock.so)
-//! because the crate under test is built with all its crate types; every test loads a private
+//! `cargo test -p kubedev-nvml-mock` builds the crate's cdylib (target/<profile>/deps/ and
+//! target/<profile>/libnvml_mock.so) because the crate under test is built with all its crate types; every test loads a private
 //! copy of it (`isolated_library`), so tests run in parallel with different machines.
 #![allow(unsafe_code, clippy::unwrap_used)]
 
