@@ -5,6 +5,7 @@
 //! copy of it (`isolated_library`), so tests run in parallel with different machines.
 #![allow(unsafe_code, clippy::unwrap_used)]
 
+mod abi;
 mod attributes;
 mod events;
 mod init;
