@@ -19,7 +19,7 @@ fn raw_calls_check_every_pointer() {
         .unwrap();
     // SAFETY: the mock library has no initialisers with preconditions.
     let nvml = unsafe { NvmlLib::new(&lib) }.unwrap();
-    // SAFETY (all calls below): arguments are valid pointers, null, or deliberately foreign
+    // SAFETY: all calls below pass valid pointers, null, or deliberately foreign
     // handles, which the library must reject without touching them.
     unsafe {
         let mut count = 0;
