@@ -427,3 +427,35 @@ fn h100_seven_mig_devices() {
     let gi = gpu_instances(nvml, &gpu, P_1G5).unwrap()[0];
     assert_eq!(destroy_gi(nvml, gi), Err(IN_USE));
 }
+
+#[test]
+fn concurrent_creation_never_hands_out_a_slice_twice() {
+    let l = load("dgx-a100");
+    let nvml = &l.nvml;
+    let held = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| {
+                let d6 = nvml.device_by_index(6).unwrap();
+                for _ in 0..200 {
+                    match create_gi(nvml, &d6, P_1G5, None) {
+                        Ok(gi) => {
+                            let start = gi_info(nvml, gi).unwrap().placement.start;
+                            assert!(
+                                held.lock().unwrap().insert(start),
+                                "slice {start} handed out twice"
+                            );
+                            std::thread::yield_now();
+                            assert!(held.lock().unwrap().remove(&start));
+                            destroy_gi(nvml, gi).unwrap();
+                        }
+                        Err(code) => assert_eq!(code, INSUFFICIENT_RESOURCES),
+                    }
+                }
+            });
+        }
+    });
+    let d6 = nvml.device_by_index(6).unwrap();
+    assert_eq!(gpu_instances(nvml, &d6, P_1G5).unwrap(), vec![]);
+    assert_eq!(remaining(nvml, &d6, P_1G5), Ok(7));
+}
