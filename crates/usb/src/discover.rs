@@ -1,9 +1,13 @@
 //! Reading USB devices from `/sys/bus/usb/devices`.
 
 use std::cmp::Ordering;
-use std::path::Path;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 
-use kubedev_core::hostfs::{HostFs, HostFsError, parse_uevent};
+use kubedev_core::hostfs::{HostFs, HostFsError, parse_dec, parse_hex, parse_uevent};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 
 /// Where the kernel lists USB devices and interfaces.
 pub const SYSFS_USB_DEVICES: &str = "/sys/bus/usb/devices";
@@ -145,32 +149,90 @@ pub fn read_usb_devices(host: &HostFs) -> Result<Vec<UsbDevice>, HostFsError> {
     Ok(devices)
 }
 
+/// A device's sysfs directory, opened once: its path is resolved inside the host root, then
+/// every attribute is opened relative to it with `O_NOFOLLOW`, so an attribute that is a
+/// symbolic link is refused and no read leaves the root. (Resolving each attribute's full path
+/// instead costs a dozen `lstat`s per attribute behind the `/sys/bus/usb/devices` link.)
+struct DevDir {
+    fd: OwnedFd,
+    host_dir: PathBuf,
+}
+
+impl DevDir {
+    fn open(host: &HostFs, host_dir: PathBuf) -> Result<Self, HostFsError> {
+        let real = host.resolve(&host_dir)?;
+        let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+        let fd =
+            rustix::fs::open(&real, flags, Mode::empty()).map_err(|e| io_error(&host_dir, e))?;
+        Ok(DevDir { fd, host_dir })
+    }
+
+    /// The attribute's content, surrounding white space removed; `None` when it does not exist.
+    fn read_opt(&self, attr: &str) -> Result<Option<String>, HostFsError> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(&self.fd, attr, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(io_error(&self.host_dir.join(attr), e)),
+        };
+        let mut text = String::new();
+        std::fs::File::from(fd)
+            .read_to_string(&mut text)
+            .map_err(|e| io_error(&self.host_dir.join(attr), e))?;
+        Ok(Some(text.trim().to_string()))
+    }
+
+    fn read(&self, attr: &str) -> Result<String, HostFsError> {
+        self.read_opt(attr)?
+            .ok_or_else(|| io_error(&self.host_dir.join(attr), Errno::NOENT))
+    }
+
+    fn parse<T>(
+        &self,
+        attr: &str,
+        parse: impl Fn(&str) -> Option<T>,
+        expected: &'static str,
+    ) -> Result<T, HostFsError> {
+        let v = self.read(attr)?;
+        parse(&v).ok_or_else(|| HostFsError::Parse {
+            path: self.host_dir.join(attr),
+            value: v.chars().take(64).collect(),
+            expected,
+        })
+    }
+}
+
+fn io_error(path: &Path, e: impl Into<std::io::Error>) -> HostFsError {
+    let e: std::io::Error = e.into();
+    HostFsError::Io {
+        path: path.to_path_buf(),
+        kind: e.kind(),
+        error: e.to_string(),
+    }
+}
+
 fn read_device(
     host: &HostFs,
     name: &str,
     port_key: (u32, Vec<u32>),
 ) -> Result<UsbDevice, HostFsError> {
-    let dir = Path::new(SYSFS_USB_DEVICES).join(name);
-    let hex16 = |attr: &str| -> Result<u16, HostFsError> {
-        let path = dir.join(attr);
-        let v = host.read_hex(&path)?;
-        u16::try_from(v).map_err(|_| HostFsError::Parse {
-            path,
-            value: format!("{v:#x}"),
-            expected: "a 16-bit hex number",
-        })
+    let dir = DevDir::open(host, Path::new(SYSFS_USB_DEVICES).join(name))?;
+    let hex16 = |attr: &str| {
+        dir.parse(
+            attr,
+            |v| parse_hex(v).and_then(|n| u16::try_from(n).ok()),
+            "a 16-bit hexadecimal number",
+        )
     };
-    let dec32 = |attr: &str| -> Result<u32, HostFsError> {
-        let path = dir.join(attr);
-        let v = host.read_dec(&path)?;
-        u32::try_from(v).map_err(|_| HostFsError::Parse {
-            path,
-            value: v.to_string(),
-            expected: "a non-negative 32-bit number",
-        })
+    let dec32 = |attr: &str| {
+        dir.parse(
+            attr,
+            |v| parse_dec(v).and_then(|n| u32::try_from(n).ok()),
+            "a non-negative 32-bit decimal number",
+        )
     };
     let text = |attr: &str| -> Option<String> {
-        match host.read_attr_opt(dir.join(attr)) {
+        match dir.read_opt(attr) {
             Ok(v) => v.filter(|s| !s.is_empty()),
             Err(error) => {
                 tracing::debug!(device = name, attr, %error, "unreadable optional attribute");
@@ -184,8 +246,8 @@ fn read_device(
     let busnum = dec32("busnum")?;
     let devnum = dec32("devnum")?;
     let fallback = format!("{DEV_BUS_USB}/{busnum:03}/{devnum:03}");
-    let uevent_path = dir.join("uevent");
-    let node = match host.read_to_string(&uevent_path) {
+    let uevent_path = dir.host_dir.join("uevent");
+    let node = match dir.read("uevent") {
         Ok(text) => match parse_uevent(&text) {
             Ok(map) => match map.get("DEVNAME") {
                 Some(devname) if safe_devname(devname) => format!("/dev/{devname}"),

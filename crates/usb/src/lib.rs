@@ -141,11 +141,17 @@ impl UsbBackend {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn health_of(&self, instance: &Instance) -> Health {
+    /// Healthy when every member's node exists; `nodes` is a listing of `/dev/bus/usb` taken
+    /// just before (nodes elsewhere are looked up one by one).
+    fn health_of(&self, instance: &Instance, nodes: Option<&BTreeSet<String>>) -> Health {
+        let present = |node: &str| match nodes {
+            Some(listed) if node.starts_with(DEV_BUS_USB) => listed.contains(node),
+            _ => self.host.exists(node),
+        };
         let missing: Vec<String> = instance
             .members
             .iter()
-            .filter(|m| !self.host.exists(&m.node))
+            .filter(|m| !present(&m.node))
             .map(|m| format!("{} ({})", m.node, m.sysfs_name))
             .collect();
         if missing.is_empty() {
@@ -161,13 +167,13 @@ impl UsbBackend {
             backend: BACKEND_NAME.into(),
             reason: e.to_string(),
         })?;
-        let nodes = discover::list_nodes(&self.host);
+        let nodes: BTreeSet<String> = discover::list_nodes(&self.host).into_iter().collect();
         let instances = groups::form_instances(&self.config.resources, &devices);
         let mut published = Vec::with_capacity(instances.len());
         let mut reported = BTreeMap::new();
         for inst in &instances {
             let mut dev = groups::device_of(inst, &self.config.resources[inst.resource]);
-            dev.health = self.health_of(inst);
+            dev.health = self.health_of(inst, Some(&nodes));
             reported.insert(inst.name.clone(), dev.health.clone());
             published.push(dev);
         }
@@ -179,17 +185,17 @@ impl UsbBackend {
         let mut st = self.state();
         st.instances = instances.into_iter().map(|i| (i.name.clone(), i)).collect();
         st.reported = reported;
-        st.known_nodes = nodes.into_iter().collect();
+        st.known_nodes = nodes;
         Ok(pool)
     }
 
     /// Compares presence with what was reported; returns the events to send.
     fn check(&self) -> Vec<SourceEvent> {
-        let nodes = discover::list_nodes(&self.host);
+        let nodes: BTreeSet<String> = discover::list_nodes(&self.host).into_iter().collect();
         let instances: Vec<Instance> = self.state().instances.values().cloned().collect();
         let health: Vec<(DeviceName, Health)> = instances
             .iter()
-            .map(|i| (i.name.clone(), self.health_of(i)))
+            .map(|i| (i.name.clone(), self.health_of(i, Some(&nodes))))
             .collect();
         let mut st = self.state();
         let mut out = Vec::new();
@@ -245,7 +251,7 @@ impl UsbBackend {
         let Some(inst) = self.state().instances.get(&device.device).cloned() else {
             return Ok(None);
         };
-        let health = self.health_of(&inst);
+        let health = self.health_of(&inst, None);
         if !health.is_healthy() {
             return Err(PrepareError::Unhealthy {
                 device: device.to_string(),

@@ -229,3 +229,16 @@ async fn a_missing_node_makes_the_instance_unhealthy_at_discovery() {
     let reason = devs[1].health.reason.clone().unwrap();
     assert!(reason.contains("/dev/bus/usb/001/003"), "{reason}");
 }
+
+#[tokio::test]
+async fn an_attribute_that_is_a_symlink_is_refused() {
+    let root = usb::three_devices().unwrap();
+    let dir = std::fs::canonicalize(root.join("/sys/bus/usb/devices/1-1")).unwrap();
+    let outside = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(outside.path(), "1050\n").unwrap();
+    std::fs::remove_file(dir.join("idVendor")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), dir.join("idVendor")).unwrap();
+    let b = backend(&root, &[("example.com/key", &["1050:0407"])]);
+    let devs = b.discover().await.unwrap().remove(0).devices;
+    assert_eq!(names(&devs), ["key-1-2"]);
+}
