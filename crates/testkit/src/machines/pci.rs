@@ -511,7 +511,7 @@ pub fn generated(n: usize) -> io::Result<HostRoot> {
 ///   that was `vfio-pci`);
 /// - an address written to `/sys/bus/pci/drivers/<d>/bind` binds an unbound function to `d`,
 ///   unless its `driver_override` names another driver;
-/// - writing an empty line to `driver_override` clears it (reads back `(null)`).
+/// - writing a newline to `driver_override` clears it (reads back `(null)`).
 ///
 /// Binding to `vfio-pci` creates `/dev/vfio/<group>`. Within one poll unbinds run before probes
 /// and binds, so a writer that waits for each effect before its next write of the same file
@@ -683,12 +683,13 @@ fn sim_step(root: &Path, native: &BTreeMap<String, String>) {
         })
         .unwrap_or_default();
     drivers.sort();
-    // driver_override: an empty write clears it.
+    // driver_override: writing a lone newline clears it. (An empty file is a write in
+    // progress: left alone.)
     if let Ok(rd) = std::fs::read_dir(under(root, "/sys/bus/pci/devices")) {
         for e in rd.filter_map(Result::ok) {
             let p = e.path().join("driver_override");
             if let Ok(s) = std::fs::read_to_string(&p)
-                && s.trim().is_empty()
+                && s == "\n"
             {
                 let _ = std::fs::write(&p, "(null)\n");
             }

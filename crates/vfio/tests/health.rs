@@ -1,0 +1,101 @@
+//! Hot-plug: `/dev/vfio/<group>` removed and re-added in a fake root.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::backend;
+use kubedev_core::{DeviceSource, HealthState, SourceEvent};
+use kubedev_testkit::machines::pci;
+use tokio::sync::mpsc;
+
+async fn next(rx: &mut mpsc::Receiver<SourceEvent>) -> SourceEvent {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("an event within 10 s")
+        .expect("the watcher is running")
+}
+
+fn health_of(ev: &SourceEvent) -> (String, HealthState) {
+    match ev {
+        SourceEvent::Health { device, health } => (device.to_string(), health.state),
+        other => panic!("expected a health event, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn group_node_removed_then_back_is_unhealthy_then_healthy() {
+    let root = pci::dual_socket_gpu_server().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let b = backend(
+        &root,
+        state.path(),
+        serde_json::json!({"pciDevices": [{"selector": "10de:2236"}]}),
+    );
+    let pools = b.discover().await.unwrap();
+    assert!(pools[0].devices.iter().all(|d| d.health.is_healthy()));
+    let (tx, mut rx) = mpsc::channel(16);
+    let watcher = tokio::spawn({
+        let b = b.clone();
+        async move { b.watch(tx).await }
+    });
+    // Give the watcher a moment to set up; a change before that is still reported (the watcher
+    // compares with what discovery reported when it starts).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    root.remove("/dev/vfio/40").unwrap();
+    let (dev, state1) = health_of(&next(&mut rx).await);
+    assert_eq!(dev, "node-a-vfio/pci-0000-af-00-0");
+    assert_eq!(state1, HealthState::Unhealthy);
+    root.device_node("/dev/vfio/40").unwrap();
+    let (dev, state2) = health_of(&next(&mut rx).await);
+    assert_eq!(dev, "node-a-vfio/pci-0000-af-00-0");
+    assert_eq!(state2, HealthState::Healthy);
+    // A group node no device knows asks for a rediscovery.
+    root.device_node("/dev/vfio/77").unwrap();
+    assert_eq!(next(&mut rx).await, SourceEvent::Rediscover);
+    // The whole /dev/vfio directory going away makes every device unhealthy.
+    root.remove("/dev/vfio").unwrap();
+    let mut down = Vec::new();
+    for _ in 0..4 {
+        let (dev, s) = health_of(&next(&mut rx).await);
+        assert_eq!(s, HealthState::Unhealthy);
+        down.push(dev);
+    }
+    down.sort();
+    assert_eq!(down.len(), 4);
+    // And back: the directory is watched again.
+    root.dir("/dev/vfio").unwrap();
+    assert_eq!(next(&mut rx).await, SourceEvent::Rediscover);
+    root.device_node("/dev/vfio/20").unwrap();
+    let (dev, s) = health_of(&next(&mut rx).await);
+    assert_eq!(
+        (dev.as_str(), s),
+        ("node-a-vfio/pci-0000-3b-00-0", HealthState::Healthy)
+    );
+    watcher.abort();
+}
+
+#[tokio::test]
+async fn a_change_before_the_watch_starts_is_reported() {
+    let root = pci::dual_socket_gpu_server().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let b = backend(
+        &root,
+        state.path(),
+        serde_json::json!({"pciDevices": [{"selector": "10de:2236"}]}),
+    );
+    b.discover().await.unwrap();
+    root.remove("/dev/vfio/20").unwrap();
+    let (tx, mut rx) = mpsc::channel(16);
+    let watcher = tokio::spawn({
+        let b = b.clone();
+        async move { b.watch(tx).await }
+    });
+    let (dev, s) = health_of(&next(&mut rx).await);
+    assert_eq!(
+        (dev.as_str(), s),
+        ("node-a-vfio/pci-0000-3b-00-0", HealthState::Unhealthy)
+    );
+    watcher.abort();
+}
