@@ -437,6 +437,9 @@ impl DeviceSource for HostBackend {
                 }
             }
             w.wait(self.resync).await;
+            if events.is_closed() {
+                return Ok(());
+            }
         }
     }
 }

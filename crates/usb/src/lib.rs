@@ -293,6 +293,9 @@ impl DeviceSource for UsbBackend {
                 }
             }
             w.wait(resync).await;
+            if events.is_closed() {
+                return Ok(());
+            }
         }
     }
 }

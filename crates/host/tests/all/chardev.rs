@@ -118,3 +118,31 @@ async fn unknown_slots_and_missing_nodes_are_errors_that_name_the_device() {
         .to_string();
     assert!(err.contains("kvm-0") && err.contains("/dev/kvm"), "{err}");
 }
+
+/// Read-only, against this machine's own root: health equals the nodes' presence.
+#[tokio::test]
+async fn this_machines_dev() {
+    let config: kubedev_host::HostConfig = serde_json::from_value(serde_json::json!({
+        "characterDevices": [
+            {"name": "kvm", "path": "/dev/kvm", "slots": 1},
+            {"name": "tun", "path": "/dev/net/tun", "slots": 1},
+            {"name": "vhost-net", "path": "/dev/vhost-net", "slots": 1}
+        ]
+    }))
+    .unwrap();
+    let ctx = kubedev_core::BackendContext::for_tests("/", "/nonexistent-state");
+    let b = kubedev_host::HostBackend::new(config, &ctx).unwrap();
+    let pool = b.discover().await.unwrap().remove(0);
+    for (name, path) in [
+        ("kvm-0", "/dev/kvm"),
+        ("tun-0", "/dev/net/tun"),
+        ("vhost-net-0", "/dev/vhost-net"),
+    ] {
+        let d = pool.device(name).unwrap();
+        assert_eq!(
+            d.health.is_healthy(),
+            std::path::Path::new(path).exists(),
+            "{name}"
+        );
+    }
+}

@@ -242,3 +242,32 @@ async fn an_attribute_that_is_a_symlink_is_refused() {
     let devs = b.discover().await.unwrap().remove(0).devices;
     assert_eq!(names(&devs), ["key-1-2"]);
 }
+
+/// Read-only, against this machine's own `/sys`: every USB device found is an entry of
+/// `/sys/bus/usb/devices` with the same IDs (a machine without USB finds none).
+#[test]
+fn this_machines_sysfs() {
+    let found = read_usb_devices(&HostFs::new("/")).unwrap();
+    let dir = std::path::Path::new("/sys/bus/usb/devices");
+    for d in &found {
+        let vendor = std::fs::read_to_string(dir.join(&d.sysfs_name).join("idVendor")).unwrap();
+        assert_eq!(
+            u16::from_str_radix(vendor.trim(), 16).unwrap(),
+            d.vendor,
+            "{}",
+            d.sysfs_name
+        );
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        let devices = entries
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                !n.starts_with("usb") && !n.contains(':')
+            })
+            .count();
+        assert_eq!(found.len(), devices);
+    } else {
+        assert!(found.is_empty());
+    }
+}
