@@ -282,3 +282,55 @@ async fn nvml_unavailable_is_a_clear_source_error() {
     assert!(err.contains("NVML unavailable: "), "{err}");
     assert!(err.contains("driver is not loaded"), "{err}");
 }
+
+#[tokio::test]
+async fn time_slicing_replicas_prepare_to_their_gpu() {
+    use kubedev_core::{AllocatedDevice, Consumer, DeviceRef, Preparer};
+    let f = Fixture::new("workstation");
+    let b = f.backend(NvidiaConfig {
+        replicas: 2,
+        ..f.config()
+    });
+    let pool = discover(&b).await;
+    let names: Vec<_> = pool.devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "gpu-0-replica-0",
+            "gpu-0-replica-1",
+            "gpu-1-replica-0",
+            "gpu-1-replica-1"
+        ]
+    );
+    assert_eq!(a(&pool.devices[3], "replica"), AttributeValue::Int(1));
+    let d = &pool.devices[3];
+    let out = b
+        .prepare(
+            &Consumer::Container {
+                resource: "nvidia.com/gpu".into(),
+            },
+            &[AllocatedDevice {
+                device: DeviceRef {
+                    pool: pool.name.clone(),
+                    device: d.name.clone(),
+                },
+                request: String::new(),
+                share_id: None,
+                config: vec![],
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out[0].edits.env["NVIDIA_VISIBLE_DEVICES"],
+        "GPU-e1a3c5e7-f9b1-4d3f-b5d7-f9a1c3e5a7b9"
+    );
+    assert!(
+        out[0]
+            .edits
+            .device_nodes
+            .iter()
+            .any(|n| n.path == "/dev/nvidia0"),
+        "GPU index 1 has minor 0"
+    );
+}
