@@ -34,7 +34,9 @@
 //! - socket device: a read-write bind mount of the socket's directory (at `containerDir`, default
 //!   the same path), so a socket that its server re-creates stays reachable; the socket and its
 //!   directory are given to `owner` and, where SELinux is enabled, labelled — see [`ownership`]
-//!   for how symbolic links are refused. A required socket that is missing is an error.
+//!   for how symbolic links are refused. A required socket that is missing is an error; an
+//!   optional one is mounted anyway (its server may create it later), but its directory must
+//!   exist. A failed ownership change or relabel fails the prepare, naming the path.
 //!
 //! ```
 //! use kubedev_host::{HostBackend, HostConfig};
@@ -342,9 +344,9 @@ impl HostBackend {
         if device.pool != self.pool {
             return None;
         }
-        let (name, slot) = device.device.as_str().rsplit_once('-')?;
-        let slot: u32 = slot.parse().ok()?;
-        if slot.to_string() != device.device.as_str()[name.len() + 1..] {
+        let (name, digits) = device.device.as_str().rsplit_once('-')?;
+        let slot: u32 = digits.parse().ok()?;
+        if slot.to_string() != digits {
             return None; // "kvm-01" is not slot 1
         }
         let i = self.entries.iter().position(|e| e.name == name)?;

@@ -194,13 +194,18 @@ impl UsbConfig {
                         reason: format!("also used by resources[{j}]"),
                     });
                 }
-                if other.device_prefix() == prefix {
+                let theirs = other.device_prefix();
+                if theirs == prefix
+                    || prefix.starts_with(&format!("{theirs}-"))
+                    || theirs.starts_with(&format!("{prefix}-"))
+                {
                     return Err(UsbError::Config {
                         field: field("name"),
                         value: r.name.to_string(),
                         reason: format!(
-                            "its device names would start with {prefix:?} like those of \
-                             resources[{j}] ({}); choose distinct names after '/'",
+                            "its device names (\"{prefix}-<port>\") could clash with those of \
+                             resources[{j}] ({}, \"{theirs}-<port>\"); choose distinct names \
+                             after '/', neither extending the other with '-'",
                             other.name
                         ),
                     });
@@ -279,6 +284,12 @@ mod tests {
         let err = c.validate().unwrap_err().to_string();
         assert!(
             err.contains("resources[1].name") && err.contains("other.io/key"),
+            "{err}"
+        );
+        c.resources[1] = res("example.com/key-1", &["1050:0407"]);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("resources[1].name") && err.contains("key-1"),
             "{err}"
         );
         c.resources[1] = res("example.com/empty", &[]);
