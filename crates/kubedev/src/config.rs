@@ -62,6 +62,44 @@ pub struct Config {
     /// driver of a PCI function rebound to vfio-pci.
     #[serde(default = "default_state_dir")]
     pub state_dir: PathBuf,
+    /// The HTTP endpoint for metrics and probes.
+    #[serde(default)]
+    pub metrics: MetricsSection,
+}
+
+/// Where metrics and probes are served, and where pod and container labels come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MetricsSection {
+    /// `host:port` serving `/metrics`, `/healthz` and `/readyz` (none when absent), e.g.
+    /// `0.0.0.0:9464`.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// The kubelet's pod resources socket, read for the pod, namespace and container labels of
+    /// held devices (skipped while it does not exist).
+    #[serde(default = "default_pod_resources")]
+    pub pod_resources_socket: PathBuf,
+    /// How often the pod resources socket is read, in seconds.
+    #[serde(default = "default_pod_resources_interval")]
+    pub pod_resources_interval_seconds: u64,
+}
+
+fn default_pod_resources() -> PathBuf {
+    PathBuf::from(kubedev_kubelet_grpc::pod_resources::DEFAULT_SOCKET)
+}
+
+fn default_pod_resources_interval() -> u64 {
+    15
+}
+
+impl Default for MetricsSection {
+    fn default() -> Self {
+        MetricsSection {
+            address: None,
+            pod_resources_socket: default_pod_resources(),
+            pod_resources_interval_seconds: default_pod_resources_interval(),
+        }
+    }
 }
 
 fn default_host_root() -> PathBuf {

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::backends::Backends;
 use crate::failpoint;
+use crate::metrics::Metrics;
 
 /// Where the allocation of a claim comes from (the API server, or a test's table).
 #[async_trait]
@@ -90,6 +91,25 @@ pub struct DraDriver {
     commits: mpsc::UnboundedSender<Commit>,
     cdi: Arc<CdiWriter>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+/// A failed prepare or unprepare: a short reason for metrics and the message for the kubelet.
+#[derive(Debug)]
+struct Failure {
+    reason: &'static str,
+    message: String,
+}
+
+impl Failure {
+    fn new(reason: &'static str, message: String) -> Self {
+        Failure { reason, message }
+    }
+}
+
+/// Wraps a message as a failure with `reason`.
+fn at(reason: &'static str) -> impl Fn(String) -> Failure {
+    move |message| Failure { reason, message }
 }
 
 impl std::fmt::Debug for DraDriver {
@@ -134,7 +154,30 @@ impl DraDriver {
             commits,
             cdi: Arc::new(cdi),
             locks: Mutex::new(HashMap::new()),
+            metrics: None,
         }
+    }
+
+    /// Records prepare and unprepare durations and failures in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    fn observe<T>(
+        &self,
+        operation: &str,
+        started: std::time::Instant,
+        result: Result<T, Failure>,
+    ) -> Result<T, String> {
+        if let Some(m) = &self.metrics {
+            m.observe_operation(
+                operation,
+                started.elapsed(),
+                result.as_ref().err().map(|f| f.reason),
+            );
+        }
+        result.map_err(|f| f.message)
     }
 
     /// Persists one checkpoint change (possibly together with concurrent ones).
@@ -248,7 +291,7 @@ impl DraDriver {
         Ok(rec)
     }
 
-    async fn prepare_locked(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
+    async fn prepare_locked(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, Failure> {
         let existing = {
             let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             store.get(&claim.uid).cloned()
@@ -267,21 +310,27 @@ impl DraDriver {
                 }
                 Ok(())
             })
-            .await?;
-            return self.answer(&claim.uid, &r.prepared);
+            .await
+            .map_err(at("cdi"))?;
+            return self.answer(&claim.uid, &r.prepared).map_err(at("internal"));
         }
 
-        let devices = self.claims.allocated_devices(claim).await?;
+        let devices = self
+            .claims
+            .allocated_devices(claim)
+            .await
+            .map_err(at("claim_lookup"))?;
         if devices.is_empty() {
-            return Err(format!(
-                "claim {claim} has no devices allocated by this driver"
+            return Err(Failure::new(
+                "not_allocated",
+                format!("claim {claim} has no devices allocated by this driver"),
             ));
         }
         for d in &devices {
             if self.backends.owner(&d.device.pool).is_none() {
-                return Err(format!(
-                    "claim {claim}: device {} is not on this node",
-                    d.device
+                return Err(Failure::new(
+                    "not_on_node",
+                    format!("claim {claim}: device {} is not on this node", d.device),
                 ));
             }
         }
@@ -289,7 +338,8 @@ impl DraDriver {
             claim: claim.clone(),
             devices: devices.clone(),
         })
-        .await?;
+        .await
+        .map_err(at("checkpoint"))?;
         failpoint::hit("after-prepare-started");
 
         let prepared = match self
@@ -302,8 +352,12 @@ impl DraDriver {
                 self.commit(Change::Remove {
                     uid: claim.uid.clone(),
                 })
-                .await?;
-                return Err(format!("preparing claim {claim}: {e}"));
+                .await
+                .map_err(at("checkpoint"))?;
+                return Err(Failure::new(
+                    "backend",
+                    format!("preparing claim {claim}: {e}"),
+                ));
             }
         };
         failpoint::hit("after-device-prepare");
@@ -320,8 +374,12 @@ impl DraDriver {
                 self.commit(Change::Remove {
                     uid: claim.uid.clone(),
                 })
-                .await?;
-                return Err(format!("writing the CDI spec of claim {claim}: {e}"));
+                .await
+                .map_err(at("checkpoint"))?;
+                return Err(Failure::new(
+                    "cdi",
+                    format!("writing the CDI spec of claim {claim}: {e}"),
+                ));
             }
         };
         failpoint::hit("after-cdi-write");
@@ -337,12 +395,13 @@ impl DraDriver {
             prepared: prepared.clone(),
             cdi_file: file_name,
         })
-        .await?;
+        .await
+        .map_err(at("checkpoint"))?;
         tracing::info!(claim = %claim, devices = prepared.len(), "prepared");
-        self.answer(&claim.uid, &prepared)
+        self.answer(&claim.uid, &prepared).map_err(at("internal"))
     }
 
-    async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), String> {
+    async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), Failure> {
         let record = {
             let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             store.get(&claim.uid).cloned()
@@ -352,7 +411,7 @@ impl DraDriver {
             self.backends
                 .unprepare(&r.claim, &r.devices)
                 .await
-                .map_err(|e| format!("unpreparing claim {claim}: {e}"))?;
+                .map_err(|e| Failure::new("backend", format!("unpreparing claim {claim}: {e}")))?;
         }
         let cdi = self.cdi.clone();
         let uid = claim.uid.clone();
@@ -361,12 +420,14 @@ impl DraDriver {
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })
-        .await?;
+        .await
+        .map_err(at("checkpoint"))?;
         if record.is_some() {
             self.commit(Change::Remove {
                 uid: claim.uid.clone(),
             })
-            .await?;
+            .await
+            .map_err(at("checkpoint"))?;
             tracing::info!(claim = %claim, "unprepared");
         }
         Ok(())
@@ -376,16 +437,28 @@ impl DraDriver {
 #[async_trait]
 impl DraHandler for DraDriver {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
-        kubedev_core::cdi::validate_claim_uid(&claim.uid).map_err(|e| e.to_string())?;
-        let lock = self.lock_for(&claim.uid);
-        let _held = lock.lock().await;
-        self.prepare_locked(claim).await
+        let started = std::time::Instant::now();
+        let result = async {
+            kubedev_core::cdi::validate_claim_uid(&claim.uid)
+                .map_err(|e| Failure::new("invalid_claim", e.to_string()))?;
+            let lock = self.lock_for(&claim.uid);
+            let _held = lock.lock().await;
+            self.prepare_locked(claim).await
+        }
+        .await;
+        self.observe("prepare", started, result)
     }
 
     async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
-        kubedev_core::cdi::validate_claim_uid(&claim.uid).map_err(|e| e.to_string())?;
-        let lock = self.lock_for(&claim.uid);
-        let _held = lock.lock().await;
-        self.unprepare_locked(claim).await
+        let started = std::time::Instant::now();
+        let result = async {
+            kubedev_core::cdi::validate_claim_uid(&claim.uid)
+                .map_err(|e| Failure::new("invalid_claim", e.to_string()))?;
+            let lock = self.lock_for(&claim.uid);
+            let _held = lock.lock().await;
+            self.unprepare_locked(claim).await
+        }
+        .await;
+        self.observe("unprepare", started, result)
     }
 }

@@ -7,5 +7,7 @@ pub mod config;
 pub mod discover;
 pub mod dra_driver;
 pub mod failpoint;
+pub mod http;
+pub mod metrics;
 pub mod runtime;
 pub mod who_uses;

@@ -30,6 +30,8 @@ use tokio_util::sync::CancellationToken;
 pub use crate::backends::{Backend, Backends};
 use crate::config::Config;
 use crate::dra_driver::{ClaimSource, DraDriver};
+use crate::http::Probes;
+use crate::metrics::Metrics;
 
 /// Builds the backends the configuration names.
 pub fn build_backends(config: &Config) -> anyhow::Result<Vec<Backend>> {
@@ -115,6 +117,7 @@ struct ResourceHandler {
     policy: Option<PolicySource>,
     inventory: Arc<std::sync::RwLock<Inventory>>,
     cdi: Option<DevicePluginCdi>,
+    metrics: Arc<Metrics>,
 }
 
 /// Where a resource's selection policy comes from.
@@ -226,7 +229,15 @@ impl ResourceHandler {
             .iter()
             .filter_map(|m| request.available.iter().position(|a| a == m))
             .collect();
-        match policy.evaluate(&input) {
+        let outcome = policy.evaluate(&input);
+        self.metrics
+            .policy_calls
+            .get_or_create(&crate::metrics::PolicyLabels {
+                resource: self.resource.name().to_string(),
+                result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
+            })
+            .inc();
+        match outcome {
             Ok(eval) => eval.decision.preferred(request.size, &must).map(|idx| {
                 idx.into_iter()
                     .map(|i| request.available[i].clone())
@@ -366,30 +377,179 @@ impl Ownership {
 }
 
 /// Publishes the full inventory to the device-plugin publisher, and the DRA view to the slices
-/// and the DRA health stream.
+/// and the DRA health stream; counts devices by API, resource, pool and health.
 async fn publish_all(
     dp: Option<&DevicePluginPublisher>,
     dra: Option<&Dra>,
     ownership: &Ownership,
     clock: &mut HealthClock,
     inventory: &Inventory,
+    obs: &Observe,
 ) {
-    if let Some(p) = dp
-        && let Err(e) = p.publish(inventory).await
-    {
-        tracing::error!(error = %e, "device-plugin publishing failed");
+    obs.metrics.devices.clear();
+    if let Some(p) = dp {
+        if let Err(e) = p.publish(inventory).await {
+            tracing::error!(error = %e, "device-plugin publishing failed");
+        }
+        for r in p.resources() {
+            let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
+            for d in r.subscribe().borrow().iter() {
+                let pool = r
+                    .device_ref(&d.id)
+                    .map(|x| x.pool.to_string())
+                    .unwrap_or_default();
+                *counts
+                    .entry((pool, d.health.state.to_string()))
+                    .or_default() += 1;
+            }
+            for ((pool, health), n) in counts {
+                obs.metrics
+                    .devices
+                    .get_or_create(&crate::metrics::DeviceLabels {
+                        api: "device-plugin".into(),
+                        resource: r.name().to_string(),
+                        pool,
+                        health,
+                    })
+                    .set(n);
+            }
+        }
     }
     let Some(dra) = dra else {
         return;
     };
     let view = ownership.dra_view(inventory);
-    if let Err(e) = dra.slices.publish(&view).await {
+    for pool in &view.pools {
+        let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
+        for d in &pool.devices {
+            *counts.entry(d.health.state.to_string()).or_default() += 1;
+        }
+        for (health, n) in counts {
+            obs.metrics
+                .devices
+                .get_or_create(&crate::metrics::DeviceLabels {
+                    api: "dra".into(),
+                    resource: dra.driver.clone(),
+                    pool: pool.name.to_string(),
+                    health,
+                })
+                .set(n);
+        }
+    }
+    let published = dra.slices.publish(&view).await;
+    obs.metrics
+        .slice_publishes
+        .get_or_create(&crate::metrics::ResultLabels {
+            result: if published.is_ok() { "ok" } else { "error" }.into(),
+        })
+        .inc();
+    obs.probes.set_published(published.is_ok());
+    if let Err(e) = published {
         tracing::error!(error = %e, "ResourceSlice publishing failed");
     }
     dra.health.send_replace(clock.reports(&view));
 }
 
+/// Counts the kubelet's accepted registrations of one server into the registrations metric.
+fn count_registrations<S: Send + Sync + 'static>(
+    metrics: &Arc<Metrics>,
+    api: &'static str,
+    resource: String,
+    mut status: watch::Receiver<S>,
+    registrations: fn(&S) -> u64,
+) {
+    let metrics = metrics.clone();
+    tokio::spawn(async move {
+        let labels = crate::metrics::RegistrationLabels {
+            api: api.into(),
+            resource,
+        };
+        let mut seen = 0u64;
+        loop {
+            let now = registrations(&status.borrow_and_update());
+            if now > seen {
+                metrics
+                    .registrations
+                    .get_or_create(&labels)
+                    .inc_by(now - seen);
+                seen = now;
+            }
+            if status.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Keeps the held-devices metric current from the kubelet's pod resources API, so device metrics
+/// carry pod, namespace and container labels. A missing socket is skipped quietly (the kubelet
+/// may not serve it, or may be restarting); other failures are logged once per change.
+async fn watch_holders(config: Config, metrics: Arc<Metrics>, cancel: CancellationToken) {
+    use kubedev_kubelet_grpc::pod_resources::{Holding, PodResourcesClient, device_uses};
+    let socket = config.metrics.pod_resources_socket.clone();
+    let every = Duration::from_secs(config.metrics.pod_resources_interval_seconds.max(1));
+    let mut last_error: Option<String> = None;
+    loop {
+        if socket.exists() {
+            let listed = async {
+                let mut c = PodResourcesClient::connect(&socket, Duration::from_secs(5)).await?;
+                c.list().await
+            }
+            .await;
+            match listed {
+                Ok(pods) => {
+                    last_error = None;
+                    let rows = crate::who_uses::filter(device_uses(&pods), Some(&config), &[]);
+                    metrics.held_devices.clear();
+                    for r in rows {
+                        let (api, resource, device) = match r.holding {
+                            Holding::DevicePlugin { resource, device } => {
+                                ("device-plugin", resource, device)
+                            }
+                            Holding::Dra {
+                                driver,
+                                pool,
+                                device,
+                                ..
+                            } => ("dra", driver, format!("{pool}/{device}")),
+                        };
+                        metrics
+                            .held_devices
+                            .get_or_create(&crate::metrics::HolderLabels {
+                                api: api.into(),
+                                resource,
+                                device,
+                                namespace: r.namespace,
+                                pod: r.pod,
+                                container: r.container,
+                            })
+                            .set(1);
+                    }
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    if last_error.as_deref() != Some(e.as_str()) {
+                        tracing::warn!(error = %e, "reading the kubelet's pod resources failed");
+                        last_error = Some(e);
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// Metrics and probes, shared by every part of the runtime.
+struct Observe {
+    metrics: Arc<Metrics>,
+    probes: Arc<Probes>,
+}
+
 struct Dra {
+    driver: String,
     handle: DraPluginHandle,
     health: watch::Sender<Vec<DeviceHealthReport>>,
     slices: Arc<dyn Publisher>,
@@ -401,6 +561,7 @@ async fn start_dra(
     backends: &Backends,
     cluster: Option<ClusterServices>,
     cancel: &CancellationToken,
+    obs: &Observe,
 ) -> anyhow::Result<Option<Dra>> {
     let Some(spec) = config.dra(config_path, |k| std::env::var(k).ok())? else {
         return Ok(None);
@@ -415,12 +576,10 @@ async fn start_dra(
             .context("opening the checkpoint")?;
     tracing::info!(checkpoint = %store.path().display(), "{outcome}");
     let cdi = CdiWriter::new(&spec.cdi_dir, &spec.driver);
-    let driver = Arc::new(DraDriver::new(
-        backends.clone(),
-        cluster.claims.clone(),
-        store,
-        cdi,
-    ));
+    let driver = Arc::new(
+        DraDriver::new(backends.clone(), cluster.claims.clone(), store, cdi)
+            .with_metrics(obs.metrics.clone()),
+    );
     let rec = driver
         .recover()
         .await
@@ -440,7 +599,20 @@ async fn start_dra(
     let handle = DraPlugin::start(cfg, driver, health_rx, cancel.child_token())
         .context("starting the DRA plugin")?;
     tracing::info!(driver = %spec.driver, socket = %handle.dra_socket().display(), "DRA plugin started");
+    obs.probes.add_socket(handle.dra_socket().to_path_buf());
+    obs.probes
+        .add_socket(handle.registration_socket().to_path_buf());
+    obs.probes
+        .set_dra(spec.driver.to_string(), handle.watch_status());
+    count_registrations(
+        &obs.metrics,
+        "dra",
+        spec.driver.to_string(),
+        handle.watch_status(),
+        |s| s.registrations,
+    );
     Ok(Some(Dra {
+        driver: spec.driver.to_string(),
         handle,
         health,
         slices: cluster.slices,
@@ -455,6 +627,25 @@ pub async fn run(
     cluster: Option<ClusterServices>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
+    let obs = Observe {
+        metrics: Metrics::new(),
+        probes: Probes::new(),
+    };
+    if let Some(address) = &config.metrics.address {
+        let bound = crate::http::serve(
+            address,
+            obs.metrics.clone(),
+            obs.probes.clone(),
+            cancel.child_token(),
+        )
+        .await?;
+        tracing::info!(address = %bound, "serving /metrics, /healthz and /readyz");
+        tokio::spawn(watch_holders(
+            config.clone(),
+            obs.metrics.clone(),
+            cancel.child_token(),
+        ));
+    }
     let backends = Backends::new(build_backends(&config)?);
     let resources = config.resources(config_path)?;
     let mut inventory = backends.discover_all().await;
@@ -545,16 +736,27 @@ pub async fn run(
                 } else {
                     None
                 },
+                metrics: obs.metrics.clone(),
             });
             let server = DevicePlugin::start(cfg, handler, rd.subscribe(), cancel.child_token())
                 .with_context(|| format!("starting the device-plugin server for {}", rd.name()))?;
             tracing::info!(resource = %rd.name(), socket = %server.socket_path().display(), "device-plugin server started");
+            obs.probes.add_socket(server.socket_path().to_path_buf());
+            obs.probes
+                .add_device_plugin(rd.name().to_string(), server.watch_status());
+            count_registrations(
+                &obs.metrics,
+                "device-plugin",
+                rd.name().to_string(),
+                server.watch_status(),
+                |s| s.registrations,
+            );
             servers.push(server);
         }
         dp_publisher = Some(publisher);
     }
 
-    let dra = start_dra(&config, config_path, &backends, cluster, &cancel).await?;
+    let dra = start_dra(&config, config_path, &backends, cluster, &cancel, &obs).await?;
     let mut clock = HealthClock::default();
     publish_all(
         dp_publisher.as_ref(),
@@ -562,6 +764,7 @@ pub async fn run(
         &ownership,
         &mut clock,
         &inventory,
+        &obs,
     )
     .await;
 
@@ -616,6 +819,7 @@ pub async fn run(
                 &ownership,
                 &mut clock,
                 &inventory,
+                &obs,
             )
             .await;
         }

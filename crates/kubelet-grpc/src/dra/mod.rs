@@ -209,6 +209,11 @@ impl DraPluginHandle {
         self.status.borrow().clone()
     }
 
+    /// A receiver of every change of the registration state.
+    pub fn watch_status(&self) -> watch::Receiver<DraStatus> {
+        self.status.clone()
+    }
+
     /// Waits until the kubelet reported a successful registration, at most `timeout`.
     pub async fn wait_registered(&self, timeout: std::time::Duration) -> bool {
         let mut rx = self.status.clone();

@@ -1,0 +1,212 @@
+//! The daemon's HTTP endpoint: `/metrics` (Prometheus), `/healthz` (every socket the daemon
+//! serves answers) and `/readyz` (registered with the kubelet and, in DRA mode, published).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Request, Response, StatusCode};
+use kubedev_kubelet_grpc::device_plugin::PluginStatus;
+use kubedev_kubelet_grpc::dra::DraStatus;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// What `/healthz` and `/readyz` look at; the runtime fills it in as servers start.
+#[derive(Debug, Default)]
+pub struct Probes {
+    sockets: RwLock<Vec<PathBuf>>,
+    device_plugins: RwLock<Vec<(String, watch::Receiver<PluginStatus>)>>,
+    dra: RwLock<Option<(String, watch::Receiver<DraStatus>)>>,
+    published: AtomicBool,
+}
+
+impl Probes {
+    /// Empty probes (healthy, and ready: nothing to wait for).
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// A socket the daemon serves; `/healthz` connects to it.
+    pub fn add_socket(&self, path: PathBuf) {
+        self.sockets
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(path);
+    }
+
+    /// A device-plugin server whose registration `/readyz` waits for.
+    pub fn add_device_plugin(&self, resource: String, status: watch::Receiver<PluginStatus>) {
+        self.device_plugins
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((resource, status));
+    }
+
+    /// The DRA plugin whose registration, and first successful publication, `/readyz` waits
+    /// for.
+    pub fn set_dra(&self, driver: String, status: watch::Receiver<DraStatus>) {
+        *self.dra.write().unwrap_or_else(|e| e.into_inner()) = Some((driver, status));
+    }
+
+    /// Records the outcome of a ResourceSlice publication.
+    pub fn set_published(&self, ok: bool) {
+        self.published.store(ok, Ordering::Relaxed);
+    }
+
+    /// `Ok` when every socket accepts a connection; otherwise which ones do not.
+    pub async fn healthy(&self) -> Result<(), String> {
+        let sockets = self
+            .sockets
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let mut bad = Vec::new();
+        for s in sockets {
+            match tokio::time::timeout(Duration::from_secs(1), tokio::net::UnixStream::connect(&s))
+                .await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => bad.push(format!("{}: {e}", s.display())),
+                Err(_) => bad.push(format!("{}: no answer within 1 s", s.display())),
+            }
+        }
+        if bad.is_empty() {
+            Ok(())
+        } else {
+            Err(bad.join("\n"))
+        }
+    }
+
+    /// `Ok` when every server is registered (and DRA has published); otherwise what is missing.
+    pub fn ready(&self) -> Result<(), String> {
+        let mut missing = Vec::new();
+        for (r, s) in self
+            .device_plugins
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let s = s.borrow();
+            if !s.registered {
+                missing.push(match &s.last_error {
+                    Some(e) => format!("device plugin {r} is not registered: {e}"),
+                    None => format!("device plugin {r} is not registered yet"),
+                });
+            }
+        }
+        if let Some((driver, s)) = &*self.dra.read().unwrap_or_else(|e| e.into_inner()) {
+            let s = s.borrow();
+            if !s.registered {
+                missing.push(match &s.last_error {
+                    Some(e) => format!("DRA driver {driver} is not registered: {e}"),
+                    None => format!("DRA driver {driver} is not registered yet"),
+                });
+            }
+            if !self.published.load(Ordering::Relaxed) {
+                missing.push(format!(
+                    "DRA driver {driver} has not published its ResourceSlices"
+                ));
+            }
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing.join("\n"))
+        }
+    }
+}
+
+fn text(status: StatusCode, body: String, content_type: &str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+async fn answer(
+    req: Request<hyper::body::Incoming>,
+    metrics: Arc<Metrics>,
+    probes: Arc<Probes>,
+) -> Response<Full<Bytes>> {
+    const PLAIN: &str = "text/plain; charset=utf-8";
+    if req.method() != hyper::Method::GET && req.method() != hyper::Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into(), PLAIN);
+    }
+    match req.uri().path() {
+        "/metrics" => text(
+            StatusCode::OK,
+            metrics.encode(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+        "/healthz" => match probes.healthy().await {
+            Ok(()) => text(StatusCode::OK, "ok\n".into(), PLAIN),
+            Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"), PLAIN),
+        },
+        "/readyz" => match probes.ready() {
+            Ok(()) => text(StatusCode::OK, "ok\n".into(), PLAIN),
+            Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"), PLAIN),
+        },
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "not found: try /metrics, /healthz or /readyz\n".into(),
+            PLAIN,
+        ),
+    }
+}
+
+/// Binds `address` and serves until `cancel` fires; returns the bound address (useful with
+/// port 0) once listening.
+pub async fn serve(
+    address: &str,
+    metrics: Arc<Metrics>,
+    probes: Arc<Probes>,
+    cancel: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("metrics.address {address}: binding"))?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let stream = tokio::select! {
+                _ = cancel.cancelled() => break,
+                r = listener.accept() => match r {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let (m, p) = (metrics.clone(), probes.clone());
+            let stop = cancel.clone();
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let (m, p) = (m.clone(), p.clone());
+                    async move { Ok::<_, std::convert::Infallible>(answer(req, m, p).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(5))
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+                tokio::select! {
+                    _ = stop.cancelled() => {}
+                    r = conn => if let Err(e) = r {
+                        tracing::debug!(error = %e, "metrics endpoint: connection ended");
+                    },
+                }
+            });
+        }
+    });
+    Ok(bound)
+}

@@ -1,0 +1,233 @@
+//! The daemon's Prometheus metrics.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of a prepare or unprepare.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    /// `prepare` or `unprepare`.
+    pub operation: String,
+}
+
+/// Labels of a failed prepare or unprepare.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// `prepare` or `unprepare`.
+    pub operation: String,
+    /// A short reason, e.g. `backend`, `cdi`, `checkpoint`, `claim_lookup`.
+    pub reason: String,
+}
+
+/// Labels of a device count.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceLabels {
+    /// `device-plugin` or `dra`.
+    pub api: String,
+    /// The extended resource name, or the DRA driver.
+    pub resource: String,
+    /// The pool.
+    pub pool: String,
+    /// `Healthy`, `Unhealthy` or `Unknown`.
+    pub health: String,
+}
+
+/// Labels of a registration with the kubelet.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RegistrationLabels {
+    /// `device-plugin` or `dra`.
+    pub api: String,
+    /// The extended resource name, or the DRA driver.
+    pub resource: String,
+}
+
+/// Labels of an outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `ok` or `error`.
+    pub result: String,
+}
+
+/// Labels of a selection-policy call.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// The extended resource whose `GetPreferredAllocation` called it.
+    pub resource: String,
+    /// `ok`, or `error` when the policy failed and the default order was used.
+    pub result: String,
+}
+
+/// Labels of a device held by a container.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HolderLabels {
+    /// `device-plugin` or `dra`.
+    pub api: String,
+    /// The extended resource name, or the DRA driver.
+    pub resource: String,
+    /// The device (a device-plugin ID, or `pool/device` for DRA).
+    pub device: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod.
+    pub pod: String,
+    /// The container.
+    pub container: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    // 1 ms … ~16 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+/// Every metric the daemon exports, registered in one registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Time taken by DRA prepare and unprepare calls, per claim.
+    pub operation_seconds: HistogramFamily<OperationLabels>,
+    /// Failed DRA prepare and unprepare calls by reason.
+    pub operation_errors: Family<ErrorLabels, Counter>,
+    /// Devices served, by API, resource, pool and health.
+    pub devices: Family<DeviceLabels, Gauge>,
+    /// Registrations accepted by the kubelet (first ones and re-registrations).
+    pub registrations: Family<RegistrationLabels, Counter>,
+    /// ResourceSlice publish operations by outcome.
+    pub slice_publishes: Family<ResultLabels, Counter>,
+    /// Selection-policy calls by resource and outcome.
+    pub policy_calls: Family<PolicyLabels, Counter>,
+    /// Devices held by containers (1 per held device), from the kubelet's pod resources API.
+    pub held_devices: Family<HolderLabels, Gauge>,
+}
+
+impl Metrics {
+    /// A fresh set of metrics, all at zero.
+    pub fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("kubedev");
+        let operation_seconds = HistogramFamily::<OperationLabels>::new_with_constructor(
+            duration_histogram as fn() -> Histogram,
+        );
+        let operation_errors = Family::<ErrorLabels, Counter>::default();
+        let devices = Family::<DeviceLabels, Gauge>::default();
+        let registrations = Family::<RegistrationLabels, Counter>::default();
+        let slice_publishes = Family::<ResultLabels, Counter>::default();
+        let policy_calls = Family::<PolicyLabels, Counter>::default();
+        let held_devices = Family::<HolderLabels, Gauge>::default();
+        registry.register_with_unit(
+            "dra_operation_duration",
+            "Time taken by DRA prepare and unprepare of one claim",
+            prometheus_client::registry::Unit::Seconds,
+            operation_seconds.clone(),
+        );
+        registry.register(
+            "dra_operation_errors",
+            "Failed DRA prepare and unprepare calls, by reason",
+            operation_errors.clone(),
+        );
+        registry.register(
+            "devices",
+            "Devices served, by API, resource, pool and health",
+            devices.clone(),
+        );
+        registry.register(
+            "kubelet_registrations",
+            "Registrations the kubelet accepted, first ones and re-registrations",
+            registrations.clone(),
+        );
+        registry.register(
+            "resourceslice_publishes",
+            "ResourceSlice publish operations, by outcome",
+            slice_publishes.clone(),
+        );
+        registry.register(
+            "policy_calls",
+            "Selection-policy calls from GetPreferredAllocation, by outcome",
+            policy_calls.clone(),
+        );
+        registry.register(
+            "device_held",
+            "1 for each device a container holds, with pod, namespace and container",
+            held_devices.clone(),
+        );
+        Arc::new(Metrics {
+            registry,
+            operation_seconds,
+            operation_errors,
+            devices,
+            registrations,
+            slice_publishes,
+            policy_calls,
+            held_devices,
+        })
+    }
+
+    /// Records one prepare or unprepare.
+    pub fn observe_operation(&self, operation: &str, took: Duration, error: Option<&str>) {
+        self.operation_seconds
+            .get_or_create(&OperationLabels {
+                operation: operation.to_string(),
+            })
+            .observe(took.as_secs_f64());
+        if let Some(reason) = error {
+            self.operation_errors
+                .get_or_create(&ErrorLabels {
+                    operation: operation.to_string(),
+                    reason: reason.to_string(),
+                })
+                .inc();
+        }
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_what_was_recorded() {
+        let m = Metrics::new();
+        m.observe_operation("prepare", Duration::from_millis(3), None);
+        m.observe_operation("prepare", Duration::from_millis(5), Some("backend"));
+        m.devices
+            .get_or_create(&DeviceLabels {
+                api: "dra".into(),
+                resource: "gpu.example.com".into(),
+                pool: "node-a".into(),
+                health: "Healthy".into(),
+            })
+            .set(4);
+        let text = m.encode();
+        assert!(
+            text.contains("kubedev_dra_operation_duration_seconds_count{operation=\"prepare\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "kubedev_dra_operation_errors_total{operation=\"prepare\",reason=\"backend\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("kubedev_devices{api=\"dra\",resource=\"gpu.example.com\",pool=\"node-a\",health=\"Healthy\"} 4"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

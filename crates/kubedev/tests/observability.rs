@@ -1,0 +1,227 @@
+//! The daemon's HTTP endpoint: Prometheus metrics (devices, registrations, publishes, prepare
+//! timings, holders from the pod resources API), `/healthz` and `/readyz`.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kubedev::config::Config;
+use kubedev::dra_driver::ClaimSource;
+use kubedev::runtime::{ClusterServices, run};
+use kubedev_core::{
+    AllocatedDevice, ClaimRef, DeviceName, DeviceRef, Inventory, PoolName, PublishError, Publisher,
+};
+use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator, PodResourcesEmulator};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+const DRIVER: &str = "devices.example.com";
+const WAIT: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct Claims(Mutex<BTreeMap<String, Vec<AllocatedDevice>>>);
+
+#[async_trait]
+impl ClaimSource for Claims {
+    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&claim.uid)
+            .cloned()
+            .ok_or_else(|| format!("claim {claim} is not allocated"))
+    }
+}
+
+#[derive(Default)]
+struct Slices;
+
+#[async_trait]
+impl Publisher for Slices {
+    async fn publish(&self, _: &Inventory) -> Result<(), PublishError> {
+        Ok(())
+    }
+}
+
+async fn get(port: u16, path: &str) -> (u16, String) {
+    // Not listening yet: status 0, so `wait_for` tries again.
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return (0, String::new());
+    };
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+async fn wait_for(port: u16, path: &str, ok: impl Fn(u16, &str) -> bool) -> (u16, String) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let (status, body) = get(port, path).await;
+        if ok(status, &body) {
+            return (status, body);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{path}: {status}\n{body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn metrics_and_probes_follow_the_daemon() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    for d in ["dp", "registry", "pod-resources"] {
+        std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    std::fs::write(r.join("boot_id"), "8b7c1f6e-0000-4000-8000-0000000000aa\n").unwrap();
+    let port = free_port();
+    let path = r.join("kubedev.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "nodeName: node-a
+metrics:
+  address: 127.0.0.1:{port}
+  podResourcesSocket: {r}/pod-resources/kubelet.sock
+  podResourcesIntervalSeconds: 1
+devicePlugin:
+  directory: {r}/dp
+  resources:
+    - name: example.com/gpu
+      selector:
+        attributes:
+          type: {{string: gpu}}
+dra:
+  enabled: true
+  driverName: {DRIVER}
+  pluginDir: {r}/plugins
+  registryDir: {r}/registry
+  cdiDir: {r}/cdi
+  bootIdPath: {r}/boot_id
+backends:
+  static:
+    pool: node-a
+    devices:
+      - {{name: gpu-0, attributes: {{type: {{string: gpu}}}}}}
+      - {{name: gpu-1, attributes: {{type: {{string: gpu}}}}}}
+      - {{name: nic-0, deviceNodes: [/dev/null], attributes: {{type: {{string: nic}}}}}}
+",
+            r = r.display()
+        ),
+    )
+    .unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let claims = Arc::new(Claims::default());
+    let cluster = ClusterServices {
+        claims: claims.clone(),
+        slices: Arc::new(Slices),
+    };
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let task = tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await });
+
+    // No kubelet yet: alive, but not ready, and /readyz says why.
+    let (_, body) = wait_for(port, "/readyz", |s, _| s == 503).await;
+    assert!(body.contains("example.com/gpu is not registered"), "{body}");
+    assert_eq!(get(port, "/healthz").await.0, 200);
+
+    let mut dp_kubelet = KubeletEmulator::start(r.join("dp")).await.unwrap();
+    let dra_kubelet = DraKubelet::start(r.join("registry")).unwrap();
+    let pods = PodResourcesEmulator::start(&r.join("pod-resources/kubelet.sock")).unwrap();
+    pods.assign_devices("ml", "trainer", "main", "example.com/gpu", &["gpu-1"]);
+    wait_for(port, "/readyz", |s, _| s == 200).await;
+
+    // A claim prepared and unprepared through the kubelet.
+    claims.0.lock().unwrap().insert(
+        "uid-1".into(),
+        vec![AllocatedDevice {
+            device: DeviceRef {
+                pool: PoolName::new("node-a").unwrap(),
+                device: DeviceName::new("nic-0").unwrap(),
+            },
+            request: "nic".into(),
+            share_id: None,
+            config: vec![],
+        }],
+    );
+    let claim = ClaimId {
+        namespace: "ml".into(),
+        uid: "uid-1".into(),
+        name: "nic".into(),
+    };
+    let answers = dra_kubelet.prepare(DRIVER, std::slice::from_ref(&claim)).await.unwrap();
+    assert!(answers["uid-1"].is_ok(), "{:?}", answers["uid-1"]);
+    // And one that fails: not allocated.
+    let bad = ClaimId {
+        uid: "uid-2".into(),
+        ..claim.clone()
+    };
+    let answers = dra_kubelet.prepare(DRIVER, &[bad]).await.unwrap();
+    assert!(answers["uid-2"].is_err());
+
+    let (_, m) = wait_for(port, "/metrics", |_, b| b.contains("pod=\"trainer\"")).await;
+    for want in [
+        "kubedev_devices{api=\"device-plugin\",resource=\"example.com/gpu\",pool=\"node-a\",health=\"Healthy\"} 2",
+        "kubedev_devices{api=\"dra\",resource=\"devices.example.com\",pool=\"node-a\",health=\"Healthy\"} 1",
+        "kubedev_kubelet_registrations_total{api=\"device-plugin\",resource=\"example.com/gpu\"} 1",
+        "kubedev_kubelet_registrations_total{api=\"dra\",resource=\"devices.example.com\"} 1",
+        "kubedev_dra_operation_duration_seconds_count{operation=\"prepare\"} 2",
+        "kubedev_dra_operation_errors_total{operation=\"prepare\",reason=\"claim_lookup\"} 1",
+        "kubedev_device_held{api=\"device-plugin\",resource=\"example.com/gpu\",device=\"gpu-1\",namespace=\"ml\",pod=\"trainer\",container=\"main\"} 1",
+    ] {
+        assert!(m.contains(want), "missing {want} in\n{m}");
+    }
+    assert!(
+        m.contains("kubedev_resourceslice_publishes_total{result=\"ok\"}"),
+        "{m}"
+    );
+
+    // A kubelet restart is a re-registration.
+    dp_kubelet.restart().await.unwrap();
+    wait_for(port, "/metrics", |_, b| {
+        b.contains("kubedev_kubelet_registrations_total{api=\"device-plugin\",resource=\"example.com/gpu\"} 2")
+    })
+    .await;
+
+    // A socket that stops answering makes /healthz fail, naming it.
+    let dra_socket = std::fs::read_dir(r.join("plugins"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "sock"))
+        .unwrap();
+    std::fs::remove_file(&dra_socket).unwrap();
+    let (status, body) = get(port, "/healthz").await;
+    assert_eq!(status, 503);
+    assert!(body.contains(&dra_socket.display().to_string()), "{body}");
+    assert_eq!(get(port, "/nope").await.0, 404);
+
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    pods.stop().await;
+    dp_kubelet.stop().await;
+    dra_kubelet.stop().await;
+}
