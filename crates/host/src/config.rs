@@ -217,6 +217,13 @@ fn check_path(field: &str, path: &Path, what: &str) -> Result<(), HostError> {
 }
 
 impl HostConfig {
+    /// Checks everything serde cannot (names, paths, slot counts, owners, SELinux contexts);
+    /// errors name the field and the value. [`HostBackend::new`](crate::HostBackend::new)
+    /// checks the same.
+    pub fn validate(&self) -> Result<(), HostError> {
+        self.entries().map(|_| ())
+    }
+
     /// The configured devices with defaults applied, after checking everything serde cannot.
     /// Errors name the field and the value.
     pub(crate) fn entries(&self) -> Result<Vec<Entry>, HostError> {
