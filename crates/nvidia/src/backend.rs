@@ -1,21 +1,21 @@
 //! The backend: NVML state, discovery, the health watcher and prepare.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use kubedev_core::{
-    AllocatedDevice, BackendContext, ClaimRef, Consumer, DeviceRef, DeviceSource, Health, Pool,
-    PoolName, PrepareError, PreparedDevice, Preparer, SourceError, SourceEvent,
+    AllocatedDevice, BackendContext, ClaimRef, Consumer, DeviceName, DeviceRef, DeviceSource,
+    Health, Pool, PoolName, PrepareError, PreparedDevice, Preparer, SourceError, SourceEvent,
 };
 use nvml_wrapper::Nvml;
 use tokio::sync::mpsc;
 
 use crate::NvidiaError;
 use crate::config::{MigStrategy, NvidiaConfig};
-use crate::devices::{Built, DeviceKind, build_pool};
+use crate::devices::{Built, DeviceKind, Owned, build_pool, instance_of};
 use crate::edits::{gpu_edits, mig_edits, read_mig_minors};
 use crate::ffi;
 use crate::health::{HealthTracker, Probe};
@@ -132,9 +132,9 @@ impl Inner {
         );
         *slot = Some(nvml.clone());
         drop(slot);
-        if self.config.mig_strategy == MigStrategy::Partitionable {
-            self.reconcile(&nvml);
-        }
+        // Records exist only if the partitionable strategy was used, perhaps before a config
+        // change: reconcile whatever the strategy is now.
+        self.reconcile(&nvml);
         Ok(nvml)
     }
 
@@ -194,16 +194,16 @@ impl Inner {
         }
     }
 
-    /// Placements kubedev created (or is creating) for claims.
-    fn owned_placements(&self) -> BTreeSet<(String, Placement)> {
+    /// Placements kubedev created (or is creating) for claims, with their GPU instance ids.
+    fn owned_placements(&self) -> Owned {
         match self.records.all() {
             Ok(records) => records
                 .into_iter()
-                .map(|r| (r.gpu_uuid.clone(), r.placement()))
+                .map(|r| ((r.gpu_uuid.clone(), r.placement()), r.gi_id))
                 .collect(),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read MIG records");
-                BTreeSet::new()
+                Owned::new()
             }
         }
     }
@@ -257,7 +257,7 @@ impl Inner {
                 &self.config,
                 &machine,
                 &topology,
-                &|uuid| health.health(uuid),
+                &|uuid, gi| health.health(uuid, gi),
                 &owned,
             );
             for e in errors {
@@ -285,21 +285,29 @@ impl Inner {
         }
     }
 
-    /// Health events for every published device of the GPU.
-    fn health_events(&self, d: &Discovered, gpu_uuid: &str, health: &Health) -> Vec<SourceEvent> {
+    /// The health of every published device of GPU `gpu_uuid` now.
+    fn device_healths(&self, d: &Discovered, gpu_uuid: &str) -> Vec<(DeviceName, Health)> {
         let Some(pos) = d.machine.gpus.iter().position(|g| g.uuid == gpu_uuid) else {
             return Vec::new();
         };
+        let owned = if d
+            .built
+            .kinds
+            .values()
+            .any(|k| matches!(k, DeviceKind::Placement { .. }))
+        {
+            self.owned_placements()
+        } else {
+            Owned::new()
+        };
+        let health = lock(&self.health);
         d.built
             .kinds
             .iter()
             .filter(|(_, k)| k.gpu() == pos)
-            .map(|(name, _)| SourceEvent::Health {
-                device: DeviceRef {
-                    pool: self.pool.clone(),
-                    device: name.clone(),
-                },
-                health: health.clone(),
+            .map(|(name, k)| {
+                let gi = instance_of(gpu_uuid, k, &owned);
+                (name.clone(), health.health(gpu_uuid, gi))
             })
             .collect()
     }
@@ -327,10 +335,31 @@ impl Inner {
         let wait_ms = u32::try_from(self.config.health_poll_millis.min(MAX_WAIT_MS)).unwrap_or(200);
         let mut last_probe = Instant::now();
         let mut failures = 0u32;
-        let send = |changes: Vec<(String, Health)>| -> bool {
+        // The health each device was last reported with (by discovery or by this loop).
+        let mut reported: BTreeMap<DeviceName, Health> = discovered
+            .built
+            .pool
+            .devices
+            .iter()
+            .map(|dev| (dev.name.clone(), dev.health.clone()))
+            .collect();
+        // Sends the devices of `gpus` whose health differs from what was reported; false when
+        // nobody listens any more.
+        let mut send = |gpus: &[String]| -> bool {
             let d = self.current().unwrap_or_else(|| discovered.clone());
-            for (uuid, h) in changes {
-                for ev in self.health_events(&d, &uuid, &h) {
+            for uuid in gpus {
+                for (name, h) in self.device_healths(&d, uuid) {
+                    if reported.get(&name) == Some(&h) {
+                        continue;
+                    }
+                    reported.insert(name.clone(), h.clone());
+                    let ev = SourceEvent::Health {
+                        device: DeviceRef {
+                            pool: self.pool.clone(),
+                            device: name,
+                        },
+                        health: h,
+                    };
                     if events.blocking_send(ev).is_err() {
                         return false;
                     }
@@ -343,13 +372,13 @@ impl Inner {
                 return Ok(());
             }
             let mut probe_now = false;
-            match xids.wait(wait_ms) {
-                ffi::Wait::Xid { gpu_uuid, xid } => {
+            match xids.wait(&nvml, wait_ms) {
+                ffi::Wait::Xid { gpu_uuid, gi, xid } => {
                     failures = 0;
-                    let change = lock(&self.health).on_xid(&gpu_uuid, xid, Instant::now());
-                    if let Some(h) = change {
-                        tracing::warn!(gpu = %gpu_uuid, reason = ?h.reason, "GPU unhealthy");
-                        if !send(vec![(gpu_uuid, h)]) {
+                    let changed = lock(&self.health).on_xid(&gpu_uuid, gi, xid, Instant::now());
+                    if changed {
+                        tracing::warn!(gpu = %gpu_uuid, gpu_instance = ?gi, xid = ?xid, "GPU Xid error");
+                        if !send(std::slice::from_ref(&gpu_uuid)) {
                             return Ok(());
                         }
                     }
@@ -366,15 +395,15 @@ impl Inner {
             }
             if probe_now || last_probe.elapsed() >= poll {
                 last_probe = Instant::now();
-                let mut changes = Vec::new();
+                let mut changed = Vec::new();
                 for uuid in &uuids {
                     let p = ffi::probe(&nvml, uuid);
-                    if let Some(h) = lock(&self.health).on_probe(uuid, &p, Instant::now()) {
-                        tracing::info!(gpu = %uuid, health = %h.state, reason = ?h.reason, "GPU health changed");
-                        changes.push((uuid.clone(), h));
+                    if lock(&self.health).on_probe(uuid, &p, Instant::now()) {
+                        tracing::info!(gpu = %uuid, probe = ?p, "GPU health changed");
+                        changed.push(uuid.clone());
                     }
                 }
-                if !send(changes) {
+                if !send(&changed) {
                     return Ok(());
                 }
             }

@@ -497,17 +497,17 @@ fn mig_base(
 
 /// Builds the pool of one discovery.
 ///
-/// `health` gives each GPU's health by UUID (all devices of a GPU share it); `occupancy` says
-/// which placements are taken by instances kubedev did not create; `owned` lists the
-/// placements kubedev created for claims (GPU UUID, placement), which stay published as the
-/// placement devices they were prepared for.
+/// `health` gives the health of a device by GPU UUID and, for MIG devices, GPU instance id;
+/// `owned` lists the placements kubedev created for claims ((GPU UUID, placement) → GPU
+/// instance id once created), which stay published as the placement devices they were prepared
+/// for.
 pub(crate) fn build_pool(
     pool: PoolName,
     config: &NvidiaConfig,
     machine: &MachineInfo,
     topology: &Topology,
-    health: &dyn Fn(&str) -> Health,
-    owned: &BTreeSet<(String, Placement)>,
+    health: &dyn Fn(&str, Option<u32>) -> Health,
+    owned: &Owned,
 ) -> (Built, Vec<BuildError>) {
     let mut devices = Vec::new();
     let mut kinds = BTreeMap::new();
@@ -516,9 +516,8 @@ pub(crate) fn build_pool(
     for (pos, gpu) in machine.gpus.iter().enumerate() {
         match gpu_devices(config, machine, topology, pos, gpu, owned) {
             Ok((devs, set)) => {
-                let h = health(&gpu.uuid);
                 for (mut d, kind) in devs {
-                    d.health = h.clone();
+                    d.health = health(&gpu.uuid, instance_of(&gpu.uuid, &kind, owned));
                     kinds.insert(d.name.clone(), kind);
                     devices.push(d);
                 }
@@ -533,6 +532,21 @@ pub(crate) fn build_pool(
     (Built { pool, kinds }, errors)
 }
 
+/// Placements kubedev created for claims: (GPU UUID, placement) → GPU instance id (once known).
+pub(crate) type Owned = BTreeMap<(String, Placement), Option<u32>>;
+
+/// The GPU instance a device runs on, if it is a MIG device whose instance exists.
+pub(crate) fn instance_of(gpu_uuid: &str, kind: &DeviceKind, owned: &Owned) -> Option<u32> {
+    match kind {
+        DeviceKind::Gpu { .. } => None,
+        DeviceKind::Mig { instance, .. } => Some(instance.gi_id),
+        DeviceKind::Placement { placement, .. } => owned
+            .get(&(gpu_uuid.to_owned(), *placement))
+            .copied()
+            .flatten(),
+    }
+}
+
 type GpuDevices = (Vec<(Device, DeviceKind)>, Option<CounterSet>);
 
 fn gpu_devices(
@@ -541,7 +555,7 @@ fn gpu_devices(
     topology: &Topology,
     pos: usize,
     gpu: &GpuInfo,
-    owned: &BTreeSet<(String, Placement)>,
+    owned: &Owned,
 ) -> Result<GpuDevices, BuildError> {
     let common = common_attributes(machine, topology, pos, gpu)?;
     let mut out = Vec::new();
@@ -615,7 +629,7 @@ fn partitionable(
     common: &BTreeMap<QualifiedName, AttributeValue>,
     gpu: &GpuInfo,
     pos: usize,
-    owned: &BTreeSet<(String, Placement)>,
+    owned: &Owned,
 ) -> Result<GpuDevices, BuildError> {
     let mut out = Vec::new();
     let Some(totals) = PartitionTotals::of(&gpu.profiles) else {
@@ -629,7 +643,7 @@ fn partitionable(
     let mut foreign = Vec::new();
     let mut seen_gi = BTreeSet::new();
     for inst in &gpu.instances {
-        if owned.contains(&(gpu.uuid.clone(), inst.placement)) {
+        if owned.contains_key(&(gpu.uuid.clone(), inst.placement)) {
             continue;
         }
         if seen_gi.insert(inst.gi_id) {
@@ -797,8 +811,8 @@ pub(crate) mod tests {
             config,
             m,
             &t,
-            &|_| Health::healthy(),
-            &BTreeSet::new(),
+            &|_, _| Health::healthy(),
+            &Owned::new(),
         );
         assert!(errors.is_empty(), "{errors:?}");
         built.pool.validate().unwrap();
@@ -1102,13 +1116,16 @@ pub(crate) mod tests {
         assert!(b.pool.device("gpu-0-mig-3g20gb-4").is_some());
         // The same instance, created by kubedev for a claim, stays a placement device.
         let t = Topology::from_machine(&m);
-        let owned = BTreeSet::from([(m.gpus[0].uuid.clone(), Placement { start: 0, size: 4 })]);
+        let owned = Owned::from([(
+            (m.gpus[0].uuid.clone(), Placement { start: 0, size: 4 }),
+            Some(1),
+        )]);
         let (b, errors) = build_pool(
             PoolName::new("p").unwrap(),
             &config,
             &m,
             &t,
-            &|_| Health::healthy(),
+            &|_, _| Health::healthy(),
             &owned,
         );
         assert!(errors.is_empty());
@@ -1162,14 +1179,14 @@ pub(crate) mod tests {
             &NvidiaConfig::default(),
             &m,
             &t,
-            &|u| {
+            &|u, _| {
                 if u == bad {
                     Health::unhealthy("Xid 79")
                 } else {
                     Health::healthy()
                 }
             },
-            &BTreeSet::new(),
+            &Owned::new(),
         );
         assert!(b.pool.devices[0].health.is_healthy());
         assert_eq!(b.pool.devices[1].health.reason.as_deref(), Some("Xid 79"));

@@ -14,7 +14,6 @@ use std::ptr;
 use kubedev_core::HostFs;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{Brand, TopologyLevel};
-use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, EventSet, Nvml};
 use nvml_wrapper_sys::bindings as sys;
@@ -809,8 +808,13 @@ pub(crate) fn probe(nvml: &Nvml, uuid: &str) -> Probe {
 /// What one wait on the Xid event set gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Wait {
-    /// An Xid on the GPU with this UUID (`None` xid: NVML did not say which).
-    Xid { gpu_uuid: String, xid: Option<u64> },
+    /// An Xid on the GPU with this UUID, scoped to a GPU instance when NVML says so (`None`
+    /// xid: NVML did not give the code).
+    Xid {
+        gpu_uuid: String,
+        gi: Option<u32>,
+        xid: Option<u64>,
+    },
     /// Some GPU is lost: probe them all.
     Lost,
     /// Nothing within the timeout.
@@ -898,33 +902,40 @@ impl<'n> XidEvents<'n> {
     }
 
     /// Waits up to `timeout_ms` for one event.
-    pub(crate) fn wait(&self, timeout_ms: u32) -> Wait {
-        match self.set.wait(timeout_ms) {
-            Ok(ev) => {
-                // SAFETY: only the address is read, to compare with the registered handles.
-                let addr = unsafe { ev.device.handle() } as usize;
-                let uuid = self
-                    .gpus
-                    .iter()
-                    .find(|(a, _)| *a == addr)
-                    .map(|(_, u)| u.clone())
-                    .or_else(|| ev.device.uuid().ok());
-                let Some(gpu_uuid) = uuid else {
-                    return Wait::Failed("an event for a GPU that is not watched".into());
-                };
-                if !ev.event_type.contains(EventTypes::CRITICAL_XID_ERROR) {
-                    return Wait::Timeout;
-                }
-                let xid = match ev.event_data {
-                    Some(XidError::Value(v)) => Some(v),
-                    Some(XidError::Unknown) | None => None,
-                };
-                Wait::Xid { gpu_uuid, xid }
-            }
-            Err(NvmlError::Timeout) => Wait::Timeout,
-            Err(NvmlError::GpuLost) => Wait::Lost,
-            Err(e) => Wait::Failed(e.to_string()),
+    ///
+    /// The wait is called raw: nvml-wrapper's `EventData` drops the GPU and compute instance ids
+    /// that scope an Xid to one MIG device.
+    pub(crate) fn wait(&self, nvml: &Nvml, timeout_ms: u32) -> Wait {
+        let sym = match nvml_sym(nvml.lib().nvmlEventSetWait_v2.as_ref()) {
+            Ok(s) => s,
+            Err(e) => return Wait::Failed(e.to_string()),
+        };
+        // SAFETY: an all-zero struct of integers and a pointer is a valid value.
+        let mut data: sys::nvmlEventData_t = unsafe { mem::zeroed() };
+        // SAFETY: the set is live (owned by `self`) and `data` is a valid out-pointer; the
+        // handle is only used for this call, never freed here.
+        let code = unsafe { sym(self.set.handle(), &mut data, timeout_ms) };
+        match nvml_try(code) {
+            Ok(()) => {}
+            Err(NvmlError::Timeout) => return Wait::Timeout,
+            Err(NvmlError::GpuLost) => return Wait::Lost,
+            Err(e) => return Wait::Failed(e.to_string()),
         }
+        if data.eventType & u64::from(sys::nvmlEventTypeXidCriticalError) == 0 {
+            return Wait::Timeout;
+        }
+        let addr = data.device as usize;
+        let Some(gpu_uuid) = self
+            .gpus
+            .iter()
+            .find(|(a, _)| *a == addr)
+            .map(|(_, u)| u.clone())
+        else {
+            return Wait::Failed("an Xid event for a GPU that is not watched".into());
+        };
+        let xid = (data.eventData != 999).then_some(data.eventData);
+        let gi = (data.gpuInstanceId != u32::MAX).then_some(data.gpuInstanceId);
+        Wait::Xid { gpu_uuid, gi, xid }
     }
 }
 

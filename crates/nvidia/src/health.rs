@@ -30,17 +30,23 @@ enum Cause {
 }
 
 #[derive(Debug, Clone)]
-struct GpuState {
+struct State {
     health: Health,
     cause: Option<Cause>,
 }
 
-/// Health of every GPU by UUID; GPUs never seen are healthy.
+/// What health is tracked for: a whole GPU (`gi: None`) or one of its MIG GPU instances.
+pub(crate) type Scope = (String, Option<u32>);
+
+/// Health of every GPU and MIG GPU instance; anything never seen is healthy.
+///
+/// A MIG device is as healthy as the worse of its GPU and its GPU instance: an Xid NVML scopes
+/// to a GPU instance affects only the MIG devices of that instance.
 #[derive(Debug, Clone)]
 pub(crate) struct HealthTracker {
     ignored: BTreeSet<u64>,
     recheck: Duration,
-    gpus: BTreeMap<String, GpuState>,
+    states: BTreeMap<Scope, State>,
 }
 
 /// The reason given for an Xid.
@@ -72,62 +78,96 @@ impl HealthTracker {
         HealthTracker {
             ignored,
             recheck,
-            gpus: BTreeMap::new(),
+            states: BTreeMap::new(),
         }
     }
 
-    /// The GPU's current health.
-    pub(crate) fn health(&self, uuid: &str) -> Health {
-        self.gpus
-            .get(uuid)
+    fn get(&self, gpu: &str, gi: Option<u32>) -> Health {
+        self.states
+            .get(&(gpu.to_owned(), gi))
             .map(|s| s.health.clone())
             .unwrap_or_default()
     }
 
-    fn set(&mut self, uuid: &str, health: Health, cause: Option<Cause>) -> Option<Health> {
-        let state = self.gpus.entry(uuid.to_owned()).or_insert(GpuState {
+    /// The health of a device on GPU `gpu`: the whole GPU (`gi: None`) or a MIG device of GPU
+    /// instance `gi` (the worse of the GPU's and the instance's; the GPU's reason first).
+    pub(crate) fn health(&self, gpu: &str, gi: Option<u32>) -> Health {
+        let whole = self.get(gpu, None);
+        match gi {
+            Some(_) if whole.is_healthy() => self.get(gpu, gi),
+            _ => whole,
+        }
+    }
+
+    fn set(&mut self, scope: Scope, health: Health, cause: Option<Cause>) -> bool {
+        let state = self.states.entry(scope).or_insert(State {
             health: Health::healthy(),
             cause: None,
         });
         state.cause = cause;
         if state.health == health {
-            return None;
+            return false;
         }
-        state.health = health.clone();
-        Some(health)
+        state.health = health;
+        true
     }
 
-    /// An Xid arrived for the GPU (`None`: NVML did not say which). Returns the new health when
-    /// it changed; an ignored Xid changes nothing.
-    pub(crate) fn on_xid(&mut self, uuid: &str, xid: Option<u64>, now: Instant) -> Option<Health> {
+    /// An Xid arrived for GPU `gpu`, scoped to GPU instance `gi` when NVML said so (`xid`
+    /// `None`: NVML did not give the code). Returns whether anything changed; an ignored Xid
+    /// changes nothing.
+    pub(crate) fn on_xid(
+        &mut self,
+        gpu: &str,
+        gi: Option<u32>,
+        xid: Option<u64>,
+        now: Instant,
+    ) -> bool {
         if let Some(x) = xid
             && self.ignored.contains(&x)
         {
-            return None;
+            return false;
+        }
+        let mut reason = xid_reason(xid);
+        if let Some(g) = gi {
+            reason = format!("{reason} (GPU instance {g})");
         }
         self.set(
-            uuid,
-            Health::unhealthy(xid_reason(xid)),
+            (gpu.to_owned(), gi),
+            Health::unhealthy(reason),
             Some(Cause::Xid { last: now }),
         )
     }
 
-    /// The result of probing the GPU. Returns the new health when it changed.
-    pub(crate) fn on_probe(&mut self, uuid: &str, probe: &Probe, now: Instant) -> Option<Health> {
+    /// The result of probing GPU `gpu`: lost marks the GPU unhealthy; an answer heals the GPU
+    /// and its instances whose last Xid is older than the recheck period. Returns whether
+    /// anything changed.
+    pub(crate) fn on_probe(&mut self, gpu: &str, probe: &Probe, now: Instant) -> bool {
         match probe {
             Probe::Lost(why) => self.set(
-                uuid,
+                (gpu.to_owned(), None),
                 Health::unhealthy(format!("GPU lost: {why}")),
                 Some(Cause::Lost),
             ),
-            Probe::Failed(_) => None,
+            Probe::Failed(_) => false,
             Probe::Answers => {
-                let cause = self.gpus.get(uuid).and_then(|s| s.cause.clone());
-                match cause {
-                    None => None,
-                    Some(Cause::Xid { last }) if now.duration_since(last) < self.recheck => None,
-                    Some(_) => self.set(uuid, Health::healthy(), None),
+                let recheck = self.recheck;
+                let mut changed = false;
+                for ((g, _), state) in self.states.iter_mut() {
+                    if g != gpu {
+                        continue;
+                    }
+                    let heal = match state.cause {
+                        None => false,
+                        Some(Cause::Xid { last }) => now.duration_since(last) >= recheck,
+                        Some(Cause::Lost) => true,
+                    };
+                    if heal {
+                        state.cause = None;
+                        changed |= !state.health.is_healthy();
+                        state.health = Health::healthy();
+                    }
                 }
+                changed
             }
         }
     }
@@ -145,47 +185,61 @@ mod tests {
     fn xid_then_recovery_after_the_recheck_period() {
         let mut t = tracker();
         let t0 = Instant::now();
-        assert!(t.health("GPU-a").is_healthy());
-        let h = t.on_xid("GPU-a", Some(79), t0).expect("changed");
+        assert!(t.health("GPU-a", None).is_healthy());
+        assert!(t.on_xid("GPU-a", None, Some(79), t0));
+        let h = t.health("GPU-a", None);
         assert!(!h.is_healthy());
         assert!(
             h.reason.as_deref().unwrap_or("").starts_with("Xid 79"),
             "{h:?}"
         );
-        // The same Xid again restarts the clock but is no change; another Xid updates the reason.
-        assert_eq!(
-            t.on_xid("GPU-a", Some(79), t0 + Duration::from_secs(10)),
-            None
-        );
-        let h = t
-            .on_xid("GPU-a", Some(48), t0 + Duration::from_secs(30))
-            .expect("new reason");
         assert!(
-            h.reason.as_deref().unwrap_or("").starts_with("Xid 48"),
-            "{h:?}"
+            !t.health("GPU-a", Some(3)).is_healthy(),
+            "its MIG devices too"
         );
-        assert_eq!(
-            t.on_probe("GPU-a", &Probe::Answers, t0 + Duration::from_secs(61)),
-            None,
+        // The same Xid again restarts the clock but is no change; another Xid updates the reason.
+        assert!(!t.on_xid("GPU-a", None, Some(79), t0 + Duration::from_secs(10)));
+        assert!(t.on_xid("GPU-a", None, Some(48), t0 + Duration::from_secs(30)));
+        assert!(
+            t.health("GPU-a", None)
+                .reason
+                .as_deref()
+                .unwrap_or("")
+                .starts_with("Xid 48")
+        );
+        assert!(
+            !t.on_probe("GPU-a", &Probe::Answers, t0 + Duration::from_secs(61)),
             "only 31 s since the last Xid"
         );
-        let h = t
-            .on_probe("GPU-a", &Probe::Answers, t0 + Duration::from_secs(91))
-            .expect("recovers");
-        assert!(h.is_healthy());
-        assert_eq!(
-            t.on_probe("GPU-a", &Probe::Answers, t0 + Duration::from_secs(200)),
-            None
+        assert!(t.on_probe("GPU-a", &Probe::Answers, t0 + Duration::from_secs(91)));
+        assert!(t.health("GPU-a", None).is_healthy());
+        assert!(!t.on_probe("GPU-a", &Probe::Answers, t0 + Duration::from_secs(200)));
+    }
+
+    #[test]
+    fn instance_scoped_xids_affect_only_that_instance() {
+        let mut t = tracker();
+        let t0 = Instant::now();
+        assert!(t.on_xid("GPU-a", Some(2), Some(94), t0));
+        assert!(t.health("GPU-a", None).is_healthy());
+        assert!(t.health("GPU-a", Some(1)).is_healthy());
+        let h = t.health("GPU-a", Some(2));
+        assert!(
+            h.reason.as_deref().unwrap_or("").contains("GPU instance 2"),
+            "{h:?}"
         );
+        assert!(t.health("GPU-b", Some(2)).is_healthy());
+        assert!(t.on_probe("GPU-a", &Probe::Answers, t0 + Duration::from_secs(60)));
+        assert!(t.health("GPU-a", Some(2)).is_healthy());
     }
 
     #[test]
     fn ignored_xids_change_nothing() {
         let mut t = tracker();
-        assert_eq!(t.on_xid("GPU-a", Some(13), Instant::now()), None);
-        assert!(t.health("GPU-a").is_healthy());
+        assert!(!t.on_xid("GPU-a", None, Some(13), Instant::now()));
+        assert!(t.health("GPU-a", None).is_healthy());
         assert!(
-            t.on_xid("GPU-a", None, Instant::now()).is_some(),
+            t.on_xid("GPU-a", None, None, Instant::now()),
             "unknown Xid counts"
         );
     }
@@ -194,19 +248,12 @@ mod tests {
     fn lost_gpus_are_unhealthy_until_they_answer() {
         let mut t = tracker();
         let now = Instant::now();
-        let h = t
-            .on_probe("GPU-b", &Probe::Lost("GPU is lost".into()), now)
-            .expect("changed");
+        assert!(t.on_probe("GPU-b", &Probe::Lost("GPU is lost".into()), now));
+        let h = t.health("GPU-b", None);
         assert!(h.reason.as_deref().unwrap_or("").contains("GPU lost"));
-        assert_eq!(
-            t.on_probe("GPU-b", &Probe::Failed("timeout".into()), now),
-            None
-        );
-        assert!(!t.health("GPU-b").is_healthy());
-        assert!(
-            t.on_probe("GPU-b", &Probe::Answers, now)
-                .expect("back")
-                .is_healthy()
-        );
+        assert!(!t.on_probe("GPU-b", &Probe::Failed("timeout".into()), now));
+        assert!(!t.health("GPU-b", None).is_healthy());
+        assert!(t.on_probe("GPU-b", &Probe::Answers, now));
+        assert!(t.health("GPU-b", None).is_healthy());
     }
 }

@@ -25,9 +25,11 @@
 //!   [`NvidiaBackend::topology`].
 //! - **Health**: [`DeviceSource::watch`] waits on an NVML event set for Xid critical errors on a
 //!   blocking thread (in short waits, so dropping the future stops it). An Xid that is not in
-//!   `ignoredXids` makes every device of the GPU unhealthy with `Xid <n>: ...` as the reason; a
-//!   GPU that NVML reports lost is unhealthy; a GPU that answers again after
-//!   `healthRecheckSeconds` without a new Xid is healthy again.
+//!   `ignoredXids` makes every device of the GPU unhealthy with `Xid <n>: ...` as the reason
+//!   (an Xid NVML scopes to one MIG GPU instance only that instance's MIG devices); a GPU that
+//!   NVML reports lost is unhealthy (and stays published under its name); a GPU that answers
+//!   again after `healthRecheckSeconds` without a new Xid is healthy again. GPUs are probed
+//!   every `healthPollMillis`.
 //! - **Prepare** gives `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` (when the
 //!   host has them), `/dev/nvidia<minor>`, for MIG devices the capability nodes
 //!   `/dev/nvidia-caps/nvidia-cap<N>` numbered from the host's

@@ -107,3 +107,56 @@ async fn dropping_the_watch_future_stops_the_watcher() {
         .expect("the sender is dropped once the watcher ends");
     assert!(closed.is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_xid_scoped_to_a_gpu_instance_affects_only_its_mig_device() {
+    let f = Fixture::new("h100-mig");
+    let b = f.backend(NvidiaConfig {
+        mig_strategy: kubedev_nvidia::MigStrategy::Static,
+        health_recheck_seconds: 1,
+        health_poll_millis: 50,
+        ..f.config()
+    });
+    discover(&b).await;
+    let (tx, mut rx) = mpsc::channel(16);
+    let watcher = tokio::spawn({
+        let b = b.clone();
+        async move { b.watch(tx).await }
+    });
+    // GPU instance 9 is the 1g.10gb at memory slice 2.
+    f.control(r#"{"xid": 94, "gpu": 0, "gi": 9, "ci": 0}"#);
+    let (dev, state, reason) = next(&mut rx).await;
+    assert_eq!(
+        (dev.as_str(), state),
+        ("gpu-0-mig-1g10gb-2", HealthState::Unhealthy)
+    );
+    assert!(
+        reason.contains("Xid 94") && reason.contains("GPU instance 9"),
+        "{reason}"
+    );
+    let pool = discover(&b).await;
+    let unhealthy: Vec<_> = pool
+        .devices
+        .iter()
+        .filter(|d| !d.health.is_healthy())
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(unhealthy, ["gpu-0-mig-1g10gb-2"]);
+    // An unscoped Xid takes every MIG device of the GPU down; the GPU's reason wins.
+    f.control(r#"{"xid": 79, "gpu": 0}"#);
+    let mut down = std::collections::BTreeSet::new();
+    while down.len() < 7 {
+        let (dev, state, reason) = next(&mut rx).await;
+        assert_eq!(state, HealthState::Unhealthy);
+        assert!(reason.starts_with("Xid 79"), "{reason}");
+        down.insert(dev);
+    }
+    // Then all recover.
+    let mut up = std::collections::BTreeSet::new();
+    while up.len() < 7 {
+        let (dev, state, _) = next(&mut rx).await;
+        assert_eq!(state, HealthState::Healthy);
+        up.insert(dev);
+    }
+    watcher.abort();
+}
