@@ -593,6 +593,11 @@ impl Inner {
             }
             let name = a.device.device.as_str();
             let fail = |e: NvidiaError| PrepareError::Other(format!("device {}: {e}", a.device));
+            if self.records.get(name).map_err(fail)?.is_none() {
+                continue;
+            }
+            // Load NVML before taking the MIG lock: the first load reconciles under that lock.
+            let nvml = self.nvml().map_err(fail)?;
             let _g = lock(&self.mig);
             let Some(mut rec) = self.records.get(name).map_err(fail)? else {
                 continue;
@@ -601,7 +606,6 @@ impl Inner {
                 // Another claim's instance (this claim never got it): leave it alone.
                 continue;
             }
-            let nvml = self.nvml().map_err(fail)?;
             if rec.state != RecordState::Destroying {
                 rec.state = RecordState::Destroying;
                 self.records.put(&rec).map_err(fail)?;

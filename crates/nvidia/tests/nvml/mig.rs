@@ -277,3 +277,37 @@ async fn a_creating_record_with_a_complete_instance_is_adopted_by_prepare() {
         serde_json::from_slice(&std::fs::read(record_path(&f, dev)).unwrap()).unwrap();
     assert_eq!(rec["state"], "created");
 }
+
+#[tokio::test]
+async fn nvml_loaded_after_start_still_reconciles_and_unprepares() {
+    // The driver (here: the mock) appears only after the backend started.
+    let f = Fixture::new("dgx-a100");
+    let late_dir = f.dir.path().join("late");
+    std::fs::create_dir_all(&late_dir).unwrap();
+    let late_lib = late_dir.join(nvml_mock::LIBRARY_FILE);
+    let b = f.backend(NvidiaConfig {
+        mig_strategy: MigStrategy::Partitionable,
+        library_path: Some(late_lib.clone()),
+        ..NvidiaConfig::default()
+    });
+    let dev = "gpu-6-mig-1g5gb-0";
+    let rec = serde_json::json!({
+        "claimUid": "c1", "device": dev,
+        "gpuUuid": "GPU-3e5a7c97-6b8f-4dac-87e5-90b13d4f5b67",
+        "profileIndex": 0, "profileId": 19, "start": 0, "size": 1, "state": "created",
+        "giId": 7, "ciId": 0, "migUuid": "MIG-gone"
+    });
+    std::fs::write(record_path(&f, dev), rec.to_string()).unwrap();
+    let copied =
+        nvml_mock::isolated_library(&late_dir, &nvml_mock::machine_path("dgx-a100"), None).unwrap();
+    assert_eq!(copied, late_lib);
+    // The first NVML use reconciles under the MIG lock; unprepare must not wait on itself.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        b.unprepare(&claim("c1"), &[alloc(dev)]),
+    )
+    .await
+    .expect("no deadlock")
+    .unwrap();
+    assert!(!record_path(&f, dev).exists());
+}
