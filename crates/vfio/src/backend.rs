@@ -118,8 +118,11 @@ impl VfioBackend {
     /// The mdev type manager for this backend's configuration and host (see
     /// [`MdevTypeManager`]); the daemon runs [`MdevTypeManager::apply`] on start.
     pub fn type_manager(&self) -> MdevTypeManager {
-        MdevTypeManager::new(&self.inner.config, self.inner.host.clone())
-            .expect("the configuration was checked in new()")
+        MdevTypeManager::from_checked(
+            self.inner.host.clone(),
+            self.inner.checked.desired.clone(),
+            self.inner.timeout(),
+        )
     }
 
     /// Discovers now, on the calling thread (what [`DeviceSource::discover`] runs on a blocking

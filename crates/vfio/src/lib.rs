@@ -33,7 +33,7 @@
 //! | `functions` | functions in the device | – |
 //! | `vgpuType` | vGPU VFs only | – |
 //! | `uuid`, `mdevType`, `mdevTypeID`, `parentAddress` | – | instance UUID, type name (spaces → `_`), type directory, parent address |
-//! | `resource.kubernetes.io/pciBusID` | first function's address | – |
+//! | `resource.kubernetes.io/pciBusID` | first function's address (4-digit domains only, as Kubernetes requires) | – |
 //! | `resource.kubernetes.io/pcieRoot` | `pci<domain>:<bus>` | parent's |
 //!
 //! # Prepare
@@ -44,6 +44,20 @@
 //! replaced by `_` ([`resource_env_name`]); through the device-plugin API it is the extended
 //! resource the kubelet allocated, through DRA the device's configured resource name (its
 //! `resourceName` attribute).
+//!
+//! # Mediated device types
+//!
+//! [`MdevTypeManager`] (from [`VfioBackend::type_manager`], for the daemon to run on start) keeps
+//! `desiredMdevTypes` created: one type per parent GPU, spread round-robin, all available
+//! instances; instances of other types on governed parents are removed.
+//!
+//! # Bind on prepare
+//!
+//! With `bindOnPrepare`, selected functions on other drivers are offered too and bound to
+//! `vfio-pci` when prepared (`driver_override`, unbind, `drivers_probe`); the original driver is
+//! recorded in `<state_dir>/bind/<device>.json` before anything changes and restored on
+//! unprepare, also by a daemon restarted after a crash. Physical functions with enabled VFs are
+//! never rebound. Through the device-plugin API there is no unprepare: functions stay bound.
 //!
 //! # Health
 //!

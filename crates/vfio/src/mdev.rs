@@ -5,14 +5,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use kubedev_core::{
-    AttributeValue, Device, DeviceName, Health, HostFs, HostFsError, QualifiedName,
-};
+use kubedev_core::{AttributeValue, Device, DeviceName, Health, HostFs, HostFsError};
 
 use crate::config::{DesiredRule, VendorDevice, VfioConfig};
 use crate::error::VfioError;
 use crate::naming::{PciAddress, is_mdev_uuid, mdev_device_name, normalize_type_name};
-use crate::pci::{attrs, link_name_opt, pcie_root_of};
+use crate::pci::{attrs, link_name_opt, pcie_root_of, set, string_attr};
 use crate::settle::wait_until;
 
 /// Where the kernel lists mdev instances.
@@ -272,38 +270,26 @@ pub(crate) fn select_mdevs(
     out
 }
 
-fn attr_name(s: &str) -> QualifiedName {
-    QualifiedName::new(s).expect("attribute names are valid qualified names")
-}
-
-fn string_attr(s: &str) -> AttributeValue {
-    AttributeValue::String(s.chars().take(AttributeValue::MAX_LENGTH).collect())
-}
-
 /// The published device for an mdev unit.
 pub(crate) fn mdev_device(u: &MdevUnit, health: Health) -> Device {
     let i = &u.instance;
-    let mut d = Device::new(u.name.clone())
-        .with_attribute(attr_name(attrs::TYPE), string_attr("mdev"))
-        .with_attribute(attr_name(attrs::UUID), string_attr(&i.uuid))
-        .with_attribute(attr_name(attrs::MDEV_TYPE), string_attr(&i.type_name))
-        .with_attribute(attr_name(attrs::MDEV_TYPE_ID), string_attr(&i.type_id))
-        .with_attribute(
-            attr_name(attrs::PARENT_ADDRESS),
-            string_attr(&i.parent.to_string()),
-        )
-        .with_attribute(
-            attr_name(attrs::IOMMU_GROUP),
-            AttributeValue::Int(i64::from(u.group)),
-        )
-        .with_attribute(attr_name(attrs::RESOURCE_NAME), string_attr(&u.resource));
+    let mut d = Device::new(u.name.clone());
+    d = set(d, attrs::TYPE, string_attr("mdev"));
+    d = set(d, attrs::UUID, string_attr(&i.uuid));
+    d = set(d, attrs::MDEV_TYPE, string_attr(&i.type_name));
+    d = set(d, attrs::MDEV_TYPE_ID, string_attr(&i.type_id));
+    d = set(d, attrs::PARENT_ADDRESS, string_attr(&i.parent.to_string()));
+    d = set(
+        d,
+        attrs::IOMMU_GROUP,
+        AttributeValue::Int(i64::from(u.group)),
+    );
+    d = set(d, attrs::RESOURCE_NAME, string_attr(&u.resource));
     if let Some(n) = i.numa_node {
-        d = d
-            .with_attribute(attr_name(attrs::NUMA_NODE), AttributeValue::Int(n))
-            .with_numa_node(n);
+        d = set(d, attrs::NUMA_NODE, AttributeValue::Int(n)).with_numa_node(n);
     }
     if let Some(root) = &i.pcie_root {
-        d = d.with_attribute(attr_name(attrs::PCIE_ROOT), string_attr(root));
+        d = set(d, attrs::PCIE_ROOT, string_attr(root));
     }
     d.health = health;
     d
@@ -362,11 +348,19 @@ impl MdevTypeManager {
     /// A manager for `config.desiredMdevTypes` on `host`.
     pub fn new(config: &VfioConfig, host: HostFs) -> Result<Self, VfioError> {
         let checked = config.check()?;
-        Ok(MdevTypeManager {
+        Ok(Self::from_checked(
             host,
-            rules: checked.desired,
-            timeout: Duration::from_millis(config.settle_timeout_ms),
-        })
+            checked.desired,
+            Duration::from_millis(config.settle_timeout_ms),
+        ))
+    }
+
+    pub(crate) fn from_checked(host: HostFs, rules: Vec<DesiredRule>, timeout: Duration) -> Self {
+        MdevTypeManager {
+            host,
+            rules,
+            timeout,
+        }
     }
 
     /// Decides what to do from what sysfs shows now, without changing anything.

@@ -6,11 +6,13 @@ use std::str::FromStr;
 
 use kubedev_core::DeviceName;
 
-/// A PCI address in extended BDF notation, `dddd:bb:dd.f` (as sysfs spells it: lowercase hex).
+/// A PCI address in extended BDF notation, `dddd:bb:dd.f` (as sysfs spells it: lowercase hex;
+/// the domain has 4 digits, or more on hosts with large segment numbers such as Intel VMD's
+/// `10000`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PciAddress {
     /// PCI domain (segment).
-    pub domain: u16,
+    pub domain: u32,
     /// Bus.
     pub bus: u8,
     /// Device (slot), 0..=31.
@@ -20,28 +22,30 @@ pub struct PciAddress {
 }
 
 impl PciAddress {
-    /// Parses `dddd:bb:dd.f` exactly (lowercase hex, as sysfs writes it); anything else is
-    /// `None`.
+    /// Parses `dddd:bb:dd.f` exactly (lowercase hex as sysfs writes it, a domain of 4 to 8
+    /// digits); anything else is `None`.
     pub fn parse(s: &str) -> Option<Self> {
-        let b = s.as_bytes();
-        if b.len() != 12 || b[4] != b':' || b[7] != b':' || b[10] != b'.' {
-            return None;
-        }
-        let hex = |r: std::ops::Range<usize>| -> Option<u32> {
-            let part = &s[r];
-            if part
-                .bytes()
-                .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
-            {
+        fn hex(part: &str, min: usize, max: usize) -> Option<u32> {
+            let ok = (min..=max).contains(&part.len())
+                && part
+                    .bytes()
+                    .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+            if ok {
                 u32::from_str_radix(part, 16).ok()
             } else {
                 None
             }
-        };
-        let domain = u16::try_from(hex(0..4)?).ok()?;
-        let bus = u8::try_from(hex(5..7)?).ok()?;
-        let device = u8::try_from(hex(8..10)?).ok()?;
-        let function = u8::try_from(hex(11..12)?).ok()?;
+        }
+        let (rest, function) = s.rsplit_once('.')?;
+        let mut parts = rest.split(':');
+        let (domain, bus, device) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let domain = hex(domain, 4, 8)?;
+        let bus = u8::try_from(hex(bus, 2, 2)?).ok()?;
+        let device = u8::try_from(hex(device, 2, 2)?).ok()?;
+        let function = u8::try_from(hex(function, 1, 1)?).ok()?;
         if device > 31 || function > 7 {
             return None;
         }
@@ -54,12 +58,17 @@ impl PciAddress {
     }
 
     /// The device name for this function: `pci-0000-3b-00-0` for `0000:3b:00.0`.
-    pub fn device_name(&self) -> DeviceName {
+    pub fn device_name(&self) -> Option<DeviceName> {
         DeviceName::new(format!(
             "pci-{:04x}-{:02x}-{:02x}-{:x}",
             self.domain, self.bus, self.device, self.function
         ))
-        .expect("a PCI address always makes a DNS label")
+        .ok()
+    }
+
+    /// Whether the address fits Kubernetes' `pciBusID` format (a 4-digit domain).
+    pub fn is_standard_bdf(&self) -> bool {
+        self.domain <= 0xffff
     }
 }
 
@@ -134,9 +143,14 @@ mod tests {
         let a = PciAddress::parse("0000:3b:00.0").unwrap();
         assert_eq!(a.bus, 0x3b);
         assert_eq!(a.to_string(), "0000:3b:00.0");
-        assert_eq!(a.device_name().as_str(), "pci-0000-3b-00-0");
+        assert_eq!(a.device_name().unwrap().as_str(), "pci-0000-3b-00-0");
+        assert!(a.is_standard_bdf());
         let b = PciAddress::parse("ffff:ff:1f.7").unwrap();
-        assert_eq!(b.device_name().as_str(), "pci-ffff-ff-1f-7");
+        assert_eq!(b.device_name().unwrap().as_str(), "pci-ffff-ff-1f-7");
+        let vmd = PciAddress::parse("10000:e1:00.0").unwrap();
+        assert_eq!(vmd.to_string(), "10000:e1:00.0");
+        assert_eq!(vmd.device_name().unwrap().as_str(), "pci-10000-e1-00-0");
+        assert!(!vmd.is_standard_bdf());
         for bad in [
             "",
             "0000:3b:00",
@@ -148,6 +162,11 @@ mod tests {
             "0000:3b:00.0\n",
             "../../etc/x",
             "+000:3b:00.0",
+            "000:3b:00.0",
+            "123456789:3b:00.0",
+            "0000:3b:00:00.0",
+            "0000:3b:00.0.1",
+            "0000:3b:00.",
         ] {
             assert_eq!(PciAddress::parse(bad), None, "{bad:?}");
         }

@@ -196,12 +196,9 @@ pub fn read_function(host: &HostFs, name: &str) -> Result<PciFunction, VfioError
 pub fn pcie_root_of(canonical: &Path) -> Option<String> {
     let rest = canonical.strip_prefix("/sys/devices").ok()?;
     let first = rest.components().next()?.as_os_str().to_str()?;
-    let b = first.as_bytes();
-    let ok = b.len() == 10
-        && first.starts_with("pci")
-        && b[7] == b':'
-        && b[3..7].iter().chain(&b[8..10]).all(u8::is_ascii_hexdigit);
-    ok.then(|| first.to_owned())
+    let (domain, bus) = first.strip_prefix("pci")?.split_once(':')?;
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(domain) && domain.len() >= 4 && bus.len() == 2 && hex(bus)).then(|| first.to_owned())
 }
 
 /// A non-negative decimal attribute; `None` when the file does not exist.
@@ -397,8 +394,14 @@ pub(crate) fn select(
             continue;
         }
         let (first, resource, kind) = members[0].clone();
+        let Some(name) = functions[first].address.device_name() else {
+            for (i, _, _) in &members {
+                skip(&functions[*i], "its address does not make a device name");
+            }
+            continue;
+        };
         units.push(PciUnit {
-            name: functions[first].address.device_name(),
+            name,
             resource,
             group,
             functions: members
@@ -412,11 +415,18 @@ pub(crate) fn select(
     units
 }
 
-fn attr_name(s: &str) -> QualifiedName {
-    QualifiedName::new(s).expect("attribute names are valid qualified names")
+/// Adds attribute `name` (one of [`attrs`], checked by a test) to `d`.
+pub(crate) fn set(d: Device, name: &str, value: AttributeValue) -> Device {
+    match QualifiedName::new(name) {
+        Ok(q) => d.with_attribute(q, value),
+        Err(e) => {
+            tracing::error!(attribute = name, error = %e, "invalid attribute name left out");
+            d
+        }
+    }
 }
 
-fn string_attr(s: &str) -> AttributeValue {
+pub(crate) fn string_attr(s: &str) -> AttributeValue {
     // Every value passed here is short (addresses, IDs, driver names cut by the kernel to its
     // own limits, resource names checked to fit); cut defensively rather than fail.
     let cut: String = s.chars().take(AttributeValue::MAX_LENGTH).collect();
@@ -468,59 +478,52 @@ pub mod attrs {
 /// The published device for a unit, with `health`.
 pub(crate) fn unit_device(u: &PciUnit, health: Health) -> Device {
     let f = u.primary();
-    let mut d = Device::new(u.name.clone())
-        .with_attribute(attr_name(attrs::TYPE), string_attr("pci"))
-        .with_attribute(
-            attr_name(attrs::PCI_ADDRESS),
-            string_attr(&f.address.to_string()),
-        )
-        .with_attribute(
-            attr_name(attrs::VENDOR_ID),
-            string_attr(&format!("{:04x}", f.vendor_id)),
-        )
-        .with_attribute(
-            attr_name(attrs::DEVICE_ID),
-            string_attr(&format!("{:04x}", f.device_id)),
-        )
-        .with_attribute(
-            attr_name(attrs::CLASS),
-            string_attr(&format!("{:06x}", f.class)),
-        )
-        .with_attribute(
-            attr_name(attrs::IOMMU_GROUP),
-            AttributeValue::Int(i64::from(u.group)),
-        )
-        .with_attribute(attr_name(attrs::RESOURCE_NAME), string_attr(&u.resource))
-        .with_attribute(attr_name(attrs::SRIOV_ROLE), string_attr(f.sriov.as_str()))
-        .with_attribute(
-            attr_name(attrs::FUNCTIONS),
-            AttributeValue::Int(u.functions.len() as i64),
-        )
-        .with_attribute(
-            attr_name(attrs::PCI_BUS_ID),
-            string_attr(&f.address.to_string()),
-        );
+    let addr = f.address.to_string();
+    let mut d = Device::new(u.name.clone());
+    d = set(d, attrs::TYPE, string_attr("pci"));
+    d = set(d, attrs::PCI_ADDRESS, string_attr(&addr));
+    d = set(
+        d,
+        attrs::VENDOR_ID,
+        string_attr(&format!("{:04x}", f.vendor_id)),
+    );
+    d = set(
+        d,
+        attrs::DEVICE_ID,
+        string_attr(&format!("{:04x}", f.device_id)),
+    );
+    d = set(d, attrs::CLASS, string_attr(&format!("{:06x}", f.class)));
+    d = set(
+        d,
+        attrs::IOMMU_GROUP,
+        AttributeValue::Int(i64::from(u.group)),
+    );
+    d = set(d, attrs::RESOURCE_NAME, string_attr(&u.resource));
+    d = set(d, attrs::SRIOV_ROLE, string_attr(f.sriov.as_str()));
+    d = set(
+        d,
+        attrs::FUNCTIONS,
+        AttributeValue::Int(u.functions.len() as i64),
+    );
+    if f.address.is_standard_bdf() {
+        d = set(d, attrs::PCI_BUS_ID, string_attr(&addr));
+    }
     if let Some(n) = f.numa_node {
-        d = d
-            .with_attribute(attr_name(attrs::NUMA_NODE), AttributeValue::Int(n))
-            .with_numa_node(n);
+        d = set(d, attrs::NUMA_NODE, AttributeValue::Int(n)).with_numa_node(n);
     }
     if let Some(drv) = &f.driver {
-        d = d.with_attribute(attr_name(attrs::DRIVER), string_attr(drv));
+        d = set(d, attrs::DRIVER, string_attr(drv));
     }
     if let SriovRole::VirtualFunction { physfn } = f.sriov {
-        d = d.with_attribute(attr_name(attrs::PHYSFN), string_attr(&physfn.to_string()));
+        d = set(d, attrs::PHYSFN, string_attr(&physfn.to_string()));
     }
     if u.kind == PciKind::VgpuVf
         && let Some(t) = f.vgpu_type
     {
-        d = d.with_attribute(
-            attr_name(attrs::VGPU_TYPE),
-            AttributeValue::Int(i64::from(t)),
-        );
+        d = set(d, attrs::VGPU_TYPE, AttributeValue::Int(i64::from(t)));
     }
     if let Some(root) = &f.pcie_root {
-        d = d.with_attribute(attr_name(attrs::PCIE_ROOT), string_attr(root));
+        d = set(d, attrs::PCIE_ROOT, string_attr(root));
     }
     d.health = health;
     d
@@ -547,4 +550,54 @@ pub(crate) fn unit_health(host: &HostFs, u: &PciUnit, bind_on_prepare: bool) -> 
         }
     }
     Health::unhealthy(format!("{node} is missing"))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attribute_names_are_valid() {
+        for name in [
+            attrs::TYPE,
+            attrs::PCI_ADDRESS,
+            attrs::VENDOR_ID,
+            attrs::DEVICE_ID,
+            attrs::CLASS,
+            attrs::IOMMU_GROUP,
+            attrs::NUMA_NODE,
+            attrs::DRIVER,
+            attrs::RESOURCE_NAME,
+            attrs::SRIOV_ROLE,
+            attrs::PHYSFN,
+            attrs::FUNCTIONS,
+            attrs::VGPU_TYPE,
+            attrs::UUID,
+            attrs::MDEV_TYPE,
+            attrs::MDEV_TYPE_ID,
+            attrs::PARENT_ADDRESS,
+            attrs::PCI_BUS_ID,
+            attrs::PCIE_ROOT,
+        ] {
+            QualifiedName::new(name).unwrap();
+        }
+    }
+
+    #[test]
+    fn pcie_roots_come_from_the_first_component() {
+        let root = |p: &str| pcie_root_of(Path::new(p));
+        assert_eq!(
+            root("/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0").as_deref(),
+            Some("pci0000:3a")
+        );
+        assert_eq!(
+            root("/sys/devices/pci10000:e0/10000:e0:00.0").as_deref(),
+            Some("pci10000:e0")
+        );
+        assert_eq!(root("/sys/devices/platform/foo/0000:00:00.0"), None);
+        assert_eq!(root("/sys/devices/LNXSYSTM:00/x"), None);
+        assert_eq!(root("/sys/bus/pci/devices/0000:00:00.0"), None);
+        assert_eq!(root("/sys/devices/pci0000:3/x"), None);
+    }
 }
