@@ -1,0 +1,548 @@
+//! Every host backend through the real daemon and both kubelet APIs: discovery → device-plugin
+//! registration and `Allocate` → ResourceSlices → DRA prepare and CDI → health changes (hot-plug,
+//! Xid events) seen by the kubelet emulator in both APIs, and recovery.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kubedev::config::Config;
+use kubedev::dra_driver::ClaimSource;
+use kubedev::runtime::{ClusterServices, run};
+use kubedev_core::{AllocatedDevice, ClaimRef, DeviceRef, Inventory, PublishError, Publisher};
+use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator};
+use tokio_util::sync::CancellationToken;
+
+const DRIVER: &str = "devices.example.com";
+const WAIT: Duration = Duration::from_secs(15);
+
+#[derive(Default)]
+struct Claims(Mutex<BTreeMap<String, Vec<AllocatedDevice>>>);
+
+#[async_trait]
+impl ClaimSource for Claims {
+    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&claim.uid)
+            .cloned()
+            .ok_or_else(|| format!("claim {claim} is not allocated"))
+    }
+}
+
+#[derive(Default)]
+struct Slices(Mutex<Option<Inventory>>);
+
+#[async_trait]
+impl Publisher for Slices {
+    async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
+        *self.0.lock().unwrap() = Some(inventory.clone());
+        Ok(())
+    }
+}
+
+/// A daemon in device-plugin mode serving `resource` (every device of the backends), with the
+/// kubelet emulator.
+struct DpNode {
+    kubelet: KubeletEmulator,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn dp_node(dir: &Path, host: &Path, resource: &str, backends: &str, extra: &str) -> DpNode {
+    let dp = dir.join("dp");
+    std::fs::create_dir_all(&dp).unwrap();
+    let path = dir.join("dp.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "nodeName: node-a\nhostRoot: {host}\nstateDir: {d}/state\ndevicePlugin:\n  directory: {dp}\n  resources:\n    - name: {resource}\n{extra}backends:\n{backends}",
+            host = host.display(),
+            d = dir.display(),
+            dp = dp.display(),
+        ),
+    )
+    .unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let kubelet = KubeletEmulator::start(&dp).await.unwrap();
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let task = tokio::spawn(async move { run(cfg, &path, None, c).await });
+    kubelet
+        .wait_for(resource, WAIT, |r| r.connected && r.capacity > 0)
+        .await
+        .unwrap();
+    DpNode {
+        kubelet,
+        cancel,
+        task,
+    }
+}
+
+impl DpNode {
+    async fn wait_health(&self, resource: &str, id: &str, health: &str) {
+        let seen = self
+            .kubelet
+            .wait_for(resource, WAIT, |r| {
+                r.devices.get(id).is_some_and(|d| d.health == health)
+            })
+            .await;
+        assert!(seen.is_some(), "{resource} {id} never became {health}");
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.await.unwrap().unwrap();
+        self.kubelet.stop().await;
+    }
+}
+
+/// A daemon in DRA mode with the DRA kubelet emulator; claims are allocated by the test.
+struct DraNode {
+    root: PathBuf,
+    kubelet: DraKubelet,
+    claims: Arc<Claims>,
+    slices: Arc<Slices>,
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+async fn dra_node(dir: &Path, host: &Path, backends: &str) -> DraNode {
+    std::fs::write(
+        dir.join("boot_id"),
+        "8b7c1f6e-0000-4000-8000-0000000000bb\n",
+    )
+    .unwrap();
+    let path = dir.join("dra.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "nodeName: node-a\nhostRoot: {host}\nstateDir: {r}/state\ndevicePlugin:\n  enabled: false\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  bootIdPath: {r}/boot_id\nbackends:\n{backends}",
+            host = host.display(),
+            r = dir.display(),
+        ),
+    )
+    .unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let kubelet = DraKubelet::start(dir.join("registry")).unwrap();
+    let claims = Arc::new(Claims::default());
+    let slices = Arc::new(Slices::default());
+    let cluster = ClusterServices {
+        claims: claims.clone(),
+        slices: slices.clone(),
+    };
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let task = tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await });
+    assert!(
+        kubelet
+            .wait_until(WAIT, |k| k.drivers().contains_key(DRIVER))
+            .await,
+        "the DRA driver did not register"
+    );
+    DraNode {
+        root: dir.to_path_buf(),
+        kubelet,
+        claims,
+        slices,
+        cancel,
+        task,
+    }
+}
+
+impl DraNode {
+    /// The devices published in ResourceSlices, as `pool/device`.
+    async fn published(&self) -> Vec<DeviceRef> {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(inv) = self.slices.0.lock().unwrap().clone() {
+                return inv
+                    .devices()
+                    .map(|(p, d)| DeviceRef {
+                        pool: p.name.clone(),
+                        device: d.name.clone(),
+                    })
+                    .collect();
+            }
+            assert!(std::time::Instant::now() < deadline, "nothing published");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn published_inventory(&self) -> Inventory {
+        self.slices.0.lock().unwrap().clone().unwrap()
+    }
+
+    /// Allocates `devices` to a claim and prepares it through the kubelet; returns the CDI
+    /// spec file's content.
+    async fn prepare(&self, uid: &str, devices: &[DeviceRef]) -> String {
+        self.claims.0.lock().unwrap().insert(
+            uid.to_string(),
+            devices
+                .iter()
+                .map(|d| AllocatedDevice {
+                    device: d.clone(),
+                    request: "req".into(),
+                    share_id: None,
+                    config: vec![],
+                })
+                .collect(),
+        );
+        let claim = ClaimId {
+            namespace: "default".into(),
+            uid: uid.into(),
+            name: format!("claim-{uid}"),
+        };
+        let answers = self
+            .kubelet
+            .prepare(DRIVER, std::slice::from_ref(&claim))
+            .await
+            .unwrap();
+        let answer = answers[uid].as_ref().unwrap();
+        assert_eq!(answer.len(), devices.len());
+        let files: Vec<PathBuf> = std::fs::read_dir(self.root.join("cdi"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains(uid))
+            .collect();
+        assert_eq!(files.len(), 1, "one CDI spec for the claim: {files:?}");
+        std::fs::read_to_string(&files[0]).unwrap()
+    }
+
+    async fn unprepare(&self, uid: &str) {
+        let claim = ClaimId {
+            namespace: "default".into(),
+            uid: uid.into(),
+            name: format!("claim-{uid}"),
+        };
+        let answers = self
+            .kubelet
+            .unprepare(DRIVER, std::slice::from_ref(&claim))
+            .await
+            .unwrap();
+        assert!(answers[uid].is_ok(), "{:?}", answers[uid]);
+    }
+
+    async fn wait_health(&self, device: &DeviceRef, health: &str) {
+        let key = device.to_string();
+        assert!(
+            self.kubelet
+                .wait_until(WAIT, |k| k
+                    .health(DRIVER)
+                    .get(&key)
+                    .is_some_and(|h| h.health == health))
+                .await,
+            "{key} never became {health} in the DRA health stream: {:?}",
+            self.kubelet.health(DRIVER)
+        );
+    }
+
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.task.await.unwrap().unwrap();
+        self.kubelet.stop().await;
+    }
+}
+
+fn attr(inv: &Inventory, d: &DeviceRef, name: &str) -> Option<String> {
+    inv.device(d)?
+        .attributes
+        .iter()
+        .find(|(k, _)| k.as_str() == name)
+        .map(|(_, v)| v.to_string().trim_matches('"').to_string())
+}
+
+#[cfg(feature = "vfio")]
+#[tokio::test]
+async fn vfio_gpus_through_both_apis_with_hot_plug() {
+    use kubedev_testkit::machines::pci::{GPU_SERVER_GPUS, dual_socket_gpu_server};
+    let machine = dual_socket_gpu_server().unwrap();
+    let backends = "  vfio:\n    pciDevices:\n      - selector: \"10de:2236\"\n        resourceName: nvidia.com/GA102GL_A10\n";
+    let resource = "nvidia.com/GA102GL_A10";
+    let (addr, _, group, _) = GPU_SERVER_GPUS[0];
+
+    // Device plugin: four GPUs, Allocate gives the VFIO nodes and KubeVirt's variable.
+    let dir = tempfile::tempdir().unwrap();
+    let node = dp_node(dir.path(), machine.path(), resource, backends, "").await;
+    let state = node.kubelet.resource(resource).unwrap();
+    assert_eq!(state.capacity, 4, "{:?}", state.devices.keys());
+    let first = state.devices.keys().next().unwrap().clone();
+    let a = node.kubelet.allocate(resource, &[&first]).await.unwrap();
+    assert_eq!(a.envs["PCI_RESOURCE_NVIDIA_COM_GA102GL_A10"], addr, "{a:?}");
+    let paths: Vec<&str> = a.devices.iter().map(|d| d.host_path.as_str()).collect();
+    assert!(paths.contains(&"/dev/vfio/vfio"), "{paths:?}");
+    assert!(
+        paths.contains(&format!("/dev/vfio/{group}").as_str()),
+        "{paths:?}"
+    );
+
+    // Hot-unplug of the group's node: Unhealthy, then back.
+    let node_path = format!("/dev/vfio/{group}");
+    machine.remove(&node_path).unwrap();
+    node.wait_health(resource, &first, "Unhealthy").await;
+    machine.device_node(&node_path).unwrap();
+    node.wait_health(resource, &first, "Healthy").await;
+    node.stop().await;
+
+    // DRA: the same four GPUs in a slice; prepare writes their nodes into the CDI spec; the
+    // health stream follows the node.
+    let dir = tempfile::tempdir().unwrap();
+    let node = dra_node(dir.path(), machine.path(), backends).await;
+    let published = node.published().await;
+    assert_eq!(published.len(), 4, "{published:?}");
+    let inv = node.published_inventory();
+    let gpu = published
+        .iter()
+        .find(|d| attr(&inv, d, "resource.kubernetes.io/pciBusID").as_deref() == Some(addr))
+        .unwrap_or_else(|| panic!("no published device has pciBusID {addr}: {inv:?}"))
+        .clone();
+    let spec = node.prepare("uid-vfio", std::slice::from_ref(&gpu)).await;
+    assert!(spec.contains(&format!("/dev/vfio/{group}")), "{spec}");
+    assert!(spec.contains(addr), "{spec}");
+    machine.remove(&node_path).unwrap();
+    node.wait_health(&gpu, "UNHEALTHY").await;
+    machine.device_node(&node_path).unwrap();
+    node.wait_health(&gpu, "HEALTHY").await;
+    node.unprepare("uid-vfio").await;
+    node.stop().await;
+}
+
+#[cfg(feature = "usb")]
+#[tokio::test]
+async fn usb_groups_through_both_apis_with_hot_plug() {
+    use kubedev_testkit::machines::usb::{three_devices, three_devices_list};
+    let machine = three_devices().unwrap();
+    let backends = "  usb:\n    resources:\n      - name: example.com/yubikey\n        selectors: [\"1050:0407\"]\n";
+    let resource = "example.com/yubikey";
+    let yubikeys: Vec<_> = three_devices_list()
+        .into_iter()
+        .filter(|d| d.vendor == 0x1050)
+        .collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = dp_node(dir.path(), machine.path(), resource, backends, "").await;
+    let state = node.kubelet.resource(resource).unwrap();
+    assert_eq!(
+        state.capacity, 2,
+        "two identical keys, two instances: {state:?}"
+    );
+    let ids: Vec<String> = state.devices.keys().cloned().collect();
+    let a = node.kubelet.allocate(resource, &[&ids[0]]).await.unwrap();
+    let env = &a.envs["USB_RESOURCE_EXAMPLE_COM_YUBIKEY"];
+    let holder = yubikeys
+        .iter()
+        .find(|k| *env == k.bus_dev())
+        .unwrap_or_else(|| panic!("USB_RESOURCE names no key: {env}"));
+    assert_eq!(a.devices[0].host_path, holder.node());
+    assert_eq!(a.devices[0].permissions, "mrw");
+
+    machine.remove(holder.node().as_str()).unwrap();
+    node.wait_health(resource, &ids[0], "Unhealthy").await;
+    machine.device_node(holder.node().as_str()).unwrap();
+    node.wait_health(resource, &ids[0], "Healthy").await;
+    node.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = dra_node(dir.path(), machine.path(), backends).await;
+    let published = node.published().await;
+    assert_eq!(published.len(), 2, "{published:?}");
+    let spec = node.prepare("uid-usb", &published[..1]).await;
+    assert!(yubikeys.iter().any(|k| spec.contains(&k.node())), "{spec}");
+    let key = &yubikeys[0];
+    machine.remove(key.node().as_str()).unwrap();
+    let inv = node.published_inventory();
+    let gone = published
+        .iter()
+        .find(|d| {
+            inv.device(d).is_some_and(|dev| {
+                dev.attributes
+                    .values()
+                    .any(|v| v.to_string().contains("11111111"))
+            })
+        })
+        .unwrap_or_else(|| panic!("no device carries serial 11111111: {inv:?}"))
+        .clone();
+    node.wait_health(&gone, "UNHEALTHY").await;
+    machine.device_node(key.node().as_str()).unwrap();
+    node.wait_health(&gone, "HEALTHY").await;
+    node.unprepare("uid-usb").await;
+    node.stop().await;
+}
+
+#[cfg(feature = "host")]
+#[tokio::test]
+async fn kvm_slots_through_both_apis_with_hot_plug() {
+    let machine = kubedev_testkit::hostroot::HostRoot::new().unwrap();
+    machine.device_node("/dev/kvm").unwrap();
+    let backends = "  host:\n    resyncSeconds: 1\n    characterDevices:\n      - {name: kvm, path: /dev/kvm, slots: 3}\n";
+    let resource = "devices.kubevirt.io/kvm";
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = dp_node(dir.path(), machine.path(), resource, backends, "").await;
+    let state = node.kubelet.resource(resource).unwrap();
+    assert_eq!(state.capacity, 3, "{state:?}");
+    let ids: Vec<String> = state.devices.keys().cloned().collect();
+    let a = node.kubelet.allocate(resource, &[&ids[1]]).await.unwrap();
+    assert_eq!(a.devices[0].host_path, "/dev/kvm");
+    assert_eq!(a.devices[0].permissions, "rw");
+    machine.remove("/dev/kvm").unwrap();
+    for id in &ids {
+        node.wait_health(resource, id, "Unhealthy").await;
+    }
+    machine.device_node("/dev/kvm").unwrap();
+    node.wait_health(resource, &ids[2], "Healthy").await;
+    node.stop().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = dra_node(dir.path(), machine.path(), backends).await;
+    let published = node.published().await;
+    assert_eq!(published.len(), 3);
+    let spec = node.prepare("uid-kvm", &published[..2]).await;
+    assert!(spec.contains("/dev/kvm"), "{spec}");
+    machine.remove("/dev/kvm").unwrap();
+    node.wait_health(&published[0], "UNHEALTHY").await;
+    machine.device_node("/dev/kvm").unwrap();
+    node.wait_health(&published[0], "HEALTHY").await;
+    node.unprepare("uid-kvm").await;
+    node.stop().await;
+}
+
+#[cfg(feature = "nvidia")]
+mod nvidia {
+    use super::*;
+
+    fn plugin(name: &str) -> PathBuf {
+        let dir = std::env::var_os("KUBEDEV_PLUGIN_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/wasm")
+            });
+        let p = dir.join(format!("{name}.wasm"));
+        assert!(
+            p.exists(),
+            "{} is missing: run `cargo xtask build-plugins`",
+            p.display()
+        );
+        p
+    }
+
+    /// A copy of the NVML stand-in bound to `machine`, with a control file for Xid events.
+    fn nvml(dir: &Path, machine: &str) -> (PathBuf, PathBuf) {
+        let control = dir.join("control.jsonl");
+        std::fs::write(&control, "").unwrap();
+        let lib =
+            nvml_mock::isolated_library(dir, &nvml_mock::machine_path(machine), Some(&control))
+                .unwrap();
+        (lib, control)
+    }
+
+    fn send(control: &Path, line: &str) {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(control)
+            .unwrap();
+        writeln!(f, "{line}").unwrap();
+    }
+
+    fn backends(lib: &Path) -> String {
+        format!(
+            "  nvidia:\n    libraryPath: {}\n    healthRecheckSeconds: 1\n    healthPollMillis: 50\n",
+            lib.display()
+        )
+    }
+
+    #[tokio::test]
+    async fn dgx_gpus_through_the_device_plugin_with_an_nvlink_policy_and_xid_health() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let (lib, control) = nvml(dir.path(), "dgx-a100");
+        let resource = "nvidia.com/gpu";
+        let policy = format!("      policy: {}\n", plugin("nvlink-pack").display());
+        let node = dp_node(dir.path(), host.path(), resource, &backends(&lib), &policy).await;
+        let state = node.kubelet.resource(resource).unwrap();
+        assert_eq!(state.capacity, 8, "{:?}", state.devices.keys());
+        // GPUs 0-3 sit on NUMA node 0, 4-7 on node 1.
+        assert_eq!(state.devices["gpu-5"].numa_nodes, [1]);
+
+        let a = node.kubelet.allocate(resource, &["gpu-3"]).await.unwrap();
+        assert!(
+            a.envs["NVIDIA_VISIBLE_DEVICES"].starts_with("GPU-"),
+            "{a:?}"
+        );
+        let paths: Vec<&str> = a.devices.iter().map(|d| d.host_path.as_str()).collect();
+        assert!(paths.contains(&"/dev/nvidiactl"), "{paths:?}");
+        assert!(
+            paths
+                .iter()
+                .any(|p| p.starts_with("/dev/nvidia") && p[11..].parse::<u32>().is_ok()),
+            "{paths:?}"
+        );
+
+        // The policy chooses 4 of 8 from one NVLink island and NUMA node.
+        let all: Vec<String> = (0..8).map(|i| format!("gpu-{i}")).collect();
+        let got = node
+            .kubelet
+            .preferred_allocation(resource, &all, &[], 4)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 4);
+        let numa: std::collections::BTreeSet<i64> =
+            got.iter().map(|g| state.devices[g].numa_nodes[0]).collect();
+        assert_eq!(numa.len(), 1, "{got:?} spans NUMA nodes");
+
+        // An Xid 79 (fallen off the bus) makes gpu-2 Unhealthy; it recovers once NVML answers
+        // again and no new Xid arrives. An ignored Xid (13) changes nothing.
+        send(&control, r#"{"xid": 13, "gpu": 1}"#);
+        send(&control, r#"{"xid": 79, "gpu": 2}"#);
+        node.wait_health(resource, "gpu-2", "Unhealthy").await;
+        assert_eq!(
+            node.kubelet.resource(resource).unwrap().devices["gpu-1"].health,
+            "Healthy"
+        );
+        node.wait_health(resource, "gpu-2", "Healthy").await;
+        node.stop().await;
+    }
+
+    #[tokio::test]
+    async fn dgx_gpus_through_dra_with_cdi_and_xid_health() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let (lib, control) = nvml(dir.path(), "dgx-a100");
+        let node = dra_node(dir.path(), host.path(), &backends(&lib)).await;
+        let published = node.published().await;
+        assert_eq!(published.len(), 8, "{published:?}");
+        let inv = node.published_inventory();
+        let gpu0 = published
+            .iter()
+            .find(|d| d.device.as_str() == "gpu-0")
+            .unwrap()
+            .clone();
+        let uuid = attr(&inv, &gpu0, "gpu.nvidia.com/uuid").unwrap();
+        let spec = node.prepare("uid-gpu", std::slice::from_ref(&gpu0)).await;
+        assert!(
+            spec.contains(&uuid),
+            "NVIDIA_VISIBLE_DEVICES names the UUID: {spec}"
+        );
+        assert!(spec.contains("/dev/nvidiactl"), "{spec}");
+
+        let gpu6 = published
+            .iter()
+            .find(|d| d.device.as_str() == "gpu-6")
+            .unwrap()
+            .clone();
+        send(&control, r#"{"xid": 48, "gpu": 6}"#);
+        node.wait_health(&gpu6, "UNHEALTHY").await;
+        let msg = node.kubelet.health(DRIVER)[&gpu6.to_string()]
+            .message
+            .clone();
+        assert!(msg.contains("48"), "the reason names the Xid: {msg}");
+        node.wait_health(&gpu6, "HEALTHY").await;
+        node.unprepare("uid-gpu").await;
+        node.stop().await;
+    }
+}
