@@ -58,6 +58,9 @@ struct Inner {
     nvml: Mutex<Option<Arc<Nvml>>>,
     discovered: RwLock<Option<Arc<Discovered>>>,
     health: Mutex<HealthTracker>,
+    /// The health each device was last reported with, by discovery or by the watcher, so a
+    /// change between the two is never lost or repeated.
+    reported: Mutex<BTreeMap<DeviceName, Health>>,
     records: RecordStore,
     /// Serialises MIG creation and destruction (NVML placements are per GPU; one lock is
     /// simple and MIG changes are rare).
@@ -95,6 +98,7 @@ impl NvidiaBackend {
             nvml: Mutex::new(None),
             discovered: RwLock::new(None),
             health: Mutex::new(health),
+            reported: Mutex::new(BTreeMap::new()),
             records,
             mig: Mutex::new(()),
         };
@@ -263,6 +267,14 @@ impl Inner {
             for e in errors {
                 tracing::warn!(error = %e, "device skipped");
             }
+            // Recorded while the tracker is locked, so the watcher compares its next change with
+            // exactly what this discovery publishes.
+            *lock(&self.reported) = built
+                .pool
+                .devices
+                .iter()
+                .map(|dev| (dev.name.clone(), dev.health.clone()))
+                .collect();
             built
         };
         built.pool.validate().map_err(|error| SourceError::Model {
@@ -335,24 +347,19 @@ impl Inner {
         let wait_ms = u32::try_from(self.config.health_poll_millis.min(MAX_WAIT_MS)).unwrap_or(200);
         let mut last_probe = Instant::now();
         let mut failures = 0u32;
-        // The health each device was last reported with (by discovery or by this loop).
-        let mut reported: BTreeMap<DeviceName, Health> = discovered
-            .built
-            .pool
-            .devices
-            .iter()
-            .map(|dev| (dev.name.clone(), dev.health.clone()))
-            .collect();
-        // Sends the devices of `gpus` whose health differs from what was reported; false when
-        // nobody listens any more.
-        let mut send = |gpus: &[String]| -> bool {
+        // Sends the devices of `gpus` whose health differs from what was last reported; false
+        // when nobody listens any more.
+        let send = |gpus: &[String]| -> bool {
             let d = self.current().unwrap_or_else(|| discovered.clone());
             for uuid in gpus {
                 for (name, h) in self.device_healths(&d, uuid) {
-                    if reported.get(&name) == Some(&h) {
-                        continue;
+                    {
+                        let mut reported = lock(&self.reported);
+                        if reported.get(&name) == Some(&h) {
+                            continue;
+                        }
+                        reported.insert(name.clone(), h.clone());
                     }
-                    reported.insert(name.clone(), h.clone());
                     let ev = SourceEvent::Health {
                         device: DeviceRef {
                             pool: self.pool.clone(),
