@@ -392,10 +392,16 @@ impl DeviceSource for VfioBackend {
         if !self.send(&events, self.inner.recheck(|_| true)).await {
             return Ok(());
         }
-        while let Some(ev) = stream.next().await {
+        loop {
+            let ev = tokio::select! {
+                ev = stream.next() => ev,
+                // Nobody listens any more.
+                () = events.closed() => return Ok(()),
+            };
             let ev = match ev {
-                Ok(ev) => ev,
-                Err(e) => return Err(unavailable(format!("inotify: {e}"))),
+                None => return Ok(()),
+                Some(Ok(ev)) => ev,
+                Some(Err(e)) => return Err(unavailable(format!("inotify: {e}"))),
             };
             let mut rediscover = false;
             let changed = if ev.mask.contains(EventMask::Q_OVERFLOW) {
@@ -434,7 +440,6 @@ impl DeviceSource for VfioBackend {
                 return Ok(());
             }
         }
-        Ok(())
     }
 }
 

@@ -42,6 +42,10 @@ impl PciAddress {
         if parts.next().is_some() {
             return None;
         }
+        // sysfs prints the domain with "%04x": more than 4 digits never start with 0.
+        if domain.len() > 4 && domain.starts_with('0') {
+            return None;
+        }
         let domain = hex(domain, 4, 8)?;
         let bus = u8::try_from(hex(bus, 2, 2)?).ok()?;
         let device = u8::try_from(hex(device, 2, 2)?).ok()?;
@@ -167,6 +171,7 @@ mod tests {
             "0000:3b:00:00.0",
             "0000:3b:00.0.1",
             "0000:3b:00.",
+            "00000:3b:00.0",
         ] {
             assert_eq!(PciAddress::parse(bad), None, "{bad:?}");
         }

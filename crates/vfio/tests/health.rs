@@ -99,3 +99,56 @@ async fn a_change_before_the_watch_starts_is_reported() {
     );
     watcher.abort();
 }
+
+#[tokio::test]
+async fn mdev_instances_follow_their_group_node() {
+    let root = kubedev_testkit::machines::mdev::vgpu_mdev_host().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let b = backend(
+        &root,
+        state.path(),
+        serde_json::json!({"mediatedDevices": [
+            {"mdevNameSelector": "GRID T4-1B", "resourceName": "nvidia.com/GRID_T4-1B"}
+        ]}),
+    );
+    b.discover().await.unwrap();
+    let (tx, mut rx) = mpsc::channel(16);
+    let watcher = tokio::spawn({
+        let b = b.clone();
+        async move { b.watch(tx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let uuid = kubedev_testkit::machines::mdev::MDEV_INSTANCES[1].0;
+    root.remove("/dev/vfio/201").unwrap();
+    let (dev, s) = health_of(&next(&mut rx).await);
+    assert_eq!(dev, format!("node-a-vfio/mdev-{uuid}"));
+    assert_eq!(s, HealthState::Unhealthy);
+    root.device_node("/dev/vfio/201").unwrap();
+    let (dev, s) = health_of(&next(&mut rx).await);
+    assert_eq!(dev, format!("node-a-vfio/mdev-{uuid}"));
+    assert_eq!(s, HealthState::Healthy);
+    watcher.abort();
+}
+
+#[tokio::test]
+async fn the_watch_ends_when_nobody_listens() {
+    let root = pci::dual_socket_gpu_server().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let b = backend(
+        &root,
+        state.path(),
+        serde_json::json!({"pciDevices": [{"selector": "10de:2236"}]}),
+    );
+    let (tx, rx) = mpsc::channel(16);
+    let watcher = tokio::spawn({
+        let b = b.clone();
+        async move { b.watch(tx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(rx);
+    let out = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("the watch returns")
+        .unwrap();
+    assert!(out.is_ok());
+}
