@@ -56,6 +56,45 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         ],
     )?;
 
+    step("the daemon built with some backends left out (cargo features)");
+    run(
+        root,
+        "cargo",
+        &[
+            "check",
+            "-p",
+            "kubedev",
+            "--no-default-features",
+            "--features",
+            "vfio",
+        ],
+    )?;
+    run(
+        root,
+        "cargo",
+        &[
+            "check",
+            "-p",
+            "kubedev",
+            "--no-default-features",
+            "--features",
+            "usb,host",
+        ],
+    )?;
+    // Configuration that names a backend left out of the build is an error naming the feature.
+    run(
+        root,
+        "cargo",
+        &[
+            "test",
+            "-p",
+            "kubedev",
+            "--no-default-features",
+            "--lib",
+            "config",
+        ],
+    )?;
+
     step("the NVML stand-in library the NVIDIA tests load");
     run(root, "cargo", &["build", "-p", "kubedev-nvml-mock"])?;
 

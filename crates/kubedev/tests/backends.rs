@@ -546,3 +546,27 @@ mod nvidia {
         node.stop().await;
     }
 }
+
+#[cfg(all(feature = "nvidia", feature = "host"))]
+#[tokio::test]
+async fn without_nvml_the_other_backends_are_still_served() {
+    let machine = kubedev_testkit::hostroot::HostRoot::new().unwrap();
+    machine.device_node("/dev/kvm").unwrap();
+    let backends = "  nvidia:\n    libraryPath: /nonexistent/libnvidia-ml.so.1\n  host:\n    characterDevices:\n      - {name: kvm, path: /dev/kvm, slots: 2}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let node = dp_node(
+        dir.path(),
+        machine.path(),
+        "devices.kubevirt.io/kvm",
+        backends,
+        "",
+    )
+    .await;
+    let state = node.kubelet.resource("devices.kubevirt.io/kvm").unwrap();
+    assert_eq!(
+        state.devices.keys().collect::<Vec<_>>(),
+        ["kvm-0", "kvm-1"],
+        "the kvm slots, and nothing from the missing NVML"
+    );
+    node.stop().await;
+}
