@@ -21,7 +21,8 @@ use crate::error::VfioError;
 use crate::mdev::{MdevTypeManager, MdevUnit, mdev_device, scan_mdevs, select_mdevs};
 use crate::naming::{MDEV_PCI_RESOURCE_PREFIX, PCI_RESOURCE_PREFIX, resource_env_name};
 use crate::pci::{
-    PciKind, PciUnit, SelectOptions, VFIO_CONTAINER, scan, select, unit_device, unit_health,
+    PciKind, PciUnit, SelectOptions, VFIO_CONTAINER, container_missing, scan, select, unit_device,
+    unit_health,
 };
 use crate::{BACKEND_NAME, bind};
 
@@ -74,6 +75,9 @@ struct Inner {
     state: Mutex<State>,
     /// Serialises driver rebinding: `drivers_probe` is one file for the whole bus.
     bind_lock: Mutex<()>,
+    /// Tells the watcher to look at every device again after a driver was rebound (a group
+    /// node and a driver link change in an order inotify alone cannot follow).
+    rebound: tokio::sync::Notify,
 }
 
 /// The VFIO backend: PCI passthrough devices and mediated devices in one pool named
@@ -106,6 +110,7 @@ impl VfioBackend {
                 pool,
                 state: Mutex::default(),
                 bind_lock: Mutex::new(()),
+                rebound: tokio::sync::Notify::new(),
             }),
         })
     }
@@ -150,7 +155,9 @@ impl Inner {
         match o {
             Offered::Pci(u) => unit_health(&self.host, u, self.config.bind_on_prepare),
             Offered::Mdev(u) => {
-                if self.host.exists(u.group_node()) {
+                if let Some(h) = container_missing(&self.host) {
+                    h
+                } else if self.host.exists(u.group_node()) {
                     Health::healthy()
                 } else {
                     Health::unhealthy(format!("{} is missing", u.group_node()))
@@ -243,6 +250,7 @@ impl Inner {
                 self.timeout(),
             )
             .map_err(|e| e.into_prepare("binding to vfio-pci", &device))?;
+            self.rebound.notify_one();
         }
         let node = o.group_node();
         if !self.host.exists(&node) {
@@ -285,14 +293,17 @@ impl Inner {
             return Ok(());
         }
         let _guard = self.bind_lock.lock().unwrap_or_else(|e| e.into_inner());
-        bind::restore(
+        let restored = bind::restore(
             &self.host,
             &self.state_dir,
             a.device.device.as_str(),
             self.timeout(),
-        )
-        .map(|_| ())
-        .map_err(|e| e.into_prepare("restoring the original driver", &a.device.to_string()))
+        );
+        // Also after a failure: some function may have moved.
+        self.rebound.notify_one();
+        restored
+            .map(|_| ())
+            .map_err(|e| e.into_prepare("restoring the original driver", &a.device.to_string()))
     }
 
     /// Recomputes the health of the devices `which` selects and returns those that changed.
@@ -397,6 +408,12 @@ impl DeviceSource for VfioBackend {
                 ev = stream.next() => ev,
                 // Nobody listens any more.
                 () = events.closed() => return Ok(()),
+                () = self.inner.rebound.notified() => {
+                    if !self.send(&events, self.inner.recheck(|_| true)).await {
+                        return Ok(());
+                    }
+                    continue;
+                }
             };
             let ev = match ev {
                 None => return Ok(()),
@@ -414,6 +431,11 @@ impl DeviceSource for VfioBackend {
                     vfio_wd = add_vfio(&stream);
                     rediscover = true;
                 }
+                self.inner.recheck(|_| true)
+            } else if Some(&ev.wd) == vfio_wd.as_ref()
+                && ev.name.as_deref().and_then(|n| n.to_str()) == Some("vfio")
+            {
+                // The container node: every device depends on it.
                 self.inner.recheck(|_| true)
             } else if Some(&ev.wd) == vfio_wd.as_ref() {
                 let Some(group) = ev

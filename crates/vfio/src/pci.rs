@@ -529,9 +529,23 @@ pub(crate) fn unit_device(u: &PciUnit, health: Health) -> Device {
     d
 }
 
-/// A unit's health now: healthy while `/dev/vfio/<group>` exists, or while it is expected to
-/// be missing because prepare will bind the functions to `vfio-pci` first.
+/// Unhealthy when the VFIO container node `/dev/vfio/vfio` is missing: no VFIO device can be
+/// used then.
+pub(crate) fn container_missing(host: &HostFs) -> Option<Health> {
+    (!host.exists(VFIO_CONTAINER)).then(|| {
+        Health::unhealthy(format!(
+            "{VFIO_CONTAINER} is missing (is the vfio module loaded?)"
+        ))
+    })
+}
+
+/// A unit's health now: healthy while `/dev/vfio/vfio` and `/dev/vfio/<group>` exist, or while
+/// the group node is expected to be missing because prepare will bind the functions to
+/// `vfio-pci` first.
 pub(crate) fn unit_health(host: &HostFs, u: &PciUnit, bind_on_prepare: bool) -> Health {
+    if let Some(h) = container_missing(host) {
+        return h;
+    }
     let node = u.group_node();
     if host.exists(&node) {
         return Health::healthy();

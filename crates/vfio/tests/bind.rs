@@ -196,3 +196,39 @@ async fn a_corrupt_record_is_an_error_naming_it() {
     let err = b.unprepare(&claim(), &[alloc(DEVICE)]).await.unwrap_err();
     assert!(err.to_string().contains("../../../etc"), "{err}");
 }
+
+#[tokio::test]
+async fn health_settles_to_healthy_across_bind_and_restore() {
+    use kubedev_core::{HealthState, SourceEvent};
+    use std::time::Duration;
+
+    let root = machine();
+    let state = tempfile::tempdir().unwrap();
+    let _kernel = PciKernelSim::start(root.path());
+    let b = backend(&root, state.path(), config());
+    b.discover().await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let watcher = tokio::spawn({
+        let b = b.clone();
+        async move { b.watch(tx).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    b.prepare(&Consumer::Claim(claim()), &[alloc(DEVICE)])
+        .await
+        .unwrap();
+    b.unprepare(&claim(), &[alloc(DEVICE)]).await.unwrap();
+    assert_eq!(driver(&root).as_deref(), Some("nvidia"));
+    // Whatever the order of node and link changes, the last word is Healthy.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut last = None;
+    while let Ok(ev) = rx.try_recv() {
+        if let SourceEvent::Health { health, .. } = ev {
+            last = Some(health.state);
+        }
+    }
+    assert!(
+        matches!(last, None | Some(HealthState::Healthy)),
+        "last health event: {last:?}"
+    );
+    watcher.abort();
+}

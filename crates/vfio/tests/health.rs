@@ -51,6 +51,17 @@ async fn group_node_removed_then_back_is_unhealthy_then_healthy() {
     let (dev, state2) = health_of(&next(&mut rx).await);
     assert_eq!(dev, "node-a-vfio/pci-0000-af-00-0");
     assert_eq!(state2, HealthState::Healthy);
+    // Without the container node no device is usable.
+    root.remove("/dev/vfio/vfio").unwrap();
+    for _ in 0..4 {
+        let (_, s) = health_of(&next(&mut rx).await);
+        assert_eq!(s, HealthState::Unhealthy);
+    }
+    root.device_node("/dev/vfio/vfio").unwrap();
+    for _ in 0..4 {
+        let (_, s) = health_of(&next(&mut rx).await);
+        assert_eq!(s, HealthState::Healthy);
+    }
     // A group node no device knows asks for a rediscovery.
     root.device_node("/dev/vfio/77").unwrap();
     assert_eq!(next(&mut rx).await, SourceEvent::Rediscover);
@@ -68,6 +79,8 @@ async fn group_node_removed_then_back_is_unhealthy_then_healthy() {
     root.dir("/dev/vfio").unwrap();
     assert_eq!(next(&mut rx).await, SourceEvent::Rediscover);
     root.device_node("/dev/vfio/20").unwrap();
+    // Still unusable without the container node; with it, the device with its node is back.
+    root.device_node("/dev/vfio/vfio").unwrap();
     let (dev, s) = health_of(&next(&mut rx).await);
     assert_eq!(
         (dev.as_str(), s),
