@@ -799,6 +799,15 @@ mod tests {
     }
 
     #[test]
+    fn json_machine_files_load_like_yaml() {
+        let yaml = Machine::load(&crate::machine_path("dgx-a100")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dgx.json");
+        std::fs::write(&path, serde_json::to_vec(&yaml).unwrap()).unwrap();
+        assert_eq!(Machine::load(&path).unwrap(), yaml);
+    }
+
+    #[test]
     fn invalid_machines_name_the_field() {
         let text = "driverVersion: '1'\ncudaDriverVersion: 12000\ngpus:\n  - uuid: nope\n    minor: 0\n    name: x\n    brand: nvidia\n    architecture: ampere\n    computeCapability: '8.0'\n    memoryMiB: 1\n    pci: { busId: '0000:01:00.0', deviceId: 1 }\n";
         let err = Machine::from_yaml(text).unwrap_err().to_string();
