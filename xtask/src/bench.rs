@@ -110,6 +110,13 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
+    // What the benchmarks load: the policies, and the NVML stand-in built as they are.
+    crate::plugins::build_plugins(root)?;
+    crate::ci::run(
+        root,
+        "cargo",
+        &["build", "--release", "-p", "kubedev-nvml-mock"],
+    )?;
     crate::ci::run(
         root,
         "cargo",

@@ -1,0 +1,103 @@
+//! GetPreferredAllocation through the daemon for 8 NVIDIA GPUs (a DGX A100 through the NVML
+//! stand-in), with NUMA packing and with the NVLink-aware WebAssembly policy: the kubelet
+//! emulator's call over the real socket, answer included.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use kubedev::config::Config;
+use kubedev::runtime::run;
+use kubedev_kubelet_grpc::pb::deviceplugin::v1beta1 as api;
+use kubedev_testkit::kubelet::KubeletEmulator;
+use tokio_util::sync::CancellationToken;
+
+fn plugin(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/plugins/wasm")
+        .join(format!("{name}.wasm"))
+}
+
+fn preferred(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group("get_preferred_allocation_8_gpus");
+    for policy in [None, Some("nvlink-pack")] {
+        let dir = tempfile::tempdir().unwrap();
+        let dp = dir.path().join("dp");
+        std::fs::create_dir_all(&dp).unwrap();
+        let lib =
+            nvml_mock::isolated_library(dir.path(), &nvml_mock::machine_path("dgx-a100"), None)
+                .expect(
+                    "build the NVML stand-in first: cargo build --release -p kubedev-nvml-mock",
+                );
+        let policy_line = policy
+            .map(|p| {
+                let path = plugin(p);
+                assert!(path.exists(), "run `cargo xtask build-plugins` first");
+                format!("      policy: {}\n", path.display())
+            })
+            .unwrap_or_default();
+        let path = dir.path().join("kubedev.yaml");
+        std::fs::write(
+            &path,
+            format!(
+                "nodeName: node-a\nhostRoot: {r}\nstateDir: {r}/state\ndevicePlugin:\n  directory: {dp}\n  resources:\n    - name: nvidia.com/gpu\n{policy_line}backends:\n  nvidia:\n    libraryPath: {lib}\n",
+                r = dir.path().display(),
+                dp = dp.display(),
+                lib = lib.display()
+            ),
+        )
+        .unwrap();
+        let cfg = Config::load(&path).unwrap();
+        let kubelet = rt.block_on(KubeletEmulator::start(&dp)).unwrap();
+        let cancel = CancellationToken::new();
+        let c2 = cancel.clone();
+        let task = rt.spawn(async move { run(cfg, &path, None, c2).await });
+        rt.block_on(
+            kubelet.wait_for("nvidia.com/gpu", Duration::from_secs(20), |r| {
+                r.connected && r.capacity == 8
+            }),
+        )
+        .unwrap();
+        // One connection for every call, as the kubelet keeps.
+        let endpoint = dp.join(kubelet.resource("nvidia.com/gpu").unwrap().endpoint);
+        let mut client = rt.block_on(async {
+            let channel =
+                tonic::transport::Endpoint::from_shared(format!("unix://{}", endpoint.display()))
+                    .unwrap()
+                    .connect()
+                    .await
+                    .unwrap();
+            api::device_plugin_client::DevicePluginClient::new(channel)
+        });
+        let request = api::PreferredAllocationRequest {
+            container_requests: vec![api::ContainerPreferredAllocationRequest {
+                available_device_i_ds: (0..8).map(|i| format!("gpu-{i}")).collect(),
+                must_include_device_i_ds: vec![],
+                allocation_size: 2,
+            }],
+        };
+        g.bench_function(policy.unwrap_or("numa-packing"), |b| {
+            b.iter(|| {
+                let answer = rt
+                    .block_on(client.get_preferred_allocation(request.clone()))
+                    .unwrap()
+                    .into_inner();
+                assert_eq!(answer.container_responses[0].device_i_ds.len(), 2);
+                answer
+            })
+        });
+        cancel.cancel();
+        rt.block_on(task).unwrap().unwrap();
+        rt.block_on(kubelet.stop());
+    }
+    g.finish();
+}
+
+criterion_group!(benches, preferred);
+criterion_main!(benches);
