@@ -173,7 +173,10 @@ backends:
         uid: "uid-1".into(),
         name: "nic".into(),
     };
-    let answers = dra_kubelet.prepare(DRIVER, std::slice::from_ref(&claim)).await.unwrap();
+    let answers = dra_kubelet
+        .prepare(DRIVER, std::slice::from_ref(&claim))
+        .await
+        .unwrap();
     assert!(answers["uid-1"].is_ok(), "{:?}", answers["uid-1"]);
     // And one that fails: not allocated.
     let bad = ClaimId {
