@@ -71,7 +71,34 @@ pub fn build_backends(config: &Config) -> anyhow::Result<Vec<Backend>> {
         };
     }
     host_backend!("nvidia", nvidia, kubedev_nvidia::NvidiaBackend);
-    host_backend!("vfio", vfio, kubedev_vfio::VfioBackend);
+    #[cfg(feature = "vfio")]
+    if let Some(c) = &config.backends.vfio {
+        let b = kubedev_vfio::VfioBackend::new(c.clone(), &context("vfio")?)
+            .context("backends.vfio")?;
+        if !c.desired_mdev_types.is_empty() {
+            // Before discovery, so the mediated devices it creates are offered at once.
+            match b.type_manager().apply() {
+                Ok(report) => {
+                    tracing::info!(
+                        created = report.created.len(),
+                        removed = report.removed.len(),
+                        "mediated device types applied"
+                    );
+                    for e in &report.errors {
+                        tracing::error!(error = %e, "mediated device type change failed");
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "applying backends.vfio.desiredMdevTypes failed")
+                }
+            }
+        }
+        let b = Arc::new(b);
+        out.push(Backend {
+            source: b.clone(),
+            preparer: b,
+        });
+    }
     host_backend!("usb", usb, kubedev_usb::UsbBackend);
     host_backend!("host", host, kubedev_host::HostBackend);
     Ok(out)

@@ -570,3 +570,30 @@ async fn without_nvml_the_other_backends_are_still_served() {
     );
     node.stop().await;
 }
+
+#[cfg(feature = "vfio")]
+#[tokio::test]
+async fn vgpu_types_are_created_at_start_and_served_as_mediated_devices() {
+    use kubedev_testkit::machines::mdev::{MdevKernelSim, vgpu_mdev_host_spec};
+    let spec = vgpu_mdev_host_spec();
+    let machine = spec.build().unwrap();
+    let _kernel = MdevKernelSim::start(machine.path(), &spec);
+    // Two T4s; the first holds two GRID T4-1B instances. Wanted: all T4s on GRID T4-2B (8 each).
+    let backends = "  vfio:\n    mediatedDevices:\n      - {mdevNameSelector: \"GRID T4-2B\", resourceName: nvidia.com/GRID_T4-2B}\n    desiredMdevTypes:\n      - {parentSelectors: [\"10de:1eb8\"], types: [nvidia-223]}\n";
+    let resource = "nvidia.com/GRID_T4-2B";
+    let dir = tempfile::tempdir().unwrap();
+    let node = dp_node(dir.path(), machine.path(), resource, backends, "").await;
+    let state = node.kubelet.resource(resource).unwrap();
+    assert_eq!(state.capacity, 16, "{:?}", state.devices.keys());
+    let id = state.devices.keys().next().unwrap().clone();
+    let a = node.kubelet.allocate(resource, &[&id]).await.unwrap();
+    let uuid = &a.envs["MDEV_PCI_RESOURCE_NVIDIA_COM_GRID_T4-2B"];
+    assert_eq!(uuid.len(), 36, "an mdev UUID: {a:?}");
+    assert!(
+        machine
+            .join(format!("/sys/bus/mdev/devices/{uuid}"))
+            .exists(),
+        "the allocated mdev exists"
+    );
+    node.stop().await;
+}
