@@ -2,12 +2,19 @@
 //! policy. Needs the example policies: run `cargo xtask build-plugins` first.
 //!
 //! `cargo bench -p kubedev-sandbox -- --warm-up-time 1 --measurement-time 3`
+//!
+//! Calls are measured twice: `call/…` in wall time, `call-cpu/…` in the calling thread's
+//! CPU time, which a busy machine disturbs much less (time the thread waits for a core is
+//! not counted). `keep` is a module that answers at once and reads every input: the cost
+//! of a call with nothing declared; `keep-declared` declares that it reads nothing: the
+//! fixed cost every policy pays.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::path::PathBuf;
 
-use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use criterion::measurement::{Measurement, ValueFormatter};
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use kubedev_allocator::api::{Device, DeviceAttribute, DeviceCapacity, RawQuantity};
 use kubedev_sandbox::{Candidate, Limits, PolicyInput, Sandbox};
 
@@ -88,32 +95,96 @@ fn input(devices: &[Device], count: usize) -> PolicyInput<'_> {
     PolicyInput::new("default/job", "gpus", count, candidates)
 }
 
-/// A module that keeps the contract and answers "keep" at once: the fixed cost of a call.
-fn keep_policy() -> Vec<u8> {
-    wat::parse_str(
+/// A module that keeps the contract and answers "keep" at once; with `declared`, it also
+/// declares that it reads no attribute, capacity or counter.
+fn keep_policy(declared: bool) -> Vec<u8> {
+    let declaration = if declared {
+        r#"(func (export "kubedev_policy_inputs") (result i64) (i64.const 0x0000080000000000))"#
+    } else {
+        ""
+    };
+    wat::parse_str(format!(
         r#"(module
           (memory (export "memory") 1)
           (func (export "kubedev_policy_abi_version") (result i32) (i32.const 1))
           (func (export "kubedev_alloc") (param i32) (result i32) (i32.const 4096))
           (func (export "kubedev_select") (param i32 i32) (result i64)
             (i64.or (i64.shl (i64.const 1024) (i64.const 32)) (i64.const 13)))
-          (data (i32.const 1024) "KDPO\01\00\00\00\00\00\00\00\00"))"#,
-    )
+          {declaration}
+          (data (i32.const 1024) "KDPO\01\00\00\00\00\00\00\00\00"))"#
+    ))
     .expect("wat")
 }
 
-fn calls(c: &mut Criterion) {
+/// The calling thread's CPU time, for criterion.
+struct ThreadCpu;
+
+fn thread_cpu_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+impl Measurement for ThreadCpu {
+    type Intermediate = u64;
+    type Value = u64;
+
+    fn start(&self) -> u64 {
+        thread_cpu_ns()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_ns().saturating_sub(start)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, v: &u64) -> f64 {
+        *v as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        &CpuFormatter
+    }
+}
+
+/// Prints nanoseconds of CPU time as `µs cpu`.
+struct CpuFormatter;
+
+impl ValueFormatter for CpuFormatter {
+    fn scale_values(&self, _typical: f64, values: &mut [f64]) -> &'static str {
+        for v in values {
+            *v /= 1000.0;
+        }
+        "µs cpu"
+    }
+    fn scale_throughputs(
+        &self,
+        _typical: f64,
+        _t: &Throughput,
+        _values: &mut [f64],
+    ) -> &'static str {
+        "-"
+    }
+    fn scale_for_machines(&self, _values: &mut [f64]) -> &'static str {
+        "ns"
+    }
+}
+
+fn calls<M: Measurement>(c: &mut Criterion<M>, group_name: &str) {
     let sb = Sandbox::new(Limits::default()).expect("sandbox");
-    let mut group = c.benchmark_group("call");
+    let mut group = c.benchmark_group(group_name);
     for n in [8usize, 64] {
         let devices = gpus(n);
-        let keep = sb.load("keep", &keep_policy()).expect("load");
-        group.bench_function(format!("keep/{n}"), |b| {
-            b.iter(|| {
-                keep.evaluate(black_box(&input(&devices, n / 8)))
-                    .expect("call")
-            })
-        });
+        for (name, declared) in [("keep", false), ("keep-declared", true)] {
+            let keep = sb.load(name, &keep_policy(declared)).expect("load");
+            group.bench_function(format!("{name}/{n}"), |b| {
+                b.iter(|| {
+                    keep.evaluate(black_box(&input(&devices, n / 8)))
+                        .expect("call")
+                })
+            });
+        }
         for name in ["numa-pack", "nvlink-pack", "spread", "binpack"] {
             let policy = sb.load(name, &plugin_bytes(name)).expect("load");
             group.bench_function(format!("{name}/{n}"), |b| {
@@ -126,6 +197,14 @@ fn calls(c: &mut Criterion) {
         }
     }
     group.finish();
+}
+
+fn calls_wall(c: &mut Criterion) {
+    calls(c, "call");
+}
+
+fn calls_cpu(c: &mut Criterion<ThreadCpu>) {
+    calls(c, "call-cpu");
 }
 
 fn compile(c: &mut Criterion) {
@@ -184,5 +263,10 @@ fn memory_per_policy(_: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, calls, compile, memory_per_policy);
-criterion_main!(benches);
+criterion_group!(benches, calls_wall, compile, memory_per_policy);
+criterion_group! {
+    name = cpu;
+    config = Criterion::default().with_measurement(ThreadCpu);
+    targets = calls_cpu
+}
+criterion_main!(benches, cpu);

@@ -62,16 +62,20 @@ const TAG_INT: u8 = 0;
 const TAG_BOOL: u8 = 1;
 const TAG_STRING: u8 = 2;
 
+/// True when every byte is below 0x80, checked eight bytes at a time.
+fn is_ascii(bytes: &[u8]) -> bool {
+    let mut words = bytes.chunks_exact(8);
+    words.by_ref().all(|w| {
+        u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) & 0x8080_8080_8080_8080
+            == 0
+    }) && words.remainder().iter().all(|b| *b < 0x80)
+}
+
 /// UTF-8 text of host bytes. Names and values are nearly always ASCII: checking that is a
 /// few operations per word, where full validation costs a few hundred per string.
 #[inline]
 fn text(bytes: &[u8]) -> &str {
-    let mut words = bytes.chunks_exact(4);
-    let ascii = words
-        .by_ref()
-        .all(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) & 0x8080_8080 == 0)
-        && words.remainder().iter().all(|b| *b < 0x80);
-    if ascii {
+    if is_ascii(bytes) {
         #[allow(unsafe_code)]
         // SAFETY: every byte is below 0x80, so the bytes are ASCII, which is valid UTF-8.
         unsafe {
@@ -90,6 +94,8 @@ struct Msg<'a> {
     strings: usize,
     names: usize,
     names_len: u32,
+    /// The whole string region is ASCII, so every span is valid UTF-8 without a check.
+    ascii: bool,
 }
 
 impl core::fmt::Debug for Msg<'_> {
@@ -122,7 +128,17 @@ impl<'a> Msg<'a> {
         &self.b[off..off + self.usize(at + 4)]
     }
     fn str(&self, at: usize) -> &'a str {
-        text(self.bytes(at))
+        let bytes = self.bytes(at);
+        if self.ascii {
+            #[allow(unsafe_code)]
+            // SAFETY: the string region is all ASCII (checked once in `Input::decode`), so
+            // every slice of it is valid UTF-8.
+            unsafe {
+                core::str::from_utf8_unchecked(bytes)
+            }
+        } else {
+            text(bytes)
+        }
     }
     /// The text of name `id`.
     fn name(&self, id: u32) -> &'a [u8] {
@@ -169,6 +185,7 @@ impl<'a> Input<'a> {
             strings: 0,
             names: 0,
             names_len: 0,
+            ascii: false,
         };
         if m.u32(4) != ABI_VERSION {
             return Err(DecodeError("input is another ABI version"));
@@ -192,6 +209,7 @@ impl<'a> Input<'a> {
         m.strings = strings;
         m.names = names;
         m.names_len = names_len as u32;
+        m.ascii = is_ascii(&bytes[strings..strings + strings_len]);
         Ok(Input {
             m,
             count: m.u32(8),
@@ -351,7 +369,12 @@ pub enum Health {
 }
 
 /// A typed attribute value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Equality and hashing are by content, made cheap for grouping: the host stores an equal
+/// string value of consecutive candidates once, so two values read from the same place
+/// compare equal without comparing their bytes, and a string hashes only its length and
+/// its first and last eight bytes.
+#[derive(Debug, Clone, Copy, Eq, PartialOrd, Ord)]
 pub enum Value<'a> {
     /// An integer.
     Int(i64),
@@ -361,6 +384,67 @@ pub enum Value<'a> {
     String(&'a str),
     /// A semantic version, as written.
     Version(&'a str),
+}
+
+/// Content equality with a shortcut for the same bytes in the message.
+#[inline]
+fn same_text(a: &str, b: &str) -> bool {
+    a.len() == b.len() && (core::ptr::eq(a.as_ptr(), b.as_ptr()) || a == b)
+}
+
+impl PartialEq for Value<'_> {
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Value::Int(a), Value::Int(b)) => a == b,
+            (Value::Bool(a), Value::Bool(b)) => a == b,
+            (Value::String(a), Value::String(b)) | (Value::Version(a), Value::Version(b)) => {
+                same_text(a, b)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The first and last (up to) eight bytes of `s`, as words.
+#[inline]
+fn ends(s: &[u8]) -> (u64, u64) {
+    let n = s.len();
+    if n >= 8 {
+        let mut first = [0u8; 8];
+        let mut last = [0u8; 8];
+        first.copy_from_slice(&s[..8]);
+        last.copy_from_slice(&s[n - 8..]);
+        return (u64::from_le_bytes(first), u64::from_le_bytes(last));
+    }
+    let mut w = 0u64;
+    for (i, &b) in s.iter().enumerate() {
+        w |= u64::from(b) << (8 * i);
+    }
+    (w, w)
+}
+
+impl core::hash::Hash for Value<'_> {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        match self {
+            Value::Int(i) => {
+                state.write_u8(0);
+                state.write_i64(*i);
+            }
+            Value::Bool(b) => state.write_u8(if *b { 2 } else { 1 }),
+            Value::String(s) | Value::Version(s) => {
+                let (first, last) = ends(s.as_bytes());
+                state.write_u8(if matches!(self, Value::String(_)) {
+                    3
+                } else {
+                    4
+                });
+                state.write_usize(s.len());
+                state.write_u64(first);
+                state.write_u64(last);
+            }
+        }
+    }
 }
 
 /// A capacity of a device.
@@ -480,21 +564,22 @@ impl<'a> Candidate<'a> {
         }
     }
 
-    /// The records of a section: `(offset, count)` at `at`, records of `size` bytes.
+    /// The record named `id` in the section whose `(offset, count)` is at `at`, records of
+    /// `size` bytes starting with their name.
     #[inline(always)]
-    fn section(&self, at: usize, size: usize) -> (usize, &'a [u8]) {
+    fn find(&self, at: usize, size: usize, id: u32) -> Option<usize> {
         let (off, n) = (self.m.usize(at), self.m.usize(at + 4));
-        (off, &self.m.b[off..off + n * size])
+        (0..n)
+            .map(|i| off + i * size)
+            .find(|&r| self.m.u32(r) == id)
     }
 
     /// The attribute named by `key`.
     #[inline(always)]
     pub fn get(&self, key: &Key) -> Option<Value<'a>> {
         let id = key.id_for(self.driver_id())?;
-        let (off, recs) = self.section(self.rec + 32, ATTRIBUTE);
-        recs.chunks_exact(ATTRIBUTE)
-            .position(|r| u32::from_le_bytes([r[0], r[1], r[2], r[3]]) == id)
-            .map(|i| self.value(off + i * ATTRIBUTE))
+        let at = self.find(self.rec + 32, ATTRIBUTE, id)?;
+        Some(self.value(at))
     }
 
     /// Every attribute: qualified name and value.
@@ -567,10 +652,8 @@ impl<'a> Candidate<'a> {
     /// The capacity named by `key`.
     pub fn capacity_of(&self, key: &Key) -> Option<Capacity<'a>> {
         let id = key.id_for(self.driver_id())?;
-        let (off, recs) = self.section(self.rec + 40, CAPACITY);
-        recs.chunks_exact(CAPACITY)
-            .position(|r| u32::from_le_bytes([r[0], r[1], r[2], r[3]]) == id)
-            .map(|i| self.capacity_at(off + i * CAPACITY))
+        let at = self.find(self.rec + 40, CAPACITY, id)?;
+        Some(self.capacity_at(at))
     }
 
     /// The capacity `name` (qualified or bare, as for attributes).
@@ -643,27 +726,31 @@ impl Decision {
     pub fn encode(&self) -> Vec<u8> {
         let items = match &self.kind {
             Kind::Keep => 0,
-            Kind::Order(o) => o.len() * 4,
-            Kind::Scores(s) => s.len() * 8,
+            Kind::Order(o) => 4 + o.len() * 4,
+            Kind::Scores(s) => 4 + s.len() * 8,
         };
-        let mut out = Vec::with_capacity(17 + items + self.rejections.len() * 16);
+        let reasons: usize = self.rejections.iter().map(|(_, r)| 8 + r.len()).sum();
+        let mut out = Vec::with_capacity(13 + items + 4 + reasons);
         out.extend_from_slice(OUTPUT_MAGIC);
         out.extend_from_slice(&ABI_VERSION.to_le_bytes());
+        // Lists are written with plain stores into space reserved once.
+        fn words<const N: usize, T: Copy>(out: &mut Vec<u8>, items: &[T], bytes: fn(T) -> [u8; N]) {
+            out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+            let start = out.len();
+            out.resize(start + items.len() * N, 0);
+            for (chunk, &item) in out[start..].chunks_exact_mut(N).zip(items) {
+                chunk.copy_from_slice(&bytes(item));
+            }
+        }
         match &self.kind {
             Kind::Keep => out.push(0),
             Kind::Order(o) => {
                 out.push(1);
-                out.extend_from_slice(&(o.len() as u32).to_le_bytes());
-                for i in o {
-                    out.extend_from_slice(&i.to_le_bytes());
-                }
+                words(&mut out, o, u32::to_le_bytes);
             }
             Kind::Scores(s) => {
                 out.push(2);
-                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                for v in s {
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
+                words(&mut out, s, i64::to_le_bytes);
             }
         }
         out.extend_from_slice(&(self.rejections.len() as u32).to_le_bytes());
@@ -690,14 +777,16 @@ impl core::hash::Hasher for Fnv {
         }
         let rest = words.remainder();
         if !rest.is_empty() {
-            let mut tail = [0u8; 8];
-            tail[..rest.len()].copy_from_slice(rest);
-            tail[7] = rest.len() as u8;
-            self.write_u64(u64::from_le_bytes(tail));
+            // Byte by byte: a copy of a variable length would be a call.
+            let mut tail = (rest.len() as u64) << 56;
+            for (i, &b) in rest.iter().enumerate() {
+                tail |= u64::from(b) << (8 * i);
+            }
+            self.write_u64(tail);
         }
     }
     fn write_u8(&mut self, i: u8) {
-        self.write(&[i]);
+        self.write_u64(u64::from(i));
     }
     fn write_u64(&mut self, i: u64) {
         self.0 = (self.0 ^ i).wrapping_mul(0x0000_0100_0000_01b3);
@@ -751,12 +840,13 @@ fn group_by<'a, K: Eq + core::hash::Hash>(
     // Open addressing over (hash, key) → group number.
     let cap = (n * 2).next_power_of_two().max(8);
     let mut slots: Vec<u32> = alloc::vec![NONE; cap];
-    let mut keys: Vec<(u64, K)> = Vec::new();
+    // Sized once: growing several vectors in turn would copy them (bump allocator).
+    let mut keys: Vec<(u64, K)> = Vec::with_capacity(n);
     let mut group_of: Vec<u32> = Vec::with_capacity(n);
-    let mut free_count: Vec<u32> = Vec::new();
-    let mut busy_in: Vec<u32> = Vec::new();
-    let mut ungrouped = Vec::new();
-    let mut busy = Vec::new();
+    let mut free_count: Vec<u32> = Vec::with_capacity(n);
+    let mut busy_in: Vec<u32> = Vec::with_capacity(n);
+    let mut ungrouped = Vec::with_capacity(n);
+    let mut busy = Vec::with_capacity(n);
     for c in input.candidates() {
         let free = c.is_free();
         if !free {
@@ -1121,4 +1211,40 @@ macro_rules! kubedev_policy {
             }
         };
     };
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::*;
+
+    #[test]
+    fn values_compare_and_hash_by_content() {
+        let a = String::from("pci0000:00");
+        let b = String::from("pci0000:00");
+        let c = String::from("pci0000:01");
+        let (va, vb, vc) = (Value::String(&a), Value::String(&b), Value::String(&c));
+        assert_eq!(va, vb, "equal text at different addresses");
+        assert_eq!(va, Value::String(&a[..]));
+        assert_ne!(va, vc);
+        assert_ne!(va, Value::Version(&a));
+        assert_eq!(hash_of(&va), hash_of(&vb));
+        assert_ne!(hash_of(&Value::Int(1)), hash_of(&Value::Int(2)));
+        // Short strings and long strings that differ only in the middle still compare right.
+        let long1 = "aaaaaaaaXbbbbbbbb";
+        let long2 = "aaaaaaaaYbbbbbbbb";
+        assert_ne!(Value::String(long1), Value::String(long2));
+        assert_eq!(hash_of(&Value::String("ab")), hash_of(&Value::String("ab")));
+        assert_ne!(Value::String("ab"), Value::String("ac"));
+    }
+
+    #[test]
+    fn ascii_is_checked_word_by_word() {
+        assert!(is_ascii(b"pci0000:00 and a longer tail"));
+        assert!(!is_ascii("ascii then \u{e9}".as_bytes()));
+        assert!(!is_ascii("\u{e9}".as_bytes()));
+        assert_eq!(text("gr\u{fc}n".as_bytes()), "gr\u{fc}n");
+        assert_eq!(text(&[0xff, 0xfe]), "");
+    }
 }
