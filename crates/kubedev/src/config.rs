@@ -290,6 +290,10 @@ pub struct Selector {
     /// Attribute name → required typed value; all must match.
     #[serde(default)]
     pub attributes: BTreeMap<QualifiedName, AttributeValue>,
+    /// A CEL expression over `device` as in a DeviceClass selector, e.g.
+    /// `device.attributes["gpu.nvidia.com"].type == "gpu"`; must also be true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<String>,
 }
 
 /// Backend options; a backend runs when its section is present.
@@ -361,7 +365,7 @@ pub struct ResourceSpec {
     /// The name.
     pub name: ExtendedResourceName,
     /// The filter.
-    pub filter: AttributeMatch,
+    pub filter: crate::selector::ResourceFilter,
     /// The selection policy module, if any.
     pub policy: Option<PathBuf>,
 }
@@ -502,10 +506,30 @@ impl Config {
                         message: e.to_string(),
                     }
                 })?;
+                // Bare attribute names in a CEL selector belong to the DRA driver's domain when
+                // there is one, else to the resource's own domain.
+                let domain =
+                    self.dra.driver_name.clone().unwrap_or_else(|| {
+                        name.as_str().split('/').next().unwrap_or("").to_string()
+                    });
+                let cel = r
+                    .selector
+                    .cel
+                    .as_deref()
+                    .map(|expr| crate::selector::CelSelector::new(expr, &domain))
+                    .transpose()
+                    .map_err(|message| ConfigError::Invalid {
+                        path: path.to_path_buf(),
+                        field: format!("devicePlugin.resources[{i}].selector.cel"),
+                        message,
+                    })?;
                 Ok(ResourceSpec {
                     name,
-                    filter: AttributeMatch {
-                        attributes: r.selector.attributes.clone(),
+                    filter: crate::selector::ResourceFilter {
+                        attributes: AttributeMatch {
+                            attributes: r.selector.attributes.clone(),
+                        },
+                        cel,
                     },
                     policy: r.policy.clone(),
                 })

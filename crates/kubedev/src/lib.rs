@@ -10,4 +10,5 @@ pub mod failpoint;
 pub mod http;
 pub mod metrics;
 pub mod runtime;
+pub mod selector;
 pub mod who_uses;

@@ -15,8 +15,8 @@ use kubedev_core::cdi::CdiWriter;
 use kubedev_core::checkpoint::CheckpointStore;
 use kubedev_core::static_backend::StaticBackend;
 use kubedev_core::{
-    AllocatedDevice, AttributeMatch, Consumer, ContainerEdits, DeviceFilter, DeviceRef, Health,
-    Inventory, PrepareError, Publisher, SourceEvent,
+    AllocatedDevice, Consumer, ContainerEdits, DeviceFilter, DeviceRef, Health, Inventory,
+    PrepareError, Publisher, SourceEvent,
 };
 use kubedev_kubelet_grpc::device_plugin::{
     Allocation, DevicePlugin, DevicePluginConfig, DevicePluginHandle, DevicePluginHandler,
@@ -380,7 +380,7 @@ impl HealthClock {
 /// DRA claim.
 #[derive(Debug, Default)]
 struct Ownership {
-    device_plugin: Vec<AttributeMatch>,
+    device_plugin: Vec<crate::selector::ResourceFilter>,
 }
 
 impl Ownership {

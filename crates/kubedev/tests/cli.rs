@@ -327,3 +327,41 @@ async fn who_uses_shows_pods_holding_this_daemons_devices_in_both_apis() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/kubelet.sock"));
 }
+
+#[test]
+fn a_cel_selector_splits_devices_between_the_apis() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = SPLIT_CONFIG.replace(
+        "      selector:\n        attributes:\n          type: {string: gpu}\n",
+        "      selector:\n        cel: device.attributes[\"devices.example.com\"].type == \"gpu\"\n",
+    );
+    assert_ne!(text, SPLIT_CONFIG);
+    let config = write_config(dir.path(), &text);
+    let out = kubedev(&["discover", "--config", &config]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    let served = |dev: &str| {
+        table
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(dev))
+            .map(|l| l.contains("device-plugin"))
+            .unwrap()
+    };
+    assert!(
+        served("gpu-0") && !served("nic-1") && !served("nic-0"),
+        "{table}"
+    );
+
+    let bad = write_config(dir.path(), &text.replace("== \"gpu\"", "== "));
+    let out = kubedev(&["check-config", "--config", &bad]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("devicePlugin.resources[0].selector.cel"),
+        "{err}"
+    );
+}
