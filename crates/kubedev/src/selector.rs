@@ -48,7 +48,7 @@ impl DeviceFilter for CelSelector {
             device
                 .capacity
                 .iter()
-                .map(|(k, c)| (k.to_string(), c.value.clone())),
+                .map(|(k, c)| (k.to_string(), c.value)),
             device.allow_multiple_allocations,
         );
         kubedev_allocator::cel::evaluate(&self.program, &ctx).map_err(|e| ModelError::Selector {
