@@ -104,11 +104,9 @@ const M_DRIVER: usize = 3;
 #[derive(Debug, Default)]
 pub(crate) struct Names {
     /// (driver id or PLAIN, offset and length of the name as written in `raw`, name id or
-    /// NOT_SENT).
-    aliases: Vec<(u32, u32, u32, u32)>,
-    /// Alias → 1, 2 or 3 when it is a NUMA attribute name (the standard one, the driver's
-    /// `numaNode`, the driver's `numa`), else 0.
-    numa: Vec<u8>,
+    /// NOT_SENT, NUMA rank: 1, 2 or 3 when it is a NUMA attribute name — the standard one,
+    /// the driver's `numaNode`, the driver's `numa` — else 0).
+    aliases: Vec<(u32, u32, u32, u32, u8)>,
     raw: Vec<u8>,
     /// Name id → span of the (qualified) text.
     table: Vec<(u32, u32)>,
@@ -127,7 +125,6 @@ impl Names {
         self.aliases.clear();
         self.raw.clear();
         self.table.clear();
-        self.numa.clear();
         self.forced.clear();
         for m in &mut self.memo {
             m.clear();
@@ -149,12 +146,14 @@ impl Names {
 
     #[inline]
     fn alias_is(&self, a: usize, driver: u32, raw: &[u8]) -> bool {
-        let (d, off, len, _) = self.aliases[a];
+        let (d, off, len, _, _) = self.aliases[a];
         d == driver && same(&self.raw[off as usize..(off + len) as usize], raw)
     }
 
     /// The id of `raw` and its NUMA rank; with a driver, a bare name is qualified with the
-    /// driver's domain. With a selection, a name outside it is `NOT_SENT`.
+    /// driver's domain. With a selection, a name outside it is `NOT_SENT`. Nearly always
+    /// the name the previous candidate had at this position: that is checked inline.
+    #[inline(always)]
     fn id(
         &mut self,
         strings: &mut Vec<u8>,
@@ -164,20 +163,35 @@ impl Names {
         pos: usize,
         select: Option<&inputs::Names>,
     ) -> (u32, u8) {
-        let raw = raw.as_bytes();
+        let bytes = raw.as_bytes();
         if let Some(&a) = self.memo[kind].get(pos)
-            && self.alias_is(a as usize, driver, raw)
+            && let Some(&(d, off, len, id, rank)) = self.aliases.get(a as usize)
+            && d == driver
+            && same(&self.raw[off as usize..(off + len) as usize], bytes)
         {
-            return (self.aliases[a as usize].3, self.numa[a as usize]);
+            return (id, rank);
         }
+        self.id_slow(strings, bytes, driver, kind, pos, select)
+    }
+
+    /// [`Names::id`] when the memo misses: scans the aliases, adds a new one.
+    #[inline(never)]
+    fn id_slow(
+        &mut self,
+        strings: &mut Vec<u8>,
+        raw: &[u8],
+        driver: u32,
+        kind: usize,
+        pos: usize,
+        select: Option<&inputs::Names>,
+    ) -> (u32, u8) {
         let alias = match (0..self.aliases.len()).find(|&a| self.alias_is(a, driver, raw)) {
             Some(a) => a,
             None => {
                 let (id, rank) = self.add(strings, raw, driver, select);
                 let off = n32(self.raw.len());
                 self.raw.extend_from_slice(raw);
-                self.aliases.push((driver, off, n32(raw.len()), id));
-                self.numa.push(rank);
+                self.aliases.push((driver, off, n32(raw.len()), id, rank));
                 self.aliases.len() - 1
             }
         };
@@ -187,7 +201,8 @@ impl Names {
         } else if pos == memo.len() {
             memo.push(n32(alias));
         }
-        (self.aliases[alias].3, self.numa[alias])
+        let (_, _, _, id, rank) = self.aliases[alias];
+        (id, rank)
     }
 
     /// Adds the text of a new alias to the table, unless an equal text is there already or
