@@ -81,6 +81,14 @@ pub enum Error {
     /// `start` was called outside a Tokio runtime.
     #[error("starting the ResourceSlice publisher needs a Tokio runtime")]
     NoRuntime,
+    /// Applying a DeviceClass failed.
+    #[error("applying DeviceClass {class}: {}", brief(error))]
+    DeviceClass {
+        /// The class.
+        class: String,
+        /// The kube-rs error.
+        error: Box<kube::Error>,
+    },
     /// A ResourceClaim request failed.
     #[error("{operation} ResourceClaim {namespace}/{name}: {}", brief(error))]
     Claim {

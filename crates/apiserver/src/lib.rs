@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 mod claim;
+mod classes;
 mod connect;
 mod convert;
 mod error;
@@ -44,6 +45,9 @@ mod render;
 pub use claim::{
     AllocatedClaim, ClaimReader, ConditionStatus, ConfigSource, DeviceCondition, DeviceResult,
     DeviceStatus, DeviceToleration, OpaqueConfig, base_request,
+};
+pub use classes::{
+    DeviceClassSpec, FIELD_MANAGER, apply_device_classes, apply_device_classes_until_done,
 };
 pub use connect::{ConnectError, connect};
 pub use convert::{NUMA_NODE_ATTRIBUTE, UnhealthyDevices};

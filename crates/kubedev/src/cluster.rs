@@ -27,6 +27,13 @@ impl ClaimSource for ApiClaims {
 /// must be stopped when the daemon stops.
 pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices, PublisherTask)> {
     let client = connect(spec.kubeconfig.as_deref()).await?;
+    if !spec.device_classes.is_empty() {
+        tokio::spawn(kubedev_apiserver::apply_device_classes_until_done(
+            client.clone(),
+            spec.device_classes.clone(),
+            std::time::Duration::from_secs(30),
+        ));
+    }
     let publisher = SlicePublisher::new(client.clone(), spec.driver.clone(), &spec.node_name)?;
     let task = publisher.start()?;
     let services = ClusterServices {

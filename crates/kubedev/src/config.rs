@@ -161,6 +161,26 @@ pub struct DraSection {
     /// The file holding the node's boot ID.
     #[serde(default = "default_boot_id")]
     pub boot_id_path: PathBuf,
+    /// DeviceClasses the driver applies to the cluster (server-side apply, so every node's
+    /// daemon may apply the same ones).
+    #[serde(default)]
+    pub device_classes: Vec<DeviceClassConfig>,
+}
+
+/// A DeviceClass the driver publishes: `device.driver == "<driverName>"` plus `cel`, and
+/// optionally an extended resource name (KEP-5004) so pods that request e.g. `nvidia.com/gpu`
+/// get a device of this class through DRA.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeviceClassConfig {
+    /// The class name, a DNS subdomain.
+    pub name: String,
+    /// A CEL selector the class adds to the driver match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<String>,
+    /// The extended resource name pods may request instead of a claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extended_resource_name: Option<String>,
 }
 
 fn default_registry_dir() -> PathBuf {
@@ -188,6 +208,7 @@ impl Default for DraSection {
             pod_uid: None,
             health: true,
             boot_id_path: default_boot_id(),
+            device_classes: Vec::new(),
         }
     }
 }
@@ -215,6 +236,8 @@ pub struct DraSpec {
     pub health: bool,
     /// Boot ID file.
     pub boot_id_path: PathBuf,
+    /// DeviceClasses to apply.
+    pub device_classes: Vec<kubedev_apiserver::DeviceClassSpec>,
 }
 
 /// Device-plugin mode settings.
@@ -440,7 +463,29 @@ impl Config {
         {
             return Err(invalid("dra.podUid", format!("{uid:?} is not a UID")));
         }
+        let mut device_classes = Vec::new();
+        for (i, c) in d.device_classes.iter().enumerate() {
+            let field = |f: &str| format!("dra.deviceClasses[{i}].{f}");
+            kubedev_core::check_dns_subdomain(&c.name, 253)
+                .map_err(|e| invalid(&field("name"), format!("{:?} {e}", c.name)))?;
+            if let Some(ext) = &c.extended_resource_name {
+                ExtendedResourceName::new(ext.clone())
+                    .map_err(|e| invalid(&field("extendedResourceName"), e.to_string()))?;
+            }
+            let mut selectors = vec![format!("device.driver == {:?}", driver.as_str())];
+            if let Some(cel) = &c.cel {
+                kubedev_allocator::cel::compile(cel)
+                    .map_err(|e| invalid(&field("cel"), e.to_string()))?;
+                selectors.push(cel.clone());
+            }
+            device_classes.push(kubedev_apiserver::DeviceClassSpec {
+                name: c.name.clone(),
+                selectors,
+                extended_resource_name: c.extended_resource_name.clone(),
+            });
+        }
         Ok(Some(DraSpec {
+            device_classes,
             state_dir: d.state_dir.clone().unwrap_or_else(|| plugin_dir.clone()),
             driver,
             node_name,

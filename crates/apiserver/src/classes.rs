@@ -1,0 +1,118 @@
+//! DeviceClasses a driver publishes itself: one per kind of device it offers, optionally with an
+//! `extendedResourceName` (KEP-5004) so pods that still request an extended resource such as
+//! `nvidia.com/gpu` are satisfied from DRA devices.
+
+use k8s_openapi::api::resource::v1 as res;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::Error;
+
+/// The field manager of kubedev's server-side applies.
+pub const FIELD_MANAGER: &str = "kubedev";
+
+/// One DeviceClass to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceClassSpec {
+    /// The class name (a DNS subdomain).
+    pub name: String,
+    /// CEL selectors; a device must satisfy all of them.
+    pub selectors: Vec<String>,
+    /// The extended resource name pods may request to get a device of this class.
+    pub extended_resource_name: Option<String>,
+}
+
+impl DeviceClassSpec {
+    /// The DeviceClass object.
+    pub fn object(&self) -> res::DeviceClass {
+        res::DeviceClass {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                labels: Some(
+                    [(
+                        "app.kubernetes.io/managed-by".to_string(),
+                        "kubedev".to_string(),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: res::DeviceClassSpec {
+                selectors: Some(
+                    self.selectors
+                        .iter()
+                        .map(|e| res::DeviceSelector {
+                            cel: Some(res::CELDeviceSelector {
+                                expression: e.clone(),
+                            }),
+                        })
+                        .collect(),
+                ),
+                extended_resource_name: self.extended_resource_name.clone(),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Creates or updates each class by server-side apply, so every node's daemon can apply the same
+/// classes without conflict. Stops at the first failure, naming the class.
+pub async fn apply_device_classes(
+    client: kube::Client,
+    classes: &[DeviceClassSpec],
+) -> Result<(), Error> {
+    let api: Api<res::DeviceClass> = Api::all(client);
+    for c in classes {
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        api.patch(&c.name, &params, &Patch::Apply(&c.object()))
+            .await
+            .map_err(|e| Error::DeviceClass {
+                class: c.name.clone(),
+                error: Box::new(e),
+            })?;
+    }
+    Ok(())
+}
+
+/// Applies `classes`, trying again every `retry` until it succeeds (the API server may be
+/// unreachable, or the RBAC rule missing, when the daemon starts); each failure is logged.
+pub async fn apply_device_classes_until_done(
+    client: kube::Client,
+    classes: Vec<DeviceClassSpec>,
+    retry: std::time::Duration,
+) {
+    loop {
+        match apply_device_classes(client.clone(), &classes).await {
+            Ok(()) => {
+                tracing::info!(classes = classes.len(), "DeviceClasses applied");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, retry = ?retry, "applying DeviceClasses failed")
+            }
+        }
+        tokio::time::sleep(retry).await;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_object_carries_selectors_and_the_extended_resource_name() {
+        let c = DeviceClassSpec {
+            name: "gpu.example.com".into(),
+            selectors: vec!["device.driver == \"gpu.example.com\"".into()],
+            extended_resource_name: Some("example.com/gpu".into()),
+        };
+        let v = serde_json::to_value(c.object()).unwrap();
+        assert_eq!(v["kind"], "DeviceClass");
+        assert_eq!(v["spec"]["extendedResourceName"], "example.com/gpu");
+        assert_eq!(
+            v["spec"]["selectors"][0]["cel"]["expression"],
+            "device.driver == \"gpu.example.com\""
+        );
+    }
+}

@@ -1,0 +1,109 @@
+//! DeviceClasses the DRA driver applies to the cluster (KEP-5004 extended resource names),
+//! against the API-server emulator.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use kubedev::config::Config;
+use kubedev_testkit::apiserver::{ApiServer, Resource};
+
+fn config(dir: &Path, node: &str) -> Config {
+    let path = dir.join(format!("{node}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "nodeName: {node}
+dra:
+  enabled: true
+  driverName: gpu.example.com
+  kubeconfig: {r}/kubeconfig
+  deviceClasses:
+    - name: gpu.example.com
+      cel: device.attributes[\"gpu.example.com\"].type == \"gpu\"
+      extendedResourceName: example.com/gpu
+    - name: all.gpu.example.com
+backends:
+  static:
+    pool: {node}
+    devices: []
+",
+            r = dir.display()
+        ),
+    )
+    .unwrap();
+    Config::load(&path).unwrap()
+}
+
+#[tokio::test]
+async fn every_node_applies_the_same_classes_without_conflict() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = ApiServer::start().await.unwrap();
+    api.write_kubeconfig(&dir.path().join("kubeconfig"))
+        .unwrap();
+    let mut tasks = Vec::new();
+    for node in ["node-a", "node-b"] {
+        let cfg = config(dir.path(), node);
+        let spec = cfg.dra(Path::new("c.yaml"), |_| None).unwrap().unwrap();
+        let (_services, task) = kubedev::cluster::connect_cluster(&spec).await.unwrap();
+        tasks.push(task);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while api.objects(Resource::DeviceClasses).len() < 2 {
+        assert!(std::time::Instant::now() < deadline, "classes not applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Give the second node's apply time to land too: still two objects, same content.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let classes = api.objects(Resource::DeviceClasses);
+    assert_eq!(classes.len(), 2);
+    let gpu = api
+        .get(Resource::DeviceClasses, None, "gpu.example.com")
+        .unwrap();
+    assert_eq!(gpu["spec"]["extendedResourceName"], "example.com/gpu");
+    let selectors: Vec<&str> = gpu["spec"]["selectors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["cel"]["expression"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        selectors,
+        [
+            "device.driver == \"gpu.example.com\"",
+            "device.attributes[\"gpu.example.com\"].type == \"gpu\""
+        ]
+    );
+    let all = api
+        .get(Resource::DeviceClasses, None, "all.gpu.example.com")
+        .unwrap();
+    assert!(all["spec"].get("extendedResourceName").is_none(), "{all}");
+    for t in tasks {
+        t.stop().await;
+    }
+}
+
+#[test]
+fn bad_classes_are_refused_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    for (bad, field) in [
+        ("    - name: Not_A_Name\n", "dra.deviceClasses[0].name"),
+        (
+            "    - name: x.example.com\n      extendedResourceName: gpu\n",
+            "dra.deviceClasses[0].extendedResourceName",
+        ),
+        (
+            "    - name: x.example.com\n      cel: device.attributes[\n",
+            "dra.deviceClasses[0].cel",
+        ),
+    ] {
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(
+            &path,
+            format!("nodeName: node-a\ndra:\n  enabled: true\n  driverName: gpu.example.com\n  deviceClasses:\n{bad}backends:\n  static:\n    pool: p\n    devices: []\n"),
+        )
+        .unwrap();
+        let err = Config::load(&path).unwrap_err().to_string();
+        assert!(err.contains(field), "{field}: {err}");
+    }
+}
