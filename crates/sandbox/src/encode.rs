@@ -29,6 +29,7 @@ pub(crate) struct Message {
     pub(crate) records: Vec<u8>,
     pub(crate) strings: Vec<u8>,
     names: Names,
+    last_bytes: LastBytes,
 }
 
 impl Message {
@@ -263,6 +264,45 @@ impl Names {
     }
 }
 
+/// Which attribute names can matter, by their last byte: a name is sent when it is
+/// declared or belongs to a constraint in force, and read when it may be a NUMA attribute
+/// (`…numaNode`, `…numa`). Qualifying a bare name only puts a domain in front, so a name
+/// whose last byte is none of theirs is skipped without a lookup.
+#[derive(Debug)]
+pub(crate) struct LastBytes([bool; 256]);
+
+impl Default for LastBytes {
+    fn default() -> Self {
+        LastBytes([true; 256])
+    }
+}
+
+impl LastBytes {
+    fn set(&mut self, inputs: &Inputs, constraints: &[crate::input::Constraint<'_>]) {
+        let inputs::Names::Listed(names) = &inputs.attributes else {
+            self.0 = [true; 256];
+            return;
+        };
+        self.0 = [false; 256];
+        let names = names
+            .iter()
+            .map(String::as_str)
+            .chain(constraints.iter().map(|c| c.attribute))
+            .chain(["numaNode", "numa"]);
+        for name in names {
+            match name.as_bytes().last() {
+                Some(&b) => self.0[b as usize] = true,
+                None => self.0 = [true; 256],
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn may_matter(&self, name: &str) -> bool {
+        name.as_bytes().last().is_none_or(|&b| self.0[b as usize])
+    }
+}
+
 /// Parsed quantities of this message, by text: capacities and counters repeat across
 /// devices, and parsing is the costly part.
 struct Quantities<'a> {
@@ -354,6 +394,7 @@ struct Encoder<'m, 'a> {
     quantities: Quantities<'a>,
     usage: Option<&'a CounterUsage>,
     inputs: &'m Inputs,
+    last_bytes: &'m LastBytes,
 }
 
 impl<'a> Encoder<'_, 'a> {
@@ -473,6 +514,9 @@ impl<'a> Encoder<'_, 'a> {
                 // Without any attribute to send, only the NUMA attributes are looked at.
                 let numa_only = self.inputs.no_attributes() && numa.is_none();
                 for (pos, (k, v)) in d.attributes.iter().enumerate() {
+                    if !self.last_bytes.may_matter(k) {
+                        continue;
+                    }
                     let val = if let Some(i) = v.int {
                         Val::Int(i)
                     } else if numa_only {
@@ -499,6 +543,9 @@ impl<'a> Encoder<'_, 'a> {
             DeviceData::Inventory(d) => {
                 if !self.inputs.no_attributes() {
                     for (pos, (k, v)) in d.attributes.iter().enumerate() {
+                        if !self.last_bytes.may_matter(k.as_str()) {
+                            continue;
+                        }
                         let val = match v {
                             AttributeValue::Int(i) => Val::Int(*i),
                             AttributeValue::Bool(b) => Val::Bool(*b),
@@ -593,7 +640,9 @@ pub(crate) fn encode_input(input: &PolicyInput<'_>, inputs: &Inputs, msg: &mut M
         records,
         strings,
         names,
+        last_bytes,
     } = msg;
+    last_bytes.set(inputs, &input.constraints);
     records.clear();
     strings.clear();
     names.clear();
@@ -611,6 +660,7 @@ pub(crate) fn encode_input(input: &PolicyInput<'_>, inputs: &Inputs, msg: &mut M
         quantities: Quantities { seen: Vec::new() },
         usage: input.usage.filter(|u| !u.is_empty()),
         inputs,
+        last_bytes,
     };
     e.span_at(16, input.claim);
     e.span_at(24, input.request);
@@ -817,6 +867,17 @@ mod tests {
         // "X100" is stored once for the two candidates that list it at the same position.
         let x100 = m.strings.windows(4).filter(|w| w == b"X100").count();
         assert_eq!(x100, 1);
+        // A policy that reads no attribute still gets the same NUMA nodes.
+        for declared in ["", "attribute model", "counters"] {
+            encode_input(&input, &Inputs::parse(declared).unwrap(), &mut m);
+            let msg = [m.records.clone(), m.strings.clone()].concat();
+            let numa = |i: usize| (msg[cand(i) + 16] & 2, i64_at(&msg, cand(i) + 24));
+            assert_eq!(
+                [numa(0), numa(1), (numa(2).0, 0)],
+                [(2, 3), (2, 5), (0, 0)],
+                "{declared:?}"
+            );
+        }
     }
 
     #[test]
