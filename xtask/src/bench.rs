@@ -78,16 +78,20 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Starts the release daemon with a small static config and reads its resident memory when idle.
-fn daemon_idle_rss(root: &Path, bin: &Path) -> anyhow::Result<u64> {
+/// Starts the release daemon with a small static config (and, when given, one selection policy
+/// loaded for its resource) and reads its resident memory once idle.
+fn daemon_idle_rss(root: &Path, bin: &Path, policy: Option<&Path>) -> anyhow::Result<u64> {
     let tmp = tempfile::tempdir()?;
     let dp = tmp.path().join("dp");
     std::fs::create_dir_all(&dp)?;
     let config = tmp.path().join("kubedev.yaml");
+    let policy = policy
+        .map(|p| format!("      policy: {}\n", p.display()))
+        .unwrap_or_default();
     std::fs::write(
         &config,
         format!(
-            "devicePlugin:\n  directory: {}\n  resources:\n    - name: example.com/dev\nbackends:\n  static:\n    pool: node\n    devices:\n      - name: dev-0\n      - name: dev-1\n",
+            "devicePlugin:\n  directory: {}\n  resources:\n    - name: example.com/dev\n{policy}backends:\n  static:\n    pool: node\n    devices:\n      - name: dev-0\n      - name: dev-1\n",
             dp.display()
         ),
     )?;
@@ -103,6 +107,30 @@ fn daemon_idle_rss(root: &Path, bin: &Path) -> anyhow::Result<u64> {
     let _ = child.kill();
     let _ = child.wait();
     rss.context("could not read the daemon's VmRSS")
+}
+
+/// Release binary size for each backend set, in bytes (the default set last, so the binary left
+/// in target/release is the default one).
+fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>> {
+    let sets: [(&str, &[&str]); 5] = [
+        ("no backends", &["--no-default-features"]),
+        ("vfio", &["--no-default-features", "--features", "vfio"]),
+        (
+            "usb,host",
+            &["--no-default-features", "--features", "usb,host"],
+        ),
+        ("nvidia", &["--no-default-features", "--features", "nvidia"]),
+        ("default (nvidia,vfio,usb,host)", &[]),
+    ];
+    let mut out = Vec::new();
+    for (name, flags) in sets {
+        let mut args = vec!["build", "--release", "-p", "kubedev"];
+        args.extend_from_slice(flags);
+        crate::ci::run(root, "cargo", &args)?;
+        let bin = target.join("release").join("kubedev");
+        out.push((name.to_string(), std::fs::metadata(&bin)?.len()));
+    }
+    Ok(out)
 }
 
 /// Runs the benchmarks and writes the table.
@@ -131,7 +159,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
             "3",
         ],
     )?;
-    crate::ci::run(root, "cargo", &["build", "--release", "-p", "kubedev"])?;
+    let sizes = binary_sizes(root, &target)?;
     let bin = target.join("release").join("kubedev");
     if !bin.exists() {
         bail!("release binary missing at {}", bin.display());
@@ -162,17 +190,25 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
             human(r.median_ns)
         ));
     }
-    let size = std::fs::metadata(&bin)?.len();
-    md.push_str(&format!(
-        "\n| measure | value |\n|---|---|\n| release binary size (default features) | {:.1} MiB |\n",
-        size as f64 / (1024.0 * 1024.0)
-    ));
-    match daemon_idle_rss(root, &bin) {
-        Ok(kib) => md.push_str(&format!(
-            "| daemon RSS idle (static backend) | {:.1} MiB |\n",
-            kib as f64 / 1024.0
-        )),
-        Err(e) => md.push_str(&format!("| daemon RSS idle | not measured: {e} |\n")),
+    md.push_str("\n| measure | value |\n|---|---|\n");
+    for (set, bytes) in &sizes {
+        md.push_str(&format!(
+            "| release binary size, backends: {set} | {:.1} MiB |\n",
+            *bytes as f64 / (1024.0 * 1024.0)
+        ));
+    }
+    let policy = root.join(crate::plugins::WASM_DIR).join("numa-pack.wasm");
+    for (what, policy) in [
+        ("idle (static backend)", None),
+        ("with one policy loaded", Some(policy.as_path())),
+    ] {
+        match daemon_idle_rss(root, &bin, policy) {
+            Ok(kib) => md.push_str(&format!(
+                "| daemon RSS {what} | {:.1} MiB |\n",
+                kib as f64 / 1024.0
+            )),
+            Err(e) => md.push_str(&format!("| daemon RSS {what} | not measured: {e} |\n")),
+        }
     }
     let out = target.join("bench.md");
     std::fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
