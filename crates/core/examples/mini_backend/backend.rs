@@ -77,7 +77,8 @@ impl DeviceSource for SerialBackend {
         for (port, driver) in self.ports() {
             let name = self.device_ref(&port).map_err(bad)?.device;
             let key = QualifiedName::new("driver").map_err(bad)?;
-            let mut d = Device::new(name).with_attribute(key, AttributeValue::String(driver));
+            let value = AttributeValue::string(driver).map_err(bad)?; // at most 64 bytes
+            let mut d = Device::new(name).with_attribute(key, value);
             d.health = self.health(&port);
             known.insert(port, d.health.clone());
             devices.push(d);
