@@ -7,6 +7,7 @@ mod bench;
 mod ci;
 mod codegen;
 mod demo;
+mod deploy;
 mod fuzz;
 mod plugins;
 
@@ -43,6 +44,8 @@ enum Command {
     /// Build the example selection policies in plugins/ for wasm32-unknown-unknown and copy
     /// them to target/plugins/wasm/.
     BuildPlugins,
+    /// Lint and render the Helm chart in deploy/ and check every object it renders.
+    DeployCheck(deploy::Args),
     /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while.
     Fuzz {
         /// Seconds per target.
@@ -59,6 +62,7 @@ fn main() -> anyhow::Result<()> {
         Command::Demo => demo::demo(&root),
         Command::Bench => bench::bench(&root),
         Command::Codegen { check } => codegen::run(&root, check),
+        Command::DeployCheck(args) => deploy::deploy_check(&root, &args),
         Command::BuildPlugins => plugins::build_plugins(&root).map(|_| ()),
         Command::Fuzz { seconds } => fuzz::fuzz(&root, seconds),
     }

@@ -1,0 +1,137 @@
+{{/*
+The chart's name, cut to the 63 characters of a label value.
+*/}}
+{{- define "kubedev.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name, used for every object of the release.
+*/}}
+{{- define "kubedev.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of every object.
+*/}}
+{{- define "kubedev.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "kubedev.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Labels that select the daemon's pods.
+*/}}
+{{- define "kubedev.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubedev.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The ServiceAccount the daemon runs as.
+*/}}
+{{- define "kubedev.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubedev.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when a backend that reads the host's hardware is enabled: the host's root is then
+mounted at /host and the daemon's hostRoot points there.
+*/}}
+{{- define "kubedev.hostRootMounted" -}}
+{{- $b := .Values.backends }}
+{{- if or $b.nvidia.enabled $b.vfio.enabled $b.usb.enabled $b.host.enabled }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/*
+"true" when the daemon runs privileged: NVIDIA (NVML opens every GPU node, MIG changes) and VFIO
+(driver binds and mdev creation write to sysfs) need it, or the values ask for it.
+*/}}
+{{- define "kubedev.privileged" -}}
+{{- $b := .Values.backends }}
+{{- if or .Values.privileged $b.nvidia.enabled $b.vfio.enabled }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/*
+The kubelet's root directory, without a trailing slash.
+*/}}
+{{- define "kubedev.kubeletDir" -}}
+{{- trimSuffix "/" .Values.kubeletDir }}
+{{- end }}
+
+{{/*
+The daemon's configuration file (crates/kubedev/src/config.rs), generated from the values.
+*/}}
+{{- define "kubedev.config" -}}
+{{- $v := .Values }}
+{{- $kubelet := include "kubedev.kubeletDir" . }}
+{{- $cfg := dict }}
+{{- $_ := set $cfg "hostRoot" (ternary "/host" "/" (eq (include "kubedev.hostRootMounted" .) "true")) }}
+{{- $_ := set $cfg "stateDir" $v.stateDir }}
+{{- $_ := set $cfg "metrics" (dict
+      "address" (printf "0.0.0.0:%v" $v.metrics.port)
+      "podResourcesSocket" (printf "%s/pod-resources/kubelet.sock" $kubelet)
+      "podResourcesIntervalSeconds" $v.metrics.podResourcesIntervalSeconds) }}
+{{- $dp := dict "enabled" $v.devicePlugin.enabled }}
+{{- if $v.devicePlugin.enabled }}
+{{- $_ := set $dp "directory" (printf "%s/device-plugins" $kubelet) }}
+{{- $_ := set $dp "cdi" $v.devicePlugin.cdi }}
+{{- $_ := set $dp "cdiDir" $v.cdiDir }}
+{{- $_ := set $dp "resources" $v.devicePlugin.resources }}
+{{- with $v.devicePlugin.policyDir }}
+{{- $_ := set $dp "policyDir" . }}
+{{- end }}
+{{- end }}
+{{- $_ := set $cfg "devicePlugin" $dp }}
+{{- $dra := dict "enabled" $v.dra.enabled }}
+{{- if $v.dra.enabled }}
+{{- $_ := set $dra "driverName" $v.dra.driverName }}
+{{- $_ := set $dra "registryDir" (printf "%s/plugins_registry" $kubelet) }}
+{{- $_ := set $dra "pluginDir" (printf "%s/plugins/%s" $kubelet $v.dra.driverName) }}
+{{- $_ := set $dra "cdiDir" $v.cdiDir }}
+{{- $_ := set $dra "health" $v.dra.health }}
+{{- end }}
+{{- $_ := set $cfg "dra" $dra }}
+{{- $backends := dict }}
+{{- range $name, $section := $v.backends }}
+{{- if $section.enabled }}
+{{- $_ := set $backends $name (omit $section "enabled") }}
+{{- end }}
+{{- end }}
+{{- $_ := set $cfg "backends" $backends }}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+One DeviceClass; takes a dict with the root context (`root`), the class name (`name`) and the
+CEL expression (`expression`).
+*/}}
+{{- define "kubedev.deviceClass" -}}
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata:
+  name: {{ .name }}.{{ .root.Values.dra.driverName }}
+  labels:
+    {{- include "kubedev.labels" .root | nindent 4 }}
+spec:
+  selectors:
+    - cel:
+        expression: '{{ .expression | replace "'" "''" }}'
+{{ end }}
