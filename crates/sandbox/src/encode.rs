@@ -87,6 +87,9 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
+/// Positions remembered per section kind (more attributes than this are looked up by scan).
+const MAX_MEMO: usize = 4096;
+
 /// No driver: the name is taken as written.
 const PLAIN: u32 = u32::MAX;
 /// The id of a name the policy did not declare: its records are not sent.
@@ -196,10 +199,12 @@ impl Names {
                 self.aliases.len() - 1
             }
         };
+        // Positions skipped so far hold no alias (u32::MAX never is one).
         let memo = &mut self.memo[kind];
         if pos < memo.len() {
             memo[pos] = n32(alias);
-        } else if pos == memo.len() {
+        } else if pos < MAX_MEMO {
+            memo.resize(pos, u32::MAX);
             memo.push(n32(alias));
         }
         let (_, _, _, id, rank) = self.aliases[alias];
@@ -416,7 +421,9 @@ impl<'a> Encoder<'_, 'a> {
         let span = push_str(self.strings, s);
         if pos < values.len() {
             values[pos] = span;
-        } else if pos == values.len() {
+        } else if pos < MAX_MEMO {
+            // Skipped positions hold the empty span, which only an empty value matches.
+            values.resize(pos, (0, 0));
             values.push(span);
         }
         span
