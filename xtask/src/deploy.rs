@@ -70,6 +70,7 @@ fn manifest_header() -> String {
 /// Runs the check; see the module docs.
 pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
     let helm = helm(root)?;
+    let kubedev = build_kubedev(root)?;
     let chart = root.join(CHART);
     let mut cases: Vec<Option<PathBuf>> = vec![None];
     let ci_dir = chart.join("ci");
@@ -91,6 +92,9 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
             Some(p) => p.strip_prefix(root).unwrap_or(p).display().to_string(),
         };
         eprintln!("deploy-check: {label}");
+        if let Err(e) = lint(&helm, &chart, values.as_deref()) {
+            problems.push(format!("{label}: {e:#}"));
+        }
         let rendered = match render(&helm, &chart, values.as_deref()) {
             Ok(r) => r,
             Err(e) => {
@@ -98,7 +102,7 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
                 continue;
             }
         };
-        for p in check_rendering(root, &rendered, scratch.path())? {
+        for p in check_rendering(&kubedev, &rendered, scratch.path())? {
             problems.push(format!("{label}: {p}"));
         }
         if values.is_none() {
@@ -135,31 +139,39 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
     }
 }
 
-/// Lints the chart and renders it with `values` (the defaults when `None`).
-fn render(helm: &Path, chart: &Path, values: Option<&Path>) -> anyhow::Result<String> {
-    let mut extra = Vec::new();
-    if let Some(v) = values {
-        extra.push("--values".as_ref());
-        extra.push(v.as_os_str());
+/// `--values FILE` when `values` is given.
+fn values_args(values: Option<&Path>) -> Vec<&std::ffi::OsStr> {
+    match values {
+        Some(v) => vec!["--values".as_ref(), v.as_os_str()],
+        None => Vec::new(),
     }
+}
+
+/// Lints the chart with `values` (the defaults when `None`); warnings count as failures.
+fn lint(helm: &Path, chart: &Path, values: Option<&Path>) -> anyhow::Result<()> {
     let lint = Command::new(helm)
         .args(["lint", "--strict", "--quiet", "--namespace", NAMESPACE])
         .arg(chart)
-        .args(&extra)
+        .args(values_args(values))
         .output()
         .with_context(|| format!("running {}", helm.display()))?;
     if !lint.status.success() {
         bail!(
-            "helm lint failed:\n{}{}",
-            String::from_utf8_lossy(&lint.stdout),
-            String::from_utf8_lossy(&lint.stderr)
+            "helm lint failed:\n{}\n{}",
+            String::from_utf8_lossy(&lint.stdout).trim(),
+            String::from_utf8_lossy(&lint.stderr).trim()
         );
     }
+    Ok(())
+}
+
+/// Renders the chart with `values` (the defaults when `None`).
+fn render(helm: &Path, chart: &Path, values: Option<&Path>) -> anyhow::Result<String> {
     let out = Command::new(helm)
         .args(["template", RELEASE])
         .arg(chart)
         .args(["--namespace", NAMESPACE])
-        .args(&extra)
+        .args(values_args(values))
         .output()
         .with_context(|| format!("running {}", helm.display()))?;
     if !out.status.success() {
@@ -301,7 +313,7 @@ fn check_type(object: &Object) -> Result<Vec<String>, String> {
 
 /// Every check of one rendering; returns the problems found, each naming its template and
 /// object.
-fn check_rendering(root: &Path, rendered: &str, scratch: &Path) -> anyhow::Result<Vec<String>> {
+fn check_rendering(kubedev: &Path, rendered: &str, scratch: &Path) -> anyhow::Result<Vec<String>> {
     let objects = match parse_objects(rendered) {
         Ok(o) => o,
         Err(e) => return Ok(vec![format!("{e:#}")]),
@@ -345,7 +357,7 @@ fn check_rendering(root: &Path, rendered: &str, scratch: &Path) -> anyhow::Resul
     };
     let file = scratch.join("config.yaml");
     std::fs::write(&file, config).with_context(|| format!("writing {}", file.display()))?;
-    if let Err(e) = check_config(root, &file) {
+    if let Err(e) = check_config(kubedev, &file) {
         problems.push(format!("{cm_at}: config.yaml: {e:#}"));
     }
     let config: Value = match serde_saphyr::from_str(config) {
@@ -357,6 +369,12 @@ fn check_rendering(root: &Path, rendered: &str, scratch: &Path) -> anyhow::Resul
     };
     problems.extend(
         check_mounts(&config, pod)
+            .into_iter()
+            .map(|p| format!("{ds_at}: {p}")),
+    );
+
+    problems.extend(
+        check_container(&config, pod)
             .into_iter()
             .map(|p| format!("{ds_at}: {p}")),
     );
@@ -448,25 +466,41 @@ fn check_rendering(root: &Path, rendered: &str, scratch: &Path) -> anyhow::Resul
     Ok(problems)
 }
 
-/// Runs `kubedev check-config` on `file`, as the daemon in the DaemonSet would see it.
-fn check_config(root: &Path, file: &Path) -> anyhow::Result<()> {
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+/// Builds the daemon (debug, default features: every backend) and returns its path.
+fn build_kubedev(root: &Path) -> anyhow::Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
         .current_dir(root)
-        .args([
-            "run",
-            "-q",
-            "-p",
-            "kubedev",
-            "--",
-            "check-config",
-            "--config",
-        ])
+        .args(["build", "-q", "-p", "kubedev", "--bin", "kubedev"])
+        .status()
+        .context("running `cargo build -p kubedev`")?;
+    if !status.success() {
+        bail!("`cargo build -p kubedev` failed");
+    }
+    let out = Command::new(&cargo)
+        .current_dir(root)
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .context("running `cargo metadata`")?;
+    let meta: Value =
+        serde_json::from_slice(&out.stdout).context("reading `cargo metadata` output")?;
+    let target = meta
+        .get("target_directory")
+        .and_then(Value::as_str)
+        .context("`cargo metadata` names no target directory")?;
+    Ok(Path::new(target).join("debug").join("kubedev"))
+}
+
+/// Runs `kubedev check-config` on `file`, as the daemon in the DaemonSet would see it.
+fn check_config(kubedev: &Path, file: &Path) -> anyhow::Result<()> {
+    let out = Command::new(kubedev)
+        .args(["check-config", "--config"])
         .arg(file)
         // What the downward API gives the daemon in the DaemonSet.
         .env("NODE_NAME", "deploy-check-node")
         .env("POD_UID", "0b6e4f8e-5a8c-4c2e-9a55-3f1d2c7e9b10")
         .output()
-        .context("running `cargo run -p kubedev -- check-config`")?;
+        .with_context(|| format!("running {}", kubedev.display()))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -475,6 +509,67 @@ fn check_config(root: &Path, file: &Path) -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         )
     }
+}
+
+/// The daemon container's environment and probes against the configuration: `NODE_NAME` and
+/// `POD_UID` from the downward API, liveness on `/healthz` and readiness on `/readyz` at the
+/// port of `metrics.address`; returns the problems.
+fn check_container(config: &Value, pod: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(container) = pod.pointer("/containers/0") else {
+        return vec!["has no container".into()];
+    };
+    for (name, field) in [("NODE_NAME", "spec.nodeName"), ("POD_UID", "metadata.uid")] {
+        let from = container
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|e| e.get("name").and_then(Value::as_str) == Some(name))
+            .and_then(|e| e.pointer("/valueFrom/fieldRef/fieldPath"))
+            .and_then(Value::as_str);
+        if from != Some(field) {
+            problems.push(format!(
+                "env {name} must come from the downward API's {field}, not {from:?}"
+            ));
+        }
+    }
+    let port = config
+        .pointer("/metrics/address")
+        .and_then(Value::as_str)
+        .and_then(|a| a.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse::<u64>().ok());
+    let Some(port) = port else {
+        problems
+            .push("config.yaml's metrics.address has no port, so the probes cannot work".into());
+        return problems;
+    };
+    let named_port = |name: &str| {
+        container
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|p| p.get("name").and_then(Value::as_str) == Some(name))
+            .and_then(|p| p.get("containerPort"))
+            .and_then(Value::as_u64)
+    };
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = container.get(probe).and_then(|p| p.get("httpGet"));
+        let at = get.and_then(|g| g.get("path")).and_then(Value::as_str);
+        let probe_port = match get.and_then(|g| g.get("port")) {
+            Some(Value::Number(n)) => n.as_u64(),
+            Some(Value::String(name)) => named_port(name),
+            _ => None,
+        };
+        if at != Some(path) || probe_port != Some(port) {
+            problems.push(format!(
+                "{probe} must GET {path} on port {port} (metrics.address), not {at:?} on \
+                 {probe_port:?}"
+            ));
+        }
+    }
+    problems
 }
 
 /// The paths the configuration names that the daemon reads or writes, each of which must lie
@@ -670,6 +765,29 @@ mod tests {
                 ("c/templates/b.yaml", "ServiceAccount b")
             ]
         );
+    }
+
+    #[test]
+    fn probes_and_downward_env_are_checked() {
+        let config = serde_json::json!({"metrics": {"address": "0.0.0.0:9464"}});
+        let good = serde_json::json!({"containers": [{
+            "env": [
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            ],
+            "ports": [{"name": "metrics", "containerPort": 9464}],
+            "livenessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}},
+            "readinessProbe": {"httpGet": {"path": "/readyz", "port": 9464}},
+        }]});
+        assert_eq!(check_container(&config, &good), Vec::<String>::new());
+        let mut bad = good.clone();
+        bad["containers"][0]["env"][1]["valueFrom"]["fieldRef"]["fieldPath"] =
+            "metadata.name".into();
+        bad["containers"][0]["readinessProbe"]["httpGet"]["port"] = 8080.into();
+        let problems = check_container(&config, &bad);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("POD_UID"), "{problems:?}");
+        assert!(problems[1].contains("readinessProbe"), "{problems:?}");
     }
 
     #[test]
