@@ -453,10 +453,19 @@ fn check_rendering(kubedev: &Path, rendered: &str, scratch: &Path) -> anyhow::Re
         if expressions.is_empty() {
             problems.push(format!("{at}: has no CEL selector"));
         }
+        let mut programs = Vec::new();
         for e in &expressions {
-            if let Err(err) = kubedev_allocator::cel::compile(e) {
-                problems.push(format!("{at}: selector {e:?} does not compile: {err}"));
+            match kubedev_allocator::cel::compile(e) {
+                Ok(p) => programs.push(p),
+                Err(err) => problems.push(format!("{at}: selector {e:?} does not compile: {err}")),
             }
+        }
+        if programs.len() == expressions.len() {
+            problems.extend(
+                check_class_selects(&class.name, driver, &programs)
+                    .into_iter()
+                    .map(|p| format!("{at}: {p}")),
+            );
         }
         let wanted = format!("device.driver == \"{driver}\"");
         if !expressions.iter().any(|e| e.contains(&wanted)) {
@@ -489,6 +498,100 @@ fn build_kubedev(root: &Path) -> anyhow::Result<PathBuf> {
         .and_then(Value::as_str)
         .context("`cargo metadata` names no target directory")?;
     Ok(Path::new(target).join("debug").join("kubedev"))
+}
+
+/// A sample device: the class that must take it, its driver, its attributes.
+type Sample<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>);
+
+/// Sample devices as each backend publishes them (the attributes the classes look at), named by
+/// the class that must take them.
+fn sample_devices() -> Vec<(&'static str, Vec<(&'static str, &'static str)>)> {
+    vec![
+        (
+            "gpu",
+            vec![
+                ("gpu.nvidia.com/type", "gpu"),
+                ("gpu.nvidia.com/uuid", "GPU-1"),
+            ],
+        ),
+        (
+            "mig",
+            vec![
+                ("gpu.nvidia.com/type", "mig"),
+                ("gpu.nvidia.com/uuid", "MIG-1"),
+            ],
+        ),
+        (
+            "vfio",
+            vec![("type", "pci"), ("pciAddress", "0000:3b:00.0")],
+        ),
+        ("vfio", vec![("type", "mdev"), ("mdevType", "nvidia-222")]),
+        (
+            "usb",
+            vec![("usb.kubedev.io/resource", "example.com/yubikey")],
+        ),
+        (
+            "host",
+            vec![
+                ("host.kubedev.io/kind", "char"),
+                ("host.kubedev.io/name", "kvm"),
+            ],
+        ),
+        ("static", vec![("type", "gpu"), ("model", "x1")]),
+        ("static", vec![]),
+    ]
+}
+
+/// Evaluates a DeviceClass's selectors (all must hold) against the sample devices of every
+/// backend: the class `<backend>.<driver>` must take exactly its backend's devices, a device of
+/// another driver never, and no evaluation may fail. Returns the problems.
+fn check_class_selects(
+    class: &str,
+    driver: &str,
+    programs: &[std::sync::Arc<kubedev_allocator::cel::Program>],
+) -> Vec<String> {
+    use kubedev_allocator::cel::{AttributeValue, DeviceContext, evaluate};
+    let backend = class.strip_suffix(&format!(".{driver}")).unwrap_or(class);
+    let mut problems = Vec::new();
+    let mut samples: Vec<Sample<'_>> = sample_devices()
+        .into_iter()
+        .map(|(owner, attrs)| (owner, driver, attrs))
+        .collect();
+    samples.push((
+        "another driver's",
+        "gpu.example.com",
+        vec![("gpu.nvidia.com/type", "gpu")],
+    ));
+    for (owner, device_driver, attrs) in samples {
+        let device = DeviceContext::new(
+            device_driver,
+            attrs
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), AttributeValue::String((*v).to_string()))),
+            std::iter::empty::<(String, kubedev_core::Quantity)>(),
+            false,
+        );
+        let mut selected = true;
+        for program in programs {
+            match evaluate(program, &device) {
+                Ok(b) => selected &= b,
+                Err(e) => {
+                    problems.push(format!(
+                        "its selector fails on a {owner} device {attrs:?}: {e}"
+                    ));
+                    selected = false;
+                }
+            }
+        }
+        let wanted = owner == backend && device_driver == driver;
+        if selected != wanted {
+            let verb = if selected { "takes" } else { "misses" };
+            problems.push(format!(
+                "{verb} a {owner} device of driver {device_driver} {attrs:?}"
+            ));
+        }
+    }
+    problems
 }
 
 /// Runs `kubedev check-config` on `file`, as the daemon in the DaemonSet would see it.
@@ -764,6 +867,34 @@ mod tests {
                 ("c/templates/a.yaml", "ConfigMap ns/a"),
                 ("c/templates/b.yaml", "ServiceAccount b")
             ]
+        );
+    }
+
+    #[test]
+    fn device_classes_must_take_exactly_their_backends_devices() {
+        let compile = |e: &str| vec![kubedev_allocator::cel::compile(e).unwrap()];
+        let d = "devices.example.com";
+        let good = compile(&format!(
+            "device.driver == \"{d}\" && \"kind\" in device.attributes[\"host.kubedev.io\"]"
+        ));
+        assert_eq!(
+            check_class_selects(&format!("host.{d}"), d, &good),
+            Vec::<String>::new()
+        );
+        // The same selector under another backend's class name misses and takes devices.
+        let wrong = check_class_selects(&format!("usb.{d}"), d, &good);
+        assert_eq!(wrong.len(), 2, "{wrong:?}");
+        // Without the driver test it takes another driver's device; unguarded, it fails on
+        // devices that lack the attribute.
+        let loose = compile("device.attributes[\"gpu.nvidia.com\"].type == \"gpu\"");
+        let problems = check_class_selects(&format!("gpu.{d}"), d, &loose);
+        assert!(
+            problems.iter().any(|p| p.contains("another driver's")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("fails on")),
+            "{problems:?}"
         );
     }
 
