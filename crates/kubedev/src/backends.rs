@@ -26,24 +26,54 @@ impl std::fmt::Debug for Backend {
 }
 
 /// All backends of the daemon, and the pool → backend map of the latest discovery.
+///
+/// Each backend sits in a slot whose index never changes; a configuration reload replaces or
+/// empties a slot, and every clone (the DRA driver's, the device-plugin handlers') sees it.
 #[derive(Debug, Clone)]
 pub struct Backends {
-    list: Vec<Backend>,
+    slots: Arc<RwLock<Vec<Option<Backend>>>>,
     owners: Arc<RwLock<HashMap<PoolName, usize>>>,
 }
 
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Backends {
-    /// Wraps the backends; nothing is discovered yet.
+    /// Wraps the backends, one slot each; nothing is discovered yet.
     pub fn new(list: Vec<Backend>) -> Self {
         Backends {
-            list,
+            slots: Arc::new(RwLock::new(list.into_iter().map(Some).collect())),
             owners: Arc::default(),
         }
     }
 
-    /// The backends.
-    pub fn list(&self) -> &[Backend] {
-        &self.list
+    /// The running backends with their slot indexes.
+    pub fn list(&self) -> Vec<(usize, Backend)> {
+        read(&self.slots)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
+            .collect()
+    }
+
+    /// The backend in slot `i`, if one runs there.
+    pub fn get(&self, i: usize) -> Option<Backend> {
+        read(&self.slots).get(i).cloned().flatten()
+    }
+
+    /// Puts `backend` in slot `i` (a new slot when `i` is past the end), or empties the slot;
+    /// the slot's pools stay in the owner map until [`Backends::rediscover`] replaces them.
+    pub fn set(&self, i: usize, backend: Option<Backend>) {
+        let mut slots = write(&self.slots);
+        if i >= slots.len() {
+            slots.resize(i + 1, None);
+        }
+        slots[i] = backend;
     }
 
     /// Discovers all backends into one inventory; a backend that fails, a pool whose name another
@@ -51,32 +81,37 @@ impl Backends {
     pub async fn discover_all(&self) -> Inventory {
         let mut pools: Vec<Pool> = Vec::new();
         let mut owners = HashMap::new();
-        for (i, b) in self.list.iter().enumerate() {
+        for (i, b) in self.list() {
             match b.source.discover().await {
-                Ok(found) => Self::adopt(i, b, found, &mut owners, &mut pools),
+                Ok(found) => Self::adopt(i, &b, found, &mut owners, &mut pools),
                 Err(e) => {
                     tracing::error!(backend = b.source.name(), error = %e, "discovery failed")
                 }
             }
         }
-        *self.owners.write().unwrap_or_else(|e| e.into_inner()) = owners;
+        *write(&self.owners) = owners;
         Inventory::new(pools)
     }
 
-    /// Discovers backend `i` again and replaces its pools in `inventory`.
+    /// Discovers slot `i` again and replaces its pools in `inventory` (an empty slot's pools are
+    /// removed). False when discovery failed and nothing changed.
     pub async fn rediscover(&self, i: usize, inventory: &mut Inventory) -> bool {
-        let b = &self.list[i];
-        let found = match b.source.discover().await {
-            Ok(f) => f,
-            Err(e) => {
-                tracing::error!(backend = b.source.name(), error = %e, "rediscovery failed");
-                return false;
-            }
+        let found = match self.get(i) {
+            Some(b) => match b.source.discover().await {
+                Ok(f) => Some((b, f)),
+                Err(e) => {
+                    tracing::error!(backend = b.source.name(), error = %e, "rediscovery failed");
+                    return false;
+                }
+            },
+            None => None,
         };
-        let mut owners = self.owners.write().unwrap_or_else(|e| e.into_inner());
+        let mut owners = write(&self.owners);
         inventory.pools.retain(|p| owners.get(&p.name) != Some(&i));
         owners.retain(|_, o| *o != i);
-        Self::adopt(i, b, found, &mut owners, &mut inventory.pools);
+        if let Some((b, found)) = found {
+            Self::adopt(i, &b, found, &mut owners, &mut inventory.pools);
+        }
         true
     }
 
@@ -101,13 +136,15 @@ impl Backends {
         }
     }
 
-    /// The backend owning `pool`.
+    /// The backend slot owning `pool`.
     pub fn owner(&self, pool: &PoolName) -> Option<usize> {
-        self.owners
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(pool)
-            .copied()
+        read(&self.owners).get(pool).copied()
+    }
+
+    fn backend(&self, owner: usize, device: &AllocatedDevice) -> Result<Backend, PrepareError> {
+        self.get(owner).ok_or_else(|| PrepareError::UnknownDevice {
+            device: device.device.to_string(),
+        })
     }
 
     /// Groups devices by owning backend, keeping their order; an unowned device is an error.
@@ -141,7 +178,8 @@ impl Backends {
         let mut done: Vec<(usize, Vec<AllocatedDevice>)> = Vec::new();
         let mut prepared = Vec::with_capacity(devices.len());
         for (owner, group) in groups {
-            match self.list[owner].preparer.prepare(consumer, &group).await {
+            let backend = self.backend(owner, &group[0])?;
+            match backend.preparer.prepare(consumer, &group).await {
                 Ok(p) => {
                     prepared.extend(p);
                     done.push((owner, group));
@@ -149,7 +187,8 @@ impl Backends {
                 Err(e) => {
                     if let Consumer::Claim(claim) = consumer {
                         for (o, g) in done {
-                            if let Err(u) = self.list[o].preparer.unprepare(claim, &g).await {
+                            let Some(b) = self.get(o) else { continue };
+                            if let Err(u) = b.preparer.unprepare(claim, &g).await {
                                 tracing::error!(claim = %claim, error = %u, "rolling back a partial prepare failed");
                             }
                         }
@@ -170,7 +209,10 @@ impl Backends {
 
     /// Whether any backend wants `PreStartContainer` calls.
     pub fn needs_pre_start(&self) -> bool {
-        self.list.iter().any(|b| b.preparer.needs_pre_start())
+        read(&self.slots)
+            .iter()
+            .flatten()
+            .any(|b| b.preparer.needs_pre_start())
     }
 
     /// Runs the owning backends' pre-start hooks for `devices` (a container is about to start).
@@ -185,8 +227,9 @@ impl Backends {
             })
             .collect();
         for (owner, group) in self.group(&allocated)? {
+            let backend = self.backend(owner, &group[0])?;
             let refs: Vec<_> = group.into_iter().map(|a| a.device).collect();
-            self.list[owner].preparer.pre_start(&refs).await?;
+            backend.preparer.pre_start(&refs).await?;
         }
         Ok(())
     }
@@ -204,7 +247,11 @@ impl Backends {
             .cloned()
             .collect();
         for (owner, group) in self.group(&known)? {
-            self.list[owner].preparer.unprepare(claim, &group).await?;
+            // A slot emptied by a reload: its backend is gone, and so is what it prepared.
+            let Some(backend) = self.get(owner) else {
+                continue;
+            };
+            backend.preparer.unprepare(claim, &group).await?;
         }
         Ok(())
     }

@@ -41,6 +41,22 @@ impl Probes {
             .push(path);
     }
 
+    /// Forgets a socket (its server stopped).
+    pub fn remove_socket(&self, path: &std::path::Path) {
+        self.sockets
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p| p != path);
+    }
+
+    /// Forgets a device-plugin server (it stopped).
+    pub fn remove_device_plugin(&self, resource: &str) {
+        self.device_plugins
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(r, _)| r != resource);
+    }
+
     /// A device-plugin server whose registration `/readyz` waits for.
     pub fn add_device_plugin(&self, resource: String, status: watch::Receiver<PluginStatus>) {
         self.device_plugins

@@ -106,6 +106,8 @@ pub struct Metrics {
     pub policy_calls: Family<PolicyLabels, Counter>,
     /// Devices held by containers (1 per held device), from the kubelet's pod resources API.
     pub held_devices: Family<HolderLabels, Gauge>,
+    /// Configuration reloads by outcome (`applied`, `rejected`).
+    pub config_reloads: Family<ResultLabels, Counter>,
 }
 
 impl Metrics {
@@ -121,6 +123,12 @@ impl Metrics {
         let slice_publishes = Family::<ResultLabels, Counter>::default();
         let policy_calls = Family::<PolicyLabels, Counter>::default();
         let held_devices = Family::<HolderLabels, Gauge>::default();
+        let config_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Configuration file changes, applied or rejected",
+            config_reloads.clone(),
+        );
         registry.register_with_unit(
             "dra_operation_duration",
             "Time taken by DRA prepare and unprepare of one claim",
@@ -166,7 +174,17 @@ impl Metrics {
             slice_publishes,
             policy_calls,
             held_devices,
+            config_reloads,
         })
+    }
+
+    /// Counts one configuration reload with its outcome.
+    pub fn reload(&self, result: &str) {
+        self.config_reloads
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
     }
 
     /// Records one prepare or unprepare.

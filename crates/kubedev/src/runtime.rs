@@ -4,8 +4,8 @@
 //! resources, ResourceSlices), applies the backends' health and hot-plug events, and routes the
 //! kubelet's requests to the backend that owns each device.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,15 +33,26 @@ use crate::dra_driver::{ClaimSource, DraDriver};
 use crate::http::Probes;
 use crate::metrics::Metrics;
 
+/// The backend kinds, by their configuration key; a kind's index is its slot in [`Backends`].
+pub const BACKEND_KINDS: [&str; 5] = ["static", "nvidia", "vfio", "usb", "host"];
+
 /// Builds the backends the configuration names.
 pub fn build_backends(config: &Config) -> anyhow::Result<Vec<Backend>> {
     let mut out = Vec::new();
-    if let Some(s) = &config.backends.static_devices {
-        let b = Arc::new(StaticBackend::new(s.clone()).context("backends.static")?);
-        out.push(Backend {
+    for kind in BACKEND_KINDS {
+        out.extend(build_backend(config, kind)?);
+    }
+    Ok(out)
+}
+
+/// Builds the backend `kind` (one of [`BACKEND_KINDS`]) when the configuration names it.
+pub fn build_backend(config: &Config, kind: &str) -> anyhow::Result<Option<Backend>> {
+    fn wrap<B: kubedev_core::DeviceSource + kubedev_core::Preparer>(b: B) -> Option<Backend> {
+        let b = Arc::new(b);
+        Some(Backend {
             source: b.clone(),
             preparer: b,
-        });
+        })
     }
     // What each host backend is given: the host root, its own state directory, the node.
     #[allow(unused_variables)]
@@ -55,53 +66,85 @@ pub fn build_backends(config: &Config) -> anyhow::Result<Vec<Backend>> {
             node_name: node_name(config),
         })
     };
-    macro_rules! host_backend {
-        ($feature:literal, $field:ident, $ty:path) => {
-            #[cfg(feature = $feature)]
-            if let Some(c) = &config.backends.$field {
-                let b = Arc::new(
-                    <$ty>::new(c.clone(), &context($feature)?)
-                        .context(concat!("backends.", $feature))?,
-                );
-                out.push(Backend {
-                    source: b.clone(),
-                    preparer: b,
-                });
-            }
-        };
-    }
-    host_backend!("nvidia", nvidia, kubedev_nvidia::NvidiaBackend);
-    #[cfg(feature = "vfio")]
-    if let Some(c) = &config.backends.vfio {
-        let b = kubedev_vfio::VfioBackend::new(c.clone(), &context("vfio")?)
-            .context("backends.vfio")?;
-        if !c.desired_mdev_types.is_empty() {
-            // Before discovery, so the mediated devices it creates are offered at once.
-            match b.type_manager().apply() {
-                Ok(report) => {
-                    tracing::info!(
-                        created = report.created.len(),
-                        removed = report.removed.len(),
-                        "mediated device types applied"
-                    );
-                    for e in &report.errors {
-                        tracing::error!(error = %e, "mediated device type change failed");
+    match kind {
+        "static" => match &config.backends.static_devices {
+            Some(s) => Ok(wrap(
+                StaticBackend::new(s.clone()).context("backends.static")?,
+            )),
+            None => Ok(None),
+        },
+        #[cfg(feature = "nvidia")]
+        "nvidia" => match &config.backends.nvidia {
+            Some(c) => Ok(wrap(
+                kubedev_nvidia::NvidiaBackend::new(c.clone(), &context("nvidia")?)
+                    .context("backends.nvidia")?,
+            )),
+            None => Ok(None),
+        },
+        #[cfg(feature = "vfio")]
+        "vfio" => match &config.backends.vfio {
+            Some(c) => {
+                let b = kubedev_vfio::VfioBackend::new(c.clone(), &context("vfio")?)
+                    .context("backends.vfio")?;
+                if !c.desired_mdev_types.is_empty() {
+                    // Before discovery, so the mediated devices it creates are offered at once.
+                    match b.type_manager().apply() {
+                        Ok(report) => {
+                            tracing::info!(
+                                created = report.created.len(),
+                                removed = report.removed.len(),
+                                "mediated device types applied"
+                            );
+                            for e in &report.errors {
+                                tracing::error!(error = %e, "mediated device type change failed");
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "applying backends.vfio.desiredMdevTypes failed")
+                        }
                     }
                 }
-                Err(e) => {
-                    tracing::error!(error = %e, "applying backends.vfio.desiredMdevTypes failed")
-                }
+                Ok(wrap(b))
             }
-        }
-        let b = Arc::new(b);
-        out.push(Backend {
-            source: b.clone(),
-            preparer: b,
-        });
+            None => Ok(None),
+        },
+        #[cfg(feature = "usb")]
+        "usb" => match &config.backends.usb {
+            Some(c) => Ok(wrap(
+                kubedev_usb::UsbBackend::new(c.clone(), &context("usb")?)
+                    .context("backends.usb")?,
+            )),
+            None => Ok(None),
+        },
+        #[cfg(feature = "host")]
+        "host" => match &config.backends.host {
+            Some(c) => Ok(wrap(
+                kubedev_host::HostBackend::new(c.clone(), &context("host")?)
+                    .context("backends.host")?,
+            )),
+            None => Ok(None),
+        },
+        // A kind this binary was built without (configuration naming it is refused at load).
+        _ => Ok(None),
     }
-    host_backend!("usb", usb, kubedev_usb::UsbBackend);
-    host_backend!("host", host, kubedev_host::HostBackend);
-    Ok(out)
+}
+
+/// Whether the backend `kind` must be rebuilt to go from `old` to `new`.
+fn backend_changed(old: &Config, new: &Config, kind: &str) -> bool {
+    let b = (&old.backends, &new.backends);
+    let section = match kind {
+        "static" => b.0.static_devices != b.1.static_devices,
+        "nvidia" => b.0.nvidia != b.1.nvidia,
+        "vfio" => b.0.vfio != b.1.vfio,
+        "usb" => b.0.usb != b.1.usb,
+        "host" => b.0.host != b.1.host,
+        _ => false,
+    };
+    let host_side = kind != "static"
+        && (old.host_root != new.host_root
+            || old.state_dir != new.state_dir
+            || node_name(old) != node_name(new));
+    section || host_side
 }
 
 /// The node's name: from the configuration, else `NODE_NAME`, else the host name.
@@ -646,8 +689,276 @@ async fn start_dra(
     }))
 }
 
+/// Where device-plugin resources get their selection policies: one sandbox, and the watched
+/// policy directory once a resource names a module in it.
+#[derive(Default)]
+struct PolicyState {
+    sandbox: Option<kubedev_sandbox::Sandbox>,
+    dir: Option<(PathBuf, Arc<kubedev_sandbox::PolicyDir>)>,
+    /// Keeps the policy directory's reload thread alive.
+    watch: Option<kubedev_sandbox::DirWatcher>,
+}
+
+impl PolicyState {
+    /// The policy of resource `r`, loaded (a failure names the resource and the module).
+    fn load(
+        &mut self,
+        r: &crate::config::ResourceSpec,
+        dp: &crate::config::DevicePluginSection,
+    ) -> anyhow::Result<Option<PolicySource>> {
+        let Some(path) = &r.policy else {
+            return Ok(None);
+        };
+        if self.sandbox.is_none() {
+            self.sandbox = Some(kubedev_sandbox::Sandbox::new(
+                kubedev_sandbox::Limits::default(),
+            )?);
+        }
+        let sb = self.sandbox.as_ref().context("sandbox missing")?;
+        let bare = path.components().count() == 1 && path.extension().is_none();
+        match (&dp.policy_dir, bare) {
+            (Some(dir), true) => {
+                if self.dir.as_ref().is_none_or(|(p, _)| p != dir) {
+                    let (opened, report) = kubedev_sandbox::PolicyDir::open(sb, dir)
+                        .with_context(|| format!("devicePlugin.policyDir {}", dir.display()))?;
+                    if !report.is_empty() {
+                        tracing::info!(dir = %dir.display(), ?report, "policies loaded");
+                    }
+                    let opened = Arc::new(opened);
+                    self.watch = Some(opened.watch(Duration::from_secs(2))?);
+                    self.dir = Some((dir.clone(), opened));
+                }
+                let dir = self
+                    .dir
+                    .as_ref()
+                    .map(|(_, d)| d.clone())
+                    .context("policy directory missing")?;
+                let name = path.to_string_lossy().into_owned();
+                if dir.get(&name).is_none() {
+                    tracing::warn!(resource = %r.name, policy = %name, "no such policy in the policy directory yet; NUMA packing until it appears");
+                }
+                Ok(Some(PolicySource::Dir(dir, name)))
+            }
+            _ => Ok(Some(PolicySource::Fixed(sb.load_file(path).with_context(
+                || {
+                    format!(
+                        "devicePlugin resource {}: loading the selection policy {}",
+                        r.name,
+                        path.display()
+                    )
+                },
+            )?))),
+        }
+    }
+}
+
+/// One running device-plugin resource.
+struct DpServer {
+    /// Its configuration as written, to tell what a reload changes.
+    config: crate::config::ResourceConfig,
+    filter: crate::selector::ResourceFilter,
+    handle: DevicePluginHandle,
+}
+
+/// The device-plugin side: the publisher feeding every resource, and the running servers.
+#[derive(Default)]
+struct DevicePlugins {
+    publisher: DevicePluginPublisher,
+    servers: BTreeMap<String, DpServer>,
+    policies: PolicyState,
+}
+
+/// What the runtime shares with every part it starts.
+struct Shared<'a> {
+    backends: &'a Backends,
+    inventory: &'a Arc<std::sync::RwLock<Inventory>>,
+    obs: &'a Observe,
+    cancel: &'a CancellationToken,
+}
+
+impl DevicePlugins {
+    /// The filters of the running resources: what DRA must not publish.
+    fn ownership(&self) -> Ownership {
+        Ownership {
+            device_plugin: self.servers.values().map(|s| s.filter.clone()).collect(),
+        }
+    }
+
+    /// Adds `specs` to the publisher, publishes `inventory` to every resource (so each server's
+    /// first snapshot is complete, and a selector that makes device IDs clash is refused), then
+    /// starts their servers. On an error the new resources are taken out again.
+    async fn start(
+        &mut self,
+        specs: Vec<(
+            crate::config::ResourceSpec,
+            crate::config::ResourceConfig,
+            Option<PolicySource>,
+        )>,
+        dp: &crate::config::DevicePluginSection,
+        inventory: &Inventory,
+        sh: &Shared<'_>,
+    ) -> anyhow::Result<()> {
+        let mut added = Vec::new();
+        for (r, raw, policy) in specs {
+            let devices = self
+                .publisher
+                .add_resource(r.name.clone(), Box::new(r.filter.clone()));
+            added.push((r, raw, policy, devices));
+        }
+        let undo = |me: &mut Self,
+                    added: &[(
+            crate::config::ResourceSpec,
+            crate::config::ResourceConfig,
+            Option<PolicySource>,
+            Arc<ResourceDevices>,
+        )]| {
+            for (r, ..) in added {
+                me.publisher.remove_resource(&r.name);
+            }
+        };
+        if let Err(e) = self.publisher.publish(inventory).await {
+            undo(self, &added);
+            return Err(e).context("publishing the inventory to the device-plugin resources");
+        }
+        let names: Vec<_> = added.iter().map(|(r, ..)| r.name.clone()).collect();
+        for (r, raw, policy, devices) in added {
+            let started = (|| -> anyhow::Result<DevicePluginHandle> {
+                let mut cfg =
+                    DevicePluginConfig::new(devices.name().clone()).plugin_dir(&dp.directory);
+                if let Some(k) = &dp.kubelet_socket {
+                    cfg = cfg.kubelet_socket(k);
+                }
+                let handler = Arc::new(ResourceHandler {
+                    resource: devices.clone(),
+                    backends: sh.backends.clone(),
+                    policy,
+                    inventory: sh.inventory.clone(),
+                    cdi: if dp.cdi {
+                        Some(DevicePluginCdi::new(&dp.cdi_dir, devices.name())?)
+                    } else {
+                        None
+                    },
+                    metrics: sh.obs.metrics.clone(),
+                });
+                DevicePlugin::start(cfg, handler, devices.subscribe(), sh.cancel.child_token())
+                    .with_context(|| {
+                        format!("starting the device-plugin server for {}", devices.name())
+                    })
+            })();
+            let handle = match started {
+                Ok(h) => h,
+                Err(e) => {
+                    for n in &names {
+                        if !self.servers.contains_key(n.as_str()) {
+                            self.publisher.remove_resource(n);
+                        }
+                    }
+                    return Err(e);
+                }
+            };
+            tracing::info!(resource = %r.name, socket = %handle.socket_path().display(), "device-plugin server started");
+            sh.obs.probes.add_socket(handle.socket_path().to_path_buf());
+            sh.obs
+                .probes
+                .add_device_plugin(r.name.to_string(), handle.watch_status());
+            count_registrations(
+                &sh.obs.metrics,
+                "device-plugin",
+                r.name.to_string(),
+                handle.watch_status(),
+                |s| s.registrations,
+            );
+            self.servers.insert(
+                r.name.to_string(),
+                DpServer {
+                    config: raw,
+                    filter: r.filter,
+                    handle,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops the server of `name` and takes its resource out of the publisher.
+    async fn stop(&mut self, name: &str, obs: &Observe) {
+        if let Some(s) = self.servers.remove(name) {
+            obs.probes.remove_socket(s.handle.socket_path());
+            obs.probes.remove_device_plugin(name);
+            if let Ok(n) = kubedev_core::ExtendedResourceName::new(name.to_string()) {
+                self.publisher.remove_resource(&n);
+            }
+            s.handle.stop().await;
+            tracing::info!(resource = %name, "device-plugin server stopped");
+        }
+    }
+}
+
+/// Starts the watcher of the backend in `slot`; it stops when `stop` fires.
+fn spawn_watcher(
+    watchers: &mut JoinSet<()>,
+    slot: usize,
+    backend: &Backend,
+    tx: mpsc::Sender<(usize, SourceEvent)>,
+    stop: CancellationToken,
+) {
+    let (btx, mut brx) = mpsc::channel(64);
+    let source = backend.source.clone();
+    let name = source.name().to_string();
+    watchers.spawn(async move {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            r = source.watch(btx) => if let Err(e) = r {
+                tracing::error!(backend = %name, error = %e, "watch failed");
+            },
+        }
+    });
+    watchers.spawn(async move {
+        while let Some(ev) = brx.recv().await {
+            if tx.send((slot, ev)).await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Watches the configuration file: every change that parses and validates is sent on; one that
+/// does not is logged with the reason (and counted), and the running configuration stays.
+async fn watch_config(
+    path: PathBuf,
+    tx: mpsc::Sender<Config>,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    let read = |p: &Path| std::fs::read(p).ok();
+    let mut last = read(&path);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let now = read(&path);
+        if now.is_none() || now == last {
+            continue;
+        }
+        last = now;
+        match Config::load(&path) {
+            Ok(c) => {
+                if tx.send(c).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                metrics.reload("rejected");
+                tracing::error!(error = %e, "configuration change rejected; the running configuration stays");
+            }
+        }
+    }
+}
+
 /// Runs the daemon until `cancel` fires; stops every server and removes its sockets on the way
-/// out. `cluster` is needed when DRA mode is on.
+/// out. `cluster` is needed when DRA mode is on. Changes to the configuration file are applied
+/// while it runs (see [`Running::reload`]).
 pub async fn run(
     config: Config,
     config_path: &Path,
@@ -673,14 +984,15 @@ pub async fn run(
             cancel.child_token(),
         ));
     }
-    let backends = Backends::new(build_backends(&config)?);
+    let backends = Backends::new(Vec::new());
+    for (slot, kind) in BACKEND_KINDS.iter().enumerate() {
+        if let Some(b) = build_backend(&config, kind)? {
+            backends.set(slot, Some(b));
+        }
+    }
     let resources = config.resources(config_path)?;
-    let mut inventory = backends.discover_all().await;
+    let inventory = backends.discover_all().await;
     let shared_inventory = Arc::new(std::sync::RwLock::new(inventory.clone()));
-    let mut sandbox: Option<kubedev_sandbox::Sandbox> = None;
-    let mut policy_dir: Option<Arc<kubedev_sandbox::PolicyDir>> = None;
-    // Keeps the policy directory's reload thread alive for the daemon's life.
-    let mut policy_watch: Option<kubedev_sandbox::DirWatcher> = None;
     tracing::info!(
         backends = backends.list().len(),
         pools = inventory.pools.len(),
@@ -688,179 +1000,96 @@ pub async fn run(
         "discovered"
     );
 
-    let mut dp_publisher: Option<DevicePluginPublisher> = None;
-    let mut ownership = Ownership::default();
-    let mut servers: Vec<DevicePluginHandle> = Vec::new();
+    let sh = Shared {
+        backends: &backends,
+        inventory: &shared_inventory,
+        obs: &obs,
+        cancel: &cancel,
+    };
+    let mut dps = DevicePlugins::default();
     if config.device_plugin.enabled && !resources.is_empty() {
-        let dp = &config.device_plugin;
-        let mut publisher = DevicePluginPublisher::new();
-        let mut resource_devices = Vec::new();
-        for r in resources {
-            let policy = match &r.policy {
-                Some(path) => {
-                    if sandbox.is_none() {
-                        sandbox = Some(kubedev_sandbox::Sandbox::new(
-                            kubedev_sandbox::Limits::default(),
-                        )?);
-                    }
-                    let sb = sandbox.as_ref().context("sandbox missing")?;
-                    let bare = path.components().count() == 1 && path.extension().is_none();
-                    match (&dp.policy_dir, bare) {
-                        (Some(dir), true) => {
-                            if policy_dir.is_none() {
-                                let (opened, report) = kubedev_sandbox::PolicyDir::open(sb, dir)
-                                    .with_context(|| {
-                                        format!("devicePlugin.policyDir {}", dir.display())
-                                    })?;
-                                if !report.is_empty() {
-                                    tracing::info!(dir = %dir.display(), ?report, "policies loaded");
-                                }
-                                let opened = Arc::new(opened);
-                                policy_watch = Some(opened.watch(Duration::from_secs(2))?);
-                                policy_dir = Some(opened);
-                            }
-                            let dir = policy_dir.clone().context("policy directory missing")?;
-                            let name = path.to_string_lossy().into_owned();
-                            if dir.get(&name).is_none() {
-                                tracing::warn!(resource = %r.name, policy = %name, "no such policy in the policy directory yet; NUMA packing until it appears");
-                            }
-                            Some(PolicySource::Dir(dir, name))
-                        }
-                        _ => Some(PolicySource::Fixed(sb.load_file(path).with_context(
-                            || {
-                                format!(
-                                    "devicePlugin resource {}: loading the selection policy {}",
-                                    r.name,
-                                    path.display()
-                                )
-                            },
-                        )?)),
-                    }
-                }
-                None => None,
-            };
-            ownership.device_plugin.push(r.filter.clone());
-            resource_devices.push((publisher.add_resource(r.name, Box::new(r.filter)), policy));
+        let mut specs = Vec::new();
+        for (r, raw) in resources
+            .into_iter()
+            .zip(config.device_plugin.resources.iter())
+        {
+            let policy = dps.policies.load(&r, &config.device_plugin)?;
+            specs.push((r, raw.clone(), policy));
         }
-        // Before the servers start, so the kubelet's first snapshot is complete, and so a
-        // resource whose selector makes device IDs clash stops the daemon with the reason.
-        publisher
-            .publish(&inventory)
-            .await
-            .context("publishing the inventory to the device-plugin resources")?;
-        for (rd, policy) in resource_devices {
-            let mut cfg = DevicePluginConfig::new(rd.name().clone()).plugin_dir(&dp.directory);
-            if let Some(k) = &dp.kubelet_socket {
-                cfg = cfg.kubelet_socket(k);
-            }
-            let handler = Arc::new(ResourceHandler {
-                resource: rd.clone(),
-                backends: backends.clone(),
-                policy,
-                inventory: shared_inventory.clone(),
-                cdi: if dp.cdi {
-                    Some(DevicePluginCdi::new(&dp.cdi_dir, rd.name())?)
-                } else {
-                    None
-                },
-                metrics: obs.metrics.clone(),
-            });
-            let server = DevicePlugin::start(cfg, handler, rd.subscribe(), cancel.child_token())
-                .with_context(|| format!("starting the device-plugin server for {}", rd.name()))?;
-            tracing::info!(resource = %rd.name(), socket = %server.socket_path().display(), "device-plugin server started");
-            obs.probes.add_socket(server.socket_path().to_path_buf());
-            obs.probes
-                .add_device_plugin(rd.name().to_string(), server.watch_status());
-            count_registrations(
-                &obs.metrics,
-                "device-plugin",
-                rd.name().to_string(),
-                server.watch_status(),
-                |s| s.registrations,
-            );
-            servers.push(server);
-        }
-        dp_publisher = Some(publisher);
+        dps.start(specs, &config.device_plugin, &inventory, &sh)
+            .await?;
     }
 
     let dra = start_dra(&config, config_path, &backends, cluster, &cancel, &obs).await?;
-    let mut clock = HealthClock::default();
-    publish_all(
-        dp_publisher.as_ref(),
-        dra.as_ref(),
-        &ownership,
-        &mut clock,
-        &inventory,
-        &obs,
-    )
-    .await;
+    let mut running = Running {
+        config,
+        path: config_path.to_path_buf(),
+        inventory,
+        dps,
+        dra,
+        clock: HealthClock::default(),
+        watcher_stops: BTreeMap::new(),
+    };
+    running.publish(&obs).await;
 
     // Backend watchers feed one event channel.
     let (tx, mut rx) = mpsc::channel::<(usize, SourceEvent)>(256);
     let mut watchers = JoinSet::new();
-    for (i, b) in backends.list().iter().enumerate() {
-        let (btx, mut brx) = mpsc::channel(64);
-        let source = b.source.clone();
-        let name = source.name().to_string();
-        let stop = cancel.clone();
-        watchers.spawn(async move {
-            tokio::select! {
-                _ = stop.cancelled() => {}
-                r = source.watch(btx) => if let Err(e) = r {
-                    tracing::error!(backend = %name, error = %e, "watch failed");
-                },
-            }
-        });
-        let tx = tx.clone();
-        watchers.spawn(async move {
-            while let Some(ev) = brx.recv().await {
-                if tx.send((i, ev)).await.is_err() {
-                    break;
-                }
-            }
-        });
+    for (slot, b) in backends.list() {
+        let stop = cancel.child_token();
+        spawn_watcher(&mut watchers, slot, &b, tx.clone(), stop.clone());
+        running.watcher_stops.insert(slot, stop);
     }
-    drop(tx);
+    let (config_tx, mut config_rx) = mpsc::channel::<Config>(1);
+    tokio::spawn(watch_config(
+        config_path.to_path_buf(),
+        config_tx,
+        obs.metrics.clone(),
+        cancel.child_token(),
+    ));
 
     loop {
-        let (i, ev) = tokio::select! {
+        tokio::select! {
             _ = cancel.cancelled() => break,
-            ev = rx.recv() => match ev {
-                Some(ev) => ev,
-                None => { cancel.cancelled().await; break; }
-            },
-        };
-        let changed = match ev {
-            SourceEvent::Health { device, health } => {
-                tracing::info!(%device, state = %health.state, reason = health.reason.as_deref().unwrap_or(""), "health changed");
-                inventory.set_health(&device, health)
+            Some(new) = config_rx.recv() => {
+                match running.reload(new, &sh, &mut watchers, &tx).await {
+                    Ok(summary) => {
+                        obs.metrics.reload("applied");
+                        tracing::info!(%summary, "configuration reloaded");
+                    }
+                    Err(e) => {
+                        obs.metrics.reload("rejected");
+                        tracing::error!(error = format!("{e:#}"), "configuration change rejected; the running configuration stays");
+                    }
+                }
             }
-            SourceEvent::Rediscover => backends.rediscover(i, &mut inventory).await,
-            _ => false,
-        };
-        if changed {
-            *shared_inventory.write().unwrap_or_else(|e| e.into_inner()) = inventory.clone();
-            publish_all(
-                dp_publisher.as_ref(),
-                dra.as_ref(),
-                &ownership,
-                &mut clock,
-                &inventory,
-                &obs,
-            )
-            .await;
+            Some((slot, ev)) = rx.recv() => {
+                let changed = match ev {
+                    SourceEvent::Health { device, health } => {
+                        tracing::info!(%device, state = %health.state, reason = health.reason.as_deref().unwrap_or(""), "health changed");
+                        running.inventory.set_health(&device, health)
+                    }
+                    SourceEvent::Rediscover => backends.rediscover(slot, &mut running.inventory).await,
+                    _ => false,
+                };
+                if changed {
+                    *shared_inventory.write().unwrap_or_else(|e| e.into_inner()) =
+                        running.inventory.clone();
+                    running.publish(&obs).await;
+                }
+            }
         }
     }
 
     tracing::info!("stopping");
-    drop(policy_watch);
     watchers.shutdown().await;
+    let Running { dps, dra, .. } = running;
     let stop_all = async {
         if let Some(d) = dra {
             d.handle.stop().await;
         }
-        for s in servers {
-            s.stop().await;
+        for (_, s) in dps.servers {
+            s.handle.stop().await;
         }
     };
     if tokio::time::timeout(Duration::from_secs(10), stop_all)
@@ -870,4 +1099,150 @@ pub async fn run(
         tracing::warn!("servers did not stop within 10 s");
     }
     Ok(())
+}
+
+/// The running daemon's state that a configuration reload changes.
+struct Running {
+    config: Config,
+    path: PathBuf,
+    inventory: Inventory,
+    dps: DevicePlugins,
+    dra: Option<Dra>,
+    clock: HealthClock,
+    /// Stops each backend slot's watcher.
+    watcher_stops: BTreeMap<usize, CancellationToken>,
+}
+
+impl Running {
+    async fn publish(&mut self, obs: &Observe) {
+        let dp = (!self.dps.servers.is_empty()).then_some(&self.dps.publisher);
+        publish_all(
+            dp,
+            self.dra.as_ref(),
+            &self.dps.ownership(),
+            &mut self.clock,
+            &self.inventory,
+            obs,
+        )
+        .await;
+    }
+
+    /// Applies a new configuration: backends whose section changed are rebuilt (the others keep
+    /// running), device-plugin resources that were added, removed or changed are started or
+    /// stopped (the others keep serving). Everything that can fail — building backends, loading
+    /// policies — happens before anything changes, so an error leaves the running set as it
+    /// was. Changes to `dra`, `metrics` and `nodeName` in DRA mode take effect at the next
+    /// restart; they are logged. Returns a summary of what changed.
+    async fn reload(
+        &mut self,
+        new: Config,
+        sh: &Shared<'_>,
+        watchers: &mut JoinSet<()>,
+        tx: &mpsc::Sender<(usize, SourceEvent)>,
+    ) -> anyhow::Result<String> {
+        let old = &self.config;
+        // 1. Everything that can fail.
+        let mut rebuilt = Vec::new();
+        for (slot, kind) in BACKEND_KINDS.iter().enumerate() {
+            if backend_changed(old, &new, kind) {
+                rebuilt.push((slot, *kind, build_backend(&new, kind)?));
+            }
+        }
+        let resources = new.resources(&self.path)?;
+        let dp_wide_changed = {
+            let (a, b) = (&old.device_plugin, &new.device_plugin);
+            a.enabled != b.enabled
+                || a.directory != b.directory
+                || a.kubelet_socket != b.kubelet_socket
+                || a.cdi != b.cdi
+                || a.cdi_dir != b.cdi_dir
+                || a.policy_dir != b.policy_dir
+        };
+        let wanted: BTreeMap<String, (crate::config::ResourceSpec, crate::config::ResourceConfig)> =
+            if new.device_plugin.enabled {
+                resources
+                    .into_iter()
+                    .zip(new.device_plugin.resources.iter().cloned())
+                    .map(|(r, raw)| (r.name.to_string(), (r, raw)))
+                    .collect()
+            } else {
+                BTreeMap::new()
+            };
+        let to_stop: Vec<String> = self
+            .dps
+            .servers
+            .iter()
+            .filter(|(name, s)| {
+                dp_wide_changed || wanted.get(*name).is_none_or(|(_, raw)| *raw != s.config)
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut to_start = Vec::new();
+        for (name, (r, raw)) in &wanted {
+            if self.dps.servers.contains_key(name) && !to_stop.contains(name) {
+                continue;
+            }
+            let policy = self.dps.policies.load(r, &new.device_plugin)?;
+            to_start.push((r.clone(), raw.clone(), policy));
+        }
+        let mut restart_needed = Vec::new();
+        if old.dra != new.dra {
+            restart_needed.push("dra");
+        }
+        if old.metrics != new.metrics {
+            restart_needed.push("metrics");
+        }
+        if old.node_name != new.node_name && self.dra.is_some() {
+            restart_needed.push("nodeName");
+        }
+
+        // 2. Backends: stop the old watcher, swap the slot, discover it again, watch it.
+        let mut summary = Vec::new();
+        for (slot, kind, backend) in rebuilt {
+            if let Some(stop) = self.watcher_stops.remove(&slot) {
+                stop.cancel();
+            }
+            let present = backend.is_some();
+            sh.backends.set(slot, backend.clone());
+            sh.backends.rediscover(slot, &mut self.inventory).await;
+            if let Some(b) = &backend {
+                let stop = sh.cancel.child_token();
+                spawn_watcher(watchers, slot, b, tx.clone(), stop.clone());
+                self.watcher_stops.insert(slot, stop);
+            }
+            summary.push(format!(
+                "backend {kind} {}",
+                if present { "(re)started" } else { "stopped" }
+            ));
+        }
+        *sh.inventory.write().unwrap_or_else(|e| e.into_inner()) = self.inventory.clone();
+
+        // 3. Device-plugin resources.
+        for name in &to_stop {
+            self.dps.stop(name, sh.obs).await;
+            if !wanted.contains_key(name) {
+                summary.push(format!("resource {name} stopped"));
+            }
+        }
+        let started: Vec<String> = to_start.iter().map(|(r, ..)| r.name.to_string()).collect();
+        if !to_start.is_empty() {
+            self.dps
+                .start(to_start, &new.device_plugin, &self.inventory, sh)
+                .await?;
+            summary.extend(started.iter().map(|n| format!("resource {n} started")));
+        }
+        if !restart_needed.is_empty() {
+            tracing::warn!(
+                sections = ?restart_needed,
+                "these configuration changes take effect at the next restart"
+            );
+        }
+        self.config = new;
+        self.publish(sh.obs).await;
+        Ok(if summary.is_empty() {
+            "nothing to change".to_string()
+        } else {
+            summary.join(", ")
+        })
+    }
 }

@@ -71,6 +71,13 @@ impl DevicePluginPublisher {
         r
     }
 
+    /// Removes a resource (its server should be stopped); false when there was none.
+    pub fn remove_resource(&mut self, name: &ExtendedResourceName) -> bool {
+        let before = self.resources.len();
+        self.resources.retain(|r| &r.name != name);
+        self.resources.len() != before
+    }
+
     /// The resources, in the order they were added.
     pub fn resources(&self) -> &[Arc<ResourceDevices>] {
         &self.resources
