@@ -18,6 +18,8 @@ pub struct ResourceDevices {
     filter: Box<dyn DeviceFilter>,
     tx: watch::Sender<Vec<PluginDevice>>,
     refs: Mutex<BTreeMap<String, DeviceRef>>,
+    /// Devices the selector failed on at the last publish, so each failure is logged once.
+    failing: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl ResourceDevices {
@@ -66,6 +68,7 @@ impl DevicePluginPublisher {
             filter,
             tx,
             refs: Mutex::new(BTreeMap::new()),
+            failing: Mutex::default(),
         });
         self.resources.push(r.clone());
         r
@@ -89,12 +92,18 @@ impl DevicePluginPublisher {
     ) -> Result<(Vec<PluginDevice>, BTreeMap<String, DeviceRef>), PublishError> {
         let mut list = Vec::new();
         let mut refs: BTreeMap<String, DeviceRef> = BTreeMap::new();
+        let mut failing = r.failing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut now_failing = std::collections::BTreeSet::new();
         for (pool, dev) in inventory.devices() {
             match r.filter.matches(pool, dev) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {
-                    tracing::warn!(resource = %r.name, error = %e, "selector failed; device left out");
+                    let key = format!("{}/{}", pool.name, dev.name);
+                    if !failing.contains(&key) {
+                        tracing::warn!(resource = %r.name, error = %e, "selector failed; device left out");
+                    }
+                    now_failing.insert(key);
                     continue;
                 }
             }
@@ -117,6 +126,7 @@ impl DevicePluginPublisher {
                 numa_node: dev.numa_node,
             });
         }
+        *failing = now_failing;
         Ok((list, refs))
     }
 }

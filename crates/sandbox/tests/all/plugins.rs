@@ -124,6 +124,26 @@ fn nvlink_pack_uses_the_smallest_island_that_fits_and_qualified_names() {
 }
 
 #[test]
+fn nvlink_pack_reads_the_nvidia_backends_nvlink_group() {
+    let sb = sandbox();
+    let policy = plugin(&sb, "nvlink-pack");
+    // As the NVIDIA backend publishes them: islands 0 and 1, interleaved in listing order.
+    let gpus = (0..8)
+        .map(|i| {
+            device(
+                &format!("gpu-{i}"),
+                json!({ "gpu.nvidia.com/nvlinkGroup": { "int": i % 2 } }),
+            )
+        })
+        .collect();
+    let s = scenario(gpus, vec![], &[], 4);
+    assert_eq!(
+        sorted(allocate(&s, Some(&policy)).expect("fits")),
+        names(&["gpu-0", "gpu-2", "gpu-4", "gpu-6"])
+    );
+}
+
+#[test]
 fn nvlink_pack_without_link_groups_keeps_the_order_and_says_why() {
     let sb = sandbox();
     let policy = plugin(&sb, "nvlink-pack");
@@ -203,7 +223,10 @@ fn the_example_policies_declare_what_they_read() {
     let sb = sandbox();
     for (name, want) in [
         ("numa-pack", ""),
-        ("nvlink-pack", "attribute linkGroup"),
+        (
+            "nvlink-pack",
+            "attribute linkGroup\nattribute gpu.nvidia.com/nvlinkGroup",
+        ),
         ("spread", "attribute resource.kubernetes.io/pcieRoot"),
         ("binpack", "counters"),
     ] {
