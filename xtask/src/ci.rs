@@ -112,6 +112,9 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
 
+    step("deployment: the Helm chart renders, every object parses as its type");
+    run(root, "cargo", &["xtask", "deploy-check"])?;
+
     step("fuzz targets, briefly");
     crate::fuzz::fuzz(root, 15)?;
 
