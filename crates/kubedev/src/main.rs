@@ -90,6 +90,9 @@ enum Command {
         /// A WebAssembly selection policy that orders the valid candidates.
         #[arg(long)]
         policy: Option<PathBuf>,
+        /// When the policy fails, refuse the allocation instead of using the default order.
+        #[arg(long, requires = "policy")]
+        fail_closed: bool,
     },
     /// Work with WebAssembly selection policies.
     Policy {
@@ -178,10 +181,13 @@ fn real_main() -> anyhow::Result<()> {
             output,
             repeat,
             policy,
+            fail_closed,
         } => {
             let scenario = kubedev_allocator::Scenario::from_path(&file)
                 .with_context(|| format!("reading scenario {}", file.display()))?;
-            let mut options = kubedev_allocator::SimulateOptions::default().with_explain(explain);
+            let mut options = kubedev_allocator::SimulateOptions::default()
+                .with_explain(explain)
+                .with_fail_closed(fail_closed);
             if let Some(n) = repeat {
                 options = options.with_repeat(n);
             }

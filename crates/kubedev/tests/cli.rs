@@ -365,3 +365,55 @@ fn a_cel_selector_splits_devices_between_the_apis() {
         "{err}"
     );
 }
+
+#[test]
+fn simulate_with_a_failing_policy_falls_back_or_refuses_with_fail_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Keeps the contract at load, traps on every call.
+    let wasm = wat::parse_str(
+        r#"(module
+          (memory (export "memory") 1)
+          (func (export "kubedev_policy_abi_version") (result i32) (i32.const 1))
+          (func (export "kubedev_alloc") (param i32) (result i32) (i32.const 1024))
+          (func (export "kubedev_select") (param i32 i32) (result i64) (unreachable)))"#,
+    )
+    .unwrap();
+    let policy = dir.path().join("trap.wasm");
+    std::fs::write(&policy, wasm).unwrap();
+    let p = policy.to_string_lossy().into_owned();
+    let open = kubedev(&[
+        "simulate",
+        "-f",
+        &scenario("gpu8-c2.yaml"),
+        "--policy",
+        &p,
+        "-o",
+        "json",
+    ]);
+    assert!(open.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&open.stdout).unwrap();
+    assert_eq!(
+        v["allocatable"], true,
+        "fail-open: the default order is used"
+    );
+    assert!(String::from_utf8_lossy(&open.stderr).contains("default order"));
+
+    let closed = kubedev(&[
+        "simulate",
+        "-f",
+        &scenario("gpu8-c2.yaml"),
+        "--policy",
+        &p,
+        "--fail-closed",
+        "-o",
+        "json",
+    ]);
+    assert!(
+        closed.status.success(),
+        "simulate reports, it does not fail"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&closed.stdout).unwrap();
+    assert_eq!(v["allocatable"], false, "{v}");
+    let err = v["error"].as_str().unwrap_or_default();
+    assert!(err.contains("trap.wasm") || err.contains("policy"), "{err}");
+}
