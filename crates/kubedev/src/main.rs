@@ -152,8 +152,12 @@ enum Command {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A closed stderr (the reader of our logs went away) must not panic a task mid-log:
+    // tracing-subscriber would report its write error with `eprintln!`, which panics.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -302,8 +306,9 @@ fn real_main() -> anyhow::Result<()> {
                 let signals = cancel.clone();
                 tokio::spawn(async move {
                     wait_for_signal().await;
-                    tracing::info!("signal received; shutting down");
+                    // Stop first: logging may fail if stderr is gone.
                     signals.cancel();
+                    tracing::info!("signal received; shutting down");
                 });
                 let cluster = match config.dra(&path, |k| std::env::var(k).ok())? {
                     Some(spec) => Some(kubedev::cluster::connect_cluster(&spec).await?),

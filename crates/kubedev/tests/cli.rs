@@ -417,3 +417,54 @@ fn simulate_with_a_failing_policy_falls_back_or_refuses_with_fail_closed() {
     let err = v["error"].as_str().unwrap_or_default();
     assert!(err.contains("trap.wasm") || err.contains("policy"), "{err}");
 }
+
+#[test]
+fn sigterm_stops_the_daemon_even_when_nobody_reads_its_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let dp = dir.path().join("dp");
+    std::fs::create_dir_all(&dp).unwrap();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "devicePlugin:\n  directory: {}\n  resources:\n    - name: example.com/dev\nbackends:\n  static:\n    pool: p\n    devices:\n      - name: dev-0\n",
+            dp.display()
+        ),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kubedev"))
+        .args(["run", "--config", &config])
+        .env("RUST_LOG", "debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until it serves (its socket appears), then close the read end of its stderr.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_dir(&dp).unwrap().any(|e| {
+        e.unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("kubedev-")
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kubedev did not start"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(child.stderr.take());
+    let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("kubedev did not stop after SIGTERM with its stderr closed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
