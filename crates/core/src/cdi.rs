@@ -613,10 +613,29 @@ impl CdiWriter {
         prepared: &[PreparedDevice],
     ) -> Result<(Option<CdiSpec>, Vec<Option<String>>), CdiError> {
         validate_claim_uid(claim_uid)?;
+        // A variable several devices set (e.g. the list of visible GPUs) would otherwise be
+        // overwritten device by device when a container gets them all: each device that sets
+        // it carries the joined value of the whole claim, as the device-plugin path merges it.
+        let mut joined: BTreeMap<String, String> = BTreeMap::new();
+        let mut setters: BTreeMap<&str, usize> = BTreeMap::new();
+        for p in prepared {
+            for (k, v) in &p.edits.env {
+                crate::edits::join_value(&mut joined, k, v);
+                *setters.entry(k.as_str()).or_default() += 1;
+            }
+        }
+        joined.retain(|k, _| setters.get(k.as_str()).is_some_and(|n| *n > 1));
         let mut devices = Vec::new();
         let mut ids = Vec::with_capacity(prepared.len());
         let mut seen = BTreeSet::new();
         for p in prepared {
+            let mut p = p.clone();
+            for (k, v) in p.edits.env.iter_mut() {
+                if let Some(all) = joined.get(k) {
+                    v.clone_from(all);
+                }
+            }
+            let p = &p;
             let name = device_name(claim_uid, &p.device)?;
             if !seen.insert(name.clone()) {
                 return Err(CdiError::DuplicateDevice { name });
@@ -797,6 +816,36 @@ mod tests {
             device: allocated(device, None),
             edits,
         }
+    }
+
+    #[test]
+    fn a_variable_several_devices_set_carries_the_whole_claims_value() {
+        let w = writer(Path::new("/nonexistent"));
+        let mut a = prepared("gpu-0");
+        a.edits.env.insert("ONLY_A".into(), "x".into());
+        let b = prepared("gpu-1");
+        let (spec, _) = w.claim_spec(UID, &[a, b]).unwrap();
+        let spec = spec.unwrap();
+        let env = |i: usize| spec.devices[i].container_edits.env.clone();
+        // A container given both devices sees both GPUs, whichever device's edits apply last.
+        assert!(
+            env(0).contains(&"GPU_VISIBLE=gpu-0,gpu-1".to_string()),
+            "{:?}",
+            env(0)
+        );
+        assert!(
+            env(1).contains(&"GPU_VISIBLE=gpu-0,gpu-1".to_string()),
+            "{:?}",
+            env(1)
+        );
+        assert!(env(0).contains(&"ONLY_A=x".to_string()));
+        assert!(!env(1).iter().any(|e| e.starts_with("ONLY_A")));
+        // One device alone keeps its own value.
+        let (one, _) = w.claim_spec(UID, &[prepared("gpu-3")]).unwrap();
+        assert_eq!(
+            one.unwrap().devices[0].container_edits.env,
+            vec!["GPU_VISIBLE=gpu-3".to_string()]
+        );
     }
 
     #[test]

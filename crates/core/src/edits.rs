@@ -193,7 +193,7 @@ impl ContainerEdits {
     }
 }
 
-fn join_value(map: &mut BTreeMap<String, String>, k: &str, v: &str) {
+pub(crate) fn join_value(map: &mut BTreeMap<String, String>, k: &str, v: &str) {
     match map.get_mut(k) {
         None => {
             map.insert(k.to_owned(), v.to_owned());
