@@ -112,6 +112,20 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
 
+    step("the example backend of docs/writing-a-backend.md runs");
+    run(
+        root,
+        "cargo",
+        &[
+            "run",
+            "-q",
+            "-p",
+            "kubedev-core",
+            "--example",
+            "mini_backend",
+        ],
+    )?;
+
     step("deployment: the Helm chart renders, every object parses as its type");
     run(root, "cargo", &["xtask", "deploy-check"])?;
 
