@@ -21,6 +21,7 @@ mod atomic_file;
 mod attribute;
 pub mod cdi;
 pub mod checkpoint;
+pub mod dirwatch;
 pub mod durable;
 mod edits;
 mod error;

@@ -50,7 +50,6 @@
 #![warn(missing_docs)]
 
 mod config;
-mod dirwatch;
 mod error;
 mod misc;
 pub mod ownership;
@@ -78,7 +77,7 @@ pub use error::HostError;
 pub use misc::{MISC_CAPACITY, parse_misc_capacity};
 
 use config::{Entry, Kind, Slots};
-use dirwatch::DirWatch;
+use kubedev_core::dirwatch::DirWatch;
 
 /// The backend's name in logs and configuration.
 pub const BACKEND_NAME: &str = "host";

@@ -61,7 +61,6 @@
 #![warn(missing_docs)]
 
 mod config;
-mod dirwatch;
 mod discover;
 mod error;
 pub mod groups;
@@ -85,7 +84,7 @@ pub use discover::{DEV_BUS_USB, SYSFS_USB_DEVICES, UsbDevice, read_usb_devices};
 pub use error::UsbError;
 pub use groups::ATTRIBUTE_DOMAIN;
 
-use dirwatch::DirWatch;
+use kubedev_core::dirwatch::DirWatch;
 use groups::Instance;
 
 /// The backend's name in logs and configuration.

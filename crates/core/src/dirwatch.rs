@@ -1,4 +1,5 @@
-//! Waking up when directory entries come and go: inotify, with a periodic resync as a safety net.
+//! Waking up when directory entries come and go: inotify, with a periodic resync as a safety
+//! net. Backends use it to notice device nodes and sockets appearing and disappearing.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,13 +10,19 @@ use inotify::{EventStream, Inotify, WatchMask};
 /// An inotify instance watching directories for entries created, deleted or moved, or — when
 /// inotify is unavailable (no instances left, an unusual kernel) — nothing, so callers poll.
 #[derive(Debug)]
-pub(crate) struct DirWatch {
+pub struct DirWatch {
     stream: Option<EventStream<Vec<u8>>>,
+}
+
+impl Default for DirWatch {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl DirWatch {
     /// A new watcher; logs and falls back to polling when inotify cannot be set up.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         let stream = Inotify::init().and_then(|i| i.into_event_stream(vec![0u8; 4096]));
         match stream {
             Ok(s) => DirWatch { stream: Some(s) },
@@ -29,7 +36,7 @@ impl DirWatch {
     /// Watches `dir` (a real path on this machine) if it exists. Adding a directory that is
     /// already watched is harmless, so callers re-add their directories after every wake-up
     /// (which also picks up directories that were re-created).
-    pub(crate) fn watch(&mut self, dir: &Path) {
+    pub fn watch(&mut self, dir: &Path) {
         let Some(stream) = &self.stream else {
             return;
         };
@@ -47,7 +54,7 @@ impl DirWatch {
 
     /// Waits for the next change in a watched directory (the burst of events that arrived with
     /// it is drained) or for `resync` to pass, whichever is first.
-    pub(crate) async fn wait(&mut self, resync: Duration) {
+    pub async fn wait(&mut self, resync: Duration) {
         let Some(stream) = &mut self.stream else {
             tokio::time::sleep(resync).await;
             return;
