@@ -177,7 +177,8 @@ async fn prepare_writes_cdi_and_is_idempotent_unprepare_cleans_up() {
         .unwrap();
     // Both devices of the claim are listed on each, so a container given both sees both.
     assert!(
-        env.iter().any(|e| e == "STATIC_VISIBLE_DEVICES=gpu-1,gpu-3"),
+        env.iter()
+            .any(|e| e == "STATIC_VISIBLE_DEVICES=gpu-1,gpu-3"),
         "{env:?}"
     );
 

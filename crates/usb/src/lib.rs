@@ -84,8 +84,8 @@ pub use discover::{DEV_BUS_USB, SYSFS_USB_DEVICES, UsbDevice, read_usb_devices};
 pub use error::UsbError;
 pub use groups::ATTRIBUTE_DOMAIN;
 
-use kubedev_core::dirwatch::DirWatch;
 use groups::Instance;
+use kubedev_core::dirwatch::DirWatch;
 
 /// The backend's name in logs and configuration.
 pub const BACKEND_NAME: &str = "usb";
