@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::backends::Backends;
 use crate::failpoint;
 use crate::metrics::Metrics;
+use tracing::Instrument as _;
 
 /// Where the allocation of a claim comes from (the API server, or a test's table).
 #[async_trait]
@@ -438,6 +439,7 @@ impl DraDriver {
 impl DraHandler for DraDriver {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
         let started = std::time::Instant::now();
+        let span = tracing::info_span!("prepare", claim = %claim);
         let result = async {
             kubedev_core::cdi::validate_claim_uid(&claim.uid)
                 .map_err(|e| Failure::new("invalid_claim", e.to_string()))?;
@@ -445,12 +447,14 @@ impl DraHandler for DraDriver {
             let _held = lock.lock().await;
             self.prepare_locked(claim).await
         }
+        .instrument(span)
         .await;
         self.observe("prepare", started, result)
     }
 
     async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
         let started = std::time::Instant::now();
+        let span = tracing::info_span!("unprepare", claim = %claim);
         let result = async {
             kubedev_core::cdi::validate_claim_uid(&claim.uid)
                 .map_err(|e| Failure::new("invalid_claim", e.to_string()))?;
@@ -458,6 +462,7 @@ impl DraHandler for DraDriver {
             let _held = lock.lock().await;
             self.unprepare_locked(claim).await
         }
+        .instrument(span)
         .await;
         self.observe("unprepare", started, result)
     }

@@ -342,7 +342,10 @@ impl DevicePluginHandler for ResourceHandler {
         let consumer = Consumer::Container {
             resource: self.resource.name().to_string(),
         };
-        let prepared = self.backends.prepare(&consumer, &allocated).await?;
+        let span = tracing::info_span!("allocate", resource = %self.resource.name());
+        let prepared =
+            tracing::Instrument::instrument(self.backends.prepare(&consumer, &allocated), span)
+                .await?;
         if let Some(cdi) = &self.cdi {
             let cdi_devices = cdi.write(&prepared)?;
             return Ok(Allocation {
