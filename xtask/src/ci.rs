@@ -112,6 +112,9 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
 
+    step("end-to-end scenarios per backend and mode (cargo xtask e2e)");
+    crate::e2e::e2e(root)?;
+
     step("the example backend of docs/writing-a-backend.md runs");
     run(
         root,

@@ -8,6 +8,7 @@ mod ci;
 mod codegen;
 mod demo;
 mod deploy;
+mod e2e;
 mod fuzz;
 mod plugins;
 
@@ -31,6 +32,9 @@ enum Command {
     Ci,
     /// Run kubedev against the emulated kubelet and tell the story step by step.
     Demo,
+    /// Whole scenarios per backend and mode through the real daemon, with a kubelet restart,
+    /// API-server faults and kill -9; a summary table at the end.
+    E2e,
     /// Run every benchmark and write a table of medians to target/bench.md.
     Bench,
     /// Regenerate the kubelet gRPC bindings in crates/kubelet-grpc/src/generated
@@ -60,6 +64,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Ci => ci::ci(&root),
         Command::Demo => demo::demo(&root),
+        Command::E2e => e2e::e2e(&root),
         Command::Bench => bench::bench(&root),
         Command::Codegen { check } => codegen::run(&root, check),
         Command::DeployCheck(args) => deploy::deploy_check(&root, &args),
