@@ -113,7 +113,10 @@ fn daemon_idle_rss(root: &Path, bin: &Path, policy: Option<&Path>) -> anyhow::Re
 /// in target/release is the default one).
 fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>> {
     let sets: [(&str, &[&str]); 5] = [
-        ("no backends", &["--no-default-features"]),
+        (
+            "none (no backends, no policies)",
+            &["--no-default-features"],
+        ),
         ("vfio", &["--no-default-features", "--features", "vfio"]),
         (
             "usb,host",

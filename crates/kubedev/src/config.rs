@@ -515,6 +515,25 @@ impl Config {
                 ),
             ));
         }
+        #[cfg(not(feature = "wasm"))]
+        {
+            let no_wasm = "this kubedev was built without the `wasm` feature (selection policies); \
+                           rebuild with `cargo build --features wasm`";
+            if self.device_plugin.policy_dir.is_some() {
+                return Err(invalid("devicePlugin.policyDir".into(), no_wasm.into()));
+            }
+            if let Some(i) = self
+                .device_plugin
+                .resources
+                .iter()
+                .position(|r| r.policy.is_some())
+            {
+                return Err(invalid(
+                    format!("devicePlugin.resources[{i}].policy"),
+                    no_wasm.into(),
+                ));
+            }
+        }
         self.resources(path)?;
         let mut names = std::collections::BTreeSet::new();
         for (i, r) in self.device_plugin.resources.iter().enumerate() {
@@ -696,5 +715,21 @@ backends:
         let c = Config::parse(GOOD, Path::new("c.yaml")).unwrap();
         assert_eq!(c.host_root, PathBuf::from("/"));
         assert_eq!(c.state_dir, PathBuf::from("/var/lib/kubedev"));
+    }
+
+    #[cfg(not(feature = "wasm"))]
+    #[test]
+    fn a_policy_without_the_wasm_feature_is_named() {
+        let text = GOOD.replace(
+            "    - name: example.com/dev\n",
+            "    - name: example.com/dev\n      policy: numa-pack.wasm\n",
+        );
+        let err = Config::parse(&text, Path::new("c.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("devicePlugin.resources[0].policy") && err.contains("--features wasm"),
+            "{err}"
+        );
     }
 }

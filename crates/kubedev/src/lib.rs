@@ -9,6 +9,7 @@ pub mod dra_driver;
 pub mod failpoint;
 pub mod http;
 pub mod metrics;
+mod policy;
 pub mod runtime;
 pub mod selector;
 pub mod who_uses;

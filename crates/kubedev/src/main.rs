@@ -195,28 +195,7 @@ fn real_main() -> anyhow::Result<()> {
             if let Some(n) = repeat {
                 options = options.with_repeat(n);
             }
-            let sandbox = policy
-                .as_ref()
-                .map(|_| kubedev_sandbox::Sandbox::new(kubedev_sandbox::Limits::default()))
-                .transpose()?;
-            let loaded = match (&policy, &sandbox) {
-                (Some(path), Some(sandbox)) => Some(
-                    sandbox
-                        .load_file(path)
-                        .with_context(|| format!("loading policy {}", path.display()))?,
-                ),
-                _ => None,
-            };
-            let session = loaded
-                .as_ref()
-                .map(|l| l.session(&scenario.resource_slices, &scenario.allocated_devices));
-            if let Some(s) = &session {
-                options = options.with_policy(s);
-            }
-            let out = kubedev_allocator::simulate(&scenario, &options);
-            if let Some(e) = session.as_ref().and_then(|s| s.failure()) {
-                eprintln!("kubedev: the policy failed, the default order was used: {e}");
-            }
+            let out = simulate_with_policy(&scenario, options, policy.as_deref())?;
             let text = match output {
                 Output::Text => out.to_text(),
                 Output::Json => format!("{}\n", out.to_json()),
@@ -226,17 +205,7 @@ fn real_main() -> anyhow::Result<()> {
         }
         Command::Policy {
             command: PolicyCommand::Check { path },
-        } => {
-            let report = kubedev_sandbox::check(&path)
-                .with_context(|| format!("checking policy {}", path.display()))?;
-            write_stdout(&format!("{report}\n"))?;
-            anyhow::ensure!(
-                report.passed(),
-                "policy {} failed its check",
-                path.display()
-            );
-            Ok(())
-        }
+        } => check_policy(&path),
         Command::Discover {
             config: path,
             output,
@@ -326,6 +295,71 @@ fn real_main() -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// Runs the allocator on `scenario`, with the WebAssembly policy at `policy` ordering the
+/// candidates; a policy failure is reported on stderr.
+#[cfg(feature = "wasm")]
+fn simulate_with_policy(
+    scenario: &kubedev_allocator::Scenario,
+    options: kubedev_allocator::SimulateOptions<'_>,
+    policy: Option<&std::path::Path>,
+) -> anyhow::Result<kubedev_allocator::SimulateOutput> {
+    let Some(path) = policy else {
+        return Ok(kubedev_allocator::simulate(scenario, &options));
+    };
+    let sandbox = kubedev_sandbox::Sandbox::new(kubedev_sandbox::Limits::default())?;
+    let loaded = sandbox
+        .load_file(path)
+        .with_context(|| format!("loading policy {}", path.display()))?;
+    let session = loaded.session(&scenario.resource_slices, &scenario.allocated_devices);
+    // The options live only as long as the session they now point at.
+    let options: kubedev_allocator::SimulateOptions<'_> = options;
+    let options = options.with_policy(&session);
+    let out = kubedev_allocator::simulate(scenario, &options);
+    if let Some(e) = session.failure() {
+        eprintln!("kubedev: the policy failed, the default order was used: {e}");
+    }
+    Ok(out)
+}
+
+/// Without the `wasm` feature there is no sandbox: a policy is refused.
+#[cfg(not(feature = "wasm"))]
+fn simulate_with_policy(
+    scenario: &kubedev_allocator::Scenario,
+    options: kubedev_allocator::SimulateOptions<'_>,
+    policy: Option<&std::path::Path>,
+) -> anyhow::Result<kubedev_allocator::SimulateOutput> {
+    if let Some(path) = policy {
+        anyhow::bail!(
+            "--policy {}: this kubedev was built without the `wasm` feature",
+            path.display()
+        );
+    }
+    Ok(kubedev_allocator::simulate(scenario, &options))
+}
+
+/// `kubedev policy check`.
+#[cfg(feature = "wasm")]
+fn check_policy(path: &std::path::Path) -> anyhow::Result<()> {
+    let report = kubedev_sandbox::check(path)
+        .with_context(|| format!("checking policy {}", path.display()))?;
+    write_stdout(&format!("{report}\n"))?;
+    anyhow::ensure!(
+        report.passed(),
+        "policy {} failed its check",
+        path.display()
+    );
+    Ok(())
+}
+
+/// Without the `wasm` feature there is no sandbox to check a policy in.
+#[cfg(not(feature = "wasm"))]
+fn check_policy(path: &std::path::Path) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "policy check {}: this kubedev was built without the `wasm` feature",
+        path.display()
+    )
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.

@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::dra_driver::{ClaimSource, DraDriver};
 use crate::http::Probes;
 use crate::metrics::Metrics;
+use crate::policy::{PolicySource, PolicyState};
 
 /// The backend kinds, by their configuration key; a kind's index is its slot in [`Backends`].
 pub const BACKEND_KINDS: [&str; 5] = ["static", "nvidia", "vfio", "usb", "host"];
@@ -190,24 +191,6 @@ struct ResourceHandler {
     metrics: Arc<Metrics>,
 }
 
-/// Where a resource's selection policy comes from.
-enum PolicySource {
-    /// A module loaded once at start.
-    Fixed(kubedev_sandbox::WasmPolicy),
-    /// A module of the watched policy directory, looked up at every call so a reload takes
-    /// effect at once (a bad new module leaves the old one in place).
-    Dir(Arc<kubedev_sandbox::PolicyDir>, String),
-}
-
-impl PolicySource {
-    fn current(&self) -> Option<kubedev_sandbox::WasmPolicy> {
-        match self {
-            PolicySource::Fixed(p) => Some(p.clone()),
-            PolicySource::Dir(dir, name) => dir.get(name),
-        }
-    }
-}
-
 /// CDI mode of one device-plugin resource: every device ever allocated gets a CDI device in one
 /// spec file for the resource (kind `k8s.<resource domain>/claim`, devices `dp-<name>-<device>`),
 /// so `Allocate` can answer with CDI names. The kubelet never releases device-plugin devices
@@ -260,64 +243,6 @@ impl DevicePluginCdi {
             }
         }
         Ok(names)
-    }
-}
-
-impl ResourceHandler {
-    fn policy_choice(
-        &self,
-        policy: &kubedev_sandbox::WasmPolicy,
-        request: &PreferenceRequest<'_>,
-    ) -> Option<Vec<String>> {
-        let inventory = self.inventory.read().unwrap_or_else(|e| e.into_inner());
-        let domain = self
-            .resource
-            .name()
-            .as_str()
-            .split('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        let refs: Vec<DeviceRef> = request
-            .available
-            .iter()
-            .map(|id| self.resource.device_ref(id))
-            .collect::<Option<_>>()?;
-        let mut candidates = Vec::with_capacity(refs.len());
-        for r in &refs {
-            let device = inventory.device(r)?;
-            candidates.push(kubedev_sandbox::Candidate::inventory(
-                &domain,
-                r.pool.as_str(),
-                device,
-            ));
-        }
-        let claim = format!("device-plugin/{}", self.resource.name());
-        let input = kubedev_sandbox::PolicyInput::new(&claim, "", request.size, candidates);
-        let must: Vec<usize> = request
-            .must_include
-            .iter()
-            .filter_map(|m| request.available.iter().position(|a| a == m))
-            .collect();
-        let outcome = policy.evaluate(&input);
-        self.metrics
-            .policy_calls
-            .get_or_create(&crate::metrics::PolicyLabels {
-                resource: self.resource.name().to_string(),
-                result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
-            })
-            .inc();
-        match outcome {
-            Ok(eval) => eval.decision.preferred(request.size, &must).map(|idx| {
-                idx.into_iter()
-                    .map(|i| request.available[i].clone())
-                    .collect()
-            }),
-            Err(e) => {
-                tracing::warn!(resource = %self.resource.name(), error = %e, "selection policy failed; using NUMA packing");
-                None
-            }
-        }
     }
 }
 
@@ -382,8 +307,10 @@ impl DevicePluginHandler for ResourceHandler {
     }
 
     fn preferred_allocation(&self, request: &PreferenceRequest<'_>) -> Option<Vec<String>> {
-        let policy = self.policy.as_ref()?.current()?;
-        self.policy_choice(&policy, request)
+        let inventory = self.inventory.read().unwrap_or_else(|e| e.into_inner());
+        self.policy
+            .as_ref()?
+            .choose(&self.resource, &inventory, request, &self.metrics)
     }
 }
 
@@ -690,69 +617,6 @@ async fn start_dra(
         health,
         slices: cluster.slices,
     }))
-}
-
-/// Where device-plugin resources get their selection policies: one sandbox, and the watched
-/// policy directory once a resource names a module in it.
-#[derive(Default)]
-struct PolicyState {
-    sandbox: Option<kubedev_sandbox::Sandbox>,
-    dir: Option<(PathBuf, Arc<kubedev_sandbox::PolicyDir>)>,
-    /// Keeps the policy directory's reload thread alive.
-    watch: Option<kubedev_sandbox::DirWatcher>,
-}
-
-impl PolicyState {
-    /// The policy of resource `r`, loaded (a failure names the resource and the module).
-    fn load(
-        &mut self,
-        r: &crate::config::ResourceSpec,
-        dp: &crate::config::DevicePluginSection,
-    ) -> anyhow::Result<Option<PolicySource>> {
-        let Some(path) = &r.policy else {
-            return Ok(None);
-        };
-        if self.sandbox.is_none() {
-            self.sandbox = Some(kubedev_sandbox::Sandbox::new(
-                kubedev_sandbox::Limits::default(),
-            )?);
-        }
-        let sb = self.sandbox.as_ref().context("sandbox missing")?;
-        let bare = path.components().count() == 1 && path.extension().is_none();
-        match (&dp.policy_dir, bare) {
-            (Some(dir), true) => {
-                if self.dir.as_ref().is_none_or(|(p, _)| p != dir) {
-                    let (opened, report) = kubedev_sandbox::PolicyDir::open(sb, dir)
-                        .with_context(|| format!("devicePlugin.policyDir {}", dir.display()))?;
-                    if !report.is_empty() {
-                        tracing::info!(dir = %dir.display(), ?report, "policies loaded");
-                    }
-                    let opened = Arc::new(opened);
-                    self.watch = Some(opened.watch(Duration::from_secs(2))?);
-                    self.dir = Some((dir.clone(), opened));
-                }
-                let dir = self
-                    .dir
-                    .as_ref()
-                    .map(|(_, d)| d.clone())
-                    .context("policy directory missing")?;
-                let name = path.to_string_lossy().into_owned();
-                if dir.get(&name).is_none() {
-                    tracing::warn!(resource = %r.name, policy = %name, "no such policy in the policy directory yet; NUMA packing until it appears");
-                }
-                Ok(Some(PolicySource::Dir(dir, name)))
-            }
-            _ => Ok(Some(PolicySource::Fixed(sb.load_file(path).with_context(
-                || {
-                    format!(
-                        "devicePlugin resource {}: loading the selection policy {}",
-                        r.name,
-                        path.display()
-                    )
-                },
-            )?))),
-        }
-    }
 }
 
 /// One running device-plugin resource.

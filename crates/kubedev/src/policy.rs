@@ -1,0 +1,205 @@
+//! Selection policies for device-plugin resources (`GetPreferredAllocation`): WebAssembly
+//! modules run in the sandbox when the `wasm` feature is on; without it, configuration that names
+//! a policy is refused.
+
+#[cfg(feature = "wasm")]
+mod imp {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use anyhow::Context as _;
+    use kubedev_core::{DeviceRef, Inventory};
+    use kubedev_kubelet_grpc::device_plugin::{PreferenceRequest, ResourceDevices};
+
+    use crate::config::{DevicePluginSection, ResourceSpec};
+    use crate::metrics::Metrics;
+
+    /// Where a resource's selection policy comes from.
+    pub(crate) enum PolicySource {
+        /// A module loaded once at start.
+        Fixed(kubedev_sandbox::WasmPolicy),
+        /// A module of the watched policy directory, looked up at every call so a reload takes
+        /// effect at once (a bad new module leaves the old one in place).
+        Dir(Arc<kubedev_sandbox::PolicyDir>, String),
+    }
+
+    impl PolicySource {
+        fn current(&self) -> Option<kubedev_sandbox::WasmPolicy> {
+            match self {
+                PolicySource::Fixed(p) => Some(p.clone()),
+                PolicySource::Dir(dir, name) => dir.get(name),
+            }
+        }
+
+        /// The policy's choice for the kubelet's request, or `None` for the default (NUMA
+        /// packing): no module (yet), or the module failed (logged and counted).
+        pub(crate) fn choose(
+            &self,
+            resource: &ResourceDevices,
+            inventory: &Inventory,
+            request: &PreferenceRequest<'_>,
+            metrics: &Metrics,
+        ) -> Option<Vec<String>> {
+            let policy = self.current()?;
+            let domain = resource
+                .name()
+                .as_str()
+                .split('/')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let refs: Vec<DeviceRef> = request
+                .available
+                .iter()
+                .map(|id| resource.device_ref(id))
+                .collect::<Option<_>>()?;
+            let mut candidates = Vec::with_capacity(refs.len());
+            for r in &refs {
+                let device = inventory.device(r)?;
+                candidates.push(kubedev_sandbox::Candidate::inventory(
+                    &domain,
+                    r.pool.as_str(),
+                    device,
+                ));
+            }
+            let claim = format!("device-plugin/{}", resource.name());
+            let input = kubedev_sandbox::PolicyInput::new(&claim, "", request.size, candidates);
+            let must: Vec<usize> = request
+                .must_include
+                .iter()
+                .filter_map(|m| request.available.iter().position(|a| a == m))
+                .collect();
+            let outcome = policy.evaluate(&input);
+            metrics
+                .policy_calls
+                .get_or_create(&crate::metrics::PolicyLabels {
+                    resource: resource.name().to_string(),
+                    result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
+                })
+                .inc();
+            match outcome {
+                Ok(eval) => eval.decision.preferred(request.size, &must).map(|idx| {
+                    idx.into_iter()
+                        .map(|i| request.available[i].clone())
+                        .collect()
+                }),
+                Err(e) => {
+                    tracing::warn!(resource = %resource.name(), error = %e, "selection policy failed; using NUMA packing");
+                    None
+                }
+            }
+        }
+    }
+
+    /// Where device-plugin resources get their selection policies: one sandbox, and the
+    /// watched policy directory once a resource names a module in it.
+    #[derive(Default)]
+    pub(crate) struct PolicyState {
+        sandbox: Option<kubedev_sandbox::Sandbox>,
+        dir: Option<(PathBuf, Arc<kubedev_sandbox::PolicyDir>)>,
+        /// Keeps the policy directory's reload thread alive.
+        watch: Option<kubedev_sandbox::DirWatcher>,
+    }
+
+    impl PolicyState {
+        /// The policy of resource `r`, loaded (a failure names the resource and the module).
+        pub(crate) fn load(
+            &mut self,
+            r: &ResourceSpec,
+            dp: &DevicePluginSection,
+        ) -> anyhow::Result<Option<PolicySource>> {
+            let Some(path) = &r.policy else {
+                return Ok(None);
+            };
+            if self.sandbox.is_none() {
+                self.sandbox = Some(kubedev_sandbox::Sandbox::new(
+                    kubedev_sandbox::Limits::default(),
+                )?);
+            }
+            let sb = self.sandbox.as_ref().context("sandbox missing")?;
+            let bare = path.components().count() == 1 && path.extension().is_none();
+            match (&dp.policy_dir, bare) {
+                (Some(dir), true) => {
+                    if self.dir.as_ref().is_none_or(|(p, _)| p != dir) {
+                        let (opened, report) = kubedev_sandbox::PolicyDir::open(sb, dir)
+                            .with_context(|| format!("devicePlugin.policyDir {}", dir.display()))?;
+                        if !report.is_empty() {
+                            tracing::info!(dir = %dir.display(), ?report, "policies loaded");
+                        }
+                        let opened = Arc::new(opened);
+                        self.watch = Some(opened.watch(Duration::from_secs(2))?);
+                        self.dir = Some((dir.clone(), opened));
+                    }
+                    let dir = self
+                        .dir
+                        .as_ref()
+                        .map(|(_, d)| d.clone())
+                        .context("policy directory missing")?;
+                    let name = path.to_string_lossy().into_owned();
+                    if dir.get(&name).is_none() {
+                        tracing::warn!(resource = %r.name, policy = %name, "no such policy in the policy directory yet; NUMA packing until it appears");
+                    }
+                    Ok(Some(PolicySource::Dir(dir, name)))
+                }
+                _ => Ok(Some(PolicySource::Fixed(sb.load_file(path).with_context(
+                    || {
+                        format!(
+                            "devicePlugin resource {}: loading the selection policy {}",
+                            r.name,
+                            path.display()
+                        )
+                    },
+                )?))),
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "wasm"))]
+mod imp {
+    use kubedev_core::Inventory;
+    use kubedev_kubelet_grpc::device_plugin::{PreferenceRequest, ResourceDevices};
+
+    use crate::config::{DevicePluginSection, ResourceSpec};
+    use crate::metrics::Metrics;
+
+    /// No policy can exist in a build without the `wasm` feature.
+    pub(crate) enum PolicySource {}
+
+    impl PolicySource {
+        pub(crate) fn choose(
+            &self,
+            _: &ResourceDevices,
+            _: &Inventory,
+            _: &PreferenceRequest<'_>,
+            _: &Metrics,
+        ) -> Option<Vec<String>> {
+            match *self {}
+        }
+    }
+
+    /// Refuses every policy: this build has no WebAssembly sandbox.
+    #[derive(Default)]
+    pub(crate) struct PolicyState;
+
+    impl PolicyState {
+        pub(crate) fn load(
+            &mut self,
+            r: &ResourceSpec,
+            _: &DevicePluginSection,
+        ) -> anyhow::Result<Option<PolicySource>> {
+            match &r.policy {
+                None => Ok(None),
+                Some(p) => anyhow::bail!(
+                    "devicePlugin resource {}: policy {}: this kubedev was built without the \
+                     `wasm` feature",
+                    r.name,
+                    p.display()
+                ),
+            }
+        }
+    }
+}
+
+pub(crate) use imp::{PolicySource, PolicyState};
