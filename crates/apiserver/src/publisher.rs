@@ -311,6 +311,20 @@ impl Publisher for SlicePublisher {
         self.shared.wake.notify_one();
         Ok(())
     }
+
+    fn sync_state(&self) -> kubedev_core::SyncState {
+        let rev = self.shared.desired().rev;
+        let status = self.shared.status.borrow();
+        if let Some(e) = &status.last_error {
+            kubedev_core::SyncState::Failing(e.clone())
+        } else if rev == 0 {
+            kubedev_core::SyncState::NotStarted
+        } else if status.synced_rev >= rev {
+            kubedev_core::SyncState::Synced
+        } else {
+            kubedev_core::SyncState::Pending
+        }
+    }
 }
 
 /// The running background task of a [`SlicePublisher`]. Dropping it stops the task too, without

@@ -715,3 +715,31 @@ mod claims {
         assert_eq!(stored["spec"]["devices"]["requests"][0]["name"], "gpu");
     }
 }
+
+#[tokio::test]
+async fn the_sync_state_says_whether_the_slices_were_written() {
+    use kubedev_core::SyncState;
+    let (server, _) = server_with_node().await;
+    let publisher = publisher(&server);
+    assert_eq!(publisher.sync_state(), SyncState::NotStarted);
+    let task = publisher.start().unwrap();
+    // Every create fails for a while: the state says why.
+    server.fail_next(
+        Verb::Create,
+        Resource::ResourceSlices,
+        1000,
+        Fault::InternalError,
+    );
+    publisher
+        .publish(&inventory((0..4).map(plain).collect()))
+        .await
+        .unwrap();
+    eventually("a failing state", || {
+        matches!(publisher.sync_state(), SyncState::Failing(_))
+    })
+    .await;
+    server.clear_faults();
+    publisher.wait_synced(WAIT).await.unwrap();
+    assert_eq!(publisher.sync_state(), SyncState::Synced);
+    task.stop().await;
+}

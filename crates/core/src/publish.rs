@@ -18,4 +18,25 @@ use crate::{Inventory, PublishError};
 pub trait Publisher: Send + Sync + 'static {
     /// Publishes `inventory`.
     async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError>;
+
+    /// Whether what was last published has reached its destination. A publisher that writes in
+    /// the background (ResourceSlices) reports it here; one that is done when `publish` returns
+    /// keeps the default, [`SyncState::Synced`].
+    fn sync_state(&self) -> SyncState {
+        SyncState::Synced
+    }
+}
+
+/// How far a publisher has got with the last inventory it was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SyncState {
+    /// Nothing was published yet.
+    NotStarted,
+    /// Being written.
+    Pending,
+    /// Written as given.
+    Synced,
+    /// The last attempt failed (it is retried); the reason.
+    Failing(String),
 }

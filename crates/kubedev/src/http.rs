@@ -19,12 +19,21 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::Metrics;
 
 /// What `/healthz` and `/readyz` look at; the runtime fills it in as servers start.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Probes {
     sockets: RwLock<Vec<PathBuf>>,
     device_plugins: RwLock<Vec<(String, watch::Receiver<PluginStatus>)>>,
     dra: RwLock<Option<(String, watch::Receiver<DraStatus>)>>,
     published: AtomicBool,
+    slices: RwLock<Option<Arc<dyn kubedev_core::Publisher>>>,
+}
+
+impl std::fmt::Debug for Probes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probes")
+            .field("published", &self.published)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Probes {
@@ -71,7 +80,12 @@ impl Probes {
         *self.dra.write().unwrap_or_else(|e| e.into_inner()) = Some((driver, status));
     }
 
-    /// Records the outcome of a ResourceSlice publication.
+    /// The ResourceSlice publisher whose sync state `/readyz` reports.
+    pub fn set_slices(&self, publisher: Arc<dyn kubedev_core::Publisher>) {
+        *self.slices.write().unwrap_or_else(|e| e.into_inner()) = Some(publisher);
+    }
+
+    /// Records the outcome of handing an inventory to the ResourceSlice publisher.
     pub fn set_published(&self, ok: bool) {
         self.published.store(ok, Ordering::Relaxed);
     }
@@ -129,6 +143,16 @@ impl Probes {
                 missing.push(format!(
                     "DRA driver {driver} has not published its ResourceSlices"
                 ));
+            } else if let Some(p) = &*self.slices.read().unwrap_or_else(|e| e.into_inner()) {
+                match p.sync_state() {
+                    kubedev_core::SyncState::Synced => {}
+                    kubedev_core::SyncState::Failing(e) => missing.push(format!(
+                        "DRA driver {driver}: writing ResourceSlices fails: {e}"
+                    )),
+                    _ => missing.push(format!(
+                        "DRA driver {driver}: ResourceSlices are not written yet"
+                    )),
+                }
             }
         }
         if missing.is_empty() {
@@ -225,4 +249,43 @@ pub async fn serve(
         }
     });
     Ok(bound)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kubedev_core::{Inventory, PublishError, SyncState};
+
+    struct Fixed(SyncState);
+
+    #[async_trait::async_trait]
+    impl kubedev_core::Publisher for Fixed {
+        async fn publish(&self, _: &Inventory) -> Result<(), PublishError> {
+            Ok(())
+        }
+        fn sync_state(&self) -> SyncState {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn ready_only_when_registered_and_the_slices_are_written() {
+        let probes = Probes::new();
+        assert!(probes.ready().is_ok(), "nothing to wait for");
+        let (tx, rx) = watch::channel(DraStatus::default());
+        probes.set_dra("gpu.example.com".into(), rx);
+        probes.set_slices(Arc::new(Fixed(SyncState::Failing(
+            "503 from the API server".into(),
+        ))));
+        let e = probes.ready().unwrap_err();
+        assert!(e.contains("not registered yet"), "{e}");
+        assert!(e.contains("has not published"), "{e}");
+        tx.send_modify(|s| s.registered = true);
+        probes.set_published(true);
+        let e = probes.ready().unwrap_err();
+        assert!(e.contains("writing ResourceSlices fails: 503"), "{e}");
+        probes.set_slices(Arc::new(Fixed(SyncState::Synced)));
+        assert!(probes.ready().is_ok());
+    }
 }

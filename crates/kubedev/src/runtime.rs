@@ -604,6 +604,7 @@ async fn start_dra(
         .add_socket(handle.registration_socket().to_path_buf());
     obs.probes
         .set_dra(spec.driver.to_string(), handle.watch_status());
+    obs.probes.set_slices(cluster.slices.clone());
     count_registrations(
         &obs.metrics,
         "dra",
