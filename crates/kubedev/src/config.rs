@@ -304,7 +304,14 @@ pub struct ResourceConfig {
     /// `.wasm` file, or the name of a module in `devicePlugin.policyDir` (hot-reloaded).
     #[serde(default)]
     pub policy: Option<PathBuf>,
+    /// Time-slicing: advertise each device this many times (IDs `<device>::<n>`), so as many
+    /// containers share it; 1 (the default) advertises each device once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
 }
+
+/// The most replicas one device may be advertised as.
+pub const MAX_REPLICAS: u32 = 64;
 
 /// A device selector.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -391,6 +398,8 @@ pub struct ResourceSpec {
     pub filter: crate::selector::ResourceFilter,
     /// The selection policy module, if any.
     pub policy: Option<PathBuf>,
+    /// How many times each device is advertised (1 = once).
+    pub replicas: u32,
 }
 
 impl Config {
@@ -587,7 +596,16 @@ impl Config {
                         field: format!("devicePlugin.resources[{i}].selector.cel"),
                         message,
                     })?;
+                let replicas = r.replicas.unwrap_or(1);
+                if !(1..=MAX_REPLICAS).contains(&replicas) {
+                    return Err(ConfigError::Invalid {
+                        path: path.to_path_buf(),
+                        field: format!("devicePlugin.resources[{i}].replicas"),
+                        message: format!("{replicas} is not between 1 and {MAX_REPLICAS}"),
+                    });
+                }
                 Ok(ResourceSpec {
+                    replicas,
                     name,
                     filter: crate::selector::ResourceFilter {
                         attributes: AttributeMatch {

@@ -257,6 +257,10 @@ impl DevicePluginHandler for ResourceHandler {
                 .ok_or_else(|| PrepareError::UnknownDevice {
                     device: d.id.clone(),
                 })?;
+            // Replicas of one time-sliced device are one device to prepare.
+            if allocated.iter().any(|a: &AllocatedDevice| a.device == r) {
+                continue;
+            }
             allocated.push(AllocatedDevice {
                 device: r,
                 request: String::new(),
@@ -668,9 +672,11 @@ impl DevicePlugins {
     ) -> anyhow::Result<()> {
         let mut added = Vec::new();
         for (r, raw, policy) in specs {
-            let devices = self
-                .publisher
-                .add_resource(r.name.clone(), Box::new(r.filter.clone()));
+            let devices = self.publisher.add_shared_resource(
+                r.name.clone(),
+                Box::new(r.filter.clone()),
+                r.replicas,
+            );
             added.push((r, raw, policy, devices));
         }
         let undo = |me: &mut Self,

@@ -207,3 +207,43 @@ async fn a_policy_from_the_policy_directory_is_hot_reloaded() {
     cancel.cancel();
     task.await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn time_sliced_devices_are_advertised_once_per_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubedev.yaml");
+    let text = config(dir.path(), None).replace(
+        "    - name: example.com/gpu\n",
+        "    - name: example.com/gpu\n      replicas: 3\n",
+    );
+    std::fs::write(&path, &text).unwrap();
+    let cfg = Config::load(&path).unwrap();
+    let kubelet = KubeletEmulator::start(dir.path()).await.unwrap();
+    let cancel = CancellationToken::new();
+    let c = cancel.clone();
+    let p = path.clone();
+    let task = tokio::spawn(async move { run(cfg, &p, None, c).await });
+    let st = kubelet
+        .wait_for("example.com/gpu", WAIT, |r| r.connected && r.capacity == 12)
+        .await
+        .unwrap();
+    assert!(
+        st.devices.contains_key("gpu-1::2"),
+        "{:?}",
+        st.devices.keys()
+    );
+    // Two replicas of one GPU in one container: the GPU is given once.
+    let a = kubelet
+        .allocate("example.com/gpu", &["gpu-1::0", "gpu-1::2"])
+        .await
+        .unwrap();
+    assert_eq!(a.envs["STATIC_VISIBLE_DEVICES"], "gpu-1");
+    assert_eq!(a.devices.len(), 1, "{a:?}");
+    cancel.cancel();
+    task.await.unwrap().unwrap();
+    kubelet.stop().await;
+
+    std::fs::write(&path, text.replace("replicas: 3", "replicas: 0")).unwrap();
+    let err = Config::load(&path).unwrap_err().to_string();
+    assert!(err.contains("devicePlugin.resources[0].replicas"), "{err}");
+}

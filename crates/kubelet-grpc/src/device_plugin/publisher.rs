@@ -20,6 +20,8 @@ pub struct ResourceDevices {
     refs: Mutex<BTreeMap<String, DeviceRef>>,
     /// Devices the selector failed on at the last publish, so each failure is logged once.
     failing: Mutex<std::collections::BTreeSet<String>>,
+    /// How many times each device is advertised (time-slicing); 1 = once, under its name.
+    replicas: u32,
 }
 
 impl ResourceDevices {
@@ -62,6 +64,18 @@ impl DevicePluginPublisher {
         name: ExtendedResourceName,
         filter: Box<dyn DeviceFilter>,
     ) -> Arc<ResourceDevices> {
+        self.add_shared_resource(name, filter, 1)
+    }
+
+    /// Adds a resource whose devices are each advertised `replicas` times (time-slicing: several
+    /// containers share one device), with device IDs `<device>::<n>`; `replicas` of 0 or 1
+    /// advertises each device once under its name.
+    pub fn add_shared_resource(
+        &mut self,
+        name: ExtendedResourceName,
+        filter: Box<dyn DeviceFilter>,
+        replicas: u32,
+    ) -> Arc<ResourceDevices> {
         let (tx, _) = watch::channel(Vec::new());
         let r = Arc::new(ResourceDevices {
             name,
@@ -69,6 +83,7 @@ impl DevicePluginPublisher {
             tx,
             refs: Mutex::new(BTreeMap::new()),
             failing: Mutex::default(),
+            replicas: replicas.max(1),
         });
         self.resources.push(r.clone());
         r
@@ -107,24 +122,32 @@ impl DevicePluginPublisher {
                     continue;
                 }
             }
-            let id = dev.name.to_string();
             let here = DeviceRef {
                 pool: pool.name.clone(),
                 device: dev.name.clone(),
             };
-            if let Some(other) = refs.get(&id) {
-                return Err(PublishError::Invalid(format!(
-                    "resource {}: devices {other} and {here} would both have device ID {id:?}; \
-                     narrow the selector",
-                    r.name
-                )));
+            let ids: Vec<String> = if r.replicas == 1 {
+                vec![dev.name.to_string()]
+            } else {
+                (0..r.replicas)
+                    .map(|n| format!("{}::{n}", dev.name))
+                    .collect()
+            };
+            for id in ids {
+                if let Some(other) = refs.get(&id) {
+                    return Err(PublishError::Invalid(format!(
+                        "resource {}: devices {other} and {here} would both have device ID \
+                         {id:?}; narrow the selector",
+                        r.name
+                    )));
+                }
+                refs.insert(id.clone(), here.clone());
+                list.push(PluginDevice {
+                    id,
+                    health: dev.health.clone(),
+                    numa_node: dev.numa_node,
+                });
             }
-            refs.insert(id.clone(), here);
-            list.push(PluginDevice {
-                id,
-                health: dev.health.clone(),
-                numa_node: dev.numa_node,
-            });
         }
         *failing = now_failing;
         Ok((list, refs))
@@ -184,6 +207,30 @@ mod tests {
             AttributeValue::Bool(true),
         );
         Box::new(m)
+    }
+
+    #[tokio::test]
+    async fn a_shared_resource_advertises_each_device_once_per_replica() {
+        let mut p = DevicePluginPublisher::new();
+        let r = p.add_shared_resource(
+            ExtendedResourceName::new("example.com/a").unwrap(),
+            only_a(),
+            3,
+        );
+        p.publish(&inventory(Health::unhealthy("gone")))
+            .await
+            .unwrap();
+        let list = r.subscribe().borrow().clone();
+        let ids: Vec<_> = list.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(ids, ["a0::0", "a0::1", "a0::2", "a1::0", "a1::1", "a1::2"]);
+        // Every replica points at its device and shares its health.
+        assert_eq!(r.device_ref("a0::2").unwrap().to_string(), "node/a0");
+        assert!(
+            list.iter()
+                .filter(|d| d.id.starts_with("a0"))
+                .all(|d| !d.health.is_healthy())
+        );
+        assert!(r.device_ref("a0").is_none());
     }
 
     #[tokio::test]
