@@ -108,6 +108,20 @@ pub struct Metrics {
     pub held_devices: Family<HolderLabels, Gauge>,
     /// Configuration reloads by outcome (`applied`, `rejected`).
     pub config_reloads: Family<ResultLabels, Counter>,
+    /// Fuel a selection policy used per call, by resource.
+    pub policy_fuel: HistogramFamily<ResourceLabels>,
+}
+
+/// Labels of a per-resource measurement.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    /// The extended resource.
+    pub resource: String,
+}
+
+fn fuel_histogram() -> Histogram {
+    // 1 k … ~16 M units (the default budget is 10 M).
+    Histogram::new(exponential_buckets(1000.0, 4.0, 13))
 }
 
 impl Metrics {
@@ -124,6 +138,14 @@ impl Metrics {
         let policy_calls = Family::<PolicyLabels, Counter>::default();
         let held_devices = Family::<HolderLabels, Gauge>::default();
         let config_reloads = Family::<ResultLabels, Counter>::default();
+        let policy_fuel = HistogramFamily::<ResourceLabels>::new_with_constructor(
+            fuel_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "policy_fuel",
+            "Fuel a selection policy used per call (its budget is the sandbox's fuel limit)",
+            policy_fuel.clone(),
+        );
         registry.register(
             "config_reloads",
             "Configuration file changes, applied or rejected",
@@ -175,6 +197,7 @@ impl Metrics {
             policy_calls,
             held_devices,
             config_reloads,
+            policy_fuel,
         })
     }
 
@@ -244,6 +267,16 @@ mod tests {
         );
         assert!(
             text.contains("kubedev_devices{api=\"dra\",resource=\"gpu.example.com\",pool=\"node-a\",health=\"Healthy\"} 4"),
+            "{text}"
+        );
+        m.policy_fuel
+            .get_or_create(&ResourceLabels {
+                resource: "example.com/gpu".into(),
+            })
+            .observe(26_000.0);
+        let text = m.encode();
+        assert!(
+            text.contains("kubedev_policy_fuel_count{resource=\"example.com/gpu\"} 1"),
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");

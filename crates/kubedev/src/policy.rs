@@ -78,6 +78,14 @@ mod imp {
                     result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
                 })
                 .inc();
+            if let Ok(eval) = &outcome {
+                metrics
+                    .policy_fuel
+                    .get_or_create(&crate::metrics::ResourceLabels {
+                        resource: resource.name().to_string(),
+                    })
+                    .observe(eval.fuel_used as f64);
+            }
             match outcome {
                 Ok(eval) => eval.decision.preferred(request.size, &must).map(|idx| {
                     idx.into_iter()
