@@ -136,17 +136,7 @@ impl Discovery {
                 ]);
             }
         }
-        let widths: Vec<usize> = (0..5)
-            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-            .collect();
-        let mut out = String::new();
-        for r in &rows {
-            for (c, w) in widths.iter().enumerate() {
-                let _ = write!(out, "{:<w$}  ", r[c]);
-            }
-            out.push_str(&r[5]);
-            out.push('\n');
-        }
+        let mut out = crate::table::columns(&rows);
         let _ = writeln!(
             out,
             "\n{} device(s) in {} pool(s) from {}.",

@@ -12,4 +12,5 @@ pub mod metrics;
 mod policy;
 pub mod runtime;
 pub mod selector;
+mod table;
 pub mod who_uses;

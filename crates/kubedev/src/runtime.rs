@@ -626,6 +626,7 @@ async fn start_dra(
 
 /// One running device-plugin resource.
 struct DpServer {
+    name: kubedev_core::ExtendedResourceName,
     /// Its configuration as written, to tell what a reload changes.
     config: crate::config::ResourceConfig,
     filter: crate::selector::ResourceFilter,
@@ -679,22 +680,11 @@ impl DevicePlugins {
             );
             added.push((r, raw, policy, devices));
         }
-        let undo = |me: &mut Self,
-                    added: &[(
-            crate::config::ResourceSpec,
-            crate::config::ResourceConfig,
-            Option<PolicySource>,
-            Arc<ResourceDevices>,
-        )]| {
-            for (r, ..) in added {
-                me.publisher.remove_resource(&r.name);
-            }
-        };
+        let names: Vec<_> = added.iter().map(|(r, ..)| r.name.clone()).collect();
         if let Err(e) = self.publisher.publish(inventory).await {
-            undo(self, &added);
+            self.forget_unstarted(&names);
             return Err(e).context("publishing the inventory to the device-plugin resources");
         }
-        let names: Vec<_> = added.iter().map(|(r, ..)| r.name.clone()).collect();
         for (r, raw, policy, devices) in added {
             let started = (|| -> anyhow::Result<DevicePluginHandle> {
                 let mut cfg =
@@ -722,11 +712,7 @@ impl DevicePlugins {
             let handle = match started {
                 Ok(h) => h,
                 Err(e) => {
-                    for n in &names {
-                        if !self.servers.contains_key(n.as_str()) {
-                            self.publisher.remove_resource(n);
-                        }
-                    }
+                    self.forget_unstarted(&names);
                     return Err(e);
                 }
             };
@@ -745,6 +731,7 @@ impl DevicePlugins {
             self.servers.insert(
                 r.name.to_string(),
                 DpServer {
+                    name: r.name.clone(),
                     config: raw,
                     filter: r.filter,
                     handle,
@@ -754,14 +741,21 @@ impl DevicePlugins {
         Ok(())
     }
 
+    /// Takes the resources of `names` that have no running server out of the publisher.
+    fn forget_unstarted(&mut self, names: &[kubedev_core::ExtendedResourceName]) {
+        for n in names {
+            if !self.servers.contains_key(n.as_str()) {
+                self.publisher.remove_resource(n);
+            }
+        }
+    }
+
     /// Stops the server of `name` and takes its resource out of the publisher.
     async fn stop(&mut self, name: &str, obs: &Observe) {
         if let Some(s) = self.servers.remove(name) {
             obs.probes.remove_socket(s.handle.socket_path());
             obs.probes.remove_device_plugin(name);
-            if let Ok(n) = kubedev_core::ExtendedResourceName::new(name.to_string()) {
-                self.publisher.remove_resource(&n);
-            }
+            self.publisher.remove_resource(&s.name);
             s.handle.stop().await;
             tracing::info!(resource = %name, "device-plugin server stopped");
         }
@@ -1015,13 +1009,8 @@ impl Running {
         tx: &mpsc::Sender<(usize, SourceEvent)>,
     ) -> anyhow::Result<String> {
         let old = &self.config;
-        // 1. Everything that can fail.
-        let mut rebuilt = Vec::new();
-        for (slot, kind) in BACKEND_KINDS.iter().enumerate() {
-            if backend_changed(old, &new, kind) {
-                rebuilt.push((slot, *kind, build_backend(&new, kind)?));
-            }
-        }
+        // 1. Everything that can fail; backends last, since building one may act on the host
+        //    (the vGPU type manager).
         let resources = new.resources(&self.path)?;
         let dp_wide_changed = {
             let (a, b) = (&old.device_plugin, &new.device_plugin);
@@ -1058,6 +1047,12 @@ impl Running {
             }
             let policy = self.dps.policies.load(r, &new.device_plugin)?;
             to_start.push((r.clone(), raw.clone(), policy));
+        }
+        let mut rebuilt = Vec::new();
+        for (slot, kind) in BACKEND_KINDS.iter().enumerate() {
+            if backend_changed(old, &new, kind) {
+                rebuilt.push((slot, *kind, build_backend(&new, kind)?));
+            }
         }
         let mut restart_needed = Vec::new();
         if old.dra != new.dra {

@@ -1,8 +1,6 @@
 //! `kubedev who-uses`: which pod and container hold each device, in both kubelet APIs, from the
 //! kubelet's pod resources API.
 
-use std::fmt::Write as _;
-
 use kubedev_kubelet_grpc::pod_resources::{DeviceUse, Holding};
 
 use crate::config::Config;
@@ -77,22 +75,5 @@ pub fn table(rows: &[DeviceUse]) -> String {
             device,
         ]);
     }
-    let widths: Vec<usize> = (0..5)
-        .map(|c| {
-            cells
-                .iter()
-                .map(|r| r[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for r in &cells {
-        for (c, w) in widths.iter().enumerate() {
-            let _ = write!(out, "{:<w$}  ", r[c]);
-        }
-        out.push_str(&r[5]);
-        out.push('\n');
-    }
-    out
+    crate::table::columns(&cells)
 }
