@@ -289,6 +289,30 @@ impl CdiSpec {
         }
     }
 
+    /// A spec of `kind` (`<vendor>/<class>`) with one CDI device per named set of edits, in the
+    /// order given, at the lowest version its content needs; validated (names, unique devices,
+    /// non-empty edits). Each device keeps its own values: unlike a claim's spec, nothing is
+    /// joined across devices.
+    pub fn for_devices(kind: &str, devices: &[(String, ContainerEdits)]) -> Result<Self, CdiError> {
+        let mut spec = CdiSpec {
+            cdi_version: String::new(),
+            kind: kind.to_owned(),
+            annotations: BTreeMap::new(),
+            devices: devices
+                .iter()
+                .map(|(name, edits)| CdiDevice {
+                    name: name.clone(),
+                    annotations: edits.annotations.clone(),
+                    container_edits: CdiContainerEdits::from_edits(edits),
+                })
+                .collect(),
+            container_edits: CdiContainerEdits::default(),
+        };
+        spec.cdi_version = spec.minimum_version().to_owned();
+        spec.validate()?;
+        Ok(spec)
+    }
+
     /// Checks the spec as a container runtime's CDI library would: a known version no lower
     /// than [`minimum_version`](Self::minimum_version), valid vendor, class and device names,
     /// unique devices with non-empty edits, valid edits and annotations.
@@ -553,6 +577,22 @@ fn device_name(claim_uid: &str, device: &AllocatedDevice) -> Result<String, CdiE
     }
     validate_device_name(&name)?;
     Ok(name)
+}
+
+/// Writes a CDI spec file atomically (temporary file, fsync, rename, directory fsync) with the
+/// mode container runtimes expect (0644), creating its directory. The content is written as
+/// given: container runtimes read `.json` files as JSON and `.yaml` files as YAML.
+pub fn write_spec_file(path: &Path, content: &[u8]) -> Result<(), CdiError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).map_err(|source| CdiError::Io {
+            op: "creating directory",
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok(atomic_file::replace(path, SPEC_MODE, |f| {
+        f.write_all(content)
+    })?)
 }
 
 /// What [`CdiWriter::write_claim`] wrote.
@@ -1042,6 +1082,46 @@ mod tests {
             "{:?}",
             dir.names()
         );
+    }
+
+    #[test]
+    fn a_spec_for_named_devices_keeps_each_devices_values() {
+        let edits = |v: &str| {
+            let mut e = ContainerEdits::default();
+            e.env.insert("VISIBLE".into(), v.into());
+            e.device_nodes
+                .push(DeviceNode::new(format!("/dev/x{v}"), "rw"));
+            e
+        };
+        let spec = CdiSpec::for_devices(
+            "example.com/device",
+            &[("a".into(), edits("0")), ("b".into(), edits("1"))],
+        )
+        .unwrap();
+        assert_eq!(spec.kind, "example.com/device");
+        assert_eq!(spec.devices[1].name, "b");
+        assert_eq!(spec.devices[1].container_edits.env, ["VISIBLE=1"]);
+        assert_eq!(
+            spec.devices[0].container_edits.device_nodes[0].path,
+            "/dev/x0"
+        );
+        assert_eq!(spec.cdi_version, "0.3.0");
+        // Names, kinds and empty edits are checked as for claim specs.
+        let err = CdiSpec::for_devices("example.com/device", &[("-a".into(), edits("0"))]);
+        assert!(err.unwrap_err().to_string().contains("-a"));
+        assert!(CdiSpec::for_devices("nokind", &[("a".into(), edits("0"))]).is_err());
+        assert!(
+            CdiSpec::for_devices(
+                "example.com/device",
+                &[("a".into(), ContainerEdits::default())]
+            )
+            .is_err()
+        );
+        let dup = CdiSpec::for_devices(
+            "example.com/device",
+            &[("a".into(), edits("0")), ("a".into(), edits("1"))],
+        );
+        assert!(dup.is_err());
     }
 
     #[test]

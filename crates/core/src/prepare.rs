@@ -96,6 +96,20 @@ pub trait Preparer: Send + Sync + 'static {
         devices: &[AllocatedDevice],
     ) -> Result<(), PrepareError>;
 
+    /// The container edits `device` gives a container, worked out without changing the host;
+    /// `kubedev cdi generate` writes them as a CDI spec ahead of any allocation.
+    ///
+    /// `Ok(None)` means they are only known once `prepare` has acted on the host (a MIG instance
+    /// it creates, a driver it binds) or depend on who asks; the default says so for every
+    /// device. An unknown or unusable device is an error, as in `prepare`.
+    async fn planned_edits(
+        &self,
+        device: &DeviceRef,
+    ) -> Result<Option<ContainerEdits>, PrepareError> {
+        let _ = device;
+        Ok(None)
+    }
+
     /// Called by the device-plugin API before a container starts (`PreStartContainer`), e.g. to
     /// reset a device. Must finish well within the kubelet's 30 s; the default does nothing.
     async fn pre_start(&self, devices: &[DeviceRef]) -> Result<(), PrepareError> {

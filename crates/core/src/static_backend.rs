@@ -229,6 +229,13 @@ impl Preparer for StaticBackend {
     ) -> Result<(), PrepareError> {
         Ok(())
     }
+
+    async fn planned_edits(
+        &self,
+        device: &DeviceRef,
+    ) -> Result<Option<ContainerEdits>, PrepareError> {
+        self.edits_for(device).map(Some)
+    }
 }
 
 #[cfg(test)]

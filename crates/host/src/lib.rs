@@ -353,7 +353,14 @@ impl HostBackend {
         (slot < slots).then_some((i, slot))
     }
 
-    fn edits_for(&self, device: &DeviceRef, i: usize) -> Result<ContainerEdits, PrepareError> {
+    /// The edits for entry `i`; with `apply`, a socket's ownership and label are set first
+    /// (prepare), without it the host is left as it is (planned edits).
+    fn edits_for(
+        &self,
+        device: &DeviceRef,
+        i: usize,
+        apply: bool,
+    ) -> Result<ContainerEdits, PrepareError> {
         let e = &self.entries[i];
         let health = self.health_of(e);
         let mut edits = ContainerEdits::default();
@@ -369,6 +376,15 @@ impl HostBackend {
                     e.path.display().to_string(),
                     NODE_PERMISSIONS,
                 ));
+            }
+            Kind::Socket(s) if !apply => {
+                if !s.optional && !self.host.exists(&e.path) {
+                    return Err(PrepareError::Unhealthy {
+                        device: device.to_string(),
+                        reason: format!("socket {} is missing", e.path.display()),
+                    });
+                }
+                edits.mounts.push(socket_mount(e, s));
             }
             Kind::Socket(s) => {
                 let selinux = ownership::selinux_enabled(&self.host).then(|| {
@@ -395,19 +411,38 @@ impl HostBackend {
                         reason: format!("socket {} is missing", e.path.display()),
                     });
                 }
-                let host_dir = e.dir().display().to_string();
-                let container_dir = s
-                    .container_dir
-                    .as_ref()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_else(|| host_dir.clone());
-                edits
-                    .mounts
-                    .push(Mount::bind(host_dir, container_dir, false));
+                edits.mounts.push(socket_mount(e, s));
             }
         }
         Ok(edits)
     }
+
+    /// Entry index of `device`, discovering again once when the last discovery did not offer it.
+    fn find(&self, device: &DeviceRef) -> Result<usize, PrepareError> {
+        let mut found = self.lookup(device);
+        if found.is_none() && device.pool == self.pool {
+            // Not offered by the last discovery (or none ran yet): look again once.
+            self.refresh()
+                .map_err(|e| PrepareError::Other(format!("rediscovering host devices: {e}")))?;
+            found = self.lookup(device);
+        }
+        found
+            .map(|(i, _slot)| i)
+            .ok_or_else(|| PrepareError::UnknownDevice {
+                device: device.to_string(),
+            })
+    }
+}
+
+/// The bind mount of a socket's directory into the container.
+fn socket_mount(e: &Entry, s: &config::SocketDevice) -> Mount {
+    let host_dir = e.dir().display().to_string();
+    let container_dir = s
+        .container_dir
+        .as_ref()
+        .map(|d| d.display().to_string())
+        .unwrap_or_else(|| host_dir.clone());
+    Mount::bind(host_dir, container_dir, false)
 }
 
 #[async_trait]
@@ -454,22 +489,22 @@ impl Preparer for HostBackend {
     ) -> Result<Vec<PreparedDevice>, PrepareError> {
         let mut out = Vec::with_capacity(devices.len());
         for a in devices {
-            let mut found = self.lookup(&a.device);
-            if found.is_none() && a.device.pool == self.pool {
-                // Not offered by the last discovery (or none ran yet): look again once.
-                self.refresh()
-                    .map_err(|e| PrepareError::Other(format!("rediscovering host devices: {e}")))?;
-                found = self.lookup(&a.device);
-            }
-            let (i, _slot) = found.ok_or_else(|| PrepareError::UnknownDevice {
-                device: a.device.to_string(),
-            })?;
+            let i = self.find(&a.device)?;
             out.push(PreparedDevice {
                 device: a.clone(),
-                edits: self.edits_for(&a.device, i)?,
+                edits: self.edits_for(&a.device, i, true)?,
             });
         }
         Ok(out)
+    }
+
+    /// The same edits as `prepare`, without setting a socket's ownership or label.
+    async fn planned_edits(
+        &self,
+        device: &DeviceRef,
+    ) -> Result<Option<ContainerEdits>, PrepareError> {
+        let i = self.find(device)?;
+        self.edits_for(device, i, false).map(Some)
     }
 
     async fn unprepare(

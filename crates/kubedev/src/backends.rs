@@ -207,6 +207,20 @@ impl Backends {
         Ok(ordered)
     }
 
+    /// The edits the owning backend's `prepare` would give `device`, without changing the host
+    /// (`None` when only `prepare` can tell).
+    pub async fn planned_edits(
+        &self,
+        device: &kubedev_core::DeviceRef,
+    ) -> Result<Option<kubedev_core::ContainerEdits>, PrepareError> {
+        let unknown = || PrepareError::UnknownDevice {
+            device: device.to_string(),
+        };
+        let owner = self.owner(&device.pool).ok_or_else(unknown)?;
+        let backend = self.get(owner).ok_or_else(unknown)?;
+        backend.preparer.planned_edits(device).await
+    }
+
     /// Whether any backend wants `PreStartContainer` calls.
     pub fn needs_pre_start(&self) -> bool {
         read(&self.slots)

@@ -42,6 +42,8 @@ pub struct Discovery {
     pub served_by: Vec<Vec<ServedBy>>,
     /// The node name used for pools and slices.
     pub node: String,
+    /// The backends themselves, owning the pools found (for questions about their devices).
+    pub set: Backends,
 }
 
 /// Runs every configured backend's discovery once and splits the devices between the APIs as
@@ -83,6 +85,7 @@ pub async fn discover(config: &Config, path: &Path) -> anyhow::Result<Discovery>
         inventory,
         served_by,
         node: node_name(config),
+        set: backends,
     })
 }
 

@@ -2,6 +2,7 @@
 #![warn(missing_docs)]
 
 pub mod backends;
+pub mod cdi_generate;
 pub mod cluster;
 pub mod config;
 pub mod discover;

@@ -43,6 +43,42 @@ enum WhoUsesOutput {
     Json,
 }
 
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum SpecFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum CdiCommand {
+    /// Write a CDI spec for the devices the configured backends find on this host.
+    ///
+    /// Each device becomes a CDI device named after it, with the edits a container would get
+    /// for it; `all` holds every device. Devices whose edits only exist once prepared (a MIG
+    /// placement, a function still to be bound to vfio-pci) are left out and listed on stderr.
+    /// Nothing on the host is changed. The kind is `<dra.driverName>/device` unless `--kind`
+    /// says otherwise.
+    ///
+    /// Examples:
+    ///   kubedev cdi generate --config /etc/kubedev/config.yaml
+    ///   kubedev cdi generate --config config.yaml --kind example.com/gpu --output-file /etc/cdi/example.yaml
+    ///   podman run --device example.com/gpu=gpu-0 ...
+    Generate {
+        /// The configuration file (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The CDI kind, `<vendor>/<class>`.
+        #[arg(long)]
+        kind: Option<String>,
+        /// Format (for stdout; a file's format follows its extension, `.json` or `.yaml`).
+        #[arg(long, short = 'o', value_enum, default_value_t = SpecFormat::Yaml)]
+        output: SpecFormat,
+        /// Write the spec to this file (atomically, mode 0644) instead of stdout.
+        #[arg(long)]
+        output_file: Option<PathBuf>,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 enum PolicyCommand {
     /// Validate a policy's contract, run it on sample input, report fuel and memory used.
@@ -115,6 +151,11 @@ enum Command {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t = DiscoverOutput::Table)]
         output: DiscoverOutput,
+    },
+    /// Container Device Interface specs for what is found.
+    Cdi {
+        #[command(subcommand)]
+        command: CdiCommand,
     },
     /// Show which pod and container hold each device, in both kubelet APIs.
     ///
@@ -227,6 +268,15 @@ fn real_main() -> anyhow::Result<()> {
             };
             write_stdout(&text)
         }
+        Command::Cdi {
+            command:
+                CdiCommand::Generate {
+                    config: path,
+                    kind,
+                    output,
+                    output_file,
+                },
+        } => cdi_generate(&path, kind.as_deref(), output, output_file.as_deref()),
         Command::WhoUses {
             socket,
             config,
@@ -363,6 +413,70 @@ fn check_policy(path: &std::path::Path) -> anyhow::Result<()> {
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.
+fn cdi_generate(
+    path: &std::path::Path,
+    kind: Option<&str>,
+    output: SpecFormat,
+    file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let config = kubedev::config::Config::load(path)?;
+    let kind = kubedev::cdi_generate::kind_for(&config, kind)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let out = rt.block_on(kubedev::cdi_generate::generate(&config, path, &kind))?;
+    for s in &out.skipped {
+        eprintln!("kubedev: left out {}: {}", s.device, s.reason);
+    }
+    let Some(spec) = out.spec else {
+        anyhow::bail!(
+            "no CDI spec written: {}",
+            if out.backends.is_empty() {
+                "no backend is configured".to_string()
+            } else if out.found == 0 {
+                format!(
+                    "the {} backend(s) found no devices",
+                    out.backends.join(", ")
+                )
+            } else {
+                format!(
+                    "none of the {} device(s) found could be described",
+                    out.found
+                )
+            }
+        );
+    };
+    let format = match file.and_then(|f| f.extension()).and_then(|e| e.to_str()) {
+        Some("json") => SpecFormat::Json,
+        Some("yaml" | "yml") => SpecFormat::Yaml,
+        Some(other) => anyhow::bail!(
+            "--output-file: container runtimes read CDI specs from .json or .yaml files, not .{other}"
+        ),
+        None if file.is_some() => {
+            anyhow::bail!("--output-file: the name must end in .json or .yaml")
+        }
+        None => output,
+    };
+    let text = match format {
+        SpecFormat::Json => format!("{}\n", serde_json::to_string_pretty(&spec)?),
+        SpecFormat::Yaml => serde_saphyr::to_string(&spec).context("encoding YAML")?,
+    };
+    match file {
+        Some(f) => {
+            kubedev_core::cdi::write_spec_file(f, text.as_bytes())
+                .with_context(|| format!("writing {}", f.display()))?;
+            eprintln!(
+                "kubedev: wrote {} with {} CDI device(s) of kind {kind}",
+                f.display(),
+                spec.devices.len()
+            );
+            Ok(())
+        }
+        None => write_stdout(&text),
+    }
+}
+
 fn write_stdout(text: &str) -> anyhow::Result<()> {
     use std::io::Write as _;
     match std::io::stdout().lock().write_all(text.as_bytes()) {

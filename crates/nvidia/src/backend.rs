@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use kubedev_core::{
-    AllocatedDevice, BackendContext, ClaimRef, Consumer, DeviceName, DeviceRef, DeviceSource,
-    Health, Pool, PoolName, PrepareError, PreparedDevice, Preparer, SourceError, SourceEvent,
+    AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceRef,
+    DeviceSource, Health, Pool, PoolName, PrepareError, PreparedDevice, Preparer, SourceError,
+    SourceEvent,
 };
 use nvml_wrapper::Nvml;
 use tokio::sync::mpsc;
@@ -437,24 +438,8 @@ impl Inner {
             let kind = d.built.kinds.get(&a.device.device).ok_or_else(unknown)?;
             let gpu = d.machine.gpus.get(kind.gpu()).ok_or_else(unknown)?;
             let edits = match kind {
-                DeviceKind::Gpu { .. } => gpu_edits(&self.ctx.host, gpu.minor, &gpu.uuid),
-                DeviceKind::Mig { instance, .. } => {
-                    let uuid = instance
-                        .uuid
-                        .as_deref()
-                        .ok_or_else(|| PrepareError::Unhealthy {
-                            device: a.device.to_string(),
-                            reason: "NVML lists no MIG device (UUID) for this compute instance"
-                                .into(),
-                        })?;
-                    mig_edits(
-                        &self.ctx.host,
-                        &minors,
-                        gpu.minor,
-                        uuid,
-                        instance.gi_id,
-                        instance.ci_id,
-                    )
+                DeviceKind::Gpu { .. } | DeviceKind::Mig { .. } => {
+                    self.existing_edits(kind, gpu, &minors, &a.device)?
                 }
                 DeviceKind::Placement {
                     profile, placement, ..
@@ -484,6 +469,61 @@ impl Inner {
             });
         }
         Ok(out)
+    }
+
+    /// Edits of a whole GPU or of a MIG instance that exists already; a MIG placement has
+    /// none until `prepare` creates its instance.
+    fn existing_edits(
+        &self,
+        kind: &DeviceKind,
+        gpu: &GpuInfo,
+        minors: &BTreeMap<String, u32>,
+        device: &DeviceRef,
+    ) -> Result<ContainerEdits, PrepareError> {
+        match kind {
+            DeviceKind::Gpu { .. } => Ok(gpu_edits(&self.ctx.host, gpu.minor, &gpu.uuid)),
+            DeviceKind::Mig { instance, .. } => {
+                let uuid = instance
+                    .uuid
+                    .as_deref()
+                    .ok_or_else(|| PrepareError::Unhealthy {
+                        device: device.to_string(),
+                        reason: "NVML lists no MIG device (UUID) for this compute instance".into(),
+                    })?;
+                Ok(mig_edits(
+                    &self.ctx.host,
+                    minors,
+                    gpu.minor,
+                    uuid,
+                    instance.gi_id,
+                    instance.ci_id,
+                ))
+            }
+            DeviceKind::Placement { .. } => Err(PrepareError::Other(format!(
+                "device {device}: a MIG placement has no instance before it is prepared"
+            ))),
+        }
+    }
+
+    /// `prepare`'s edits for whole GPUs and existing MIG instances; `None` for a MIG placement,
+    /// whose instance only `prepare` creates.
+    fn planned_blocking(&self, device: &DeviceRef) -> Result<Option<ContainerEdits>, PrepareError> {
+        let d = self
+            .discovered_or_discover()
+            .map_err(|e| PrepareError::Other(e.to_string()))?;
+        let unknown = || PrepareError::UnknownDevice {
+            device: device.to_string(),
+        };
+        if device.pool != self.pool {
+            return Err(unknown());
+        }
+        let kind = d.built.kinds.get(&device.device).ok_or_else(unknown)?;
+        let gpu = d.machine.gpus.get(kind.gpu()).ok_or_else(unknown)?;
+        if matches!(kind, DeviceKind::Placement { .. }) {
+            return Ok(None);
+        }
+        let minors = read_mig_minors(&self.ctx.host);
+        self.existing_edits(kind, gpu, &minors, device).map(Some)
     }
 
     /// Creates (or finds, when already prepared) the MIG instance of a placement for a claim.
@@ -714,6 +754,18 @@ impl Preparer for NvidiaBackend {
         let claim = claim.clone();
         let devices = devices.to_vec();
         tokio::task::spawn_blocking(move || inner.unprepare_blocking(&claim, &devices))
+            .await
+            .map_err(|e| PrepareError::Other(join_error(e)))?
+    }
+
+    /// Whole GPUs and existing MIG instances; `None` for MIG placements (created by prepare).
+    async fn planned_edits(
+        &self,
+        device: &DeviceRef,
+    ) -> Result<Option<ContainerEdits>, PrepareError> {
+        let inner = self.inner.clone();
+        let device = device.clone();
+        tokio::task::spawn_blocking(move || inner.planned_blocking(&device))
             .await
             .map_err(|e| PrepareError::Other(join_error(e)))?
     }

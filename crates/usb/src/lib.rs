@@ -334,4 +334,24 @@ impl Preparer for UsbBackend {
         // Preparing changes nothing on the host.
         Ok(())
     }
+
+    /// The same edits as `prepare` (which changes nothing on the host either).
+    async fn planned_edits(
+        &self,
+        device: &DeviceRef,
+    ) -> Result<Option<ContainerEdits>, PrepareError> {
+        let allocated = AllocatedDevice {
+            device: device.clone(),
+            request: String::new(),
+            share_id: None,
+            config: Vec::new(),
+        };
+        let consumer = Consumer::Container {
+            resource: String::new(),
+        };
+        let mut prepared = self
+            .prepare(&consumer, std::slice::from_ref(&allocated))
+            .await?;
+        Ok(prepared.pop().map(|p| p.edits))
+    }
 }

@@ -252,17 +252,45 @@ impl Inner {
             .map_err(|e| e.into_prepare("binding to vfio-pci", &device))?;
             self.rebound.notify_one();
         }
-        let node = o.group_node();
-        if !self.host.exists(&node) {
-            return Err(PrepareError::Unhealthy {
-                device,
-                reason: format!("{node} is missing"),
-            });
-        }
         let resource = match consumer {
             Consumer::Container { resource } => resource.as_str(),
             _ => o.resource(),
         };
+        Ok(PreparedDevice {
+            device: a.clone(),
+            edits: self.edits_for(&o, &device, resource)?,
+        })
+    }
+
+    /// The edits `prepare` gives a DRA claim for `device`, without binding anything: `None`
+    /// while a function still waits for `bindOnPrepare` to put it on `vfio-pci`.
+    fn planned_one(&self, device: &DeviceRef) -> Result<Option<ContainerEdits>, PrepareError> {
+        let o = self.find(device)?;
+        if let Offered::Pci(u) = &o
+            && self.config.bind_on_prepare
+            && u.kind == PciKind::Passthrough
+            && !self.host.exists(o.group_node())
+        {
+            return Ok(None);
+        }
+        self.edits_for(&o, &device.to_string(), o.resource())
+            .map(Some)
+    }
+
+    /// Device nodes and environment for an offered device requested as `resource`.
+    fn edits_for(
+        &self,
+        o: &Offered,
+        device: &str,
+        resource: &str,
+    ) -> Result<ContainerEdits, PrepareError> {
+        let node = o.group_node();
+        if !self.host.exists(&node) {
+            return Err(PrepareError::Unhealthy {
+                device: device.to_string(),
+                reason: format!("{node} is missing"),
+            });
+        }
         let mut edits = ContainerEdits::default();
         edits
             .device_nodes
@@ -282,10 +310,7 @@ impl Inner {
                 );
             }
         }
-        Ok(PreparedDevice {
-            device: a.clone(),
-            edits,
-        })
+        Ok(edits)
     }
 
     fn unprepare_one(&self, a: &AllocatedDevice) -> Result<(), PrepareError> {
@@ -514,6 +539,19 @@ impl Preparer for VfioBackend {
         })
         .await
         .map_err(PrepareError::Other)?
+    }
+
+    /// The DRA form of `prepare`'s edits; `None` for a function `bindOnPrepare` has not bound
+    /// to `vfio-pci` yet (its group node appears only then).
+    async fn planned_edits(
+        &self,
+        device: &DeviceRef,
+    ) -> Result<Option<ContainerEdits>, PrepareError> {
+        let inner = self.inner.clone();
+        let device = device.clone();
+        blocking(move || inner.planned_one(&device))
+            .await
+            .map_err(PrepareError::Other)?
     }
 
     /// Gives rebound functions back to their original drivers (from the records written before

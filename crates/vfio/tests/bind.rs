@@ -232,3 +232,26 @@ async fn health_settles_to_healthy_across_bind_and_restore() {
     );
     watcher.abort();
 }
+
+#[tokio::test]
+async fn planned_edits_wait_for_the_bind_and_change_nothing() {
+    let root = machine();
+    let state = tempfile::tempdir().unwrap();
+    let _kernel = PciKernelSim::start(root.path());
+    let b = backend(&root, state.path(), config());
+    b.discover().await.unwrap();
+    let device = alloc(DEVICE).device;
+
+    // Still on its host driver: the group node appears only when prepare binds it.
+    assert_eq!(b.planned_edits(&device).await.unwrap(), None);
+    assert_eq!(driver(&root).as_deref(), Some("nvidia"));
+    assert!(!record_path(state.path()).exists());
+
+    // Once bound, the planned edits are the claim's edits.
+    let out = b
+        .prepare(&Consumer::Claim(claim()), &[alloc(DEVICE)])
+        .await
+        .unwrap();
+    let planned = b.planned_edits(&device).await.unwrap().unwrap();
+    assert_eq!(planned, out[0].edits);
+}

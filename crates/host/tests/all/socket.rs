@@ -133,6 +133,32 @@ async fn prepare_mounts_the_directory_and_sets_ownership() {
 }
 
 #[tokio::test]
+async fn planned_edits_equal_prepares_without_changing_ownership() {
+    let root = HostRoot::new().unwrap();
+    let _listener = bind(&root, SOCKET);
+    let before = std::fs::symlink_metadata(root.join(SOCKET)).unwrap();
+    let o = owner();
+    let b = backend(
+        &root,
+        socket_config(
+            serde_json::json!({"owner": {"uid": o.uid, "gid": o.gid}, "containerDir": "/run/qgs"}),
+        ),
+    );
+    let planned = b.planned_edits(&dref("qgs-1")).await.unwrap().unwrap();
+    let after = std::fs::symlink_metadata(root.join(SOCKET)).unwrap();
+    assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+    let out = b.prepare(&consumer(), &[alloc("qgs-1")]).await.unwrap();
+    assert_eq!(planned, out[0].edits);
+
+    // A required socket that is missing cannot be described either.
+    let empty = HostRoot::new().unwrap();
+    empty.dir("/var/run/qgs").unwrap();
+    let b = backend(&empty, socket_config(serde_json::json!({})));
+    let err = b.planned_edits(&dref("qgs-0")).await.unwrap_err();
+    assert!(err.to_string().contains(SOCKET), "{err}");
+}
+
+#[tokio::test]
 async fn a_missing_required_socket_fails_prepare_but_an_optional_one_does_not() {
     let root = HostRoot::new().unwrap();
     root.dir("/var/run/qgs").unwrap();
