@@ -325,6 +325,11 @@ impl Publisher for SlicePublisher {
             kubedev_core::SyncState::Pending
         }
     }
+
+    fn write_counts(&self) -> kubedev_core::WriteCounts {
+        let s = self.stats();
+        kubedev_core::WriteCounts::new(s.creates, s.updates, s.deletes, s.conflicts, s.errors)
+    }
 }
 
 /// The running background task of a [`SlicePublisher`]. Dropping it stops the task too, without

@@ -48,7 +48,7 @@ pub use names::{
     check_dns_label, check_dns_subdomain,
 };
 pub use prepare::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice, Preparer};
-pub use publish::{Publisher, SyncState};
+pub use publish::{Publisher, SyncState, WriteCounts};
 pub use quantity::{Format, Quantity, QuantityError};
 pub use source::{DeviceSource, SourceEvent};
 pub use version::{Version, VersionError};

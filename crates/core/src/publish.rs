@@ -25,6 +25,41 @@ pub trait Publisher: Send + Sync + 'static {
     fn sync_state(&self) -> SyncState {
         SyncState::Synced
     }
+
+    /// The writes this publisher has made to its destination since it started; all zero for a
+    /// publisher that writes nothing of its own (the default).
+    fn write_counts(&self) -> WriteCounts {
+        WriteCounts::default()
+    }
+}
+
+/// Writes a publisher made to its destination (e.g. ResourceSlices in the API server).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriteCounts {
+    /// Objects created.
+    pub creates: u64,
+    /// Objects updated.
+    pub updates: u64,
+    /// Objects deleted.
+    pub deletes: u64,
+    /// Writes refused because the object had changed meanwhile (retried after re-reading).
+    pub conflicts: u64,
+    /// Failed attempts (retried with backoff).
+    pub failures: u64,
+}
+
+impl WriteCounts {
+    /// Counts from their parts.
+    pub fn new(creates: u64, updates: u64, deletes: u64, conflicts: u64, failures: u64) -> Self {
+        WriteCounts {
+            creates,
+            updates,
+            deletes,
+            conflicts,
+            failures,
+        }
+    }
 }
 
 /// How far a publisher has got with the last inventory it was given.

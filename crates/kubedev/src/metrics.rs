@@ -1,6 +1,6 @@
 //! The daemon's Prometheus metrics.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -110,6 +110,19 @@ pub struct Metrics {
     pub config_reloads: Family<ResultLabels, Counter>,
     /// Fuel a selection policy used per call, by resource.
     pub policy_fuel: HistogramFamily<ResourceLabels>,
+    /// ResourceSlice writes to the API server, by operation (read from the publisher).
+    pub slice_writes: Family<OperationLabels, Counter>,
+    slice_writer: SliceWriter,
+}
+
+/// The publisher `resourceslice_writes` is read from.
+#[derive(Default)]
+struct SliceWriter(RwLock<Option<Arc<dyn kubedev_core::Publisher>>>);
+
+impl std::fmt::Debug for SliceWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SliceWriter")
+    }
 }
 
 /// Labels of a per-resource measurement.
@@ -140,6 +153,13 @@ impl Metrics {
         let config_reloads = Family::<ResultLabels, Counter>::default();
         let policy_fuel = HistogramFamily::<ResourceLabels>::new_with_constructor(
             fuel_histogram as fn() -> Histogram,
+        );
+        let slice_writes = Family::<OperationLabels, Counter>::default();
+        registry.register(
+            "resourceslice_writes",
+            "ResourceSlice writes to the API server, by operation (create, update, delete; \
+             conflict and failure count refused and failed attempts, which are retried)",
+            slice_writes.clone(),
         );
         registry.register(
             "policy_fuel",
@@ -198,7 +218,42 @@ impl Metrics {
             held_devices,
             config_reloads,
             policy_fuel,
+            slice_writes,
+            slice_writer: SliceWriter::default(),
         })
+    }
+
+    /// The ResourceSlice publisher whose API writes `resourceslice_writes` reports.
+    pub fn track_slice_writes(&self, publisher: Arc<dyn kubedev_core::Publisher>) {
+        *self
+            .slice_writer
+            .0
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Some(publisher);
+    }
+
+    /// Brings `resourceslice_writes` up to the publisher's own counts.
+    fn sync_slice_writes(&self) {
+        let publisher = self
+            .slice_writer
+            .0
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let Some(publisher) = publisher else { return };
+        let c = publisher.write_counts();
+        for (operation, n) in [
+            ("create", c.creates),
+            ("update", c.updates),
+            ("delete", c.deletes),
+            ("conflict", c.conflicts),
+            ("failure", c.failures),
+        ] {
+            let counter = self.slice_writes.get_or_create(&OperationLabels {
+                operation: operation.to_string(),
+            });
+            counter.inc_by(n.saturating_sub(counter.get()));
+        }
     }
 
     /// Counts one configuration reload with its outcome.
@@ -229,6 +284,7 @@ impl Metrics {
 
     /// The metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
+        self.sync_slice_writes();
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -240,6 +296,48 @@ impl Metrics {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    struct Writes(std::sync::Mutex<kubedev_core::WriteCounts>);
+
+    #[async_trait::async_trait]
+    impl kubedev_core::Publisher for Writes {
+        async fn publish(
+            &self,
+            _: &kubedev_core::Inventory,
+        ) -> Result<(), kubedev_core::PublishError> {
+            Ok(())
+        }
+        fn write_counts(&self) -> kubedev_core::WriteCounts {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    #[test]
+    fn slice_writes_follow_the_publishers_counts() {
+        let m = Metrics::new();
+        assert!(!m.encode().contains("kubedev_resourceslice_writes_total{"));
+        let p = Arc::new(Writes(std::sync::Mutex::new(
+            kubedev_core::WriteCounts::new(3, 1, 0, 2, 0),
+        )));
+        m.track_slice_writes(p.clone());
+        let text = m.encode();
+        for want in [
+            "kubedev_resourceslice_writes_total{operation=\"create\"} 3",
+            "kubedev_resourceslice_writes_total{operation=\"update\"} 1",
+            "kubedev_resourceslice_writes_total{operation=\"conflict\"} 2",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+        *p.0.lock().unwrap() = kubedev_core::WriteCounts::new(5, 1, 4, 2, 1);
+        let text = m.encode();
+        for want in [
+            "kubedev_resourceslice_writes_total{operation=\"create\"} 5",
+            "kubedev_resourceslice_writes_total{operation=\"delete\"} 4",
+            "kubedev_resourceslice_writes_total{operation=\"failure\"} 1",
+        ] {
+            assert!(text.contains(want), "missing {want} in\n{text}");
+        }
+    }
 
     #[test]
     fn encodes_what_was_recorded() {

@@ -609,6 +609,7 @@ async fn start_dra(
     obs.probes
         .set_dra(spec.driver.to_string(), handle.watch_status());
     obs.probes.set_slices(cluster.slices.clone());
+    obs.metrics.track_slice_writes(cluster.slices.clone());
     count_registrations(
         &obs.metrics,
         "dra",

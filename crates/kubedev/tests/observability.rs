@@ -35,13 +35,21 @@ impl ClaimSource for Claims {
     }
 }
 
+/// Counts publications; reports one API write (a create) per publication after the first
+/// failed attempt, as a publisher writing in the background would.
 #[derive(Default)]
-struct Slices;
+struct Slices(std::sync::atomic::AtomicU64);
 
 #[async_trait]
 impl Publisher for Slices {
     async fn publish(&self, _: &Inventory) -> Result<(), PublishError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    fn write_counts(&self) -> kubedev_core::WriteCounts {
+        let n = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        kubedev_core::WriteCounts::new(n, 0, 0, 0, 1)
     }
 }
 
@@ -138,7 +146,7 @@ backends:
     let claims = Arc::new(Claims::default());
     let cluster = ClusterServices {
         claims: claims.clone(),
-        slices: Arc::new(Slices),
+        slices: Arc::new(Slices::default()),
     };
     let cancel = CancellationToken::new();
     let c = cancel.clone();
@@ -200,6 +208,15 @@ backends:
     }
     assert!(
         m.contains("kubedev_resourceslice_publishes_total{result=\"ok\"}"),
+        "{m}"
+    );
+    // The publisher's own API writes, as it counts them.
+    assert!(
+        m.contains("kubedev_resourceslice_writes_total{operation=\"failure\"} 1"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("kubedev_resourceslice_writes_total{operation=\"create\"} 0"),
         "{m}"
     );
 
