@@ -2173,6 +2173,139 @@ mod image {
         problems
     }
 
+    /// Recreates what the builder stage's context COPYs put in its build directory (only the
+    /// files `.dockerignore` keeps) under `into`, relative to the WORKDIR of `cargo build`.
+    /// Returns the problems: sources that do not exist or a stage without `cargo build`.
+    pub(super) fn copy_context(
+        root: &Path,
+        df: &Dockerfile,
+        rules: &[IgnoreRule],
+        into: &Path,
+    ) -> anyhow::Result<Vec<String>> {
+        let Some(builder) = df
+            .stages
+            .iter()
+            .find(|s| s.all("RUN").any(|i| i.args.contains("cargo build")))
+        else {
+            return Ok(vec![format!(
+                "{DOCKERFILE} has no stage that runs `cargo build`"
+            )]);
+        };
+        let build_dir = {
+            let mut dir = "/".to_string();
+            for i in &builder.body {
+                if i.keyword == "WORKDIR" {
+                    dir = join(&dir, i.args.trim());
+                } else if i.keyword == "RUN" && i.args.contains("cargo build") {
+                    break;
+                }
+            }
+            dir
+        };
+        let mut problems = Vec::new();
+        let mut workdir = "/".to_string();
+        for i in &builder.body {
+            match i.keyword.as_str() {
+                "WORKDIR" => workdir = join(&workdir, i.args.trim()),
+                "RUN" if i.args.contains("cargo build") => break,
+                "COPY" | "ADD" => {}
+                _ => continue,
+            }
+            let Ok(c) = copy(i) else { continue };
+            if c.from.is_some() {
+                continue;
+            }
+            let dest = join(&workdir, &c.dest);
+            let Some(relative) = dest
+                .strip_prefix(build_dir.trim_end_matches('/'))
+                .map(|r| r.trim_start_matches('/'))
+            else {
+                continue;
+            };
+            let into_dir = c.dest.ends_with('/') || c.sources.len() > 1;
+            for source in &c.sources {
+                let path = root.join(source.trim_start_matches("./"));
+                let name = source
+                    .trim_end_matches('/')
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or(source);
+                if path.is_dir() {
+                    // A directory's contents go to the destination.
+                    copy_tree(root, &path, rules, &into.join(relative))?;
+                } else if path.is_file() {
+                    let target = if into_dir {
+                        into.join(relative).join(name)
+                    } else {
+                        into.join(relative)
+                    };
+                    if let Some(parent) = target.parent() {
+                        std::fs::create_dir_all(parent)
+                            .with_context(|| format!("creating {}", parent.display()))?;
+                    }
+                    std::fs::copy(&path, &target)
+                        .with_context(|| format!("copying {}", path.display()))?;
+                } else {
+                    problems.push(format!(
+                        "{}: copies {source}, which is not in the repository",
+                        at(c.line)
+                    ));
+                }
+            }
+        }
+        Ok(problems)
+    }
+
+    /// Copies the files beneath `dir` that `.dockerignore` keeps into `to`.
+    fn copy_tree(root: &Path, dir: &Path, rules: &[IgnoreRule], to: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+            let path = entry.path();
+            let relative = path
+                .strip_prefix(root)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            if !kept(rules, &relative) {
+                continue;
+            }
+            let kind = entry
+                .file_type()
+                .with_context(|| format!("reading {}", path.display()))?;
+            let target = to.join(entry.file_name());
+            if kind.is_dir() {
+                copy_tree(root, &path, rules, &target)?;
+            } else if kind.is_file() {
+                std::fs::copy(&path, &target)
+                    .with_context(|| format!("copying {}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `cargo metadata --locked --offline` in the recreated build directory: cargo loads
+    /// the workspace from what the image build sees, and the lock file needs no change.
+    fn cargo_loads(build_dir: &Path) -> Vec<String> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = std::process::Command::new(cargo)
+            .current_dir(build_dir)
+            .args(["metadata", "--locked", "--offline", "--format-version", "1"])
+            .env("CARGO_TARGET_DIR", build_dir.join("target"))
+            .output();
+        match out {
+            Ok(o) if o.status.success() => Vec::new(),
+            Ok(o) => vec![format!(
+                "cargo cannot load the workspace from what {DOCKERFILE} copies into the builder \
+                 (as {DOCKERIGNORE} filters it): {}",
+                String::from_utf8_lossy(&o.stderr)
+                    .trim()
+                    .replace(&build_dir.display().to_string(), "<builder WORKDIR>")
+            )],
+            Err(e) => vec![format!("running cargo metadata: {e}")],
+        }
+    }
+
     /// The kubedev crate's facts and the workspace members, from `cargo metadata`, and the
     /// workspace repository from the root Cargo.toml.
     pub(super) fn workspace(root: &Path, metadata: &Value) -> anyhow::Result<Workspace> {
@@ -2327,6 +2460,12 @@ mod image {
             }
         };
         problems.extend(check_context(&df, &rules, &ws));
+        let context = tempfile::tempdir().context("creating a scratch build directory")?;
+        let copied = copy_context(root, &df, &rules, context.path())?;
+        if copied.is_empty() {
+            problems.extend(cargo_loads(context.path()));
+        }
+        problems.extend(copied);
 
         let mut needs = Vec::new();
         for (label, config) in configs {
@@ -2783,6 +2922,63 @@ CMD ["run", "--config", "/etc/kubedev/config.yaml"]
                 &check_context(&docs, &parse_ignore(IGNORE), &ws),
                 "copies docs, which .dockerignore leaves out",
             );
+        }
+
+        #[test]
+        fn the_builder_context_is_recreated_and_must_load_as_a_locked_workspace() {
+            let repo = tempfile::tempdir().unwrap();
+            let write = |path: &str, text: &str| {
+                let p = repo.path().join(path);
+                std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+                std::fs::write(p, text).unwrap();
+            };
+            write(
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/*\"]\nresolver = \"3\"\n",
+            );
+            write(
+                "crates/a/Cargo.toml",
+                "[package]\nname = \"a\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+            );
+            write("crates/a/src/lib.rs", "");
+            write("crates/a/target/debug/junk", "");
+            write("docs/x.md", "");
+            let rules = parse_ignore(IGNORE);
+            let only_crates = GOOD.replace("COPY xtask xtask\n", "");
+
+            // No lock file: the COPY of Cargo.lock names a missing file.
+            let into = tempfile::tempdir().unwrap();
+            let df = parse(&only_crates).unwrap();
+            let p = copy_context(repo.path(), &df, &rules, into.path()).unwrap();
+            one(&p, ":5: copies Cargo.lock, which is not in the repository");
+
+            // A stale lock file: cargo refuses under --locked.
+            write("Cargo.lock", "version = 4\n");
+            let into = tempfile::tempdir().unwrap();
+            assert_eq!(
+                copy_context(repo.path(), &df, &rules, into.path()).unwrap(),
+                Vec::<String>::new()
+            );
+            for kept in [
+                "Cargo.toml",
+                "Cargo.lock",
+                "crates/a/Cargo.toml",
+                "crates/a/src/lib.rs",
+            ] {
+                assert!(into.path().join(kept).is_file(), "{kept} was not copied");
+            }
+            assert!(!into.path().join("crates/a/target").exists());
+            assert!(!into.path().join("docs").exists());
+            one(&cargo_loads(into.path()), "cannot load the workspace");
+
+            // The right lock file: it loads.
+            write(
+                "Cargo.lock",
+                "version = 4\n\n[[package]]\nname = \"a\"\nversion = \"0.1.0\"\n",
+            );
+            let into = tempfile::tempdir().unwrap();
+            copy_context(repo.path(), &df, &rules, into.path()).unwrap();
+            assert_eq!(cargo_loads(into.path()), Vec::<String>::new());
         }
 
         #[test]
