@@ -1,27 +1,77 @@
 //! `cargo xtask e2e`: whole scenarios through the real `kubedev` binary, per backend and mode,
 //! against the emulated kubelet (both APIs) and API server, fake host roots and the NVML
-//! stand-in — with a kubelet restart, API-server faults and `kill -9` of the daemon — and a
-//! summary table at the end.
+//! stand-in — with a kubelet restart, API-server faults and `kill -9` of the daemon at random
+//! points — and a summary table at the end.
 //!
 //! DRA: discovery → ResourceSlices in the API server (while its slice writes fail) → the
-//! allocator picks a device as the scheduler would → the claim is written with its allocation →
-//! prepare → the CDI spec holds the backend's edits → `kill -9` → restart → prepare again gives
-//! the same answer → unprepare removes the CDI spec. Device plugin: registration → capacity →
-//! Allocate edits → kubelet restart → re-registered with the same devices.
+//! allocator picks distinct devices for several claims as the scheduler would → the claims are
+//! written with their allocations → prepare → the CDI spec holds the backend's edits → `kill -9`
+//! → restart → prepare again gives the same answer → unprepare removes the CDI spec. Then the
+//! crash rounds: each round the emulated kubelet sends concurrent prepare and unprepare calls
+//! for a random mix of the claims (batched as one pod or one call per claim, sometimes with a
+//! duplicate) and the daemon is killed with `kill -9` after a random delay, so the kill lands
+//! before, during or after the requests; sometimes the restarted daemon is killed once more
+//! during its start-up (recovery, registration) while the kubelet is already retrying. After
+//! the last restart the kubelet drives every claim to the state it wants, as the real kubelet
+//! retries: each claim it wants prepared answers with the devices and CDI IDs of its first
+//! clean prepare, each claim it wants unprepared unprepares, and the CDI directory holds exactly
+//! the spec files of the prepared claims. At the end everything is unprepared, no spec file is
+//! left, and a last prepare and unprepare still work.
+//!
+//! Device plugin: registration → capacity → Allocate edits → kubelet restart → re-registered
+//! with the same devices. Then crash rounds: the daemon is killed after a random delay either
+//! while concurrent Allocate calls run or during a fresh start (registration, ListAndWatch); the
+//! restarted daemon must register again with the same device IDs, and Allocate must still
+//! answer with the backend's device node.
+//!
+//! Every random choice comes from one seed, printed at the start and in the summary: set
+//! `KUBEDEV_E2E_SEED` to replay a run with the same kill points (only the timing differs).
+//! Each scenario draws from its own generator, derived from the seed and its name, and draws
+//! each round's choices before the round acts, so a replay makes the same choices whatever the
+//! timing was. `KUBEDEV_E2E_VERBOSE=1` prints what every crash round sent and what its kill
+//! hit (a failing scenario always prints it).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use kubedev_testkit::apiserver::{ApiServer, Fault, Resource, Verb};
-use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator};
+use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator, PreparedDeviceAnswer};
 use kubedev_testkit::machines;
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(20);
 const NODE: &str = "e2e-node";
 const DRIVER: &str = "devices.e2e.kubedev.io";
+/// The environment variable that fixes the seed of the random choices.
+const SEED_ENV: &str = "KUBEDEV_E2E_SEED";
+/// At most this many claims take part in the DRA crash rounds (fewer when the backend has
+/// fewer devices).
+const CRASH_CLAIMS: usize = 3;
+/// Kills per DRA scenario with requests in flight.
+const DRA_CRASH_ROUNDS: usize = 3;
+/// Kills per device-plugin scenario.
+const DP_CRASH_ROUNDS: usize = 2;
+// The windows the random delays are drawn from (`0..=` each), measured on the 2-core
+// machine with a debug build: a DRA call is answered 1.5–13 ms after it is sent (most within
+// 2–10 ms), an Allocate call after 1.3–4 ms (up to 9 under load); a restarted DRA daemon has
+// answered the kubelet's retries about 45–50 ms after its spawn, a device-plugin daemon has
+// registered 9–21 ms after it. Each window reaches into or a little past the work it aims at,
+// so a kill lands before, during or after it: over 10 seeds about 60% of the DRA kills cut off
+// a call in flight.
+/// DRA: the kill comes this long at most after the calls were sent.
+const DRA_KILL_WINDOW: Duration = Duration::from_millis(12);
+/// DRA: a kill during start-up comes this long at most after the spawn.
+const DRA_START_KILL_WINDOW: Duration = Duration::from_millis(50);
+/// Device plugin: the kill comes this long at most after the Allocate calls were sent.
+const DP_KILL_WINDOW: Duration = Duration::from_millis(3);
+/// Device plugin: a kill during start-up comes this long at most after the spawn.
+const DP_START_KILL_WINDOW: Duration = Duration::from_millis(30);
+/// How often the emulated kubelet retries a call that did not succeed.
+const RETRY: Duration = Duration::from_millis(20);
 
 /// One backend set up on a fresh host root.
 struct Backend {
@@ -98,12 +148,37 @@ fn backends(dir: &Path) -> anyhow::Result<Vec<Backend>> {
     Ok(out)
 }
 
+/// A running daemon; dropping it kills it with SIGKILL (`kill -9`) and reaps it.
 struct Daemon(Child);
 
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+impl Daemon {
+    /// `kill -9` `delay` after `from`, timed on a thread of its own so the requests in flight
+    /// keep both runtime workers; returns once the process is gone, with the time the signal
+    /// was sent.
+    async fn kill_after(self, from: Instant, delay: Duration) -> anyhow::Result<Instant> {
+        tokio::task::spawn_blocking(move || {
+            std::thread::sleep((from + delay).saturating_duration_since(Instant::now()));
+            let at = Instant::now();
+            drop(self);
+            at
+        })
+        .await
+        .context("the killer thread failed")
+    }
+
+    /// Fails when the daemon exited on its own.
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.0.try_wait()? {
+            bail!("the daemon exited on its own: {status}");
+        }
+        Ok(())
     }
 }
 
@@ -119,19 +194,389 @@ fn start(bin: &Path, config: &Path) -> anyhow::Result<Daemon> {
     ))
 }
 
-/// The steps one scenario passed, for the summary.
+/// The steps one scenario passed, for the summary, and what its random kills hit.
 #[derive(Default)]
 struct Record {
-    steps: Vec<&'static str>,
+    steps: Vec<String>,
+    /// Random kills.
+    kills: usize,
+    /// Random kills that cut off at least one request in flight.
+    in_flight: usize,
+    /// Random kills during a start-up (recovery, registration) of the daemon.
+    start_up: usize,
+    /// One line per crash round, printed when the scenario fails.
+    rounds: Vec<String>,
 }
 
 impl Record {
-    fn ok(&mut self, step: &'static str) {
-        self.steps.push(step);
+    fn ok(&mut self, step: impl Into<String>) {
+        self.steps.push(step.into());
     }
 }
 
-async fn dra_scenario(bin: &Path, b: &Backend, dir: &Path, rec: &mut Record) -> anyhow::Result<()> {
+/// The seed of this run: `KUBEDEV_E2E_SEED` when set, else a fresh random one.
+fn seed() -> anyhow::Result<u64> {
+    match std::env::var(SEED_ENV) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("{SEED_ENV}={v:?} is not an unsigned 64-bit number")),
+        Err(std::env::VarError::NotPresent) => Ok(fastrand::u64(..)),
+        Err(e) => bail!("{SEED_ENV}: {e}"),
+    }
+}
+
+/// The generator of one scenario: the seed mixed with the scenario's name (FNV-1a, stable
+/// across Rust versions), so each scenario's choices depend on the seed alone.
+fn scenario_rng(seed: u64, backend: &str, mode: &str) -> fastrand::Rng {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in backend.bytes().chain([b'/']).chain(mode.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    fastrand::Rng::with_seed(seed ^ h)
+}
+
+/// A delay drawn from `0..=max`, in microseconds.
+fn draw_delay(rng: &mut fastrand::Rng, max: Duration) -> Duration {
+    let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(rng.u64(0..=max))
+}
+
+/// What the kubelet wants for a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Prepared,
+    Unprepared,
+}
+
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Want::Prepared => "prepare",
+            Want::Unprepared => "unprepare",
+        })
+    }
+}
+
+/// One NodePrepareResources or NodeUnprepareResources call: the claims by index.
+#[derive(Debug, Clone)]
+struct Call {
+    op: Want,
+    claims: Vec<usize>,
+}
+
+/// The random choices of one DRA crash round, all drawn before it acts.
+#[derive(Debug)]
+struct RoundPlan {
+    calls: Vec<Call>,
+    kill_after: Duration,
+    /// Kill the restarted daemon once more this long after its start.
+    start_kill: Option<Duration>,
+}
+
+fn plan_round(rng: &mut fastrand::Rng, claims: usize) -> RoundPlan {
+    let ops: Vec<Want> = (0..claims)
+        .map(|_| {
+            if rng.bool() {
+                Want::Prepared
+            } else {
+                Want::Unprepared
+            }
+        })
+        .collect();
+    let mut calls = Vec::new();
+    if rng.bool() {
+        // One pod with all the claims: one call per direction.
+        for op in [Want::Prepared, Want::Unprepared] {
+            let of_op: Vec<usize> = (0..claims).filter(|&i| ops[i] == op).collect();
+            if !of_op.is_empty() {
+                calls.push(Call { op, claims: of_op });
+            }
+        }
+    } else {
+        // One pod per claim.
+        calls.extend(ops.iter().enumerate().map(|(i, &op)| Call {
+            op,
+            claims: vec![i],
+        }));
+    }
+    if rng.u8(..4) == 0 {
+        // The kubelet retries a call that is still running (its own timeout fired).
+        let dup = calls[rng.usize(..calls.len())].clone();
+        calls.push(dup);
+    }
+    rng.shuffle(&mut calls);
+    let kill_after = draw_delay(rng, DRA_KILL_WINDOW);
+    let start_kill = (rng.u8(..3) == 0).then(|| draw_delay(rng, DRA_START_KILL_WINDOW));
+    RoundPlan {
+        calls,
+        kill_after,
+        start_kill,
+    }
+}
+
+/// Per claim UID: the prepared devices (prepare), nothing (unprepare), or the daemon's error.
+type Answers = BTreeMap<String, Result<Option<Vec<PreparedDeviceAnswer>>, String>>;
+
+/// Why a call got no answer: `sent` is false when it never reached the daemon (dialing failed,
+/// or the kubelet had no registration).
+struct NoAnswer {
+    sent: bool,
+    message: String,
+}
+
+async fn send(kubelet: &DraKubelet, op: Want, ids: &[ClaimId]) -> Result<Answers, NoAnswer> {
+    let result = match op {
+        Want::Prepared => kubelet.prepare(DRIVER, ids).await.map(|a| {
+            a.into_iter()
+                .map(|(uid, r)| (uid, r.map(Some)))
+                .collect::<Answers>()
+        }),
+        Want::Unprepared => kubelet.unprepare(DRIVER, ids).await.map(|a| {
+            a.into_iter()
+                .map(|(uid, r)| (uid, r.map(|()| None)))
+                .collect()
+        }),
+    };
+    result.map_err(|s| {
+        let message = s.message().to_string();
+        NoAnswer {
+            // The emulated kubelet's own errors before it reaches the daemon.
+            sent: !(message.starts_with("dialing ") || message.contains("is not registered")),
+            message,
+        }
+    })
+}
+
+/// Checks a daemon's answer to a call: every claim answered, without error, and prepared
+/// claims with the reference devices.
+fn check_answers(
+    call: &Call,
+    claims: &[ClaimId],
+    reference: &BTreeMap<String, Vec<PreparedDeviceAnswer>>,
+    answers: &Answers,
+) -> anyhow::Result<()> {
+    for &i in &call.claims {
+        let uid = &claims[i].uid;
+        match answers.get(uid) {
+            None => bail!("{} answered nothing for claim {uid}", call.op),
+            Some(Err(e)) => bail!("{} of claim {uid} failed: {e}", call.op),
+            Some(Ok(Some(devs))) => ensure!(
+                Some(devs) == reference.get(uid),
+                "prepare of claim {uid} answered {devs:?}, not {:?} as before",
+                reference.get(uid)
+            ),
+            Some(Ok(None)) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Drives every claim to what the kubelet wants, retrying as the kubelet does, and checks
+/// the answers; fails after [`WAIT`].
+async fn converge(
+    kubelet: &DraKubelet,
+    want: &[(ClaimId, Want)],
+    reference: &BTreeMap<String, Vec<PreparedDeviceAnswer>>,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + WAIT;
+    let claims: Vec<ClaimId> = want.iter().map(|(c, _)| c.clone()).collect();
+    for (i, (claim, op)) in want.iter().enumerate() {
+        let call = Call {
+            op: *op,
+            claims: vec![i],
+        };
+        loop {
+            let last = match send(kubelet, *op, std::slice::from_ref(claim)).await {
+                Ok(answers) => {
+                    // A wrong answer fails at once; an error answer is retried.
+                    if let Some(Ok(_)) = answers.get(&claim.uid) {
+                        check_answers(&call, &claims, reference, &answers)?;
+                        break;
+                    }
+                    format!("{answers:?}")
+                }
+                Err(e) => e.message,
+            };
+            ensure!(
+                Instant::now() < deadline,
+                "{op} of claim {} did not succeed within {WAIT:?}; last: {last}",
+                claim.uid
+            );
+            tokio::time::sleep(RETRY).await;
+        }
+    }
+    Ok(())
+}
+
+/// The CDI spec files (`*.json`, `*.yaml`) and the temporary files of interrupted writes
+/// (`.<name>.tmp-*`) in `dir`, by name.
+fn cdi_files(dir: &Path) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    let (mut specs, mut temps) = (Vec::new(), Vec::new());
+    for e in entries {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            temps.push(name);
+        } else if name.ends_with(".json") || name.ends_with(".yaml") {
+            specs.push(name);
+        }
+    }
+    specs.sort();
+    temps.sort();
+    Ok((specs, temps))
+}
+
+/// The CDI directory holds one spec file per prepared claim and nothing else.
+fn check_cdi(dir: &Path, want: &[(ClaimId, Want)]) -> anyhow::Result<()> {
+    let (specs, _) = cdi_files(dir)?;
+    for (claim, op) in want {
+        let n = specs.iter().filter(|f| f.contains(&claim.uid)).count();
+        let expected = usize::from(*op == Want::Prepared);
+        ensure!(
+            n == expected,
+            "claim {} ({op}d): {n} CDI spec files, expected {expected}; the directory holds {specs:?}",
+            claim.uid
+        );
+    }
+    let prepared = want.iter().filter(|(_, op)| *op == Want::Prepared).count();
+    ensure!(
+        specs.len() == prepared,
+        "CDI spec files no prepared claim owns: {specs:?}"
+    );
+    Ok(())
+}
+
+/// Everything a DRA crash round needs.
+struct DraCrash<'a> {
+    bin: &'a Path,
+    config: &'a Path,
+    cdi: PathBuf,
+    kubelet: Arc<DraKubelet>,
+    claims: Arc<Vec<ClaimId>>,
+    reference: Arc<BTreeMap<String, Vec<PreparedDeviceAnswer>>>,
+    want: Vec<Want>,
+}
+
+impl DraCrash<'_> {
+    fn wanted(&self) -> Vec<(ClaimId, Want)> {
+        self.claims
+            .iter()
+            .cloned()
+            .zip(self.want.iter().copied())
+            .collect()
+    }
+
+    /// One round: concurrent calls, `kill -9` after the planned delay, a restart (killed once
+    /// more during start-up if planned), then convergence. Returns the running daemon; counts
+    /// the kills in `rec` and adds a line that tells what they hit.
+    async fn round(
+        &mut self,
+        plan: &RoundPlan,
+        daemon: Daemon,
+        rec: &mut Record,
+    ) -> anyhow::Result<Daemon> {
+        let sent_at = Instant::now();
+        let handles: Vec<_> = plan
+            .calls
+            .iter()
+            .map(|c| {
+                let kubelet = self.kubelet.clone();
+                let ids: Vec<ClaimId> = c.claims.iter().map(|&i| self.claims[i].clone()).collect();
+                let op = c.op;
+                tokio::spawn(async move {
+                    let r = tokio::time::timeout(WAIT, send(&kubelet, op, &ids)).await;
+                    (r, sent_at.elapsed())
+                })
+            })
+            .collect();
+        let killed_at = daemon.kill_after(sent_at, plan.kill_after).await? - sent_at;
+        let (mut answered, mut cut, mut unsent) = (Vec::new(), 0, 0);
+        let mut failure = None;
+        for (h, call) in handles.into_iter().zip(&plan.calls) {
+            let (r, took) = h.await.context("a kubelet call panicked")?;
+            match r {
+                Err(_) => {
+                    failure.get_or_insert(anyhow::anyhow!("a {} call hung after kill -9", call.op));
+                }
+                Ok(Ok(answers)) => {
+                    if let Err(e) = check_answers(call, &self.claims, &self.reference, &answers) {
+                        failure.get_or_insert(e.context("answered before kill -9"));
+                    }
+                    answered.push(took);
+                }
+                Ok(Err(NoAnswer { sent: true, .. })) => cut += 1,
+                Ok(Err(NoAnswer { sent: false, .. })) => unsent += 1,
+            }
+        }
+        for call in &plan.calls {
+            for &i in &call.claims {
+                self.want[i] = call.op;
+            }
+        }
+        rec.kills += 1;
+        if cut > 0 {
+            rec.in_flight += 1;
+        }
+        let mut line = format!(
+            "{} calls {:?}, kill -9 at {killed_at:.1?}: {} answered after {answered:.1?}, {cut} cut off, {unsent} not sent",
+            plan.calls.len(),
+            plan.calls
+                .iter()
+                .map(|c| format!("{} {:?}", c.op, c.claims))
+                .collect::<Vec<_>>(),
+            answered.len(),
+        );
+        if let Some(e) = failure {
+            rec.rounds.push(line);
+            return Err(e);
+        }
+
+        let wanted = self.wanted();
+        let mut daemon = start(self.bin, self.config)?;
+        let spawned = Instant::now();
+        let retry = {
+            let (kubelet, wanted, reference) =
+                (self.kubelet.clone(), wanted.clone(), self.reference.clone());
+            tokio::spawn(async move { converge(&kubelet, &wanted, &reference).await })
+        };
+        if let Some(delay) = plan.start_kill {
+            let at = daemon.kill_after(spawned, delay).await? - spawned;
+            let converged = retry.is_finished();
+            rec.kills += 1;
+            rec.start_up += 1;
+            line.push_str(&format!(
+                "; start-up kill -9 at {at:.1?} ({})",
+                if converged {
+                    "kubelet already converged"
+                } else {
+                    "kubelet still retrying"
+                }
+            ));
+            daemon = start(self.bin, self.config)?;
+        }
+        rec.rounds.push(line);
+        retry.await.context("the kubelet's retries panicked")??;
+        // Once more against the daemon that runs now: what held must still hold.
+        converge(&self.kubelet, &wanted, &self.reference).await?;
+        daemon.check_alive()?;
+        check_cdi(&self.cdi, &wanted)?;
+        Ok(daemon)
+    }
+}
+
+async fn dra_scenario(
+    bin: &Path,
+    b: &Backend,
+    dir: &Path,
+    rng: &mut fastrand::Rng,
+    rec: &mut Record,
+) -> anyhow::Result<()> {
     let root = dir.join(format!("dra-{}", b.name));
     std::fs::create_dir_all(&root)?;
     std::fs::create_dir_all(b.host.join("dev"))?;
@@ -152,7 +597,7 @@ async fn dra_scenario(bin: &Path, b: &Backend, dir: &Path, rec: &mut Record) -> 
         3,
         Fault::ServiceUnavailable,
     );
-    let kubelet = DraKubelet::start(root.join("registry"))?;
+    let kubelet = Arc::new(DraKubelet::start(root.join("registry"))?);
     let config = root.join("kubedev.yaml");
     std::fs::write(
         &config,
@@ -188,33 +633,60 @@ async fn dra_scenario(bin: &Path, b: &Backend, dir: &Path, rec: &mut Record) -> 
     };
     rec.ok("published through API faults");
 
+    // Several claims, one device each, allocated together so they get distinct devices.
+    let published: usize = slices
+        .iter()
+        .filter_map(|s| s["spec"]["devices"].as_array().map(Vec::len))
+        .sum();
+    let n = published.min(CRASH_CLAIMS);
+    ensure!(n > 0, "the published slices hold no device");
+    let claims: Vec<ClaimId> = (1..=n)
+        .map(|i| {
+            ClaimId::new(
+                "default",
+                &format!("claim-{i}"),
+                &format!("e2e00000-cla1-4000-8000-00000000000{i}"),
+            )
+        })
+        .collect();
+    let objects: Vec<_> = claims
+        .iter()
+        .map(|c| {
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": c.name, "namespace": c.namespace, "uid": c.uid},
+                "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": "e2e"}}]}}})
+        })
+        .collect();
     let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
         "metadata": {"name": "e2e"},
         "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}]}});
-    let uid = "e2e00000-cla1-4000-8000-000000000001";
-    let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": "one", "namespace": "default", "uid": uid},
-        "spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": "e2e"}}]}}});
     let scenario = json!({"node": {"name": NODE}, "deviceClasses": [class],
-        "resourceSlices": slices, "claims": [claim]});
+        "resourceSlices": slices, "claims": objects});
     let scenario = kubedev_allocator::Scenario::from_text(&scenario.to_string())?;
     let out =
         kubedev_allocator::simulate(&scenario, &kubedev_allocator::SimulateOptions::default());
-    ensure!(out.allocatable, "the claim does not fit: {}", out.to_text());
-    let allocation = serde_json::to_value(&out.claims[0].allocation)?;
-    let mut stored = claim;
-    stored["status"] = json!({"allocation": allocation});
-    api.put_raw(Resource::ResourceClaims, stored)?;
-    rec.ok("allocated");
+    ensure!(out.allocatable, "the claims do not fit: {}", out.to_text());
+    ensure!(
+        out.claims.len() == n,
+        "the allocator answered for {} claims, not {n}",
+        out.claims.len()
+    );
+    for (mut stored, c) in objects.into_iter().zip(&out.claims) {
+        stored["status"] = json!({"allocation": serde_json::to_value(&c.allocation)?});
+        api.put_raw(Resource::ResourceClaims, stored)?;
+    }
+    rec.ok(format!("{n} claims allocated"));
 
-    let id = ClaimId::new("default", "one", uid);
+    let id = claims[0].clone();
+    let uid = id.uid.as_str();
     let first = kubelet
         .prepare(DRIVER, std::slice::from_ref(&id))
         .await?
         .remove(uid)
         .context("no answer for the claim")?
         .map_err(anyhow::Error::msg)?;
-    let cdi: Vec<PathBuf> = std::fs::read_dir(root.join("cdi"))?
+    let cdi_dir = root.join("cdi");
+    let cdi: Vec<PathBuf> = std::fs::read_dir(&cdi_dir)?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .collect();
     ensure!(cdi.len() == 1, "expected one CDI file, found {cdi:?}");
@@ -228,7 +700,7 @@ async fn dra_scenario(bin: &Path, b: &Backend, dir: &Path, rec: &mut Record) -> 
 
     // kill -9 and a restart: the prepared claim survives, prepare answers the same.
     drop(daemon);
-    let _daemon = start(bin, &config)?;
+    let daemon = start(bin, &config)?;
     let deadline = Instant::now() + WAIT;
     let again = loop {
         if let Ok(mut a) = kubelet.prepare(DRIVER, std::slice::from_ref(&id)).await
@@ -259,12 +731,137 @@ async fn dra_scenario(bin: &Path, b: &Backend, dir: &Path, rec: &mut Record) -> 
     );
     ensure!(!cdi[0].exists(), "the CDI spec is still there");
     rec.ok("unprepared");
-    kubelet.stop().await;
+
+    // The reference answers: the first clean prepare of every claim.
+    let mut reference = BTreeMap::from([(id.uid.clone(), again)]);
+    for c in &claims[1..] {
+        let devs = kubelet
+            .prepare(DRIVER, std::slice::from_ref(c))
+            .await?
+            .remove(&c.uid)
+            .with_context(|| format!("no answer for claim {}", c.uid))?
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("preparing claim {}", c.uid))?;
+        reference.insert(c.uid.clone(), devs);
+    }
+    let mut want = vec![Want::Prepared; n];
+    want[0] = Want::Unprepared;
+    let mut crash = DraCrash {
+        bin,
+        config: &config,
+        cdi: cdi_dir.clone(),
+        kubelet: kubelet.clone(),
+        claims: Arc::new(claims),
+        reference: Arc::new(reference),
+        want,
+    };
+    check_cdi(&cdi_dir, &crash.wanted())?;
+
+    let mut daemon = daemon;
+    for _ in 0..DRA_CRASH_ROUNDS {
+        let plan = plan_round(rng, n);
+        daemon = crash.round(&plan, daemon, rec).await?;
+    }
+    rec.ok(format!(
+        "{} random kills ({} in flight, {} in start-up), converged",
+        rec.kills, rec.in_flight, rec.start_up
+    ));
+
+    // The kubelet unprepares everything: no spec file is left, and the driver still works.
+    crash.want = vec![Want::Unprepared; n];
+    let wanted = crash.wanted();
+    converge(&kubelet, &wanted, &crash.reference).await?;
+    check_cdi(&cdi_dir, &wanted)?;
+    let (specs, temps) = cdi_files(&cdi_dir)?;
+    ensure!(specs.is_empty(), "CDI spec files left: {specs:?}");
+    let last = vec![(id.clone(), Want::Prepared)];
+    converge(&kubelet, &last, &crash.reference).await?;
+    check_cdi(&cdi_dir, &last)?;
+    let last = vec![(id, Want::Unprepared)];
+    converge(&kubelet, &last, &crash.reference).await?;
+    check_cdi(&cdi_dir, &last)?;
+    daemon.check_alive()?;
+    if temps.is_empty() {
+        rec.ok("all unprepared, no CDI file left, prepare again works");
+    } else {
+        rec.ok(format!(
+            "all unprepared, no CDI spec left ({} temporary files of interrupted writes left), prepare again works",
+            temps.len()
+        ));
+        eprintln!(
+            "e2e {} / dra: temporary files of interrupted CDI writes left in {}: {temps:?}",
+            b.name,
+            cdi_dir.display()
+        );
+    }
+    drop(daemon);
+    drop(crash);
+    if let Ok(k) = Arc::try_unwrap(kubelet) {
+        k.stop().await;
+    }
     api.shutdown().await;
     Ok(())
 }
 
-async fn dp_scenario(bin: &Path, b: &Backend, dir: &Path, rec: &mut Record) -> anyhow::Result<()> {
+/// The random choices of one device-plugin crash round, all drawn before it acts.
+#[derive(Debug)]
+struct DpPlan {
+    /// Devices (by index into the advertised IDs) of the concurrent Allocate calls.
+    allocations: Vec<usize>,
+    kill_after: Duration,
+    /// Kill the restarted daemon once more this long after its start.
+    start_kill: Option<Duration>,
+}
+
+fn plan_dp_round(rng: &mut fastrand::Rng, devices: usize) -> DpPlan {
+    let calls = rng.usize(1..=3);
+    DpPlan {
+        allocations: (0..calls).map(|_| rng.usize(..devices)).collect(),
+        kill_after: draw_delay(rng, DP_KILL_WINDOW),
+        start_kill: rng.bool().then(|| draw_delay(rng, DP_START_KILL_WINDOW)),
+    }
+}
+
+/// Waits until `resource` was registered after `since` with the devices `ids`, and Allocate
+/// answers with the backend's device node.
+async fn check_reregistered(
+    kubelet: &KubeletEmulator,
+    b: &Backend,
+    since: Duration,
+    ids: &[String],
+) -> anyhow::Result<()> {
+    ensure!(
+        kubelet.wait_registered_since(b.resource, since, WAIT).await,
+        "not registered again after kill -9"
+    );
+    let st = kubelet
+        .wait_for(b.resource, WAIT, |r| {
+            r.connected && r.devices.keys().eq(ids.iter())
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "the restarted daemon does not advertise {ids:?}: {:?}",
+                kubelet.resource(b.resource)
+            )
+        })?;
+    let id = st.devices.keys().next().context("no device")?;
+    let a = kubelet.allocate(b.resource, &[id]).await?;
+    ensure!(
+        a.devices.iter().any(|d| d.host_path.starts_with(b.node)),
+        "Allocate after kill -9 lacks {}: {a:?}",
+        b.node
+    );
+    Ok(())
+}
+
+async fn dp_scenario(
+    bin: &Path,
+    b: &Backend,
+    dir: &Path,
+    rng: &mut fastrand::Rng,
+    rec: &mut Record,
+) -> anyhow::Result<()> {
     let root = dir.join(format!("dp-{}", b.name));
     let dp = root.join("device-plugins");
     std::fs::create_dir_all(&dp)?;
@@ -282,7 +879,7 @@ async fn dp_scenario(bin: &Path, b: &Backend, dir: &Path, rec: &mut Record) -> a
         ),
     )?;
     let mut kubelet = KubeletEmulator::start(&dp).await?;
-    let _daemon = start(bin, &config)?;
+    let mut daemon = start(bin, &config)?;
     let st = kubelet
         .wait_for(b.resource, WAIT, |r| r.connected && r.capacity > 0)
         .await
@@ -308,12 +905,107 @@ async fn dp_scenario(bin: &Path, b: &Backend, dir: &Path, rec: &mut Record) -> a
         "other devices after the restart"
     );
     rec.ok("kubelet restart, re-registered");
-    kubelet.stop().await;
+
+    // Crash rounds: kill -9 while Allocate calls run, sometimes again during the start-up.
+    let ids: Arc<Vec<String>> = Arc::new(st.devices.keys().cloned().collect());
+    let kubelet = Arc::new(kubelet);
+    for _ in 0..DP_CRASH_ROUNDS {
+        let plan = plan_dp_round(rng, ids.len());
+        let sent_at = Instant::now();
+        let handles: Vec<_> = plan
+            .allocations
+            .iter()
+            .map(|&i| {
+                let (kubelet, ids, resource) = (kubelet.clone(), ids.clone(), b.resource);
+                tokio::spawn(async move {
+                    let r =
+                        tokio::time::timeout(WAIT, kubelet.allocate(resource, &[ids[i].as_str()]))
+                            .await;
+                    (r, sent_at.elapsed())
+                })
+            })
+            .collect();
+        let killed_at = daemon.kill_after(sent_at, plan.kill_after).await? - sent_at;
+        let (mut answered, mut cut, mut unsent) = (Vec::new(), 0, 0);
+        let mut failure = None;
+        for h in handles {
+            let (r, took) = h.await.context("an Allocate call panicked")?;
+            match r {
+                Err(_) => {
+                    failure.get_or_insert(anyhow::anyhow!("an Allocate call hung after kill -9"));
+                }
+                Ok(Ok(a)) => {
+                    if !a.devices.iter().any(|d| d.host_path.starts_with(b.node)) {
+                        failure.get_or_insert(anyhow::anyhow!(
+                            "Allocate before kill -9 lacks {}: {a:?}",
+                            b.node
+                        ));
+                    }
+                    answered.push(took);
+                }
+                Ok(Err(s))
+                    if s.message().starts_with("dialing ")
+                        || s.message().contains("is not registered") =>
+                {
+                    unsent += 1
+                }
+                Ok(Err(_)) => cut += 1,
+            }
+        }
+        rec.kills += 1;
+        if cut > 0 {
+            rec.in_flight += 1;
+        }
+        let mut line = format!(
+            "{} Allocate calls, kill -9 at {killed_at:.1?}: {} answered after {answered:.1?}, {cut} cut off, {unsent} not sent",
+            plan.allocations.len(),
+            answered.len()
+        );
+        if let Some(e) = failure {
+            rec.rounds.push(line);
+            return Err(e);
+        }
+        let mut since = kubelet.uptime();
+        daemon = start(bin, &config)?;
+        if let Some(delay) = plan.start_kill {
+            let spawned = Instant::now();
+            let at = daemon.kill_after(spawned, delay).await? - spawned;
+            let registered = kubelet
+                .registrations()
+                .iter()
+                .find(|r| r.resource == b.resource && r.rejected.is_none() && r.at >= since)
+                .map(|r| r.at - since);
+            rec.kills += 1;
+            rec.start_up += 1;
+            line.push_str(&format!(
+                "; start-up kill -9 at {at:.1?} ({})",
+                match registered {
+                    Some(t) => format!("it had registered at {t:.1?}"),
+                    None => "before it registered".into(),
+                }
+            ));
+            since = kubelet.uptime();
+            daemon = start(bin, &config)?;
+        }
+        rec.rounds.push(line);
+        check_reregistered(&kubelet, b, since, &ids).await?;
+        daemon.check_alive()?;
+    }
+    rec.ok(format!(
+        "{} random kills ({} in flight, {} in start-up), re-registered, same devices, Allocate answers",
+        rec.kills, rec.in_flight, rec.start_up
+    ));
+    drop(daemon);
+    if let Ok(k) = Arc::try_unwrap(kubelet) {
+        k.stop().await;
+    }
     Ok(())
 }
 
 /// Runs every scenario and prints the table; fails when one failed.
 pub(crate) fn e2e(root: &Path) -> anyhow::Result<()> {
+    let seed = seed()?;
+    eprintln!("e2e seed {seed} (replay with {SEED_ENV}={seed})");
     crate::ci::run(
         root,
         "cargo",
@@ -335,14 +1027,16 @@ pub(crate) fn e2e(root: &Path) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("kubedev-e2e").tempdir()?;
     let list = backends(dir.path())?;
     let mut rows = Vec::new();
+    let run_started = Instant::now();
     for b in &list {
         for mode in ["device-plugin", "dra"] {
             let started = Instant::now();
             let mut rec = Record::default();
+            let mut rng = scenario_rng(seed, b.name, mode);
             let result = rt.block_on(async {
                 match mode {
-                    "dra" => dra_scenario(&bin, b, dir.path(), &mut rec).await,
-                    _ => dp_scenario(&bin, b, dir.path(), &mut rec).await,
+                    "dra" => dra_scenario(&bin, b, dir.path(), &mut rng, &mut rec).await,
+                    _ => dp_scenario(&bin, b, dir.path(), &mut rng, &mut rec).await,
                 }
             });
             let took = started.elapsed();
@@ -351,24 +1045,35 @@ pub(crate) fn e2e(root: &Path) -> anyhow::Result<()> {
                 Err(e) => format!("FAIL: {e:#}"),
             };
             eprintln!("e2e {} / {mode}: {outcome}", b.name);
-            rows.push((
-                b.name,
-                mode,
-                rec.steps.join(" → "),
-                took,
-                result.is_ok(),
-                outcome,
-            ));
+            if result.is_err() || std::env::var_os("KUBEDEV_E2E_VERBOSE").is_some() {
+                for (i, line) in rec.rounds.iter().enumerate() {
+                    eprintln!("  crash round {}: {line}", i + 1);
+                }
+            }
+            rows.push((b.name, mode, took, result.is_ok(), outcome, rec));
         }
     }
     println!("\n| backend | mode | steps passed | time | result |\n|---|---|---|---|---|");
-    for (name, mode, steps, took, _, outcome) in &rows {
-        println!("| {name} | {mode} | {steps} | {took:.1?} | {outcome} |");
+    for (name, mode, took, _, outcome, rec) in &rows {
+        println!(
+            "| {name} | {mode} | {} | {took:.1?} | {outcome} |",
+            rec.steps.join(" → ")
+        );
     }
-    let failed = rows.iter().filter(|r| !r.4).count();
+    let kills: usize = rows.iter().map(|r| r.5.kills).sum();
+    let in_flight: usize = rows.iter().map(|r| r.5.in_flight).sum();
+    let start_up: usize = rows.iter().map(|r| r.5.start_up).sum();
+    let figures = format!(
+        "seed {seed}; {kills} random kills, {in_flight} of them with requests in flight, {start_up} during start-up; {:.1?}",
+        run_started.elapsed()
+    );
+    let failed = rows.iter().filter(|r| !r.3).count();
     if failed > 0 {
-        bail!("{failed} of {} scenarios failed", rows.len());
+        bail!(
+            "{failed} of {} scenarios failed ({figures}); replay with {SEED_ENV}={seed}",
+            rows.len()
+        );
     }
-    println!("\nall {} scenarios passed", rows.len());
+    println!("\nall {} scenarios passed ({figures})", rows.len());
     Ok(())
 }
