@@ -31,7 +31,11 @@
 //!
 //! Two daemon instances can run side by side during a rolling update. Every read-modify-write
 //! of the file happens under [`NodeLock`], and each mutation re-reads the file first, so neither
-//! instance overwrites the other's records.
+//! instance overwrites the other's records. Each store also holds an instance lease (a `flock`
+//! on `instances/<id>.lock`, released when the process dies) and stamps the prepares it starts
+//! with its id, so that recovery rolls back only the unfinished prepares of instances that are
+//! gone ([`CheckpointStore::in_progress_elsewhere`]), never one the other instance is still in
+//! the middle of.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -53,13 +57,16 @@ pub const CHECKPOINT_FILE: &str = "kubedev-checkpoint.json";
 /// The node lock's file name inside the plugin data directory.
 pub const LOCK_FILE: &str = "kubedev.lock";
 
+/// The directory of instance leases inside the plugin data directory.
+pub const INSTANCES_DIR: &str = "instances";
+
 /// Where Linux publishes the current boot's ID.
 pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 /// The major format version this code writes and understands.
 const FORMAT_MAJOR: u64 = 1;
-/// The minor format version this code writes.
-const FORMAT_MINOR: u64 = 0;
+/// The minor format version this code writes (1.1: the `owner` of a started prepare).
+const FORMAT_MINOR: u64 = 1;
 
 /// Files larger than this are not parsed (and count as corrupt).
 const MAX_CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
@@ -128,6 +135,9 @@ pub struct ClaimRecord {
     /// The CDI spec file name written for the claim, if any (set when completed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cdi_file: Option<String>,
+    /// The instance (lease id) that started the prepare; absent in files of format 1.0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A state written by a newer version that this one does not know is treated as an unfinished
@@ -335,6 +345,96 @@ impl NodeLock {
     }
 }
 
+/// One daemon instance's claim on its records: an exclusive `flock` on
+/// `<dir>/instances/<id>.lock`, held while the value lives (and so exactly as long as the process
+/// does, whatever way it ends). Another instance tells whether the owner of a record is alive
+/// with [`InstanceLease::is_held`].
+#[derive(Debug)]
+pub struct InstanceLease {
+    id: String,
+    path: PathBuf,
+    // Held for its lock; closing the file releases it.
+    _file: File,
+}
+
+impl InstanceLease {
+    /// Takes a fresh lease in `dir`, with an id no other instance has had.
+    pub fn acquire(dir: impl AsRef<Path>) -> Result<InstanceLease, CheckpointError> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let id = format!(
+            "{}-{}-{}",
+            std::process::id(),
+            now.as_nanos(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let leases = dir.as_ref().join(INSTANCES_DIR);
+        fs::create_dir_all(&leases).map_err(|source| CheckpointError::CreateDir {
+            path: leases.clone(),
+            source,
+        })?;
+        let path = leases.join(format!("{id}.lock"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|source| CheckpointError::Lock {
+                path: path.clone(),
+                source,
+            })?;
+        file.try_lock().map_err(|e| CheckpointError::Lock {
+            path: path.clone(),
+            source: match e {
+                fs::TryLockError::Error(e) => e,
+                fs::TryLockError::WouldBlock => io::Error::from(io::ErrorKind::WouldBlock),
+            },
+        })?;
+        Ok(InstanceLease {
+            id,
+            path,
+            _file: file,
+        })
+    }
+
+    /// This lease's id, as recorded in the records it owns.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Whether the instance with lease `id` in `dir` is alive (still holds its lease). A lease
+    /// nobody holds any more is removed.
+    pub fn is_held(dir: impl AsRef<Path>, id: &str) -> bool {
+        if id.is_empty() || id.contains(['/', '\0']) || id.starts_with('.') {
+            return false;
+        }
+        let path = dir.as_ref().join(INSTANCES_DIR).join(format!("{id}.lock"));
+        let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
+            return false;
+        };
+        match file.try_lock() {
+            Ok(()) => {
+                let _ = fs::remove_file(&path);
+                false
+            }
+            Err(fs::TryLockError::WouldBlock) => true,
+            Err(fs::TryLockError::Error(_)) => false,
+        }
+    }
+}
+
+impl Drop for InstanceLease {
+    fn drop(&mut self) {
+        // Still locked by us: nobody can take it for alive after this.
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
 fn open_lock_file(dir: &Path) -> Result<(PathBuf, File), CheckpointError> {
     let path = dir.join(LOCK_FILE);
     let file = OpenOptions::new()
@@ -361,6 +461,7 @@ pub struct CheckpointStore {
     path: PathBuf,
     boot_id: String,
     claims: BTreeMap<String, ClaimRecord>,
+    lease: InstanceLease,
 }
 
 impl CheckpointStore {
@@ -379,11 +480,13 @@ impl CheckpointStore {
             source,
         })?;
         let boot_id = read_boot_id(boot_id_path.as_ref())?;
+        let lease = InstanceLease::acquire(&dir)?;
         let mut store = CheckpointStore {
             path: dir.join(CHECKPOINT_FILE),
             dir,
             boot_id,
             claims: BTreeMap::new(),
+            lease,
         };
         let _lock = NodeLock::acquire(&store.dir)?;
         // Every checkpoint write happens under the lock we hold, so any temporary file is left
@@ -411,6 +514,38 @@ impl CheckpointStore {
     /// The checkpoint file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// This instance's lease id, recorded as the owner of the prepares it starts.
+    pub fn instance(&self) -> &str {
+        self.lease.id()
+    }
+
+    /// Whether `record` is a prepare another, still running instance has started and not
+    /// finished (during a rolling update): recovery must leave it alone. A prepare without an
+    /// owner, or whose owner is gone, is not.
+    pub fn in_progress_elsewhere(&self, record: &ClaimRecord) -> bool {
+        record.state == ClaimState::PrepareStarted
+            && record
+                .owner
+                .as_deref()
+                .is_some_and(|o| o != self.lease.id() && InstanceLease::is_held(&self.dir, o))
+    }
+
+    /// Re-reads the file and runs `f` on the claims while still holding the node lock, so no
+    /// other instance changes the checkpoint until `f` returns (e.g. while CDI files that no
+    /// claim owns are removed). `f` must not call this store.
+    pub fn with_fresh_claims<T>(
+        &mut self,
+        f: impl FnOnce(&BTreeMap<String, ClaimRecord>) -> T,
+    ) -> Result<T, CheckpointError> {
+        let _lock = NodeLock::acquire(&self.dir)?;
+        let (_, claims, rewrite) = self.read_locked()?;
+        if rewrite {
+            self.persist(&claims)?;
+        }
+        self.claims = claims;
+        Ok(f(&self.claims))
     }
 
     /// This boot's ID, as recorded in the checkpoint.
@@ -489,6 +624,7 @@ impl CheckpointStore {
         changes: Vec<Change>,
     ) -> Result<Vec<Result<(), CheckpointError>>, CheckpointError> {
         let path = self.path.clone();
+        let owner = self.lease.id().to_owned();
         let mut results = Vec::with_capacity(changes.len());
         self.mutate(|claims| {
             let mut changed = false;
@@ -504,6 +640,7 @@ impl CheckpointStore {
                                 devices,
                                 prepared: Vec::new(),
                                 cdi_file: None,
+                                owner: Some(owner.clone()),
                             },
                         );
                         Ok(())
@@ -1062,13 +1199,13 @@ mod tests {
                 .start_prepare(&claim(&format!("u{i}")), &[allocated("gpu-0")])
                 .unwrap();
         }
-        assert_eq!(fx.dir.names(), [CHECKPOINT_FILE, LOCK_FILE]);
+        assert_eq!(fx.dir.names(), [INSTANCES_DIR, CHECKPOINT_FILE, LOCK_FILE]);
         drop(store);
         let stale = format!(".{CHECKPOINT_FILE}.tmp-99-0-0");
         fs::write(fx.dir.path().join(&stale), b"{\"half").unwrap();
         let (_store, outcome) = fx.open();
         assert_eq!(outcome, LoadOutcome::Loaded { claims: 5 });
-        assert_eq!(fx.dir.names(), [CHECKPOINT_FILE, LOCK_FILE]);
+        assert_eq!(fx.dir.names(), [INSTANCES_DIR, CHECKPOINT_FILE, LOCK_FILE]);
     }
 
     /// Re-encodes a file's payload after `edit`, with a valid checksum, as another writer would.
@@ -1111,7 +1248,7 @@ mod tests {
         assert_eq!(outcome, LoadOutcome::Loaded { claims: 2 });
         assert_eq!(store.claims(), &expected);
         assert_eq!(store.get("u2").unwrap().state, ClaimState::PrepareStarted);
-        assert_eq!(fx.dir.names(), [CHECKPOINT_FILE, LOCK_FILE]);
+        assert_eq!(fx.dir.names(), [INSTANCES_DIR, CHECKPOINT_FILE, LOCK_FILE]);
     }
 
     fn assert_moved_aside(fx: &Fixture, content: &[u8], reason_part: &str, n: u32) {
@@ -1164,13 +1301,13 @@ mod tests {
 
         let future = String::from_utf8(good.clone())
             .unwrap()
-            .replace("\"version\": \"1.0\"", "\"version\": \"2.0\"");
+            .replace("\"version\": \"1.1\"", "\"version\": \"2.0\"");
         assert!(future.contains("\"2.0\""), "test edits the version");
         assert_moved_aside(&fx, future.as_bytes(), "unsupported format version", 6);
 
         let no_version = String::from_utf8(good.clone())
             .unwrap()
-            .replace("\"version\": \"1.0\"", "\"version\": 1");
+            .replace("\"version\": \"1.1\"", "\"version\": 1");
         assert_moved_aside(&fx, no_version.as_bytes(), "version", 7);
 
         // Valid checksum, but the content breaks the model's rules (invalid device name).
@@ -1305,6 +1442,61 @@ mod tests {
     }
 
     #[test]
+    fn a_prepare_is_in_progress_elsewhere_only_while_its_instance_lives() {
+        let fx = Fixture::new();
+        // Two instances side by side, as during a rolling update.
+        let (mut old, _) = fx.open();
+        let (mut new, _) = fx.open();
+        assert_ne!(old.instance(), new.instance());
+        old.start_prepare(&claim("u1"), &[allocated("gpu-0")])
+            .unwrap();
+        new.reload().unwrap();
+        let record = new.get("u1").unwrap().clone();
+        assert_eq!(record.owner.as_deref(), Some(old.instance()));
+        assert!(new.in_progress_elsewhere(&record));
+        // Its own prepares and completed ones are not.
+        assert!(!old.in_progress_elsewhere(&record));
+        old.complete_prepare("u1", &[], None).unwrap();
+        new.reload().unwrap();
+        assert!(!new.in_progress_elsewhere(new.get("u1").unwrap()));
+
+        // The old instance goes away (its process dies: the lease is released).
+        old.start_prepare(&claim("u2"), &[allocated("gpu-1")])
+            .unwrap();
+        let lease = fx
+            .dir
+            .path()
+            .join(INSTANCES_DIR)
+            .join(format!("{}.lock", old.instance()));
+        assert!(lease.exists());
+        drop(old);
+        new.reload().unwrap();
+        assert!(!new.in_progress_elsewhere(new.get("u2").unwrap()));
+        assert!(!lease.exists());
+        // A record without an owner (format 1.0) or with a made-up one is never in progress.
+        let mut r = new.get("u2").unwrap().clone();
+        r.owner = None;
+        assert!(!new.in_progress_elsewhere(&r));
+        r.owner = Some("../kubedev".into());
+        assert!(!new.in_progress_elsewhere(&r));
+    }
+
+    #[test]
+    fn a_dead_instances_lease_file_is_not_alive() {
+        let fx = Fixture::new();
+        let (store, _) = fx.open();
+        // A lease file left by a process that died (nobody holds its lock).
+        let dir = fx.dir.path().join(INSTANCES_DIR);
+        fs::write(dir.join("4242-1-0.lock"), b"").unwrap();
+        assert!(!InstanceLease::is_held(fx.dir.path(), "4242-1-0"));
+        assert!(
+            !dir.join("4242-1-0.lock").exists(),
+            "the dead lease is cleaned up"
+        );
+        assert!(InstanceLease::is_held(fx.dir.path(), store.instance()));
+    }
+
+    #[test]
     fn lock_errors_name_the_path() {
         let dir = TestDir::new("lock");
         let missing = dir.path().join("no-such-dir");
@@ -1331,7 +1523,7 @@ mod tests {
             .start_prepare(&claim("u1"), &[allocated("gpu-0")])
             .unwrap();
         let doc: Value = serde_json::from_slice(&fs::read(fx.file()).unwrap()).unwrap();
-        assert_eq!(doc["version"], "1.0");
+        assert_eq!(doc["version"], "1.1");
         assert_eq!(doc["payload"]["bootId"], BOOT_A);
         assert_eq!(doc["payload"]["claims"]["u1"]["state"], "PrepareStarted");
         assert_eq!(

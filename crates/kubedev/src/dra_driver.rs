@@ -2,7 +2,10 @@
 //!
 //! Every prepare is two-phase in the checkpoint (started → completed) and the CDI spec is written
 //! between the two; start-up recovery rolls back half-done prepares, re-creates missing CDI files
-//! of completed claims and removes CDI files no claim owns.
+//! of completed claims and removes CDI files no claim owns. During a rolling update the old
+//! instance may still be in the middle of a prepare when the new one starts: a half-done prepare
+//! whose instance still holds its lease is left to it (the kubelet's retry, or that instance,
+//! finishes it; prepare is idempotent).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -38,6 +41,9 @@ pub struct Recovery {
     pub cdi_rewritten: Vec<String>,
     /// CDI files of ours that no claim owned, removed.
     pub cdi_removed: Vec<PathBuf>,
+    /// Unfinished prepares left alone: the instance that started them is still running (the
+    /// old daemon during a rolling update).
+    pub left_to_other_instance: Vec<String>,
 }
 
 type Commit = (Change, oneshot::Sender<Result<(), String>>);
@@ -233,11 +239,20 @@ impl DraDriver {
         let mut rec = Recovery::default();
         let records: Vec<_> = {
             let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            store.claims().values().cloned().collect()
+            store
+                .claims()
+                .values()
+                .map(|r| (r.clone(), store.in_progress_elsewhere(r)))
+                .collect()
         };
-        for r in records {
+        for (r, elsewhere) in records {
             let uid = r.claim.uid.clone();
             match r.state {
+                ClaimState::PrepareStarted if elsewhere => {
+                    // The daemon instance we replace (rolling update) is in the middle of it.
+                    tracing::info!(claim = %r.claim, owner = ?r.owner, "leaving a prepare another running instance started");
+                    rec.left_to_other_instance.push(uid);
+                }
                 ClaimState::PrepareStarted => {
                     tracing::warn!(claim = %r.claim, "rolling back a prepare interrupted by a crash");
                     self.backends
@@ -272,23 +287,27 @@ impl DraDriver {
                 }
             }
         }
-        let owned: Vec<String> = {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            store.claims().keys().cloned().collect()
-        };
+        // CDI files no claim owns, judged on a fresh read held under the node lock: another
+        // instance records a claim before it writes the claim's file, so none of its files can
+        // look orphaned while this runs.
         let cdi = self.cdi.clone();
-        rec.cdi_removed = blocking(move || {
-            let mut removed = Vec::new();
-            for (uid, path) in cdi.list_claim_files().map_err(|e| e.to_string())? {
-                if !owned.contains(&uid) {
-                    std::fs::remove_file(&path)
-                        .map_err(|e| format!("removing orphan CDI file {}: {e}", path.display()))?;
-                    removed.push(path);
-                }
-            }
-            Ok(removed)
-        })
-        .await?;
+        rec.cdi_removed = self
+            .with_store(move |s| {
+                s.with_fresh_claims(|owned| {
+                    let mut removed = Vec::new();
+                    for (uid, path) in cdi.list_claim_files().map_err(|e| e.to_string())? {
+                        if !owned.contains_key(&uid) {
+                            std::fs::remove_file(&path).map_err(|e| {
+                                format!("removing orphan CDI file {}: {e}", path.display())
+                            })?;
+                            removed.push(path);
+                        }
+                    }
+                    Ok(removed)
+                })
+                .map_err(|e| e.to_string())?
+            })
+            .await?;
         Ok(rec)
     }
 
@@ -341,7 +360,7 @@ impl DraDriver {
         })
         .await
         .map_err(at("checkpoint"))?;
-        failpoint::hit("after-prepare-started");
+        failpoint::reached("after-prepare-started").await;
 
         let prepared = match self
             .backends
@@ -361,7 +380,7 @@ impl DraDriver {
                 ));
             }
         };
-        failpoint::hit("after-device-prepare");
+        failpoint::reached("after-device-prepare").await;
 
         let cdi = self.cdi.clone();
         let (uid, p) = (claim.uid.clone(), prepared.clone());
@@ -383,8 +402,8 @@ impl DraDriver {
                 ));
             }
         };
-        failpoint::hit("after-cdi-write");
-        failpoint::hit("before-prepare-completed");
+        failpoint::reached("after-cdi-write").await;
+        failpoint::reached("before-prepare-completed").await;
 
         let file_name = written
             .file
@@ -408,7 +427,7 @@ impl DraDriver {
             store.get(&claim.uid).cloned()
         };
         if let Some(r) = &record {
-            failpoint::hit("during-unprepare");
+            failpoint::reached("during-unprepare").await;
             self.backends
                 .unprepare(&r.claim, &r.devices)
                 .await

@@ -1,11 +1,14 @@
-//! Fail points: named steps at which the daemon aborts on purpose, for crash-safety tests.
+//! Fail points: named steps at which the daemon aborts or pauses on purpose, for crash-safety
+//! tests.
 //!
 //! `KUBEDEV_FAILPOINTS` holds a comma-separated list of step names; the process aborts (no
-//! unwinding, no cleanup — like `kill -9`) the first time it reaches one of them. Unset, every
-//! check is a cheap lookup in an empty set.
+//! unwinding, no cleanup — like `kill -9`) the first time it reaches one of them. A step written
+//! `<step>=pause:<ms>` pauses that long there instead (to hold an operation in flight, e.g.
+//! while a second instance starts). Unset, every check is a cheap lookup in an empty map.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The environment variable that arms fail points.
 pub const ENV: &str = "KUBEDEV_FAILPOINTS";
@@ -19,25 +22,59 @@ pub const STEPS: [&str; 5] = [
     "during-unprepare",
 ];
 
-fn armed() -> &'static HashSet<String> {
-    static ARMED: OnceLock<HashSet<String>> = OnceLock::new();
-    ARMED.get_or_init(|| {
-        std::env::var(ENV)
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    })
+/// What an armed step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Abort,
+    Pause(Duration),
 }
 
-/// Aborts the process when `step` is armed.
-pub fn hit(step: &str) {
-    if armed().contains(step) {
-        eprintln!("kubedev: fail point {step:?} reached; aborting");
-        std::process::abort();
+fn parse(v: &str) -> HashMap<String, Action> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s.split_once("=pause:") {
+            Some((step, ms)) => match ms.parse::<u64>() {
+                Ok(ms) => (step.to_string(), Action::Pause(Duration::from_millis(ms))),
+                // A malformed pause still marks the step: abort, which a test notices.
+                Err(_) => (step.to_string(), Action::Abort),
+            },
+            None => (s.to_string(), Action::Abort),
+        })
+        .collect()
+}
+
+fn armed() -> &'static HashMap<String, Action> {
+    static ARMED: OnceLock<HashMap<String, Action>> = OnceLock::new();
+    ARMED.get_or_init(|| std::env::var(ENV).map(|v| parse(&v)).unwrap_or_default())
+}
+
+/// Aborts the process when `step` is armed to abort; pauses when it is armed to pause.
+pub async fn reached(step: &str) {
+    match armed().get(step) {
+        None => {}
+        Some(Action::Abort) => {
+            eprintln!("kubedev: fail point {step:?} reached; aborting");
+            std::process::abort();
+        }
+        Some(Action::Pause(d)) => tokio::time::sleep(*d).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_abort_or_pause() {
+        let m =
+            parse(" after-cdi-write , after-prepare-started=pause:250,during-unprepare=pause:x,");
+        assert_eq!(m["after-cdi-write"], Action::Abort);
+        assert_eq!(
+            m["after-prepare-started"],
+            Action::Pause(Duration::from_millis(250))
+        );
+        assert_eq!(m["during-unprepare"], Action::Abort);
+        assert_eq!(m.len(), 3);
     }
 }

@@ -66,18 +66,28 @@ impl Env {
         ClaimId::new("default", name, uid)
     }
 
-    async fn start(&self, failpoints: &str) -> Child {
+    async fn start(&self, failpoints: &str) -> Daemon {
+        self.start_pod(failpoints, None).await
+    }
+
+    /// Starts the daemon as the pod `pod_uid` (per-pod socket names, as during a rolling update).
+    async fn start_pod(&self, failpoints: &str, pod_uid: Option<&str>) -> Daemon {
         let before = self.kubelet.registrations();
-        let child = Command::new(env!("CARGO_BIN_EXE_kubedev"))
-            .args(["run", "--config"])
-            .arg(self.root.path().join("kubedev.yaml"))
-            .env("RUST_LOG", "error")
-            .env("RUST_BACKTRACE", "0")
-            .env(kubedev::failpoint::ENV, failpoints)
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubedev"));
+        if let Some(uid) = pod_uid {
+            cmd.env("POD_UID", uid);
+        }
+        let child = Daemon(
+            cmd.args(["run", "--config"])
+                .arg(self.root.path().join("kubedev.yaml"))
+                .env("RUST_LOG", "error")
+                .env("RUST_BACKTRACE", "0")
+                .env(kubedev::failpoint::ENV, failpoints)
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         assert!(
             self.kubelet
                 .wait_until(WAIT, |k| k.registrations() > before)
@@ -124,7 +134,18 @@ impl Env {
     }
 }
 
-fn stop(mut child: Child) {
+/// A daemon process, killed if a failing test leaves it running.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn stop(mut daemon: Daemon) {
+    let child = &mut daemon.0;
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
     let deadline = Instant::now() + WAIT;
@@ -138,7 +159,8 @@ fn stop(mut child: Child) {
     }
 }
 
-fn wait_exit(child: &mut Child) -> std::process::ExitStatus {
+fn wait_exit(daemon: &mut Daemon) -> std::process::ExitStatus {
+    let child = &mut daemon.0;
     let deadline = Instant::now() + WAIT;
     loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -298,4 +320,56 @@ async fn randomized_crashes_leave_no_orphans_and_no_half_prepared_claims() {
         stop(daemon);
     }
     assert_eq!(crashes, runs);
+}
+
+/// A rolling update: the new daemon starts while the old one is in the middle of a prepare. The
+/// new one's start-up recovery must leave that prepare to the old one (which is alive), and the
+/// prepare completes; after the old one stops, the new one answers the same for the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_does_not_roll_back_the_old_instances_prepare_in_flight() {
+    let env = Env::new().await;
+    let old = env
+        .start_pod("after-prepare-started=pause:1500", Some("pod-old"))
+        .await;
+    let claim = env.claim("train", "claim-uid-roll", &["gpu-1"]);
+    let in_flight = env.kubelet.prepare(DRIVER, std::slice::from_ref(&claim));
+    let start_new = async {
+        let deadline = Instant::now() + WAIT;
+        while !env
+            .checkpoint()
+            .iter()
+            .any(|(uid, state)| uid == "claim-uid-roll" && state == "PrepareStarted")
+        {
+            assert!(Instant::now() < deadline, "the prepare did not start");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The new pod starts (its recovery runs before it registers) while the old one pauses.
+        env.start_pod("", Some("pod-new")).await
+    };
+    let (first, new) = tokio::join!(in_flight, start_new);
+    let first = first.unwrap();
+    let first = first["claim-uid-roll"]
+        .as_ref()
+        .expect("the old instance's prepare completes")
+        .clone();
+    assert_eq!(
+        env.checkpoint(),
+        [("claim-uid-roll".to_string(), "PrepareCompleted".to_string())]
+    );
+    assert_eq!(env.cdi_files().len(), 1);
+
+    // The old pod goes away; the new one serves the claim as prepared.
+    stop(old);
+    let again = env
+        .kubelet
+        .prepare(DRIVER, std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let again = again["claim-uid-roll"].as_ref().unwrap();
+    assert_eq!(again[0].device, first[0].device);
+    assert_eq!(again[0].cdi_device_ids, first[0].cdi_device_ids);
+    let un = env.kubelet.unprepare(DRIVER, &[claim]).await.unwrap();
+    assert!(un["claim-uid-roll"].is_ok());
+    assert!(env.cdi_files().is_empty());
+    stop(new);
 }
