@@ -40,7 +40,8 @@ pub const DEFAULT_SELINUX_CONTEXT: &str = "system_u:object_r:container_file_t:s0
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HostConfig {
     /// Offer `/dev/kvm` (`kvm`), `/dev/net/tun` (`tun`) and `/dev/vhost-net` (`vhost-net`), as
-    /// virtualization platforms expect; tun and vhost-net are pre-opened so their modules load.
+    /// virtualization platforms expect; the daemon pre-opens tun and vhost-net so their modules
+    /// load.
     /// A character device configured with one of these names replaces the built-in one.
     #[serde(default)]
     pub permanent_devices: bool,

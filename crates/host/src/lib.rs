@@ -109,8 +109,8 @@ pub struct HostBackend {
 
 impl HostBackend {
     /// A backend serving `config` from `ctx`'s host root, in the pool `<node>-host`. Fails when
-    /// the configuration is invalid (the error names the field and the value). Character devices
-    /// marked `preOpen` are opened once here; failures are logged, not fatal.
+    /// the configuration is invalid (the error names the field and the value). Nothing on the
+    /// host is touched: the daemon calls [`pre_open`](Self::pre_open) when it serves.
     pub fn new(config: HostConfig, ctx: &BackendContext) -> Result<Self, HostError> {
         let entries = config.entries()?;
         let pool_name = format!("{}-{BACKEND_NAME}", ctx.node_name);
@@ -125,9 +125,6 @@ impl HostBackend {
             resync: Duration::from_secs(config.resync_seconds.max(1)),
             state: Arc::default(),
         };
-        for error in backend.pre_open() {
-            tracing::warn!(%error, "pre-opening a device node failed; continuing");
-        }
         Ok(backend)
     }
 
@@ -137,8 +134,8 @@ impl HostBackend {
     }
 
     /// Opens (and closes) every character device marked `preOpen`, so the kernel loads the
-    /// module behind it; returns the failures (each names the node). [`new`](Self::new) calls
-    /// it once.
+    /// module behind it; returns the failures (each names the node). The daemon calls it once
+    /// when it starts serving.
     pub fn pre_open(&self) -> Vec<HostError> {
         let mut failures = Vec::new();
         for e in self.entries.iter() {

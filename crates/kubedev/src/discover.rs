@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use kubedev_core::{DeviceFilter, HealthState, Inventory};
 
 use crate::config::Config;
-use crate::runtime::{Backends, build_backends, node_name};
+use crate::runtime::{Backends, BuildMode, build_backends, node_name};
 
 /// Which kubelet API serves a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +49,7 @@ pub struct Discovery {
 /// Runs every configured backend's discovery once and splits the devices between the APIs as
 /// the daemon would.
 pub async fn discover(config: &Config, path: &Path) -> anyhow::Result<Discovery> {
-    let backends = Backends::new(build_backends(config)?);
+    let backends = Backends::new(build_backends(config, BuildMode::Inspect)?);
     let inventory = backends.discover_all().await;
     let resources = if config.device_plugin.enabled {
         config.resources(path)?

@@ -37,17 +37,31 @@ use crate::policy::{PolicySource, PolicyState};
 /// The backend kinds, by their configuration key; a kind's index is its slot in [`Backends`].
 pub const BACKEND_KINDS: [&str; 5] = ["static", "nvidia", "vfio", "usb", "host"];
 
+/// What backends are built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildMode {
+    /// The daemon: backends also bring the host to the configured state (create the desired
+    /// mediated device types, pre-open device nodes so their modules load).
+    Serve,
+    /// A look at the host (`discover`, `cdi generate`): nothing on the host is changed.
+    Inspect,
+}
+
 /// Builds the backends the configuration names.
-pub fn build_backends(config: &Config) -> anyhow::Result<Vec<Backend>> {
+pub fn build_backends(config: &Config, mode: BuildMode) -> anyhow::Result<Vec<Backend>> {
     let mut out = Vec::new();
     for kind in BACKEND_KINDS {
-        out.extend(build_backend(config, kind)?);
+        out.extend(build_backend(config, kind, mode)?);
     }
     Ok(out)
 }
 
 /// Builds the backend `kind` (one of [`BACKEND_KINDS`]) when the configuration names it.
-pub fn build_backend(config: &Config, kind: &str) -> anyhow::Result<Option<Backend>> {
+pub fn build_backend(
+    config: &Config,
+    kind: &str,
+    mode: BuildMode,
+) -> anyhow::Result<Option<Backend>> {
     fn wrap<B: kubedev_core::DeviceSource + kubedev_core::Preparer>(b: B) -> Option<Backend> {
         let b = Arc::new(b);
         Some(Backend {
@@ -87,7 +101,7 @@ pub fn build_backend(config: &Config, kind: &str) -> anyhow::Result<Option<Backe
             Some(c) => {
                 let b = kubedev_vfio::VfioBackend::new(c.clone(), &context("vfio")?)
                     .context("backends.vfio")?;
-                if !c.desired_mdev_types.is_empty() {
+                if !c.desired_mdev_types.is_empty() && mode == BuildMode::Serve {
                     // Before discovery, so the mediated devices it creates are offered at once.
                     match b.type_manager().apply() {
                         Ok(report) => {
@@ -119,10 +133,16 @@ pub fn build_backend(config: &Config, kind: &str) -> anyhow::Result<Option<Backe
         },
         #[cfg(feature = "host")]
         "host" => match &config.backends.host {
-            Some(c) => Ok(wrap(
-                kubedev_host::HostBackend::new(c.clone(), &context("host")?)
-                    .context("backends.host")?,
-            )),
+            Some(c) => {
+                let b = kubedev_host::HostBackend::new(c.clone(), &context("host")?)
+                    .context("backends.host")?;
+                if mode == BuildMode::Serve {
+                    for error in b.pre_open() {
+                        tracing::warn!(%error, "pre-opening a device node failed; continuing");
+                    }
+                }
+                Ok(wrap(b))
+            }
             None => Ok(None),
         },
         // A kind this binary was built without (configuration naming it is refused at load).
@@ -855,7 +875,7 @@ pub async fn run(
     }
     let backends = Backends::new(Vec::new());
     for (slot, kind) in BACKEND_KINDS.iter().enumerate() {
-        if let Some(b) = build_backend(&config, kind)? {
+        if let Some(b) = build_backend(&config, kind, BuildMode::Serve)? {
             backends.set(slot, Some(b));
         }
     }
@@ -1052,7 +1072,7 @@ impl Running {
         let mut rebuilt = Vec::new();
         for (slot, kind) in BACKEND_KINDS.iter().enumerate() {
             if backend_changed(old, &new, kind) {
-                rebuilt.push((slot, *kind, build_backend(&new, kind)?));
+                rebuilt.push((slot, *kind, build_backend(&new, kind, BuildMode::Serve)?));
             }
         }
         let mut restart_needed = Vec::new();

@@ -677,6 +677,55 @@ async fn without_nvml_the_other_backends_are_still_served() {
 
 #[cfg(feature = "vfio")]
 #[tokio::test]
+async fn discover_and_cdi_generate_change_nothing_on_the_host() {
+    use kubedev_testkit::machines::mdev::{MdevKernelSim, vgpu_mdev_host_spec};
+    let spec = vgpu_mdev_host_spec();
+    let machine = spec.build().unwrap();
+    let _kernel = MdevKernelSim::start(machine.path(), &spec);
+    let mdevs = || {
+        let mut v: Vec<_> = std::fs::read_dir(machine.join("/sys/bus/mdev/devices"))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let before = mdevs();
+    assert!(
+        !before.is_empty(),
+        "the machine starts with mediated devices"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("kubedev.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "nodeName: node-a\nhostRoot: {}\nstateDir: {}/state\ndra:\n  enabled: true\n  driverName: gpu.example.com\nbackends:\n  vfio:\n    mediatedDevices:\n      - {{mdevNameSelector: \"GRID T4-1B\", resourceName: nvidia.com/GRID_T4-1B}}\n    desiredMdevTypes:\n      - {{parentSelectors: [\"10de:1eb8\"], types: [nvidia-223]}}\n  host:\n    permanentDevices: true\n",
+            machine.path().display(),
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let config = kubedev::config::Config::load(&path).unwrap();
+    // The daemon would replace the T4-1B instances by T4-2B ones; a look at the host must not.
+    let found = kubedev::discover::discover(&config, &path).await.unwrap();
+    let table = found.table();
+    assert!(
+        table.contains("kvm-0") && table.contains("mdev-"),
+        "{table}"
+    );
+    let generated = kubedev::cdi_generate::generate(&config, &path, "gpu.example.com/device")
+        .await
+        .unwrap();
+    assert!(generated.spec.is_some());
+    assert_eq!(
+        mdevs(),
+        before,
+        "discover and cdi generate created or removed mdevs"
+    );
+}
+
+#[cfg(feature = "vfio")]
+#[tokio::test]
 async fn vgpu_types_are_created_at_start_and_served_as_mediated_devices() {
     use kubedev_testkit::machines::mdev::{MdevKernelSim, vgpu_mdev_host_spec};
     let spec = vgpu_mdev_host_spec();
