@@ -58,11 +58,9 @@ enum CdiCommand {
     /// placement, a function still to be bound to vfio-pci) are left out and listed on stderr.
     /// Nothing on the host is changed. The kind is `<dra.driverName>/device` unless `--kind`
     /// says otherwise.
-    ///
-    /// Examples:
-    ///   kubedev cdi generate --config /etc/kubedev/config.yaml
-    ///   kubedev cdi generate --config config.yaml --kind example.com/gpu --output-file /etc/cdi/example.yaml
-    ///   podman run --device example.com/gpu=gpu-0 ...
+    #[command(
+        after_help = "Examples:\n  kubedev cdi generate --config /etc/kubedev/config.yaml\n  kubedev cdi generate --config config.yaml --kind example.com/gpu --output-file /etc/cdi/example.yaml\n  podman run --device example.com/gpu=gpu-0 ..."
+    )]
     Generate {
         /// The configuration file (YAML).
         #[arg(long, short)]
@@ -82,8 +80,7 @@ enum CdiCommand {
 #[derive(Debug, Subcommand)]
 enum PolicyCommand {
     /// Validate a policy's contract, run it on sample input, report fuel and memory used.
-    ///
-    /// Example: kubedev policy check numa-pack.wasm
+    #[command(after_help = "Examples:\n  kubedev policy check numa-pack.wasm")]
     Check {
         /// The policy module (.wasm).
         path: PathBuf,
@@ -93,8 +90,7 @@ enum PolicyCommand {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run the daemon.
-    ///
-    /// Example: kubedev run --config /etc/kubedev/config.yaml
+    #[command(after_help = "Examples:\n  kubedev run --config /etc/kubedev/config.yaml")]
     Run {
         /// The configuration file (YAML).
         #[arg(long, short)]
@@ -105,11 +101,9 @@ enum Command {
     /// The scenario file has `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices` and
     /// `claims`. The exit code is 0 whether or not the claims fit; it is non-zero only when the
     /// file cannot be read.
-    ///
-    /// Examples:
-    ///   kubedev simulate -f scenario.yaml
-    ///   kubedev simulate -f scenario.yaml --explain -o json
-    ///   kubedev simulate -f scenario.yaml --repeat 1000
+    #[command(
+        after_help = "Examples:\n  kubedev simulate -f scenario.yaml\n  kubedev simulate -f scenario.yaml --explain -o json\n  kubedev simulate -f scenario.yaml --repeat 1000"
+    )]
     Simulate {
         /// The scenario file (YAML or JSON).
         #[arg(long, short = 'f')]
@@ -140,10 +134,9 @@ enum Command {
     /// `-o table` (the default) lists every device with its pool, health, NUMA node, attributes
     /// and whether a device-plugin resource or DRA serves it; `-o yaml|json` prints the
     /// ResourceSlices DRA would publish. Nothing is published and no socket is opened.
-    ///
-    /// Examples:
-    ///   kubedev discover --config /etc/kubedev/config.yaml
-    ///   kubedev discover --config config.yaml -o yaml
+    #[command(
+        after_help = "Examples:\n  kubedev discover --config /etc/kubedev/config.yaml\n  kubedev discover --config config.yaml -o yaml"
+    )]
     Discover {
         /// The configuration file (YAML).
         #[arg(long, short)]
@@ -162,11 +155,9 @@ enum Command {
     /// Asks the kubelet's pod resources API. With `--config`, only this daemon's device-plugin
     /// resources and DRA driver are shown; device names given as arguments narrow it further
     /// (a DRA device as `device` or `pool/device`).
-    ///
-    /// Examples:
-    ///   kubedev who-uses
-    ///   kubedev who-uses --config /etc/kubedev/config.yaml gpu-3
-    ///   kubedev who-uses -o json
+    #[command(
+        after_help = "Examples:\n  kubedev who-uses\n  kubedev who-uses --config /etc/kubedev/config.yaml gpu-3\n  kubedev who-uses -o json"
+    )]
     WhoUses {
         /// The kubelet's pod resources socket.
         #[arg(long, default_value = kubedev_kubelet_grpc::pod_resources::DEFAULT_SOCKET)]
@@ -181,8 +172,7 @@ enum Command {
         devices: Vec<String>,
     },
     /// Check a configuration file and exit.
-    ///
-    /// Example: kubedev check-config --config /etc/kubedev/config.yaml
+    #[command(after_help = "Examples:\n  kubedev check-config --config /etc/kubedev/config.yaml")]
     CheckConfig {
         /// The configuration file (YAML).
         #[arg(long, short)]

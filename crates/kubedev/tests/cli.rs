@@ -620,3 +620,39 @@ fn cdi_generate_leaves_out_mig_placements_that_only_prepare_creates() {
     );
     assert!(names.contains(&"gpu-7-mig-1g5gb-6"), "{names:?}");
 }
+
+#[test]
+fn every_command_has_help_with_examples_one_per_line() {
+    for cmd in [
+        &["run"][..],
+        &["simulate"],
+        &["discover"],
+        &["who-uses"],
+        &["check-config"],
+        &["cdi", "generate"],
+        &["policy", "check"],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push("--help");
+        let out = kubedev(&args);
+        assert!(out.status.success(), "{cmd:?}");
+        let help = String::from_utf8_lossy(&out.stdout);
+        let examples: Vec<&str> = help
+            .split("Examples:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{cmd:?} --help has no examples:\n{help}"))
+            .lines()
+            .take_while(|l| l.starts_with("  "))
+            .collect();
+        assert!(!examples.is_empty(), "{cmd:?}:\n{help}");
+        let prefix = format!("kubedev {}", cmd.join(" "));
+        // One command per line, each starting with the command it documents.
+        assert!(
+            examples[0].trim_start().starts_with(&prefix),
+            "{cmd:?}: {examples:?}"
+        );
+        for e in &examples {
+            assert!(e.matches("kubedev ").count() <= 1, "{cmd:?}: {e:?}");
+        }
+    }
+}
