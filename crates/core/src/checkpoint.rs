@@ -532,6 +532,25 @@ impl CheckpointStore {
                 .is_some_and(|o| o != self.lease.id() && InstanceLease::is_held(&self.dir, o))
     }
 
+    /// Whether another daemon instance using this directory is running (holds its lease), as
+    /// during a rolling update. Leases of instances that are gone are removed on the way.
+    pub fn other_instances_alive(&self) -> bool {
+        let Ok(entries) = fs::read_dir(self.dir.join(INSTANCES_DIR)) else {
+            return false;
+        };
+        let mut alive = false;
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            if id != self.lease.id() && InstanceLease::is_held(&self.dir, id) {
+                alive = true;
+            }
+        }
+        alive
+    }
+
     /// Re-reads the file and runs `f` on the claims while still holding the node lock, so no
     /// other instance changes the checkpoint until `f` returns (e.g. while CDI files that no
     /// claim owns are removed). `f` must not call this store.
@@ -1494,6 +1513,11 @@ mod tests {
             "the dead lease is cleaned up"
         );
         assert!(InstanceLease::is_held(fx.dir.path(), store.instance()));
+        assert!(!store.other_instances_alive());
+        let (other, _) = fx.open();
+        assert!(store.other_instances_alive());
+        drop(other);
+        assert!(!store.other_instances_alive());
     }
 
     #[test]

@@ -41,10 +41,16 @@ pub struct Recovery {
     pub cdi_rewritten: Vec<String>,
     /// CDI files of ours that no claim owned, removed.
     pub cdi_removed: Vec<PathBuf>,
+    /// Temporary files of interrupted CDI writes, removed.
+    pub cdi_temp_removed: Vec<PathBuf>,
     /// Unfinished prepares left alone: the instance that started them is still running (the
     /// old daemon during a rolling update).
     pub left_to_other_instance: Vec<String>,
 }
+
+/// How old a temporary CDI file must be before recovery removes it while another instance
+/// runs (its writes take milliseconds).
+const STALE_TEMP_MARGIN: std::time::Duration = std::time::Duration::from_secs(300);
 
 type Commit = (Change, oneshot::Sender<Result<(), String>>);
 
@@ -306,6 +312,20 @@ impl DraDriver {
                     Ok(removed)
                 })
                 .map_err(|e| e.to_string())?
+            })
+            .await?;
+        // Temporary files of CDI writes a crash interrupted. Another running instance (a rolling
+        // update) may be writing one right now: then only old ones go.
+        let cdi = self.cdi.clone();
+        rec.cdi_temp_removed = self
+            .with_store(move |s| {
+                let margin = if s.other_instances_alive() {
+                    STALE_TEMP_MARGIN
+                } else {
+                    std::time::Duration::ZERO
+                };
+                cdi.remove_stale_temp_files(margin)
+                    .map_err(|e| e.to_string())
             })
             .await?;
         Ok(rec)

@@ -610,7 +610,7 @@ async fn start_dra(
         .map_err(anyhow::Error::msg)
         .context("start-up recovery")?;
     if rec != Default::default() {
-        tracing::warn!(rolled_back = ?rec.rolled_back, cdi_rewritten = ?rec.cdi_rewritten, cdi_removed = ?rec.cdi_removed, "recovered from an unclean stop");
+        tracing::warn!(rolled_back = ?rec.rolled_back, cdi_rewritten = ?rec.cdi_rewritten, cdi_removed = ?rec.cdi_removed, cdi_temp_removed = ?rec.cdi_temp_removed, left_to_other_instance = ?rec.left_to_other_instance, "recovered from an unclean stop");
     }
     let (health, health_rx) = watch::channel(Vec::new());
     let mut cfg = DraPluginConfig::new(spec.driver.clone())
