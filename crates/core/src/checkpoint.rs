@@ -377,17 +377,7 @@ impl InstanceLease {
             source,
         })?;
         let path = leases.join(format!("{id}.lock"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|source| CheckpointError::Lock {
-                path: path.clone(),
-                source,
-            })?;
+        let file = open_lock_path(&path)?;
         file.try_lock().map_err(|e| CheckpointError::Lock {
             path: path.clone(),
             source: match e {
@@ -437,18 +427,23 @@ impl Drop for InstanceLease {
 
 fn open_lock_file(dir: &Path) -> Result<(PathBuf, File), CheckpointError> {
     let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
+    let file = open_lock_path(&path)?;
+    Ok((path, file))
+}
+
+/// Opens (creating it, private) a file whose `flock` stands for a lock.
+fn open_lock_path(path: &Path) -> Result<File, CheckpointError> {
+    OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
-        .open(&path)
+        .open(path)
         .map_err(|source| CheckpointError::Lock {
-            path: path.clone(),
+            path: path.to_path_buf(),
             source,
-        })?;
-    Ok((path, file))
+        })
 }
 
 /// The checkpoint of one plugin data directory, loaded in memory and persisted on every change.

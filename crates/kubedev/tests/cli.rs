@@ -11,6 +11,19 @@ fn kubedev(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs kubedev, expects it to fail, and expects stderr to name `what`; returns stderr.
+fn fails_naming(args: &[&str], what: &str) -> String {
+    let out = kubedev(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{args:?} succeeded:\n{err}");
+    assert!(
+        err.contains(what),
+        "{args:?}: stderr lacks {what:?}:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
 fn scenario(name: &str) -> String {
     format!(
         "{}/../../../shared/bench-scenarios/{name}",
@@ -53,10 +66,10 @@ fn simulate_explains_and_exits_zero_when_nothing_fits() {
 
 #[test]
 fn unreadable_input_is_an_error_naming_the_file() {
-    let out = kubedev(&["simulate", "-f", "/nonexistent/scenario.yaml"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("/nonexistent/scenario.yaml"), "{err}");
+    let err = fails_naming(
+        &["simulate", "-f", "/nonexistent/scenario.yaml"],
+        "/nonexistent/scenario.yaml",
+    );
     assert!(!err.contains("panicked"), "{err}");
 }
 
@@ -69,10 +82,10 @@ fn check_config_names_the_bad_field() {
         "devicePlugin:\n  resources:\n    - name: gpu\nbackends:\n  static:\n    pool: p\n    devices: []\n",
     )
     .unwrap();
-    let out = kubedev(&["check-config", "--config", path.to_str().unwrap()]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("devicePlugin.resources[0].name"), "{err}");
+    fails_naming(
+        &["check-config", "--config", path.to_str().unwrap()],
+        "devicePlugin.resources[0].name",
+    );
 }
 
 fn plugin(name: &str) -> String {
@@ -100,9 +113,7 @@ fn policy_check_passes_a_good_module_and_fails_a_bad_one() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.wasm");
     std::fs::write(&bad, b"\0asm garbage").unwrap();
-    let out = kubedev(&["policy", "check", bad.to_str().unwrap()]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.wasm"));
+    fails_naming(&["policy", "check", bad.to_str().unwrap()], "bad.wasm");
 }
 
 #[test]
@@ -357,12 +368,9 @@ fn a_cel_selector_splits_devices_between_the_apis() {
     );
 
     let bad = write_config(dir.path(), &text.replace("== \"gpu\"", "== "));
-    let out = kubedev(&["check-config", "--config", &bad]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("devicePlugin.resources[0].selector.cel"),
-        "{err}"
+    fails_naming(
+        &["check-config", "--config", &bad],
+        "devicePlugin.resources[0].selector.cel",
     );
 }
 
@@ -522,23 +530,21 @@ fn cdi_generate_writes_a_spec_for_what_was_found() {
     assert_eq!(spec["kind"], "example.com/gpu");
 
     // Bad kinds and file names are refused, naming the problem.
-    let out = kubedev(&["cdi", "generate", "--config", &config, "--kind", "nokind"]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("nokind"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    fails_naming(
+        &["cdi", "generate", "--config", &config, "--kind", "nokind"],
+        "nokind",
     );
-    let out = kubedev(&[
-        "cdi",
-        "generate",
-        "--config",
-        &config,
-        "--output-file",
-        dir.path().join("x.txt").to_str().unwrap(),
-    ]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains(".txt"));
+    fails_naming(
+        &[
+            "cdi",
+            "generate",
+            "--config",
+            &config,
+            "--output-file",
+            dir.path().join("x.txt").to_str().unwrap(),
+        ],
+        ".txt",
+    );
 }
 
 #[test]
@@ -548,26 +554,17 @@ fn cdi_generate_without_a_kind_or_devices_says_why() {
         dir.path(),
         "nodeName: node-a\nbackends:\n  static:\n    pool: node-a\n    devices: []\n",
     );
-    let out = kubedev(&["cdi", "generate", "--config", &config]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--kind"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = kubedev(&[
-        "cdi",
-        "generate",
-        "--config",
-        &config,
-        "--kind",
-        "example.com/dev",
-    ]);
-    assert!(!out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("found no devices"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    fails_naming(&["cdi", "generate", "--config", &config], "--kind");
+    fails_naming(
+        &[
+            "cdi",
+            "generate",
+            "--config",
+            &config,
+            "--kind",
+            "example.com/dev",
+        ],
+        "found no devices",
     );
 }
 
