@@ -3,112 +3,48 @@
 //! Xid events) seen by the kubelet emulator in both APIs, and recovery.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use kubedev::config::Config;
-use kubedev::dra_driver::ClaimSource;
-use kubedev::runtime::{ClusterServices, run};
-use kubedev_core::{AllocatedDevice, ClaimRef, DeviceRef, Inventory, PublishError, Publisher};
-use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator};
-use tokio_util::sync::CancellationToken;
+use common::{Claims, DevicePluginDaemon, DraDaemon};
+use kubedev_core::{DeviceRef, Inventory};
+use kubedev_testkit::kubelet::ClaimId;
 
 const DRIVER: &str = "devices.example.com";
 const WAIT: Duration = Duration::from_secs(15);
 
-#[derive(Default)]
-struct Claims(Mutex<BTreeMap<String, Vec<AllocatedDevice>>>);
-
-#[async_trait]
-impl ClaimSource for Claims {
-    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
-        self.0
-            .lock()
-            .unwrap()
-            .get(&claim.uid)
-            .cloned()
-            .ok_or_else(|| format!("claim {claim} is not allocated"))
-    }
-}
-
-#[derive(Default)]
-struct Slices(Mutex<Option<Inventory>>);
-
-#[async_trait]
-impl Publisher for Slices {
-    async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
-        *self.0.lock().unwrap() = Some(inventory.clone());
-        Ok(())
-    }
-}
-
 /// A daemon in device-plugin mode serving `resource` (every device of the backends), with the
 /// kubelet emulator.
-struct DpNode {
-    kubelet: KubeletEmulator,
-    cancel: CancellationToken,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
-
-async fn dp_node(dir: &Path, host: &Path, resource: &str, backends: &str, extra: &str) -> DpNode {
+async fn dp_node(
+    dir: &Path,
+    host: &Path,
+    resource: &str,
+    backends: &str,
+    extra: &str,
+) -> DevicePluginDaemon {
     let dp = dir.join("dp");
     std::fs::create_dir_all(&dp).unwrap();
-    let path = dir.join("dp.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "nodeName: node-a\nhostRoot: {host}\nstateDir: {d}/state\ndevicePlugin:\n  directory: {dp}\n  resources:\n    - name: {resource}\n{extra}backends:\n{backends}",
-            host = host.display(),
-            d = dir.display(),
-            dp = dp.display(),
-        ),
-    )
-    .unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = KubeletEmulator::start(&dp).await.unwrap();
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let task = tokio::spawn(async move { run(cfg, &path, None, c).await });
-    kubelet
+    let text = format!(
+        "nodeName: node-a\nhostRoot: {host}\nstateDir: {d}/state\ndevicePlugin:\n  directory: {dp}\n  resources:\n    - name: {resource}\n{extra}backends:\n{backends}",
+        host = host.display(),
+        d = dir.display(),
+        dp = dp.display(),
+    );
+    let node = DevicePluginDaemon::start(&dir.join("dp.yaml"), &text, &dp).await;
+    node.kubelet
         .wait_for(resource, WAIT, |r| r.connected && r.capacity > 0)
         .await
         .unwrap();
-    DpNode {
-        kubelet,
-        cancel,
-        task,
-    }
-}
-
-impl DpNode {
-    async fn wait_health(&self, resource: &str, id: &str, health: &str) {
-        let seen = self
-            .kubelet
-            .wait_for(resource, WAIT, |r| {
-                r.devices.get(id).is_some_and(|d| d.health == health)
-            })
-            .await;
-        assert!(seen.is_some(), "{resource} {id} never became {health}");
-    }
-
-    async fn stop(self) {
-        self.cancel.cancel();
-        self.task.await.unwrap().unwrap();
-        self.kubelet.stop().await;
-    }
+    node
 }
 
 /// A daemon in DRA mode with the DRA kubelet emulator; claims are allocated by the test.
 struct DraNode {
     root: PathBuf,
-    kubelet: DraKubelet,
-    claims: Arc<Claims>,
-    slices: Arc<Slices>,
-    cancel: CancellationToken,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    dra: DraDaemon,
 }
 
 async fn dra_node(dir: &Path, host: &Path, backends: &str) -> DraNode {
@@ -118,95 +54,58 @@ async fn dra_node(dir: &Path, host: &Path, backends: &str) -> DraNode {
     )
     .unwrap();
     let path = dir.join("dra.yaml");
-    std::fs::write(
-        &path,
-        format!(
-            "nodeName: node-a\nhostRoot: {host}\nstateDir: {r}/state\ndevicePlugin:\n  enabled: false\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  bootIdPath: {r}/boot_id\nbackends:\n{backends}",
-            host = host.display(),
-            r = dir.display(),
-        ),
-    )
-    .unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = DraKubelet::start(dir.join("registry")).unwrap();
-    let claims = Arc::new(Claims::default());
-    let slices = Arc::new(Slices::default());
-    let cluster = ClusterServices {
-        claims: claims.clone(),
-        slices: slices.clone(),
-    };
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let task = tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await });
-    assert!(
-        kubelet
-            .wait_until(WAIT, |k| k.drivers().contains_key(DRIVER))
-            .await,
-        "the DRA driver did not register"
+    let text = format!(
+        "nodeName: node-a\nhostRoot: {host}\nstateDir: {r}/state\ndevicePlugin:\n  enabled: false\n{dra}backends:\n{backends}",
+        host = host.display(),
+        r = dir.display(),
+        dra = common::dra_section(DRIVER, dir, &dir.join("plugins")),
     );
+    let claims = Arc::new(Claims::default());
+    let dra = DraDaemon::start(dir, &path, &text, DRIVER, claims, WAIT).await;
     DraNode {
         root: dir.to_path_buf(),
-        kubelet,
-        claims,
-        slices,
-        cancel,
-        task,
+        dra,
     }
+}
+
+/// The claim `uid` as the kubelet names it.
+fn claim_id(uid: &str) -> ClaimId {
+    ClaimId::new("default", &format!("claim-{uid}"), uid)
 }
 
 impl DraNode {
     /// The devices published in ResourceSlices, as `pool/device`.
     async fn published(&self) -> Vec<DeviceRef> {
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            if let Some(inv) = self.slices.0.lock().unwrap().clone() {
-                return inv
-                    .devices()
-                    .map(|(p, d)| DeviceRef {
-                        pool: p.name.clone(),
-                        device: d.name.clone(),
-                    })
-                    .collect();
-            }
-            assert!(std::time::Instant::now() < deadline, "nothing published");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        self.dra
+            .slices
+            .wait_last(WAIT)
+            .await
+            .devices()
+            .map(|(p, d)| DeviceRef {
+                pool: p.name.clone(),
+                device: d.name.clone(),
+            })
+            .collect()
     }
 
     fn published_inventory(&self) -> Inventory {
-        self.slices.0.lock().unwrap().clone().unwrap()
+        self.dra.slices.last().unwrap()
     }
 
     /// Allocates `devices` to a claim and prepares it through the kubelet; returns the CDI
     /// spec file's content.
     async fn prepare(&self, uid: &str, devices: &[DeviceRef]) -> String {
-        self.claims.0.lock().unwrap().insert(
-            uid.to_string(),
-            devices
-                .iter()
-                .map(|d| AllocatedDevice {
-                    device: d.clone(),
-                    request: "req".into(),
-                    share_id: None,
-                    config: vec![],
-                })
-                .collect(),
-        );
-        let claim = ClaimId {
-            namespace: "default".into(),
-            uid: uid.into(),
-            name: format!("claim-{uid}"),
-        };
+        self.dra.claims.allocate(uid, "req", devices);
         let answers = self
+            .dra
             .kubelet
-            .prepare(DRIVER, std::slice::from_ref(&claim))
+            .prepare(DRIVER, &[claim_id(uid)])
             .await
             .unwrap();
         let answer = answers[uid].as_ref().unwrap();
         assert_eq!(answer.len(), devices.len());
-        let files: Vec<PathBuf> = std::fs::read_dir(self.root.join("cdi"))
-            .unwrap()
-            .map(|e| e.unwrap().path())
+        let files: Vec<PathBuf> = common::cdi_files(&self.root.join("cdi"))
+            .into_iter()
             .filter(|p| p.to_string_lossy().contains(uid))
             .collect();
         assert_eq!(files.len(), 1, "one CDI spec for the claim: {files:?}");
@@ -214,37 +113,21 @@ impl DraNode {
     }
 
     async fn unprepare(&self, uid: &str) {
-        let claim = ClaimId {
-            namespace: "default".into(),
-            uid: uid.into(),
-            name: format!("claim-{uid}"),
-        };
         let answers = self
+            .dra
             .kubelet
-            .unprepare(DRIVER, std::slice::from_ref(&claim))
+            .unprepare(DRIVER, &[claim_id(uid)])
             .await
             .unwrap();
         assert!(answers[uid].is_ok(), "{:?}", answers[uid]);
     }
 
     async fn wait_health(&self, device: &DeviceRef, health: &str) {
-        let key = device.to_string();
-        assert!(
-            self.kubelet
-                .wait_until(WAIT, |k| k
-                    .health(DRIVER)
-                    .get(&key)
-                    .is_some_and(|h| h.health == health))
-                .await,
-            "{key} never became {health} in the DRA health stream: {:?}",
-            self.kubelet.health(DRIVER)
-        );
+        common::wait_dra_health(&self.dra.kubelet, DRIVER, &device.to_string(), health, WAIT).await;
     }
 
     async fn stop(self) {
-        self.cancel.cancel();
-        self.task.await.unwrap().unwrap();
-        self.kubelet.stop().await;
+        self.dra.stop().await;
     }
 }
 
@@ -283,9 +166,9 @@ async fn vfio_gpus_through_both_apis_with_hot_plug() {
     // Hot-unplug of the group's node: Unhealthy, then back.
     let node_path = format!("/dev/vfio/{group}");
     machine.remove(&node_path).unwrap();
-    node.wait_health(resource, &first, "Unhealthy").await;
+    node.wait_health(resource, &first, "Unhealthy", WAIT).await;
     machine.device_node(&node_path).unwrap();
-    node.wait_health(resource, &first, "Healthy").await;
+    node.wait_health(resource, &first, "Healthy", WAIT).await;
     node.stop().await;
 
     // DRA: the same four GPUs in a slice; prepare writes their nodes into the CDI spec; the
@@ -341,9 +224,9 @@ async fn usb_groups_through_both_apis_with_hot_plug() {
     assert_eq!(a.devices[0].permissions, "mrw");
 
     machine.remove(holder.node().as_str()).unwrap();
-    node.wait_health(resource, &ids[0], "Unhealthy").await;
+    node.wait_health(resource, &ids[0], "Unhealthy", WAIT).await;
     machine.device_node(holder.node().as_str()).unwrap();
-    node.wait_health(resource, &ids[0], "Healthy").await;
+    node.wait_health(resource, &ids[0], "Healthy", WAIT).await;
     node.stop().await;
 
     let dir = tempfile::tempdir().unwrap();
@@ -391,10 +274,10 @@ async fn kvm_slots_through_both_apis_with_hot_plug() {
     assert_eq!(a.devices[0].permissions, "rw");
     machine.remove("/dev/kvm").unwrap();
     for id in &ids {
-        node.wait_health(resource, id, "Unhealthy").await;
+        node.wait_health(resource, id, "Unhealthy", WAIT).await;
     }
     machine.device_node("/dev/kvm").unwrap();
-    node.wait_health(resource, &ids[2], "Healthy").await;
+    node.wait_health(resource, &ids[2], "Healthy", WAIT).await;
     node.stop().await;
 
     let dir = tempfile::tempdir().unwrap();
@@ -414,21 +297,6 @@ async fn kvm_slots_through_both_apis_with_hot_plug() {
 #[cfg(feature = "nvidia")]
 mod nvidia {
     use super::*;
-
-    fn plugin(name: &str) -> PathBuf {
-        let dir = std::env::var_os("KUBEDEV_PLUGIN_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/wasm")
-            });
-        let p = dir.join(format!("{name}.wasm"));
-        assert!(
-            p.exists(),
-            "{} is missing: run `cargo xtask build-plugins`",
-            p.display()
-        );
-        p
-    }
 
     /// A copy of the NVML stand-in bound to `machine`, with a control file for Xid events.
     fn nvml(dir: &Path, machine: &str) -> (PathBuf, PathBuf) {
@@ -462,7 +330,10 @@ mod nvidia {
         let host = tempfile::tempdir().unwrap();
         let (lib, control) = nvml(dir.path(), "dgx-a100");
         let resource = "nvidia.com/gpu";
-        let policy = format!("      policy: {}\n", plugin("nvlink-pack").display());
+        let policy = format!(
+            "      policy: {}\n",
+            common::plugin("nvlink-pack").display()
+        );
         let node = dp_node(dir.path(), host.path(), resource, &backends(&lib), &policy).await;
         let state = node.kubelet.resource(resource).unwrap();
         assert_eq!(state.capacity, 8, "{:?}", state.devices.keys());
@@ -499,12 +370,12 @@ mod nvidia {
         // again and no new Xid arrives. An ignored Xid (13) changes nothing.
         send(&control, r#"{"xid": 13, "gpu": 1}"#);
         send(&control, r#"{"xid": 79, "gpu": 2}"#);
-        node.wait_health(resource, "gpu-2", "Unhealthy").await;
+        node.wait_health(resource, "gpu-2", "Unhealthy", WAIT).await;
         assert_eq!(
             node.kubelet.resource(resource).unwrap().devices["gpu-1"].health,
             "Healthy"
         );
-        node.wait_health(resource, "gpu-2", "Healthy").await;
+        node.wait_health(resource, "gpu-2", "Healthy", WAIT).await;
         node.stop().await;
     }
 
@@ -537,7 +408,7 @@ mod nvidia {
             .clone();
         send(&control, r#"{"xid": 48, "gpu": 6}"#);
         node.wait_health(&gpu6, "UNHEALTHY").await;
-        let msg = node.kubelet.health(DRIVER)[&gpu6.to_string()]
+        let msg = node.dra.kubelet.health(DRIVER)[&gpu6.to_string()]
             .message
             .clone();
         assert!(msg.contains("48"), "the reason names the Xid: {msg}");

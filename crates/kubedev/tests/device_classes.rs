@@ -2,6 +2,8 @@
 //! against the API-server emulator.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -10,9 +12,9 @@ use kubedev_testkit::apiserver::{ApiServer, Resource};
 
 fn config(dir: &Path, node: &str) -> Config {
     let path = dir.join(format!("{node}.yaml"));
-    std::fs::write(
+    common::write_config(
         &path,
-        format!(
+        &format!(
             "nodeName: {node}
 dra:
   enabled: true
@@ -31,8 +33,6 @@ backends:
             r = dir.display()
         ),
     )
-    .unwrap();
-    Config::load(&path).unwrap()
 }
 
 #[tokio::test]
@@ -48,11 +48,14 @@ async fn every_node_applies_the_same_classes_without_conflict() {
         let (_services, task) = kubedev::cluster::connect_cluster(&spec).await.unwrap();
         tasks.push(task);
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while api.objects(Resource::DeviceClasses).len() < 2 {
-        assert!(std::time::Instant::now() < deadline, "classes not applied");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::eventually(Duration::from_secs(10), || {
+        std::future::ready(if api.objects(Resource::DeviceClasses).len() < 2 {
+            Err("classes not applied".to_string())
+        } else {
+            Ok(())
+        })
+    })
+    .await;
     // Give the second node's apply time to land too: still two objects, same content.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let classes = api.objects(Resource::DeviceClasses);

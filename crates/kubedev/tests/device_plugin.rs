@@ -2,30 +2,17 @@
 //! to the static backend, and a WebAssembly selection policy choosing GetPreferredAllocation.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
+use common::{DevicePluginDaemon, plugin};
 use kubedev::config::Config;
 use kubedev::runtime::run;
-use kubedev_testkit::kubelet::KubeletEmulator;
 use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn plugin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("KUBEDEV_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/wasm")
-        });
-    let p = dir.join(format!("{name}.wasm"));
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo xtask build-plugins` first",
-        p.display()
-    );
-    p
-}
 
 /// Four GPUs on one NUMA node, two per PCIe root: NUMA packing takes gpu-0 and gpu-1 (one root),
 /// the spread policy one GPU per root.
@@ -50,12 +37,8 @@ fn config(dp: &std::path::Path, policy: Option<PathBuf>) -> String {
 async fn preferred(policy: Option<PathBuf>) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubedev.yaml");
-    std::fs::write(&path, config(dir.path(), policy)).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = KubeletEmulator::start(dir.path()).await.unwrap();
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let task = tokio::spawn(async move { run(cfg, &path, None, c).await });
+    let node = DevicePluginDaemon::start(&path, &config(dir.path(), policy), dir.path()).await;
+    let kubelet = &node.kubelet;
     kubelet
         .wait_for("example.com/gpu", WAIT, |r| r.connected && r.capacity == 4)
         .await
@@ -71,9 +54,7 @@ async fn preferred(policy: Option<PathBuf>) -> Vec<String> {
         .await
         .unwrap();
     assert_eq!(a.envs["STATIC_VISIBLE_DEVICES"], "gpu-1");
-    cancel.cancel();
-    task.await.unwrap().unwrap();
-    kubelet.stop().await;
+    node.stop().await;
     got
 }
 
@@ -89,8 +70,7 @@ async fn a_broken_policy_is_a_clear_start_up_error() {
     let bad = dir.path().join("bad.wasm");
     std::fs::write(&bad, b"not wasm").unwrap();
     let path = dir.path().join("kubedev.yaml");
-    std::fs::write(&path, config(dir.path(), Some(bad))).unwrap();
-    let cfg = Config::load(&path).unwrap();
+    let cfg = common::write_config(&path, &config(dir.path(), Some(bad)));
     let err = run(cfg, &path, None, CancellationToken::new())
         .await
         .unwrap_err();
@@ -112,12 +92,8 @@ async fn cdi_mode_answers_with_cdi_names_and_writes_the_spec() {
             dir.path().display()
         ),
     );
-    std::fs::write(&path, text).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = KubeletEmulator::start(dir.path()).await.unwrap();
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let task = tokio::spawn(async move { run(cfg, &path, None, c).await });
+    let node = DevicePluginDaemon::start(&path, &text, dir.path()).await;
+    let kubelet = &node.kubelet;
     kubelet
         .wait_for("example.com/gpu", WAIT, |r| r.connected)
         .await
@@ -155,8 +131,7 @@ async fn cdi_mode_answers_with_cdi_names_and_writes_the_spec() {
         .map(|d| d["name"].as_str().unwrap())
         .collect();
     assert_eq!(devices, ["dp-gpu-gpu-0", "dp-gpu-gpu-1", "dp-gpu-gpu-3"]);
-    cancel.cancel();
-    task.await.unwrap().unwrap();
+    node.stop().await;
 }
 
 #[tokio::test]
@@ -170,12 +145,8 @@ async fn a_policy_from_the_policy_directory_is_hot_reloaded() {
         "  resources:",
         &format!("  policyDir: {}\n  resources:", policies.display()),
     );
-    std::fs::write(&path, text).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = KubeletEmulator::start(dir.path()).await.unwrap();
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let task = tokio::spawn(async move { run(cfg, &path, None, c).await });
+    let node = DevicePluginDaemon::start(&path, &text, dir.path()).await;
+    let kubelet = &node.kubelet;
     kubelet
         .wait_for("example.com/gpu", WAIT, |r| r.connected && r.capacity == 4)
         .await
@@ -193,19 +164,15 @@ async fn a_policy_from_the_policy_directory_is_hot_reloaded() {
     assert_eq!(ask().await.unwrap(), ["gpu-0", "gpu-1"]);
     // A good new module takes over without a restart.
     std::fs::copy(plugin("spread"), policies.join("gpu-choice.wasm")).unwrap();
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    common::eventually(WAIT, || async {
         if ask().await.unwrap() == ["gpu-0", "gpu-2"] {
-            break;
+            Ok(())
+        } else {
+            Err("the new policy was never loaded".to_string())
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new policy was never loaded"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    cancel.cancel();
-    task.await.unwrap().unwrap();
+    })
+    .await;
+    node.stop().await;
 }
 
 #[tokio::test]
@@ -216,13 +183,8 @@ async fn time_sliced_devices_are_advertised_once_per_replica() {
         "    - name: example.com/gpu\n",
         "    - name: example.com/gpu\n      replicas: 3\n",
     );
-    std::fs::write(&path, &text).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = KubeletEmulator::start(dir.path()).await.unwrap();
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let p = path.clone();
-    let task = tokio::spawn(async move { run(cfg, &p, None, c).await });
+    let node = DevicePluginDaemon::start(&path, &text, dir.path()).await;
+    let kubelet = &node.kubelet;
     let st = kubelet
         .wait_for("example.com/gpu", WAIT, |r| r.connected && r.capacity == 12)
         .await
@@ -239,9 +201,7 @@ async fn time_sliced_devices_are_advertised_once_per_replica() {
         .unwrap();
     assert_eq!(a.envs["STATIC_VISIBLE_DEVICES"], "gpu-1");
     assert_eq!(a.devices.len(), 1, "{a:?}");
-    cancel.cancel();
-    task.await.unwrap().unwrap();
-    kubelet.stop().await;
+    node.stop().await;
 
     std::fs::write(&path, text.replace("replicas: 3", "replicas: 0")).unwrap();
     let err = Config::load(&path).unwrap_err().to_string();

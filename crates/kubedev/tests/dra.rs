@@ -1,75 +1,30 @@
 //! The DRA driver of the runtime, in-process, against the kubelet emulator's DRA side.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use kubedev::config::Config;
-use kubedev::dra_driver::ClaimSource;
-use kubedev::runtime::{ClusterServices, run};
-use kubedev_core::{
-    AllocatedDevice, ClaimRef, DeviceName, DeviceRef, Inventory, PoolName, PublishError, Publisher,
-};
+use common::{Claims, Daemon, DraDaemon, Slices};
+use kubedev::runtime::ClusterServices;
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
-use tokio_util::sync::CancellationToken;
 
 const DRIVER: &str = "gpu.example.com";
 const WAIT: Duration = Duration::from_secs(10);
 
-#[derive(Default)]
-struct Claims(Mutex<BTreeMap<String, Vec<AllocatedDevice>>>);
-
-impl Claims {
-    fn allocate(&self, uid: &str, devices: &[&str]) {
-        let list = devices
-            .iter()
-            .map(|d| AllocatedDevice {
-                device: DeviceRef {
-                    pool: PoolName::new("node-a").unwrap(),
-                    device: DeviceName::new(*d).unwrap(),
-                },
-                request: "gpus/large".into(),
-                share_id: None,
-                config: vec![],
-            })
-            .collect();
-        self.0.lock().unwrap().insert(uid.to_string(), list);
-    }
+/// Allocates the GPUs `names` of the pool `node-a` to the claim `uid`, as the subrequest
+/// `gpus/large`.
+fn allocate(claims: &Claims, uid: &str, names: &[&str]) {
+    let devices: Vec<_> = names.iter().map(|n| common::device("node-a", n)).collect();
+    claims.allocate(uid, "gpus/large", &devices);
 }
 
-#[async_trait]
-impl ClaimSource for Claims {
-    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
-        self.0
-            .lock()
-            .unwrap()
-            .get(&claim.uid)
-            .cloned()
-            .ok_or_else(|| format!("claim {claim} is not allocated"))
-    }
-}
-
-#[derive(Default)]
-struct Slices(Mutex<Vec<Inventory>>);
-
-#[async_trait]
-impl Publisher for Slices {
-    async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
-        self.0.lock().unwrap().push(inventory.clone());
-        Ok(())
-    }
-}
-
-struct Daemon {
+/// The daemon with its DRA kubelet, in a root of its own.
+struct Node {
     root: tempfile::TempDir,
-    cancel: CancellationToken,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    claims: Arc<Claims>,
-    slices: Arc<Slices>,
-    kubelet: DraKubelet,
+    dra: DraDaemon,
 }
 
 fn config(root: &Path) -> String {
@@ -87,73 +42,39 @@ fn config(root: &Path) -> String {
         })
         .collect();
     format!(
-        "nodeName: node-a\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  pluginDir: {r}/plugins/{DRIVER}\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  bootIdPath: {r}/boot_id\nbackends:\n  static:\n    pool: node-a\n    pollIntervalMs: 20\n    devices:\n{devices}",
-        r = root.display()
+        "nodeName: node-a\n{dra}backends:\n  static:\n    pool: node-a\n    pollIntervalMs: 20\n    devices:\n{devices}",
+        dra = common::dra_section(DRIVER, root, &root.join("plugins").join(DRIVER))
     )
 }
 
-async fn start_in(root: tempfile::TempDir, claims: Arc<Claims>) -> Daemon {
+async fn start_in(root: tempfile::TempDir, claims: Arc<Claims>) -> Node {
     let r = root.path().to_path_buf();
     if !r.join("boot_id").exists() {
         std::fs::write(r.join("boot_id"), "8b7c1f6e-0000-4000-8000-000000000001\n").unwrap();
     }
     let path = r.join("kubedev.yaml");
-    std::fs::write(&path, config(&r)).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = DraKubelet::start(r.join("registry")).unwrap();
-    let slices = Arc::new(Slices::default());
-    let cluster = ClusterServices {
-        claims: claims.clone(),
-        slices: slices.clone(),
-    };
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let task = tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await });
-    assert!(
-        kubelet
-            .wait_until(WAIT, |k| k.drivers().contains_key(DRIVER))
-            .await,
-        "driver did not register: {:?}",
-        kubelet.rejected()
-    );
-    Daemon {
-        root,
-        cancel,
-        task,
-        claims,
-        slices,
-        kubelet,
-    }
+    let dra = DraDaemon::start(&r, &path, &config(&r), DRIVER, claims, WAIT).await;
+    Node { root, dra }
 }
 
-impl Daemon {
+impl Node {
     async fn stop(self) -> (tempfile::TempDir, Arc<Claims>) {
-        self.cancel.cancel();
-        self.task.await.unwrap().unwrap();
-        self.kubelet.stop().await;
-        (self.root, self.claims)
+        let claims = self.dra.stop().await;
+        (self.root, claims)
     }
 
     fn cdi_files(&self) -> Vec<PathBuf> {
-        cdi_files(self.root.path())
+        common::cdi_files(&self.root.path().join("cdi"))
     }
-}
-
-fn cdi_files(root: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(root.join("cdi"))
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
-        .unwrap_or_default();
-    v.sort();
-    v
 }
 
 #[tokio::test]
 async fn prepare_writes_cdi_and_is_idempotent_unprepare_cleans_up() {
     let claims = Arc::new(Claims::default());
-    claims.allocate("uid-1", &["gpu-1", "gpu-3"]);
+    allocate(&claims, "uid-1", &["gpu-1", "gpu-3"]);
     let d = start_in(tempfile::tempdir().unwrap(), claims).await;
     let claim = [ClaimId::new("default", "train", "uid-1")];
-    let out = d.kubelet.prepare(DRIVER, &claim).await.unwrap();
+    let out = d.dra.kubelet.prepare(DRIVER, &claim).await.unwrap();
     let devs = out["uid-1"].as_ref().unwrap();
     assert_eq!(devs.len(), 2);
     assert_eq!(devs[0].device, "gpu-1");
@@ -184,38 +105,36 @@ async fn prepare_writes_cdi_and_is_idempotent_unprepare_cleans_up() {
 
     // Same answer again, and the CDI file comes back if someone removed it.
     std::fs::remove_file(&files[0]).unwrap();
-    let again = d.kubelet.prepare(DRIVER, &claim).await.unwrap();
+    let again = d.dra.kubelet.prepare(DRIVER, &claim).await.unwrap();
     assert_eq!(again, out);
     assert_eq!(d.cdi_files().len(), 1);
 
     // Unknown claims fail alone; unprepare of an unknown claim succeeds.
     let other = [ClaimId::new("default", "x", "uid-404")];
-    let err = d.kubelet.prepare(DRIVER, &other).await.unwrap();
+    let err = d.dra.kubelet.prepare(DRIVER, &other).await.unwrap();
     assert!(
         err["uid-404"]
             .as_ref()
             .unwrap_err()
             .contains("not allocated")
     );
-    assert!(d.kubelet.unprepare(DRIVER, &other).await.unwrap()["uid-404"].is_ok());
+    assert!(d.dra.kubelet.unprepare(DRIVER, &other).await.unwrap()["uid-404"].is_ok());
 
-    let un = d.kubelet.unprepare(DRIVER, &claim).await.unwrap();
+    let un = d.dra.kubelet.unprepare(DRIVER, &claim).await.unwrap();
     assert!(un["uid-1"].is_ok());
     assert!(d.cdi_files().is_empty());
-    assert!(d.kubelet.unprepare(DRIVER, &claim).await.unwrap()["uid-1"].is_ok());
-    assert!(
-        !d.slices.0.lock().unwrap().is_empty(),
-        "slices were published"
-    );
+    assert!(d.dra.kubelet.unprepare(DRIVER, &claim).await.unwrap()["uid-1"].is_ok());
+    assert!(d.dra.slices.count() > 0, "slices were published");
     d.stop().await;
 }
 
 #[tokio::test]
 async fn hostile_claim_uids_never_touch_a_path() {
     let claims = Arc::new(Claims::default());
-    claims.allocate("../../etc", &["gpu-0"]);
+    allocate(&claims, "../../etc", &["gpu-0"]);
     let d = start_in(tempfile::tempdir().unwrap(), claims).await;
     let out = d
+        .dra
         .kubelet
         .prepare(DRIVER, &[ClaimId::new("default", "evil", "../../etc")])
         .await
@@ -228,10 +147,10 @@ async fn hostile_claim_uids_never_touch_a_path() {
 #[tokio::test]
 async fn restart_keeps_prepared_claims_and_removes_orphans() {
     let claims = Arc::new(Claims::default());
-    claims.allocate("uid-1", &["gpu-0"]);
+    allocate(&claims, "uid-1", &["gpu-0"]);
     let d = start_in(tempfile::tempdir().unwrap(), claims).await;
     let claim = [ClaimId::new("default", "a", "uid-1")];
-    let first = d.kubelet.prepare(DRIVER, &claim).await.unwrap();
+    let first = d.dra.kubelet.prepare(DRIVER, &claim).await.unwrap();
     let (root, claims) = d.stop().await;
     // Someone leaves a CDI file of ours that no claim owns.
     let orphan = root
@@ -242,7 +161,7 @@ async fn restart_keeps_prepared_claims_and_removes_orphans() {
     let d = start_in(root, claims).await;
     assert!(!orphan.exists(), "orphan CDI file kept");
     assert_eq!(d.cdi_files().len(), 1);
-    let again = d.kubelet.prepare(DRIVER, &claim).await.unwrap();
+    let again = d.dra.kubelet.prepare(DRIVER, &claim).await.unwrap();
     assert_eq!(again, first, "a restart changes no answer");
     d.stop().await;
 }
@@ -250,9 +169,10 @@ async fn restart_keeps_prepared_claims_and_removes_orphans() {
 #[tokio::test]
 async fn a_new_boot_forgets_old_claims() {
     let claims = Arc::new(Claims::default());
-    claims.allocate("uid-1", &["gpu-0"]);
+    allocate(&claims, "uid-1", &["gpu-0"]);
     let d = start_in(tempfile::tempdir().unwrap(), claims).await;
-    d.kubelet
+    d.dra
+        .kubelet
         .prepare(DRIVER, &[ClaimId::new("default", "a", "uid-1")])
         .await
         .unwrap();
@@ -274,30 +194,14 @@ async fn a_new_boot_forgets_old_claims() {
 async fn health_reaches_the_kubelet_and_recovers() {
     let claims = Arc::new(Claims::default());
     let d = start_in(tempfile::tempdir().unwrap(), claims).await;
-    let h = |k: &DraKubelet| {
-        k.health(DRIVER)
-            .get("node-a/gpu-2")
-            .map(|h| h.health.clone())
-    };
-    assert!(
-        d.kubelet
-            .wait_until(WAIT, |k| h(k).as_deref() == Some("HEALTHY"))
-            .await
-    );
+    let health = |want| common::wait_dra_health(&d.dra.kubelet, DRIVER, "node-a/gpu-2", want, WAIT);
+    health("HEALTHY").await;
     std::fs::remove_file(d.root.path().join("health/gpu-2")).unwrap();
-    assert!(
-        d.kubelet
-            .wait_until(WAIT, |k| h(k).as_deref() == Some("UNHEALTHY"))
-            .await
-    );
-    let msg = d.kubelet.health(DRIVER)["node-a/gpu-2"].message.clone();
+    health("UNHEALTHY").await;
+    let msg = d.dra.kubelet.health(DRIVER)["node-a/gpu-2"].message.clone();
     assert!(msg.contains("missing"), "{msg}");
     std::fs::write(d.root.path().join("health/gpu-2"), "").unwrap();
-    assert!(
-        d.kubelet
-            .wait_until(WAIT, |k| h(k).as_deref() == Some("HEALTHY"))
-            .await
-    );
+    health("HEALTHY").await;
     d.stop().await;
 }
 
@@ -308,15 +212,14 @@ async fn device_plugin_resources_and_dra_never_share_a_device() {
     std::fs::create_dir_all(r.join("dp")).unwrap();
     std::fs::write(r.join("boot_id"), "8b7c1f6e-0000-4000-8000-000000000003\n").unwrap();
     let path = r.join("kubedev.yaml");
-    std::fs::write(
+    let cfg = common::write_config(
         &path,
-        format!(
-            "nodeName: node-a\ndevicePlugin:\n  directory: {r}/dp\n  resources:\n    - name: example.com/gpu\n      selector:\n        attributes:\n          type: {{string: gpu}}\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  bootIdPath: {r}/boot_id\nbackends:\n  static:\n    pool: node-a\n    devices:\n      - {{name: gpu-0, attributes: {{type: {{string: gpu}}}}}}\n      - {{name: gpu-1, attributes: {{type: {{string: gpu}}}}}}\n      - {{name: nic-0, attributes: {{type: {{string: nic}}}}}}\n      - {{name: nic-1, attributes: {{type: {{string: nic}}}}}}\n",
-            r = r.display()
+        &format!(
+            "nodeName: node-a\ndevicePlugin:\n  directory: {dp}\n  resources:\n    - name: example.com/gpu\n      selector:\n        attributes:\n          type: {{string: gpu}}\n{dra}backends:\n  static:\n    pool: node-a\n    devices:\n      - {{name: gpu-0, attributes: {{type: {{string: gpu}}}}}}\n      - {{name: gpu-1, attributes: {{type: {{string: gpu}}}}}}\n      - {{name: nic-0, attributes: {{type: {{string: nic}}}}}}\n      - {{name: nic-1, attributes: {{type: {{string: nic}}}}}}\n",
+            dp = r.join("dp").display(),
+            dra = common::dra_section(DRIVER, r, &r.join("plugins")),
         ),
-    )
-    .unwrap();
-    let cfg = Config::load(&path).unwrap();
+    );
     let kubelet = DraKubelet::start(r.join("registry")).unwrap();
     let dp_kubelet = kubedev_testkit::kubelet::KubeletEmulator::start(r.join("dp"))
         .await
@@ -326,25 +229,13 @@ async fn device_plugin_resources_and_dra_never_share_a_device() {
         claims: Arc::new(Claims::default()),
         slices: slices.clone(),
     };
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let task = tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await });
+    let daemon = Daemon::spawn(cfg, &path, Some(cluster));
     let st = dp_kubelet
         .wait_for("example.com/gpu", WAIT, |s| s.capacity > 0)
         .await
         .unwrap();
     assert_eq!(st.devices.keys().collect::<Vec<_>>(), ["gpu-0", "gpu-1"]);
-    let deadline = std::time::Instant::now() + WAIT;
-    let published = loop {
-        if let Some(p) = slices.0.lock().unwrap().last().cloned() {
-            break p;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nothing was published as slices"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let published = slices.wait_last(WAIT).await;
     let names: Vec<String> = published
         .devices()
         .map(|(_, d)| d.name.to_string())
@@ -360,6 +251,5 @@ async fn device_plugin_resources_and_dra_never_share_a_device() {
             .await,
         "health covers DRA devices only"
     );
-    cancel.cancel();
-    task.await.unwrap().unwrap();
+    daemon.stop().await;
 }

@@ -2,56 +2,18 @@
 //! timings, holders from the pod resources API), `/healthz` and `/readyz`.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use kubedev::config::Config;
-use kubedev::dra_driver::ClaimSource;
-use kubedev::runtime::{ClusterServices, run};
-use kubedev_core::{
-    AllocatedDevice, ClaimRef, DeviceName, DeviceRef, Inventory, PoolName, PublishError, Publisher,
-};
+use common::{Claims, Daemon, Slices};
+use kubedev::runtime::ClusterServices;
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator, PodResourcesEmulator};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
 
 const DRIVER: &str = "devices.example.com";
 const WAIT: Duration = Duration::from_secs(10);
-
-#[derive(Default)]
-struct Claims(Mutex<BTreeMap<String, Vec<AllocatedDevice>>>);
-
-#[async_trait]
-impl ClaimSource for Claims {
-    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
-        self.0
-            .lock()
-            .unwrap()
-            .get(&claim.uid)
-            .cloned()
-            .ok_or_else(|| format!("claim {claim} is not allocated"))
-    }
-}
-
-/// Counts publications; reports one API write (a create) per publication after the first
-/// failed attempt, as a publisher writing in the background would.
-#[derive(Default)]
-struct Slices(std::sync::atomic::AtomicU64);
-
-#[async_trait]
-impl Publisher for Slices {
-    async fn publish(&self, _: &Inventory) -> Result<(), PublishError> {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(())
-    }
-
-    fn write_counts(&self) -> kubedev_core::WriteCounts {
-        let n = self.0.load(std::sync::atomic::Ordering::Relaxed);
-        kubedev_core::WriteCounts::new(n, 0, 0, 0, 1)
-    }
-}
 
 async fn get(port: u16, path: &str) -> (u16, String) {
     // Not listening yet: status 0, so `wait_for` tries again.
@@ -76,18 +38,15 @@ async fn get(port: u16, path: &str) -> (u16, String) {
 }
 
 async fn wait_for(port: u16, path: &str, ok: impl Fn(u16, &str) -> bool) -> (u16, String) {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
+    common::eventually(WAIT, || async {
         let (status, body) = get(port, path).await;
         if ok(status, &body) {
-            return (status, body);
+            Ok((status, body))
+        } else {
+            Err(format!("{path}: {status}\n{body}"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{path}: {status}\n{body}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 fn free_port() -> u16 {
@@ -108,9 +67,9 @@ async fn metrics_and_probes_follow_the_daemon() {
     std::fs::write(r.join("boot_id"), "8b7c1f6e-0000-4000-8000-0000000000aa\n").unwrap();
     let port = free_port();
     let path = r.join("kubedev.yaml");
-    std::fs::write(
+    let cfg = common::write_config(
         &path,
-        format!(
+        &format!(
             "nodeName: node-a
 metrics:
   address: 127.0.0.1:{port}
@@ -123,14 +82,7 @@ devicePlugin:
       selector:
         attributes:
           type: {{string: gpu}}
-dra:
-  enabled: true
-  driverName: {DRIVER}
-  pluginDir: {r}/plugins
-  registryDir: {r}/registry
-  cdiDir: {r}/cdi
-  bootIdPath: {r}/boot_id
-backends:
+{dra}backends:
   static:
     pool: node-a
     devices:
@@ -138,19 +90,16 @@ backends:
       - {{name: gpu-1, attributes: {{type: {{string: gpu}}}}}}
       - {{name: nic-0, deviceNodes: [/dev/null], attributes: {{type: {{string: nic}}}}}}
 ",
-            r = r.display()
+            r = r.display(),
+            dra = common::dra_section(DRIVER, r, &r.join("plugins")),
         ),
-    )
-    .unwrap();
-    let cfg = Config::load(&path).unwrap();
+    );
     let claims = Arc::new(Claims::default());
     let cluster = ClusterServices {
         claims: claims.clone(),
-        slices: Arc::new(Slices::default()),
+        slices: Arc::new(Slices::reporting_writes()),
     };
-    let cancel = CancellationToken::new();
-    let c = cancel.clone();
-    let task = tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await });
+    let daemon = Daemon::spawn(cfg, &path, Some(cluster));
 
     // No kubelet yet: alive, but not ready, and /readyz says why.
     let (_, body) = wait_for(port, "/readyz", |s, _| s == 503).await;
@@ -164,18 +113,7 @@ backends:
     wait_for(port, "/readyz", |s, _| s == 200).await;
 
     // A claim prepared and unprepared through the kubelet.
-    claims.0.lock().unwrap().insert(
-        "uid-1".into(),
-        vec![AllocatedDevice {
-            device: DeviceRef {
-                pool: PoolName::new("node-a").unwrap(),
-                device: DeviceName::new("nic-0").unwrap(),
-            },
-            request: "nic".into(),
-            share_id: None,
-            config: vec![],
-        }],
-    );
+    claims.allocate("uid-1", "nic", &[common::device("node-a", "nic-0")]);
     let claim = ClaimId {
         namespace: "ml".into(),
         uid: "uid-1".into(),
@@ -239,8 +177,7 @@ backends:
     assert!(body.contains(&dra_socket.display().to_string()), "{body}");
     assert_eq!(get(port, "/nope").await.0, 404);
 
-    cancel.cancel();
-    task.await.unwrap().unwrap();
+    daemon.stop().await;
     pods.stop().await;
     dp_kubelet.stop().await;
     dra_kubelet.stop().await;

@@ -2,13 +2,13 @@
 //! one is rejected and the running set stays.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
-use kubedev::config::Config;
-use kubedev::runtime::run;
+use common::DevicePluginDaemon;
 use kubedev_testkit::kubelet::KubeletEmulator;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -42,12 +42,8 @@ async fn resources_are_added_and_removed_while_the_others_keep_serving() {
     let dp = dir.path().join("dp");
     std::fs::create_dir_all(&dp).unwrap();
     let path = dir.path().join("kubedev.yaml");
-    std::fs::write(&path, config(&dp, false)).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = KubeletEmulator::start(&dp).await.unwrap();
-    let cancel = CancellationToken::new();
-    let (c, p) = (cancel.clone(), path.clone());
-    let task = tokio::spawn(async move { run(cfg, &p, None, c).await });
+    let node = DevicePluginDaemon::start(&path, &config(&dp, false), &dp).await;
+    let kubelet = &node.kubelet;
     kubelet
         .wait_for("example.com/gpu", WAIT, |r| r.connected && r.capacity == 2)
         .await
@@ -60,7 +56,7 @@ async fn resources_are_added_and_removed_while_the_others_keep_serving() {
         .wait_for("example.com/nic", WAIT, |r| r.connected && r.capacity == 1)
         .await
         .unwrap();
-    assert_eq!(registrations(&kubelet, "example.com/gpu"), 1);
+    assert_eq!(registrations(kubelet, "example.com/gpu"), 1);
     let gpu = kubelet.resource("example.com/gpu").unwrap();
     assert_eq!(
         gpu.endpoint, gpu_endpoint,
@@ -87,7 +83,7 @@ async fn resources_are_added_and_removed_while_the_others_keep_serving() {
     let gpu = kubelet.resource("example.com/gpu").unwrap();
     assert_eq!(gpu.endpoint, gpu_endpoint);
     assert!(gpu.connected);
-    assert_eq!(registrations(&kubelet, "example.com/gpu"), 1);
+    assert_eq!(registrations(kubelet, "example.com/gpu"), 1);
     let nic_sockets = || -> Vec<String> {
         std::fs::read_dir(&dp)
             .unwrap()
@@ -95,19 +91,17 @@ async fn resources_are_added_and_removed_while_the_others_keep_serving() {
             .filter(|n| n.contains("nic"))
             .collect()
     };
-    let deadline = std::time::Instant::now() + WAIT;
-    while !nic_sockets().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the NIC socket stays: {:?}",
-            nic_sockets()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    common::eventually(WAIT, || {
+        let left = nic_sockets();
+        std::future::ready(if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("the NIC socket stays: {left:?}"))
+        })
+    })
+    .await;
 
-    cancel.cancel();
-    task.await.unwrap().unwrap();
-    kubelet.stop().await;
+    node.stop().await;
 }
 
 #[cfg(feature = "host")]
@@ -126,12 +120,8 @@ async fn a_backend_added_to_the_file_starts_serving() {
         dir.path().display(),
         config(&dp, false)
     );
-    std::fs::write(&path, &base).unwrap();
-    let cfg = Config::load(&path).unwrap();
-    let kubelet = KubeletEmulator::start(&dp).await.unwrap();
-    let cancel = CancellationToken::new();
-    let (c, p) = (cancel.clone(), path.clone());
-    let task = tokio::spawn(async move { run(cfg, &p, None, c).await });
+    let node = DevicePluginDaemon::start(&path, &base, &dp).await;
+    let kubelet = &node.kubelet;
     kubelet
         .wait_for("example.com/gpu", WAIT, |r| r.connected && r.capacity == 2)
         .await
@@ -148,10 +138,8 @@ async fn a_backend_added_to_the_file_starts_serving() {
         })
         .await
         .unwrap();
-    assert_eq!(registrations(&kubelet, "example.com/gpu"), 1);
+    assert_eq!(registrations(kubelet, "example.com/gpu"), 1);
     // The GPU resource's selector does not take the kvm slots.
     assert_eq!(kubelet.resource("example.com/gpu").unwrap().capacity, 2);
-    cancel.cancel();
-    task.await.unwrap().unwrap();
-    kubelet.stop().await;
+    node.stop().await;
 }

@@ -1,0 +1,348 @@
+//! The harness the daemon's integration tests share: the daemon run in-process, a fake claim
+//! source, a ResourceSlice publisher that records what it is given, configuration files, the
+//! example policies, and polling with a deadline.
+//!
+//! Each test file declares `mod common;` and uses the parts it needs.
+// Every test file is its own crate and uses only some of these items.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use kubedev::config::Config;
+use kubedev::dra_driver::ClaimSource;
+use kubedev::runtime::{ClusterServices, run};
+use kubedev_core::{
+    AllocatedDevice, ClaimRef, DeviceName, DeviceRef, Inventory, PoolName, PublishError, Publisher,
+    WriteCounts,
+};
+use kubedev_testkit::kubelet::{DraKubelet, KubeletEmulator};
+use tokio_util::sync::CancellationToken;
+
+/// How often [`eventually`] checks again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// The claims the test has allocated, as the API server would give them to the DRA driver:
+/// claim UID → allocated devices. A claim the test did not allocate is an error naming it.
+#[derive(Debug, Default)]
+pub(crate) struct Claims(Mutex<BTreeMap<String, Vec<AllocatedDevice>>>);
+
+impl Claims {
+    /// Allocates `devices` to the claim with UID `uid` for the request `request` (no share IDs,
+    /// no configuration), replacing what the claim had.
+    pub(crate) fn allocate(&self, uid: &str, request: &str, devices: &[DeviceRef]) {
+        let list = devices
+            .iter()
+            .map(|d| AllocatedDevice {
+                device: d.clone(),
+                request: request.into(),
+                share_id: None,
+                config: vec![],
+            })
+            .collect();
+        self.0
+            .lock()
+            .expect("claims lock")
+            .insert(uid.to_string(), list);
+    }
+}
+
+#[async_trait]
+impl ClaimSource for Claims {
+    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
+        self.0
+            .lock()
+            .expect("claims lock")
+            .get(&claim.uid)
+            .cloned()
+            .ok_or_else(|| format!("claim {claim} is not allocated"))
+    }
+}
+
+/// The device `name` of the pool `pool`; panics when either is not a valid name.
+pub(crate) fn device(pool: &str, name: &str) -> DeviceRef {
+    DeviceRef {
+        pool: PoolName::new(pool).expect("pool name"),
+        device: DeviceName::new(name).expect("device name"),
+    }
+}
+
+/// A ResourceSlice publisher that keeps every inventory published to it, oldest first.
+///
+/// It reports no API writes of its own, unless made with [`Slices::reporting_writes`].
+#[derive(Debug, Default)]
+pub(crate) struct Slices {
+    published: Mutex<Vec<Inventory>>,
+    reports_writes: bool,
+}
+
+impl Slices {
+    /// One that reports API writes as a publisher writing in the background would: one create
+    /// per publication, after one failed attempt.
+    pub(crate) fn reporting_writes() -> Self {
+        Slices {
+            published: Mutex::default(),
+            reports_writes: true,
+        }
+    }
+
+    /// The inventory published last, if any was.
+    pub(crate) fn last(&self) -> Option<Inventory> {
+        self.published.lock().expect("slices lock").last().cloned()
+    }
+
+    /// How many inventories have been published.
+    pub(crate) fn count(&self) -> usize {
+        self.published.lock().expect("slices lock").len()
+    }
+
+    /// Waits up to `within` for a first publication and returns the latest inventory; panics
+    /// when nothing is published in time.
+    pub(crate) async fn wait_last(&self, within: Duration) -> Inventory {
+        eventually(within, || {
+            std::future::ready(
+                self.last()
+                    .ok_or_else(|| "nothing was published as slices".to_string()),
+            )
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl Publisher for Slices {
+    async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
+        self.published
+            .lock()
+            .expect("slices lock")
+            .push(inventory.clone());
+        Ok(())
+    }
+
+    fn write_counts(&self) -> WriteCounts {
+        if self.reports_writes {
+            WriteCounts::new(self.count() as u64, 0, 0, 0, 1)
+        } else {
+            WriteCounts::default()
+        }
+    }
+}
+
+/// The daemon's `run`, in-process on a tokio task.
+#[derive(Debug)]
+pub(crate) struct Daemon {
+    cancel: CancellationToken,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Daemon {
+    /// Runs the daemon with `config`, loaded from `path` (which it watches for changes), and
+    /// the cluster services, if any.
+    pub(crate) fn spawn(config: Config, path: &Path, cluster: Option<ClusterServices>) -> Self {
+        let cancel = CancellationToken::new();
+        let c = cancel.clone();
+        let path = path.to_path_buf();
+        let task = tokio::spawn(async move { run(config, &path, cluster, c).await });
+        Daemon { cancel, task }
+    }
+
+    /// Stops the daemon and waits for it; panics when it ended with an error.
+    pub(crate) async fn stop(self) {
+        self.cancel.cancel();
+        self.task
+            .await
+            .expect("the daemon task")
+            .expect("the daemon ends without an error");
+    }
+}
+
+/// A daemon serving device-plugin resources in-process, with the kubelet emulator.
+#[derive(Debug)]
+pub(crate) struct DevicePluginDaemon {
+    /// The kubelet's device-plugin side, watching the configured directory.
+    pub(crate) kubelet: KubeletEmulator,
+    daemon: Daemon,
+}
+
+impl DevicePluginDaemon {
+    /// Writes the configuration `text` to `path`, starts the kubelet emulator on `dp_dir` (the
+    /// configuration's `devicePlugin.directory`) and runs the daemon.
+    pub(crate) async fn start(path: &Path, text: &str, dp_dir: &Path) -> Self {
+        let config = write_config(path, text);
+        let kubelet = KubeletEmulator::start(dp_dir)
+            .await
+            .expect("the kubelet emulator");
+        let daemon = Daemon::spawn(config, path, None);
+        DevicePluginDaemon { kubelet, daemon }
+    }
+
+    /// Waits up to `within` until the kubelet sees the device `id` of `resource` with
+    /// `health`; panics when it does not.
+    pub(crate) async fn wait_health(
+        &self,
+        resource: &str,
+        id: &str,
+        health: &str,
+        within: Duration,
+    ) {
+        let seen = self
+            .kubelet
+            .wait_for(resource, within, |r| {
+                r.devices.get(id).is_some_and(|d| d.health == health)
+            })
+            .await;
+        assert!(seen.is_some(), "{resource} {id} never became {health}");
+    }
+
+    /// Stops the daemon, then the kubelet emulator.
+    pub(crate) async fn stop(self) {
+        self.daemon.stop().await;
+        self.kubelet.stop().await;
+    }
+}
+
+/// A daemon serving DRA in-process: the DRA kubelet emulator, the claims the test allocates and
+/// the ResourceSlices the daemon publishes.
+#[derive(Debug)]
+pub(crate) struct DraDaemon {
+    /// The kubelet's DRA side, watching `registry` below the root.
+    pub(crate) kubelet: DraKubelet,
+    /// The claims the driver reads.
+    pub(crate) claims: Arc<Claims>,
+    /// What the daemon published as ResourceSlices.
+    pub(crate) slices: Arc<Slices>,
+    daemon: Daemon,
+}
+
+impl DraDaemon {
+    /// Writes the configuration `text` to `path`, starts the DRA kubelet emulator on
+    /// `root/registry` (as [`dra_section`] configures it), runs the daemon with `claims`, and
+    /// waits up to `within` for `driver` to register; panics when it does not.
+    pub(crate) async fn start(
+        root: &Path,
+        path: &Path,
+        text: &str,
+        driver: &str,
+        claims: Arc<Claims>,
+        within: Duration,
+    ) -> Self {
+        let config = write_config(path, text);
+        let kubelet = DraKubelet::start(root.join("registry")).expect("the DRA kubelet emulator");
+        let slices = Arc::new(Slices::default());
+        let cluster = ClusterServices {
+            claims: claims.clone(),
+            slices: slices.clone(),
+        };
+        let daemon = Daemon::spawn(config, path, Some(cluster));
+        wait_registered(&kubelet, driver, within).await;
+        DraDaemon {
+            kubelet,
+            claims,
+            slices,
+            daemon,
+        }
+    }
+
+    /// Stops the daemon, then the kubelet emulator; gives the claims back for a restart.
+    pub(crate) async fn stop(self) -> Arc<Claims> {
+        self.daemon.stop().await;
+        self.kubelet.stop().await;
+        self.claims
+    }
+}
+
+/// Waits up to `within` until `driver` has registered with `kubelet`; panics when it has not,
+/// with the registrations the kubelet refused.
+pub(crate) async fn wait_registered(kubelet: &DraKubelet, driver: &str, within: Duration) {
+    assert!(
+        kubelet
+            .wait_until(within, |k| k.drivers().contains_key(driver))
+            .await,
+        "the DRA driver {driver} did not register: {:?}",
+        kubelet.rejected()
+    );
+}
+
+/// Waits up to `within` until `kubelet`'s health stream from `driver` says `health` for the
+/// device `key` (`pool/device`); panics when it does not, with what the stream said.
+pub(crate) async fn wait_dra_health(
+    kubelet: &DraKubelet,
+    driver: &str,
+    key: &str,
+    health: &str,
+    within: Duration,
+) {
+    assert!(
+        kubelet
+            .wait_until(within, |k| k
+                .health(driver)
+                .get(key)
+                .is_some_and(|h| h.health == health))
+            .await,
+        "{key} never became {health} in the DRA health stream: {:?}",
+        kubelet.health(driver)
+    );
+}
+
+/// The `dra:` section of a daemon configuration: `driver` enabled, plugin sockets in
+/// `plugin_dir`, and the registry, CDI directory and boot ID file below `root`.
+pub(crate) fn dra_section(driver: &str, root: &Path, plugin_dir: &Path) -> String {
+    format!(
+        "dra:\n  enabled: true\n  driverName: {driver}\n  pluginDir: {p}\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  bootIdPath: {r}/boot_id\n",
+        p = plugin_dir.display(),
+        r = root.display()
+    )
+}
+
+/// Writes `text` to `path` and loads it as the daemon's configuration; panics when it does not
+/// load.
+pub(crate) fn write_config(path: &Path, text: &str) -> Config {
+    std::fs::write(path, text).expect("write the configuration");
+    Config::load(path).expect("load the configuration")
+}
+
+/// The files in the CDI directory `dir`, sorted; none when it does not exist.
+pub(crate) fn cdi_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The example policy `name`, compiled to WebAssembly (in `KUBEDEV_PLUGIN_DIR`, or else
+/// `target/plugins/wasm`); panics saying how to build it when it is missing.
+pub(crate) fn plugin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("KUBEDEV_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/wasm")
+        });
+    let p = dir.join(format!("{name}.wasm"));
+    assert!(
+        p.exists(),
+        "{} is missing: run `cargo xtask build-plugins` first",
+        p.display()
+    );
+    p
+}
+
+/// Runs `check` until it gives `Ok`, every 20 ms for at most `within`, and returns its value;
+/// panics with the last `Err` (what is still missing) when the time is up.
+pub(crate) async fn eventually<T, F>(within: Duration, mut check: impl FnMut() -> F) -> T
+where
+    F: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(why) => assert!(Instant::now() < deadline, "{why}"),
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
