@@ -154,7 +154,10 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
         &[
             "bench",
             "--workspace",
-            "--benches",
+            // Bench targets only: the libraries' unit tests (also `bench = true`) would get
+            // criterion's options and refuse them.
+            "--bench",
+            "*",
             "--",
             "--warm-up-time",
             "1",

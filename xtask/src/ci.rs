@@ -129,7 +129,7 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         ],
     )?;
 
-    step("deployment: the Helm chart renders, every object parses as its type");
+    step("deployment: the Helm chart renders, every object parses as its type; the image matches");
     run(root, "cargo", &["xtask", "deploy-check"])?;
 
     step("fuzz targets, briefly");

@@ -48,7 +48,8 @@ enum Command {
     /// Build the example selection policies in plugins/ for wasm32-unknown-unknown and copy
     /// them to target/plugins/wasm/.
     BuildPlugins,
-    /// Lint and render the Helm chart in deploy/ and check every object it renders.
+    /// Lint and render the Helm chart in deploy/ and check every object it renders, and that
+    /// the container image (deploy/Dockerfile) matches the chart, the workspace and the binary.
     DeployCheck(deploy::Args),
     /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while.
     Fuzz {
