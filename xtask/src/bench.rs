@@ -5,7 +5,7 @@
 //! idle memory and the release binary's size are measured here too.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -138,9 +138,7 @@ fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>
 
 /// Runs the benchmarks and writes the table.
 pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target = crate::ci::target_dir(root);
     // What the benchmarks load: the policies, and the NVML stand-in built as they are.
     crate::plugins::build_plugins(root)?;
     crate::ci::run(

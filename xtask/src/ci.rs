@@ -7,6 +7,30 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 
 /// Runs one command in `root`, echoing it; fails when it fails.
+/// Cargo's target directory for the workspace at `root` (`CARGO_TARGET_DIR` when set).
+pub(crate) fn target_dir(root: &Path) -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+/// Builds the debug daemon and the NVML stand-in it loads in scenarios; returns the daemon.
+pub(crate) fn build_daemon(root: &Path) -> anyhow::Result<std::path::PathBuf> {
+    run(
+        root,
+        "cargo",
+        &["build", "--quiet", "-p", "kubedev", "--bin", "kubedev"],
+    )?;
+    run(
+        root,
+        "cargo",
+        &["build", "--quiet", "-p", "kubedev-nvml-mock"],
+    )?;
+    let bin = target_dir(root).join("debug").join("kubedev");
+    anyhow::ensure!(bin.exists(), "built daemon not found at {}", bin.display());
+    Ok(bin)
+}
+
 pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> anyhow::Result<()> {
     eprintln!("$ {program} {}", args.join(" "));
     let status = Command::new(program)

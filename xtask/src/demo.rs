@@ -117,29 +117,10 @@ fn show(r: &ResourceState) -> String {
     )
 }
 
-fn build_daemon(root: &Path) -> anyhow::Result<PathBuf> {
-    crate::ci::run(
-        root,
-        "cargo",
-        &["build", "--quiet", "-p", "kubedev", "--bin", "kubedev"],
-    )?;
-    crate::ci::run(
-        root,
-        "cargo",
-        &["build", "--quiet", "-p", "kubedev-nvml-mock"],
-    )?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let bin = target.join("debug").join("kubedev");
-    ensure!(bin.exists(), "built daemon not found at {}", bin.display());
-    Ok(bin)
-}
-
 /// Runs the demo.
 pub(crate) fn demo(root: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
-    let bin = build_daemon(root)?;
+    let bin = crate::ci::build_daemon(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -893,9 +893,7 @@ fn helm(root: &Path) -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("KUBEDEV_HELM") {
         return Ok(PathBuf::from(path));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target = crate::ci::target_dir(root);
     let dir = target.join("tools").join(format!("helm-{HELM_VERSION}"));
     let bin = dir.join("helm");
     if bin.is_file() {

@@ -999,20 +999,7 @@ async fn dp_scenario(
 pub(crate) fn e2e(root: &Path) -> anyhow::Result<()> {
     let seed = seed()?;
     eprintln!("e2e seed {seed} (replay with {SEED_ENV}={seed})");
-    crate::ci::run(
-        root,
-        "cargo",
-        &["build", "--quiet", "-p", "kubedev", "--bin", "kubedev"],
-    )?;
-    crate::ci::run(
-        root,
-        "cargo",
-        &["build", "--quiet", "-p", "kubedev-nvml-mock"],
-    )?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let bin = target.join("debug").join("kubedev");
+    let bin = crate::ci::build_daemon(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

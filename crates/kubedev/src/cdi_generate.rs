@@ -37,8 +37,6 @@ pub struct Skipped {
 pub struct Generated {
     /// The spec, or `None` when no device could be described.
     pub spec: Option<CdiSpec>,
-    /// For each CDI device of the spec (except `all`), the device it stands for.
-    pub names: Vec<(String, DeviceRef)>,
     /// Devices left out.
     pub skipped: Vec<Skipped>,
     /// How many devices discovery found.
@@ -59,21 +57,8 @@ pub fn kind_for(config: &Config, kind: Option<&str>) -> anyhow::Result<String> {
     }
 }
 
-/// Characters of a pool name that CDI device names do not allow become '-'.
-fn cdi_safe(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':') {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
-}
-
 /// CDI device names for `devices`: the device name, or `<pool>-<device>` when another pool has
-/// a device of the same name.
+/// a device of the same name (a pool name's '/' separators, which CDI names lack, become '-').
 fn names(devices: &[DeviceRef]) -> Vec<String> {
     let mut count: BTreeMap<&str, usize> = BTreeMap::new();
     for d in devices {
@@ -83,7 +68,7 @@ fn names(devices: &[DeviceRef]) -> Vec<String> {
         .iter()
         .map(|d| {
             if count[d.device.as_str()] > 1 {
-                format!("{}-{}", cdi_safe(d.pool.as_str()), d.device)
+                format!("{}-{}", d.pool.as_str().replace('/', "-"), d.device)
             } else {
                 d.device.to_string()
             }
@@ -107,7 +92,6 @@ pub async fn generate(config: &Config, path: &Path, kind: &str) -> anyhow::Resul
         })
         .collect();
     let mut described: Vec<(String, ContainerEdits)> = Vec::new();
-    let mut refs = Vec::new();
     let mut skipped = Vec::new();
     for (device, name) in devices.iter().zip(names(&devices)) {
         match found.set.planned_edits(device).await {
@@ -115,10 +99,7 @@ pub async fn generate(config: &Config, path: &Path, kind: &str) -> anyhow::Resul
                 device: device.clone(),
                 reason: "it needs no container edits".into(),
             }),
-            Ok(Some(edits)) => {
-                described.push((name.clone(), edits));
-                refs.push((name, device.clone()));
-            }
+            Ok(Some(edits)) => described.push((name, edits)),
             Ok(None) => skipped.push(Skipped {
                 device: device.clone(),
                 reason: "its container edits are only known once it is prepared".into(),
@@ -143,7 +124,6 @@ pub async fn generate(config: &Config, path: &Path, kind: &str) -> anyhow::Resul
     };
     Ok(Generated {
         spec,
-        names: refs,
         skipped,
         found: devices.len(),
         backends: found.backends,

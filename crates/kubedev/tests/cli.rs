@@ -11,6 +11,17 @@ fn kubedev(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs kubedev and expects it to succeed (stderr shown when it does not).
+fn succeeds(args: &[&str]) -> std::process::Output {
+    let out = kubedev(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Runs kubedev, expects it to fail, and expects stderr to name `what`; returns stderr.
 fn fails_naming(args: &[&str], what: &str) -> String {
     let out = kubedev(args);
@@ -33,12 +44,7 @@ fn scenario(name: &str) -> String {
 
 #[test]
 fn simulate_prints_allocations_as_json() {
-    let out = kubedev(&["simulate", "-f", &scenario("gpu8-c2.yaml"), "-o", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(&["simulate", "-f", &scenario("gpu8-c2.yaml"), "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["allocatable"], true);
     let results = v["claims"][0]["allocation"]["devices"]["results"]
@@ -101,12 +107,7 @@ fn plugin(name: &str) -> String {
 
 #[test]
 fn policy_check_passes_a_good_module_and_fails_a_bad_one() {
-    let out = kubedev(&["policy", "check", &plugin("numa-pack")]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(&["policy", "check", &plugin("numa-pack")]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("PASS") && text.contains("fuel"), "{text}");
 
@@ -118,7 +119,7 @@ fn policy_check_passes_a_good_module_and_fails_a_bad_one() {
 
 #[test]
 fn simulate_with_a_policy_uses_it() {
-    let out = kubedev(&[
+    let out = succeeds(&[
         "simulate",
         "-f",
         &scenario("gpu8-c2.yaml"),
@@ -127,11 +128,6 @@ fn simulate_with_a_policy_uses_it() {
         "-o",
         "json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["allocatable"], true);
     assert!(
@@ -170,12 +166,7 @@ backends:
 fn discover_shows_which_api_serves_each_device() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), SPLIT_CONFIG);
-    let out = kubedev(&["discover", "--config", &config]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(&["discover", "--config", &config]);
     let table = String::from_utf8_lossy(&out.stdout);
     let row = |dev: &str| {
         table
@@ -196,12 +187,7 @@ fn discover_shows_which_api_serves_each_device() {
     );
 
     // As ResourceSlices: only what DRA serves.
-    let out = kubedev(&["discover", "--config", &config, "-o", "json"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(&["discover", "--config", &config, "-o", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["kind"], "List");
     let slice = &v["items"][0];
@@ -229,12 +215,7 @@ fn discover_says_plainly_when_nothing_is_found() {
         dir.path(),
         "nodeName: node-a\nbackends:\n  static:\n    pool: node-a\n    devices: []\n",
     );
-    let out = kubedev(&["discover", "--config", &config]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(&["discover", "--config", &config]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "No devices found: the static backend found nothing to offer on this host.\n"
@@ -348,12 +329,7 @@ fn a_cel_selector_splits_devices_between_the_apis() {
     );
     assert_ne!(text, SPLIT_CONFIG);
     let config = write_config(dir.path(), &text);
-    let out = kubedev(&["discover", "--config", &config]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(&["discover", "--config", &config]);
     let table = String::from_utf8_lossy(&out.stdout);
     let served = |dev: &str| {
         table
@@ -481,12 +457,7 @@ fn sigterm_stops_the_daemon_even_when_nobody_reads_its_logs() {
 fn cdi_generate_writes_a_spec_for_what_was_found() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), SPLIT_CONFIG);
-    let out = kubedev(&["cdi", "generate", "--config", &config]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeds(&["cdi", "generate", "--config", &config]);
     let spec: serde_json::Value = serde_saphyr::from_slice(&out.stdout).unwrap();
     assert_eq!(spec["kind"], "devices.example.com/device");
     let names: Vec<&str> = spec["devices"]
@@ -506,7 +477,7 @@ fn cdi_generate_writes_a_spec_for_what_was_found() {
 
     // To a file, as JSON by its extension, with --kind.
     let file = dir.path().join("cdi/example.json");
-    let out = kubedev(&[
+    succeeds(&[
         "cdi",
         "generate",
         "--config",
@@ -516,11 +487,6 @@ fn cdi_generate_writes_a_spec_for_what_was_found() {
         "--output-file",
         file.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     use std::os::unix::fs::PermissionsExt as _;
     assert_eq!(
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
