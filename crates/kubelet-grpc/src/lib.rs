@@ -20,6 +20,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod authority;
 pub mod device_plugin;
 mod dir_watch;
 pub mod dra;

@@ -84,7 +84,10 @@ pub(crate) async fn dial(path: &Path, timeout: Duration) -> Result<Channel, Erro
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
+    // A peer's gRPC server may check `:authority`; name the host the way grpc-go's own `unix:`
+    // targets do, instead of tonic's placeholder.
     endpoint
+        .origin(http::Uri::from_static("http://localhost"))
         .connect_timeout(timeout)
         .timeout(timeout)
         .connect()

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use super::service::Service;
@@ -39,7 +38,8 @@ fn serve(
     devices: &watch::Receiver<Vec<PluginDevice>>,
     cancel: &CancellationToken,
 ) -> Result<Serving, Error> {
-    let (listener, guard) = bind_private(&config.socket_path())?;
+    let socket = config.socket_path();
+    let (listener, guard) = bind_private(&socket)?;
     let stop = cancel.child_token();
     let service = Service {
         resource: config.resource.to_string(),
@@ -52,8 +52,8 @@ fn serve(
         .add_service(api::device_plugin_server::DevicePluginServer::new(service));
     let signal = stop.clone();
     let resource = config.resource.to_string();
+    let incoming = crate::authority::incoming(listener, &socket);
     let task = tokio::spawn(async move {
-        let incoming = UnixListenerStream::new(listener);
         if let Err(e) = server
             .serve_with_incoming_shutdown(incoming, signal.cancelled_owned())
             .await

@@ -298,7 +298,13 @@ impl DraPlugin {
                     crate::pb::drahealth::v1alpha1::dra_resource_health_server::DraResourceHealthServer::from_arc(h),
                 );
         }
-        tasks.push(spawn_server(router, listener, cancel.clone(), "DRA"));
+        tasks.push(spawn_server(
+            router,
+            listener,
+            &dra_socket,
+            cancel.clone(),
+            "DRA",
+        ));
 
         // Then registration.
         let (listener, guard) = bind_private(&registration_socket)?;
@@ -318,6 +324,7 @@ impl DraPlugin {
         tasks.push(spawn_server(
             router,
             listener,
+            &registration_socket,
             cancel.clone(),
             "registration",
         ));
@@ -336,11 +343,12 @@ impl DraPlugin {
 fn spawn_server(
     router: tonic::transport::server::Router,
     listener: tokio::net::UnixListener,
+    socket: &Path,
     cancel: CancellationToken,
     what: &'static str,
 ) -> tokio::task::JoinHandle<()> {
+    let incoming = crate::authority::incoming(listener, socket);
     tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
         if let Err(e) = router
             .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
             .await

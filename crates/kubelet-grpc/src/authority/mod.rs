@@ -1,0 +1,243 @@
+//! Every `:authority` a real gRPC client sends over a Unix socket, accepted.
+//!
+//! A gRPC client dialing a Unix socket has no host name to put in the HTTP/2 `:authority`
+//! pseudo-header, and each stack fills it differently: the kubelet's plugin watcher (grpc-go,
+//! dialing a socket path) sends the path percent-encoded (`%2Fvar%2Flib%2Fkubelet%2F…`), older
+//! grpc-go and grpc-java send the raw path, Python's grpcio sends the percent-encoded path for
+//! `unix:` targets, and clients that know better send `localhost`. The HTTP/2 server under tonic
+//! parses `:authority` as a URI authority and resets the stream with `PROTOCOL_ERROR` when that
+//! fails, so without help the kubelet could not even register a DRA driver.
+//!
+//! The fix is a property of each socket kubedev serves, not of a service: every accepted
+//! connection goes through a small proxy in front of the HTTP/2 server. It reads the client's
+//! frames, decodes each header block with an HPACK decoder that follows the client's dynamic
+//! table (`loona-hpack`), and passes the block on re-encoded with literals that never touch the
+//! server's dynamic table, so both HPACK contexts stay consistent whatever the table sizes. An
+//! `:authority` that parses as a URI authority passes unchanged; any other (a path, raw or
+//! percent-encoded, or an empty value) becomes `localhost`. All other frames pass through as
+//! they are. A request the server would reset for its headers (no `:path`, a connection-specific
+//! header, …) is answered by the proxy itself with a gRPC `INTERNAL` error that names the
+//! problem, and logged at WARN, rate-limited. A client that breaks HTTP/2 framing or HPACK gets
+//! a GOAWAY whose debug data says why.
+//!
+//! The same machinery runs the other way for tests: [`dial`] opens a tonic channel whose
+//! requests carry exactly the `:authority` a given client stack sends
+//! ([`ClientAuthority`]), which tonic itself cannot express.
+
+mod frame;
+mod headers;
+mod proxy;
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
+use tokio::net::{UnixListener, UnixStream};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::Error;
+
+/// Bytes buffered in each direction between a socket and the HTTP/2 stack behind the proxy.
+const PIPE_BUFFER: usize = 64 * 1024;
+
+/// The shortest time between two WARN lines about refused requests on one socket.
+const WARN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// What the proxy does to the `:authority` of each request.
+#[derive(Debug, Clone)]
+enum Policy {
+    /// Serving: accept whatever clients send (see the module documentation).
+    Accept,
+    /// Dialing: send exactly these bytes.
+    Send(Vec<u8>),
+}
+
+/// The socket a connection came in on, and its WARN rate limit.
+#[derive(Debug)]
+struct SocketContext {
+    path: String,
+    warned: Mutex<WarnState>,
+}
+
+#[derive(Debug, Default)]
+struct WarnState {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl SocketContext {
+    fn new(path: &Path) -> Arc<Self> {
+        Arc::new(SocketContext {
+            path: path.display().to_string(),
+            warned: Mutex::default(),
+        })
+    }
+
+    /// Calls `log` with the number of warnings suppressed since the last one, unless one was
+    /// logged for this socket less than [`WARN_INTERVAL`] ago.
+    fn warn_limited(&self, log: impl FnOnce(u64)) {
+        let mut state = self
+            .warned
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        if state
+            .last
+            .is_some_and(|last| now.duration_since(last) < WARN_INTERVAL)
+        {
+            state.suppressed += 1;
+            return;
+        }
+        let suppressed = std::mem::take(&mut state.suppressed);
+        state.last = Some(now);
+        drop(state);
+        log(suppressed);
+    }
+}
+
+/// One accepted connection, as the HTTP/2 server sees it: the server end of the proxy.
+#[derive(Debug)]
+pub(crate) struct Connection(DuplexStream);
+
+impl tonic::transport::server::Connected for Connection {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// The connections accepted on `listener`, each behind its own proxy task, for
+/// `serve_with_incoming`.
+pub(crate) fn incoming(
+    listener: UnixListener,
+    socket: &Path,
+) -> impl Stream<Item = std::io::Result<Connection>> + Send + 'static {
+    let context = SocketContext::new(socket);
+    futures::stream::unfold(listener, move |listener| {
+        let context = context.clone();
+        async move {
+            let accepted = listener.accept().await.map(|(stream, _)| {
+                let (server_end, proxy_end) = tokio::io::duplex(PIPE_BUFFER);
+                tokio::spawn(proxy::run(stream, proxy_end, Policy::Accept, context));
+                Connection(server_end)
+            });
+            Some((accepted, listener))
+        }
+    })
+}
+
+/// The `:authority` a client stack sends when it dials a Unix socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientAuthority {
+    /// `localhost`: grpc-go's `unix:` targets and `WithAuthority("localhost")`.
+    Localhost,
+    /// The socket path as it is: grpc-go before 1.52 and grpc-java, dialing a path.
+    SocketPath,
+    /// The socket path percent-encoded as a URI authority (`/` as `%2F`): grpc-go from 1.52 on
+    /// dialing a path, and Python's grpcio for `unix:` targets.
+    EscapedSocketPath,
+    /// An empty `:authority`.
+    Empty,
+    /// Exactly this value.
+    Value(String),
+}
+
+impl ClientAuthority {
+    /// The bytes this client puts in `:authority` when it dials `socket`.
+    pub fn value_for(&self, socket: &Path) -> Vec<u8> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = socket.as_os_str().as_bytes();
+        match self {
+            ClientAuthority::Localhost => b"localhost".to_vec(),
+            ClientAuthority::SocketPath => path.to_vec(),
+            ClientAuthority::EscapedSocketPath => escape_authority(path),
+            ClientAuthority::Empty => Vec::new(),
+            ClientAuthority::Value(v) => v.as_bytes().to_vec(),
+        }
+    }
+}
+
+/// Percent-encodes every byte a URI authority cannot hold as it is (RFC 3986 §3.2: unreserved
+/// characters, sub-delimiters and `:`, `[`, `]`, `@` stay).
+fn escape_authority(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len() * 2);
+    for &b in raw {
+        if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]@".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+/// Opens a gRPC channel to the Unix socket at `socket` whose requests carry exactly the
+/// `:authority` that `authority` names, as that client stack would send it; fails after
+/// `timeout` when nothing answers.
+pub async fn dial(
+    socket: &Path,
+    authority: ClientAuthority,
+    timeout: Duration,
+) -> Result<Channel, Error> {
+    let value = authority.value_for(socket);
+    let path: PathBuf = socket.to_path_buf();
+    let dial_error = |message: String| Error::Dial {
+        path: socket.to_path_buf(),
+        message,
+    };
+    // The URI only names the channel; the connector below decides where it goes.
+    let endpoint = Endpoint::from_static("http://localhost")
+        .connect_timeout(timeout)
+        .timeout(timeout);
+    let context = SocketContext::new(socket);
+    endpoint
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+            let path = path.clone();
+            let value = value.clone();
+            let context = context.clone();
+            async move {
+                let stream = UnixStream::connect(&path).await?;
+                let (client_end, proxy_end) = tokio::io::duplex(PIPE_BUFFER);
+                tokio::spawn(proxy::run(proxy_end, stream, Policy::Send(value), context));
+                Ok::<_, std::io::Error>(TokioIo::new(client_end))
+            }
+        }))
+        .await
+        .map_err(|e| dial_error(crate::uds::error_chain(&e)))
+}
+
+#[cfg(test)]
+mod tests;
