@@ -42,6 +42,20 @@ pub enum Error {
         /// The I/O error.
         error: std::io::Error,
     },
+    /// A socket path does not fit in a Unix socket address, even shortened.
+    #[error(
+        "socket path {} is {len} bytes, longer than the {limit} bytes a Unix socket path can \
+         hold; choose a shorter directory",
+        path.display()
+    )]
+    SocketPathTooLong {
+        /// The shortest path kubedev could make.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: usize,
+        /// The longest path a socket can have.
+        limit: usize,
+    },
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -29,6 +29,7 @@ pub mod pod_resources;
 mod uds;
 
 pub use error::Error;
+pub use uds::MAX_SOCKET_PATH_LEN;
 
 /// The bindings `cargo xtask codegen` generates from this crate's `proto/`
 /// directory. Never edited by hand; reached from outside through [`pb`].

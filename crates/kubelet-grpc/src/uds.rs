@@ -36,11 +36,101 @@ impl Drop for SocketGuard {
     }
 }
 
+/// The longest path a Unix socket can be bound at or dialed: `sun_path` holds 108 bytes, the
+/// last of which is the terminating NUL.
+pub const MAX_SOCKET_PATH_LEN: usize = 107;
+
+/// The shortest piece of an instance ID kept in a shortened socket name.
+const MIN_INSTANCE_LEN: usize = 8;
+
+/// The path of a socket in `dir` named `<label>[-<instance>]<suffix>`, shortened when it does not
+/// fit in [`MAX_SOCKET_PATH_LEN`]: first the instance ID is cut (to no fewer than 8 characters),
+/// then the label is cut and followed by a hash of the whole label, so names stay distinct per
+/// label and per instance. Fails, naming the shortest path it could make, when even that is too
+/// long.
+pub(crate) fn fit_socket_path(
+    dir: &Path,
+    label: &str,
+    instance: Option<&str>,
+    suffix: &str,
+) -> Result<PathBuf, Error> {
+    let instance = instance.filter(|i| !i.is_empty());
+    // The directory, and the '/' before the name.
+    let room = MAX_SOCKET_PATH_LEN.saturating_sub(dir.as_os_str().len() + 1);
+    let with_instance = |label: &str, instance: Option<&str>| match instance {
+        Some(i) => format!("{label}-{i}{suffix}"),
+        None => format!("{label}{suffix}"),
+    };
+    let full = with_instance(label, instance);
+    if full.len() <= room {
+        return Ok(dir.join(full));
+    }
+    if let Some(i) = instance {
+        let fixed = label.len() + 1 + suffix.len();
+        if let Some(keep) = room.checked_sub(fixed)
+            && keep >= MIN_INSTANCE_LEN
+            && keep < i.len()
+        {
+            let cut = prefix(i, keep).trim_end_matches('-');
+            return Ok(dir.join(with_instance(label, Some(cut))));
+        }
+    }
+    let short_instance = instance.map(|i| prefix(i, MIN_INSTANCE_LEN).trim_end_matches('-'));
+    let tail = with_instance(&format!("-{:08x}", name_hash(label)), short_instance);
+    let keep = room.saturating_sub(tail.len()).min(label.len()).max(1);
+    let name = format!("{}{tail}", prefix(label, keep));
+    let path = dir.join(name);
+    let len = path.as_os_str().len();
+    if len <= MAX_SOCKET_PATH_LEN {
+        Ok(path)
+    } else {
+        Err(Error::SocketPathTooLong {
+            path,
+            len,
+            limit: MAX_SOCKET_PATH_LEN,
+        })
+    }
+}
+
+/// The first `n` bytes of `s`, or fewer to end on a character boundary.
+fn prefix(s: &str, n: usize) -> &str {
+    let mut n = n.min(s.len());
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s[..n]
+}
+
+/// A stable 32-bit FNV-1a hash of a name, which keeps shortened socket names of different
+/// labels apart.
+fn name_hash(name: &str) -> u32 {
+    name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// Fails naming the path when it does not fit in a Unix socket address.
+pub(crate) fn check_socket_path(path: &Path) -> Result<(), Error> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH_LEN {
+        return Err(Error::SocketPathTooLong {
+            path: path.to_path_buf(),
+            len,
+            limit: MAX_SOCKET_PATH_LEN,
+        });
+    }
+    Ok(())
+}
+
 /// Binds a Unix socket at `path` readable and writable by the owner only (0600).
 ///
-/// The socket is bound under a temporary name, restricted, then renamed into place, so no one
-/// can connect to it before its mode is set. A stale file at `path` is replaced.
+/// The socket is bound, restricted, and only then listened on, so no one can connect to it
+/// before its mode is set (a connection to a bound socket that is not yet listening is
+/// refused). No temporary name is used, so a path that fits is all it needs. A stale file at
+/// `path` is replaced.
 pub(crate) fn bind_private(path: &Path) -> Result<(UnixListener, SocketGuard), Error> {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+    check_socket_path(path)?;
     let io_err = |op: &'static str| {
         let path = path.to_path_buf();
         move |error| Error::Socket {
@@ -49,30 +139,38 @@ pub(crate) fn bind_private(path: &Path) -> Result<(UnixListener, SocketGuard), E
             error,
         }
     };
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let file = path
-        .file_name()
-        .map(|f| f.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{file}.{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let listener = UnixListener::bind(&tmp).map_err(io_err("binding"))?;
-    let result = (|| {
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
-        std::fs::rename(&tmp, path)?;
-        std::fs::symlink_metadata(path)
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("replacing a stale file at")(e)),
+    }
+    let fd = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::STREAM,
+        SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+        None,
+    )
+    .map_err(|e| io_err("creating")(e.into()))?;
+    let address = SocketAddrUnix::new(path).map_err(|e| io_err("naming")(e.into()))?;
+    rustix::net::bind(&fd, &address).map_err(|e| io_err("binding")(e.into()))?;
+    let restricted = (|| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        rustix::net::listen(&fd, 128)?;
+        let meta = std::fs::symlink_metadata(path)?;
+        let listener = UnixListener::from_std(std::os::unix::net::UnixListener::from(fd))?;
+        Ok::<_, std::io::Error>((listener, meta.ino()))
     })();
-    match result {
-        Ok(meta) => Ok((
+    match restricted {
+        Ok((listener, ino)) => Ok((
             listener,
             SocketGuard {
                 path: path.to_path_buf(),
-                ino: meta.ino(),
+                ino,
             },
         )),
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(io_err("creating")(e))
+            let _ = std::fs::remove_file(path);
+            Err(io_err("listening on")(e))
         }
     }
 }
@@ -131,6 +229,83 @@ mod tests {
         assert!(!path.exists());
         let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert!(leftovers.is_empty());
+    }
+
+    /// A directory whose path is exactly `len` bytes long, under a temporary directory.
+    fn dir_of_len(base: &Path, len: usize) -> PathBuf {
+        let pad = len - base.as_os_str().len() - 1;
+        let dir = base.join("d".repeat(pad));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_eq!(dir.as_os_str().len(), len);
+        dir
+    }
+
+    #[tokio::test]
+    async fn a_socket_path_of_exactly_the_limit_binds_and_one_more_byte_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = dir_of_len(base.path(), 60);
+        let exact = dir.join("s".repeat(MAX_SOCKET_PATH_LEN - 61));
+        assert_eq!(exact.as_os_str().len(), MAX_SOCKET_PATH_LEN);
+        let (_l, guard) = bind_private(&exact).unwrap();
+        // A client can reach it.
+        std::os::unix::net::UnixStream::connect(&exact).unwrap();
+        drop(guard);
+        let over = dir.join("s".repeat(MAX_SOCKET_PATH_LEN - 60));
+        let e = bind_private(&over).unwrap_err().to_string();
+        assert!(e.contains(&over.display().to_string()), "{e}");
+        assert!(e.contains("108 bytes") && e.contains("107 bytes"), "{e}");
+    }
+
+    #[test]
+    fn fitted_names_keep_what_fits_and_stay_distinct() {
+        let dir = Path::new("/var/lib/kubelet/plugins_registry");
+        let uid = "0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77";
+        // Everything fits: nothing is cut.
+        let p = fit_socket_path(dir, "gpu.example.com", Some(uid), "-reg.sock").unwrap();
+        assert_eq!(p, dir.join(format!("gpu.example.com-{uid}-reg.sock")));
+        // A 63-character driver: the UID cannot keep 8 characters beside the whole name, so the
+        // name is cut and a hash of it keeps it apart from others with the same beginning.
+        let long_a = format!("{}.example.com", "a".repeat(51));
+        let long_b = format!("{}.example.org", "a".repeat(51));
+        assert_eq!(long_a.len(), 63);
+        let a = fit_socket_path(dir, &long_a, Some(uid), "-reg.sock").unwrap();
+        let b = fit_socket_path(dir, &long_b, Some(uid), "-reg.sock").unwrap();
+        let other_pod = fit_socket_path(dir, &long_a, Some("ffff0000-aaaa"), "-reg.sock").unwrap();
+        for p in [&a, &b, &other_pod] {
+            assert!(
+                p.as_os_str().len() <= MAX_SOCKET_PATH_LEN,
+                "{}",
+                p.display()
+            );
+            assert!(p.to_str().unwrap().ends_with("-reg.sock"));
+        }
+        assert_ne!(a, b);
+        assert_ne!(a, other_pod);
+        assert!(
+            a.to_str().unwrap().contains("-0b4c6a8e-reg.sock"),
+            "{}",
+            a.display()
+        );
+        // No instance: the plain name when it fits.
+        assert_eq!(
+            fit_socket_path(dir, &long_a, None, "-reg.sock").unwrap(),
+            dir.join(format!("{long_a}-reg.sock"))
+        );
+        // The UID is cut before anything else.
+        let mid = fit_socket_path(dir, &"b".repeat(40), Some(uid), "-reg.sock").unwrap();
+        assert_eq!(mid.as_os_str().len(), MAX_SOCKET_PATH_LEN);
+        assert!(
+            mid.to_str()
+                .unwrap()
+                .contains(&format!("{}-0b4c6a8e", "b".repeat(40)))
+        );
+        // A directory that leaves no room at all is an error naming the path and the limit.
+        let deep = PathBuf::from(format!("/{}", "x".repeat(100)));
+        let e = fit_socket_path(&deep, "gpu.example.com", Some(uid), "-reg.sock").unwrap_err();
+        assert!(
+            matches!(e, Error::SocketPathTooLong { limit: 107, .. }),
+            "{e}"
+        );
     }
 
     #[tokio::test]

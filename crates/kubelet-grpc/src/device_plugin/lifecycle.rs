@@ -34,12 +34,12 @@ impl Serving {
 
 fn serve(
     config: &DevicePluginConfig,
+    socket: &std::path::Path,
     handler: &Arc<dyn DevicePluginHandler>,
     devices: &watch::Receiver<Vec<PluginDevice>>,
     cancel: &CancellationToken,
 ) -> Result<Serving, Error> {
-    let socket = config.socket_path();
-    let (listener, guard) = bind_private(&socket)?;
+    let (listener, guard) = bind_private(socket)?;
     let stop = cancel.child_token();
     let service = Service {
         resource: config.resource.to_string(),
@@ -52,7 +52,7 @@ fn serve(
         .add_service(api::device_plugin_server::DevicePluginServer::new(service));
     let signal = stop.clone();
     let resource = config.resource.to_string();
-    let incoming = crate::authority::incoming(listener, &socket);
+    let incoming = crate::authority::incoming(listener, socket);
     let task = tokio::spawn(async move {
         if let Err(e) = server
             .serve_with_incoming_shutdown(incoming, signal.cancelled_owned())
@@ -64,10 +64,13 @@ fn serve(
     Ok(Serving { guard, stop, task })
 }
 
-async fn register(config: &DevicePluginConfig, pre_start: bool) -> Result<(), Error> {
+async fn register(
+    config: &DevicePluginConfig,
+    socket: &std::path::Path,
+    pre_start: bool,
+) -> Result<(), Error> {
     let kubelet = config.kubelet_socket_path();
-    let endpoint = config
-        .socket_path()
+    let endpoint = socket
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
@@ -105,14 +108,14 @@ fn socket_ino(path: &std::path::Path) -> Option<(u64, i64, i64)> {
 /// Runs until `cancel`: serve, register, and start over whenever the kubelet restarts.
 pub(super) async fn run(
     config: DevicePluginConfig,
+    socket: std::path::PathBuf,
     handler: Arc<dyn DevicePluginHandler>,
     devices: watch::Receiver<Vec<PluginDevice>>,
     status: watch::Sender<PluginStatus>,
     cancel: CancellationToken,
 ) {
     let resource = config.resource.to_string();
-    let socket_name = config
-        .socket_path()
+    let socket_name = socket
         .file_name()
         .map(|f| f.to_os_string())
         .unwrap_or_default();
@@ -145,7 +148,7 @@ pub(super) async fn run(
                 tracing::info!(%resource, "socket gone or server stopped; serving again");
                 old.shutdown().await;
             }
-            match serve(&config, &handler, &devices, &cancel) {
+            match serve(&config, &socket, &handler, &devices, &cancel) {
                 Ok(s) => {
                     tracing::info!(%resource, socket = %s.guard.path().display(), "serving");
                     serving = Some(s);
@@ -167,7 +170,7 @@ pub(super) async fn run(
             && at <= Instant::now()
         {
             let kubelet_ino = socket_ino(&config.kubelet_socket_path());
-            match register(&config, pre_start).await {
+            match register(&config, &socket, pre_start).await {
                 Ok(()) => {
                     registered_with = kubelet_ino;
                     tracing::info!(%resource, "registered with the kubelet");

@@ -23,6 +23,7 @@ pub use preferred::{PreferenceRequest, check_preference, default_preference};
 pub use publisher::{DevicePluginPublisher, ResourceDevices};
 
 use crate::Error;
+use crate::uds::fit_socket_path;
 
 /// The API version this crate speaks to the kubelet's Registration service.
 pub const API_VERSION: &str = "v1beta1";
@@ -147,11 +148,17 @@ impl DevicePluginConfig {
         &self.resource
     }
 
-    /// The socket this server listens on.
-    pub fn socket_path(&self) -> PathBuf {
+    /// The socket this server listens on: `kubedev-<resource>-<instance>.sock` (`/` as `_`),
+    /// shortened when the resource name is too long for a Unix socket path (see the DRA
+    /// registration socket). Fails when the directory leaves no room.
+    pub fn socket_path(&self) -> Result<PathBuf, Error> {
         let name = self.resource.as_str().replace('/', "_");
-        self.plugin_dir
-            .join(format!("kubedev-{name}-{}.sock", self.instance))
+        fit_socket_path(
+            &self.plugin_dir,
+            &format!("kubedev-{name}"),
+            Some(&self.instance),
+            ".sock",
+        )
     }
 
     fn kubelet_socket_path(&self) -> PathBuf {
@@ -248,16 +255,11 @@ impl DevicePlugin {
                 config.plugin_dir.display()
             )));
         }
-        let socket = config.socket_path();
-        if socket.as_os_str().len() > 107 {
-            return Err(Error::Config(format!(
-                "socket path {} is longer than the 107 bytes a Unix socket allows",
-                socket.display()
-            )));
-        }
+        let socket = config.socket_path()?;
         let (status_tx, status) = watch::channel(PluginStatus::default());
         let task = tokio::spawn(lifecycle::run(
             config,
+            socket.clone(),
             handler,
             devices,
             status_tx,
@@ -269,5 +271,50 @@ impl DevicePlugin {
             cancel,
             task,
         })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn longest(tail: char) -> ExtendedResourceName {
+        // The longest name the kubelet takes: a 244-character domain and a 63-character name.
+        let label = "a".repeat(60);
+        let domain = format!("{label}.{label}.{label}.{}{tail}", "b".repeat(60));
+        assert_eq!(domain.len(), 244);
+        ExtendedResourceName::new(format!("{domain}/{}", "g".repeat(63))).unwrap()
+    }
+
+    #[test]
+    fn the_longest_resource_names_get_distinct_sockets_that_fit() {
+        let a = DevicePluginConfig::new(longest('x')).instance("1f2e3d4c");
+        let b = DevicePluginConfig::new(longest('y')).instance("1f2e3d4c");
+        let a2 = DevicePluginConfig::new(longest('x')).instance("99887766");
+        let paths: Vec<PathBuf> = [&a, &b, &a2]
+            .iter()
+            .map(|c| c.socket_path().unwrap())
+            .collect();
+        for p in &paths {
+            assert!(
+                p.as_os_str().len() <= crate::MAX_SOCKET_PATH_LEN,
+                "{}",
+                p.display()
+            );
+            assert!(p.starts_with(DEFAULT_PLUGIN_DIR));
+        }
+        assert_ne!(paths[0], paths[1]);
+        assert_ne!(paths[0], paths[2]);
+        assert!(paths[2].to_str().unwrap().ends_with("-99887766.sock"));
+        // A short name is left as it is.
+        let short = DevicePluginConfig::new(ExtendedResourceName::new("example.com/gpu").unwrap())
+            .instance("1f2e3d4c");
+        assert_eq!(
+            short.socket_path().unwrap(),
+            Path::new(DEFAULT_PLUGIN_DIR).join("kubedev-example.com_gpu-1f2e3d4c.sock")
+        );
     }
 }

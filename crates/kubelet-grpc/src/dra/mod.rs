@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::uds::{SocketGuard, bind_private, error_chain};
+use crate::uds::{SocketGuard, bind_private, error_chain, fit_socket_path};
 
 /// The kubelet's default plugin registry directory.
 pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
@@ -32,9 +32,6 @@ pub const SUPPORTED_DRA_SERVICES: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugi
 
 /// The health services advertised when health streaming is on.
 pub const HEALTH_SERVICES: [&str; 2] = ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"];
-
-/// The longest path a Unix socket address can hold, including the terminating NUL.
-const MAX_SOCKET_PATH: usize = 108;
 
 /// One prepared device as the kubelet needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,39 +121,24 @@ impl DraPluginConfig {
         self
     }
 
-    /// The DRA socket: `<plugin_dir>/dra.sock`, or `dra-<podUID>.sock` with a pod UID.
-    pub fn dra_socket(&self) -> PathBuf {
-        match &self.pod_uid {
-            Some(uid) => self.plugin_dir.join(format!("dra-{uid}.sock")),
-            None => self.plugin_dir.join("dra.sock"),
-        }
+    /// The DRA socket: `<plugin_dir>/dra.sock`, or `dra-<podUID>.sock` with a pod UID (the UID
+    /// cut to fit the socket path limit). Fails when the plugin directory leaves no room.
+    pub fn dra_socket(&self) -> Result<PathBuf, Error> {
+        fit_socket_path(&self.plugin_dir, "dra", self.pod_uid.as_deref(), ".sock")
     }
 
     /// The registration socket: `<registry_dir>/<driver>-reg.sock`, or with a pod UID
-    /// `<driver>-<podUID>-reg.sock`, shortened (the UID cut) to fit the 108-byte socket limit.
-    pub fn registration_socket(&self) -> PathBuf {
-        let plain = self
-            .registry_dir
-            .join(format!("{}-reg.sock", self.driver.as_str()));
-        let Some(uid) = &self.pod_uid else {
-            return plain;
-        };
-        let full = self
-            .registry_dir
-            .join(format!("{}-{uid}-reg.sock", self.driver.as_str()));
-        let over = full.as_os_str().len() + 1;
-        if over <= MAX_SOCKET_PATH {
-            return full;
-        }
-        let keep = uid.len().saturating_sub(over - MAX_SOCKET_PATH);
-        if keep == 0 {
-            return plain;
-        }
-        self.registry_dir.join(format!(
-            "{}-{}-reg.sock",
+    /// `<driver>-<podUID>-reg.sock`. When that does not fit a Unix socket path, the UID is cut
+    /// first, then the driver name (followed by a hash of the whole name, so names stay
+    /// distinct); the kubelet finds plugins by listing the directory, whatever the names.
+    /// Fails when the registry directory leaves no room.
+    pub fn registration_socket(&self) -> Result<PathBuf, Error> {
+        fit_socket_path(
+            &self.registry_dir,
             self.driver.as_str(),
-            &uid[..keep]
-        ))
+            self.pod_uid.as_deref(),
+            "-reg.sock",
+        )
     }
 
     fn supported_versions(&self) -> Vec<String> {
@@ -249,23 +231,15 @@ impl DraPlugin {
         health: watch::Receiver<Vec<DeviceHealthReport>>,
         cancel: CancellationToken,
     ) -> Result<DraPluginHandle, Error> {
+        // Socket paths first: a configuration that cannot work creates nothing.
+        let dra_socket = config.dra_socket()?;
+        let registration_socket = config.registration_socket()?;
         for dir in [&config.plugin_dir, &config.registry_dir] {
             std::fs::create_dir_all(dir).map_err(|error| Error::Socket {
                 op: "creating directory for",
                 path: dir.clone(),
                 error,
             })?;
-        }
-        let dra_socket = config.dra_socket();
-        let registration_socket = config.registration_socket();
-        for p in [&dra_socket, &registration_socket] {
-            if p.as_os_str().len() + 1 > MAX_SOCKET_PATH {
-                return Err(Error::Config(format!(
-                    "socket path {} is longer than the {} bytes a Unix socket allows",
-                    p.display(),
-                    MAX_SOCKET_PATH - 1
-                )));
-            }
         }
         let (status_tx, status) = watch::channel(DraStatus::default());
         let mut tasks = Vec::new();
@@ -371,31 +345,57 @@ mod tests {
         let d = DriverName::new("gpu.example.com").unwrap();
         let c = DraPluginConfig::new(d.clone());
         assert_eq!(
-            c.dra_socket(),
+            c.dra_socket().unwrap(),
             Path::new("/var/lib/kubelet/plugins/gpu.example.com/dra.sock")
         );
         assert_eq!(
-            c.registration_socket(),
+            c.registration_socket().unwrap(),
             Path::new("/var/lib/kubelet/plugins_registry/gpu.example.com-reg.sock")
         );
-        let c = c.pod_uid("0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77");
-        assert!(
-            c.dra_socket()
-                .ends_with("dra-0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77.sock")
+        let uid = "0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77";
+        let c = c.pod_uid(uid);
+        assert_eq!(
+            c.dra_socket().unwrap(),
+            Path::new("/var/lib/kubelet/plugins/gpu.example.com").join(format!("dra-{uid}.sock"))
         );
-        let reg = c.registration_socket();
-        assert!(reg.as_os_str().len() < MAX_SOCKET_PATH);
+        assert_eq!(
+            c.registration_socket().unwrap(),
+            Path::new("/var/lib/kubelet/plugins_registry")
+                .join(format!("gpu.example.com-{uid}-reg.sock"))
+        );
+    }
+
+    #[test]
+    fn the_longest_driver_name_fits_the_kubelets_directories_with_a_pod_uid() {
+        let uid = "0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77";
+        let longest = DriverName::new(format!("{}.example.com", "a".repeat(51))).unwrap();
+        assert_eq!(longest.as_str().len(), 63);
+        for c in [
+            DraPluginConfig::new(longest.clone()),
+            DraPluginConfig::new(longest.clone()).pod_uid(uid),
+        ] {
+            for p in [c.dra_socket().unwrap(), c.registration_socket().unwrap()] {
+                assert!(p.as_os_str().len() <= 107, "{}", p.display());
+            }
+        }
+        let c = DraPluginConfig::new(longest).pod_uid(uid);
+        // Still per instance: the UID's first 8 characters are in both names.
+        assert!(c.dra_socket().unwrap().ends_with("dra-0b4c6a8e.sock"));
         assert!(
-            reg.to_str()
+            c.registration_socket()
                 .unwrap()
-                .starts_with("/var/lib/kubelet/plugins_registry/gpu.example.com-0b4c")
+                .to_str()
+                .unwrap()
+                .ends_with("-0b4c6a8e-reg.sock")
         );
-        // A long driver name forces the UID to be cut, never the driver name.
-        let long = DriverName::new(format!("{}.example.com", "a".repeat(40))).unwrap();
-        let c = DraPluginConfig::new(long).pod_uid("0b4c6a8e-8c4f-4d7e-9d1e-3f6b2a1c9e77");
-        let reg = c.registration_socket();
-        assert!(reg.as_os_str().len() < MAX_SOCKET_PATH, "{}", reg.display());
-        assert!(reg.to_str().unwrap().ends_with("-reg.sock"));
+    }
+
+    #[test]
+    fn a_directory_that_leaves_no_room_is_refused_naming_the_path() {
+        let c = DraPluginConfig::new(DriverName::new("gpu.example.com").unwrap())
+            .registry_dir(format!("/{}", "r".repeat(100)));
+        let e = c.registration_socket().unwrap_err().to_string();
+        assert!(e.contains("/rrrr") && e.contains("107 bytes"), "{e}");
     }
 
     #[test]
