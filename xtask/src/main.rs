@@ -10,6 +10,7 @@ mod demo;
 mod deploy;
 mod e2e;
 mod fuzz;
+mod interop;
 mod plugins;
 
 use std::path::{Path, PathBuf};
@@ -51,6 +52,9 @@ enum Command {
     /// Lint and render the Helm chart in deploy/ and check every object it renders, and that
     /// the container image (deploy/Dockerfile) matches the chart, the workspace and the binary.
     DeployCheck(deploy::Args),
+    /// kubedev's kubelet sockets against Python's grpcio and Debian's grpc-go acting as the
+    /// kubelet (installs what they need); prints the :authority each client sent.
+    Interop,
     /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while.
     Fuzz {
         /// Seconds per target.
@@ -71,6 +75,7 @@ fn main() -> anyhow::Result<()> {
         Command::DeployCheck(args) => deploy::deploy_check(&root, &args),
         Command::BuildPlugins => plugins::build_plugins(&root).map(|_| ()),
         Command::Fuzz { seconds } => fuzz::fuzz(&root, seconds),
+        Command::Interop => interop::interop(&root),
     }
 }
 
