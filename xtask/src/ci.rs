@@ -136,6 +136,9 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
 
+    step("kubelet sockets against Python grpcio and Debian grpc-go (cargo xtask interop)");
+    crate::interop::interop(root)?;
+
     step("end-to-end scenarios per backend and mode (cargo xtask e2e)");
     crate::e2e::e2e(root)?;
 

@@ -20,12 +20,17 @@ use serde_json::Value;
 const GRPCIO: &str = "1.85.1";
 
 /// Debian packages the grpc-go client builds with (GOPATH mode, no module downloads).
+/// The protobuf plugin is the APIv2 one: the older `protoc-gen-go` 1.3 cannot generate proto3
+/// `optional` fields (the DRA API's `share_id`), and grpc-go 1.33 encodes through
+/// `github.com/golang/protobuf`, which needs its 1.5 line for APIv2 messages.
 const GO_PACKAGES: &[&str] = &[
     "golang-go",
     "golang-google-grpc-dev",
     "protobuf-compiler",
-    "protoc-gen-go-1-3",
-    "golang-github-golang-protobuf-1-3-dev",
+    "protoc-gen-go",
+    "protoc-gen-go-grpc",
+    "golang-google-protobuf-dev",
+    "golang-github-golang-protobuf-1-5-dev",
 ];
 
 /// The longest driver name the API allows (63 characters).
@@ -98,8 +103,8 @@ pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
     let mut table = Vec::new();
     for client in &clients {
         eprintln!("\n==> interop: {}", client.name);
-        let seen = run_client(&target, client)
-            .with_context(|| format!("interop with {}", client.name))?;
+        let seen =
+            run_client(&target, client).with_context(|| format!("interop with {}", client.name))?;
         table.push((client.name, seen));
     }
     eprintln!("\n:authority each client sent, by socket (as kubedev's layer logged it):");
@@ -166,9 +171,7 @@ fn run_client_in(
         .with_context(|| format!("starting {}", target.display()))?;
     let stdout = child.stdout.take().context("target stdout")?;
     let mut lines = BufReader::new(stdout).lines();
-    let info_line = lines
-        .next()
-        .context("the target printed nothing")??;
+    let info_line = lines.next().context("the target printed nothing")??;
     let info: Value = serde_json::from_str(&info_line).context("the target's first line")?;
     let info_path = dir.join("target.json");
     std::fs::write(&info_path, &info_line)?;
@@ -217,15 +220,30 @@ fn run_client_in(
 /// The target's summary agrees with what the client says it did.
 fn check_summary(summary: &Value, printed: &str) -> anyhow::Result<()> {
     let count = |key: &str| summary[key].as_u64().unwrap_or(0);
-    ensure!(count("dra_registrations") >= 1, "kubedev never saw NotifyRegistrationStatus: {summary}");
+    ensure!(
+        count("dra_registrations") >= 1,
+        "kubedev never saw NotifyRegistrationStatus: {summary}"
+    );
     ensure!(
         summary["dra_last_error"].is_null(),
         "the registration was refused: {summary}"
     );
-    ensure!(count("device_plugin_registrations") >= 1, "kubedev never registered its device plugin: {summary}");
-    ensure!(count("allocations") >= 1, "no Allocate reached kubedev: {summary}");
-    ensure!(count("pre_starts") >= 1, "no PreStartContainer reached kubedev: {summary}");
-    ensure!(count("preferred") >= 1, "no GetPreferredAllocation reached kubedev: {summary}");
+    ensure!(
+        count("device_plugin_registrations") >= 1,
+        "kubedev never registered its device plugin: {summary}"
+    );
+    ensure!(
+        count("allocations") >= 1,
+        "no Allocate reached kubedev: {summary}"
+    );
+    ensure!(
+        count("pre_starts") >= 1,
+        "no PreStartContainer reached kubedev: {summary}"
+    );
+    ensure!(
+        count("preferred") >= 1,
+        "no GetPreferredAllocation reached kubedev: {summary}"
+    );
     // The claim UIDs the client prepared and unprepared, from its last line.
     let claims: Vec<String> = printed
         .lines()
@@ -236,8 +254,14 @@ fn check_summary(summary: &Value, printed: &str) -> anyhow::Result<()> {
         .into_iter()
         .filter_map(|v| v.as_str().map(str::to_string))
         .collect();
-    ensure!(claims.len() >= 2, "the client reported no prepared claims for v1 and v1beta1");
-    let unprepared = summary["unprepared"].as_array().cloned().unwrap_or_default();
+    ensure!(
+        claims.len() >= 2,
+        "the client reported no prepared claims for v1 and v1beta1"
+    );
+    let unprepared = summary["unprepared"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for uid in &claims {
         ensure!(
             summary["prepared"].get(uid).is_some(),
@@ -298,12 +322,8 @@ fn python_env(root: &Path) -> anyhow::Result<PathBuf> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     let system = which_python()?;
-    crate::ci::run(
-        root,
-        &system,
-        &["-m", "venv", &dir.display().to_string()],
-    )
-    .context("creating a Python virtual environment (needs python3 with venv)")?;
+    crate::ci::run(root, &system, &["-m", "venv", &dir.display().to_string()])
+        .context("creating a Python virtual environment (needs python3 with venv)")?;
     crate::ci::run(
         root,
         &python.display().to_string(),

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use kubedev_core::{ClaimRef, ContainerEdits, DeviceNode, DriverName, ExtendedResourceName, Health, PrepareError};
+use kubedev_core::{
+    ClaimRef, ContainerEdits, DeviceNode, DriverName, ExtendedResourceName, Health, PrepareError,
+};
 use kubedev_kubelet_grpc::device_plugin::{
     Allocation, DevicePlugin, DevicePluginConfig, DevicePluginHandler, PluginDevice,
     PreferenceRequest,
@@ -37,7 +39,10 @@ struct Dra {
 impl DraHandler for Dra {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
         if claim.name.starts_with("unallocated") {
-            return Err(format!("claim {} is not allocated to this node", claim.name));
+            return Err(format!(
+                "claim {} is not allocated to this node",
+                claim.name
+            ));
         }
         self.prepared
             .lock()

@@ -1283,13 +1283,16 @@ fn copy_tree(root: &Path, dir: &Path, rules: &[IgnoreRule], to: &Path) -> anyhow
     Ok(())
 }
 
-/// Runs `cargo metadata --locked --offline` in the recreated build directory: cargo loads
-/// the workspace from what the image build sees, and the lock file needs no change.
+/// Runs `cargo metadata --locked` in the recreated build directory: cargo loads the workspace
+/// from what the image build sees, and the lock file needs no change. Not `--offline`: loading
+/// the lock file needs every locked package's manifest, for other platforms too, which a cargo
+/// cache that only ever built for this machine does not hold (the image build downloads them
+/// the same way).
 fn cargo_loads(build_dir: &Path) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
         .current_dir(build_dir)
-        .args(["metadata", "--locked", "--offline", "--format-version", "1"])
+        .args(["metadata", "--locked", "--format-version", "1"])
         .env("CARGO_TARGET_DIR", build_dir.join("target"))
         .output();
     match out {

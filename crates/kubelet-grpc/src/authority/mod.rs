@@ -20,9 +20,10 @@
 //! problem, and logged at WARN, rate-limited. A client that breaks HTTP/2 framing or HPACK gets
 //! a GOAWAY whose debug data says why.
 //!
-//! The same machinery runs the other way for tests: [`dial`] opens a tonic channel whose
-//! requests carry exactly the `:authority` a given client stack sends
-//! ([`ClientAuthority`]), which tonic itself cannot express.
+//! [`incoming`] puts the proxy in front of a listener for tonic's `serve_with_incoming`. The
+//! same machinery runs the other way for tests: [`dial`] opens a tonic channel whose requests
+//! carry exactly the `:authority` a given client stack sends ([`ClientAuthority`]), which tonic
+//! itself cannot express.
 
 mod frame;
 mod headers;
@@ -102,7 +103,7 @@ impl SocketContext {
 
 /// One accepted connection, as the HTTP/2 server sees it: the server end of the proxy.
 #[derive(Debug)]
-pub(crate) struct Connection(DuplexStream);
+pub struct Connection(DuplexStream);
 
 impl tonic::transport::server::Connected for Connection {
     type ConnectInfo = ();
@@ -138,9 +139,10 @@ impl AsyncWrite for Connection {
     }
 }
 
-/// The connections accepted on `listener`, each behind its own proxy task, for
-/// `serve_with_incoming`.
-pub(crate) fn incoming(
+/// The connections accepted on `listener` (bound at `socket`), each behind its own proxy that
+/// accepts any `:authority`, for tonic's `serve_with_incoming`. Every kubedev server uses it; so
+/// do the testkit's emulators of servers that accept any authority (the kubelet's grpc-go).
+pub fn incoming(
     listener: UnixListener,
     socket: &Path,
 ) -> impl Stream<Item = std::io::Result<Connection>> + Send + 'static {

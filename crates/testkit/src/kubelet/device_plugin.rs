@@ -10,10 +10,11 @@ use kubedev_core::ExtendedResourceName;
 use kubedev_kubelet_grpc::pb::deviceplugin::v1beta1 as api;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
+
+use super::{KubeletDialing, KubeletRelease};
 
 /// The versions of the device-plugin API this kubelet accepts.
 const SUPPORTED_VERSIONS: &[&str] = &["v1beta1"];
@@ -76,6 +77,7 @@ struct State {
 #[derive(Clone)]
 struct Shared {
     dir: PathBuf,
+    dialing: Arc<KubeletDialing>,
     started: Instant,
     state: Arc<Mutex<State>>,
     changed: watch::Sender<u64>,
@@ -105,17 +107,33 @@ impl std::fmt::Debug for KubeletEmulator {
     }
 }
 
-fn dial_endpoint(path: &Path) -> Result<Endpoint, Status> {
-    Endpoint::from_shared(format!("unix://{}", path.display()))
-        .map_err(|e| Status::internal(format!("bad endpoint path {}: {e}", path.display())))
+/// Dials a plugin's socket as the kubelet's device manager does.
+async fn dial_plugin(shared: &Shared, endpoint: &str) -> Result<Channel, Status> {
+    let path = shared.dir.join(endpoint);
+    kubedev_kubelet_grpc::authority::dial(
+        &path,
+        shared.dialing.device_plugin.clone(),
+        Duration::from_secs(5),
+    )
+    .await
+    .map_err(|e| Status::unavailable(format!("dialing plugin: {e}")))
 }
 
 impl KubeletEmulator {
     /// Starts serving `Registration` on `<dir>/kubelet.sock`; `dir` must exist.
     pub async fn start(dir: impl Into<PathBuf>) -> std::io::Result<Self> {
+        Self::start_release(dir, KubeletRelease::default()).await
+    }
+
+    /// Like [`start`](Self::start), dialing plugins as the kubelet of `release` does.
+    pub async fn start_release(
+        dir: impl Into<PathBuf>,
+        release: KubeletRelease,
+    ) -> std::io::Result<Self> {
         let (changed, _) = watch::channel(0);
         let shared = Shared {
             dir: dir.into(),
+            dialing: Arc::new(release.dialing()),
             started: Instant::now(),
             state: Arc::default(),
             changed,
@@ -149,13 +167,12 @@ impl KubeletEmulator {
             shared: self.shared.clone(),
         };
         let stop = self.server_cancel.clone();
+        // The kubelet's grpc-go server takes any :authority, as the layer does.
+        let incoming = kubedev_kubelet_grpc::authority::incoming(listener, &path);
         self.server = Some(tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(api::registration_server::RegistrationServer::new(svc))
-                .serve_with_incoming_shutdown(
-                    UnixListenerStream::new(listener),
-                    stop.cancelled_owned(),
-                )
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await;
         }));
         Ok(())
@@ -296,10 +313,7 @@ impl KubeletEmulator {
         let st = self
             .resource(resource)
             .ok_or_else(|| Status::not_found(format!("resource {resource} is not registered")))?;
-        let channel = dial_endpoint(&self.shared.dir.join(&st.endpoint))?
-            .connect()
-            .await
-            .map_err(|e| Status::unavailable(format!("dialing {}: {e}", st.endpoint)))?;
+        let channel = dial_plugin(&self.shared, &st.endpoint).await?;
         Ok(api::device_plugin_client::DevicePluginClient::new(channel))
     }
 
@@ -457,13 +471,9 @@ async fn follow_plugin(shared: Shared, req: api::RegisterRequest, epoch: u64) {
         r.connected = false;
         r.stream_error = None;
     });
-    let endpoint = match dial_endpoint(&shared.dir.join(&req.endpoint)) {
-        Ok(e) => e,
-        Err(s) => return set_error(&shared, s.message().to_string()),
-    };
-    let channel = match endpoint.connect().await {
+    let channel = match dial_plugin(&shared, &req.endpoint).await {
         Ok(c) => c,
-        Err(e) => return set_error(&shared, format!("dialing plugin: {e}")),
+        Err(s) => return set_error(&shared, s.message().to_string()),
     };
     let mut client = api::device_plugin_client::DevicePluginClient::new(channel);
     if let Err(s) = client.get_device_plugin_options(api::Empty {}).await {

@@ -6,11 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kubedev_kubelet_grpc::authority::ClientAuthority;
 use kubedev_kubelet_grpc::pb::{dra, drahealth, pluginregistration as reg};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::Status;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+use super::{KubeletDialing, KubeletRelease};
 
 /// The DRA service versions a current kubelet speaks.
 pub const KUBELET_DRA_SERVICES: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
@@ -96,23 +99,18 @@ struct DraState {
 #[derive(Debug)]
 pub struct DraKubelet {
     registry_dir: PathBuf,
+    dialing: Arc<KubeletDialing>,
     state: Arc<Mutex<DraState>>,
     changed: watch::Sender<u64>,
     cancel: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
-fn endpoint(path: &Path) -> Result<Endpoint, Status> {
-    Endpoint::from_shared(format!("unix://{}", path.display()))
-        .map_err(|e| Status::internal(format!("bad socket path {}: {e}", path.display())))
-}
-
-async fn connect(path: &Path) -> Result<Channel, Status> {
-    endpoint(path)?
-        .connect_timeout(Duration::from_secs(5))
-        .connect()
+/// Dials `path` sending the `:authority` the emulated kubelet sends on that kind of socket.
+async fn connect(path: &Path, authority: &ClientAuthority) -> Result<Channel, Status> {
+    kubedev_kubelet_grpc::authority::dial(path, authority.clone(), Duration::from_secs(5))
         .await
-        .map_err(|e| Status::unavailable(format!("dialing {}: {e}", path.display())))
+        .map_err(|e| Status::unavailable(e.to_string()))
 }
 
 impl DraKubelet {
@@ -121,18 +119,36 @@ impl DraKubelet {
         Self::start_with_versions(registry_dir, &KUBELET_DRA_SERVICES)
     }
 
+    /// Like [`start`](Self::start), dialing as the kubelet of `release` does.
+    pub fn start_release(
+        registry_dir: impl Into<PathBuf>,
+        release: KubeletRelease,
+    ) -> std::io::Result<Self> {
+        Self::start_full(registry_dir, &KUBELET_DRA_SERVICES, release)
+    }
+
     /// Like [`start`](Self::start), for a kubelet that speaks only `versions` (e.g. an older
     /// kubelet with only `v1beta1.DRAPlugin`).
     pub fn start_with_versions(
         registry_dir: impl Into<PathBuf>,
         versions: &[&str],
     ) -> std::io::Result<Self> {
+        Self::start_full(registry_dir, versions, KubeletRelease::default())
+    }
+
+    fn start_full(
+        registry_dir: impl Into<PathBuf>,
+        versions: &[&str],
+        release: KubeletRelease,
+    ) -> std::io::Result<Self> {
+        let dialing = Arc::new(release.dialing());
         let versions: Arc<Vec<String>> = Arc::new(versions.iter().map(|v| v.to_string()).collect());
         let registry_dir = registry_dir.into();
         std::fs::create_dir_all(&registry_dir)?;
         let (changed, _) = watch::channel(0);
         let mut k = DraKubelet {
             registry_dir,
+            dialing: dialing.clone(),
             state: Arc::default(),
             changed,
             cancel: CancellationToken::new(),
@@ -140,6 +156,7 @@ impl DraKubelet {
         };
         k.task = Some(tokio::spawn(watch_registry(
             versions,
+            dialing,
             k.registry_dir.clone(),
             k.state.clone(),
             k.changed.clone(),
@@ -225,7 +242,7 @@ impl DraKubelet {
         claims: &[ClaimId],
     ) -> Result<BTreeMap<String, PrepareAnswer>, Status> {
         let d = self.driver(driver)?;
-        let channel = connect(Path::new(&d.endpoint)).await?;
+        let channel = connect(Path::new(&d.endpoint), &self.dialing.dra).await?;
         let answer = |err: String| if err.is_empty() { None } else { Some(err) };
         if d.chosen == "v1.DRAPlugin" {
             let mut c = dra::v1::dra_plugin_client::DraPluginClient::new(channel);
@@ -305,7 +322,7 @@ impl DraKubelet {
         claims: &[ClaimId],
     ) -> Result<BTreeMap<String, Result<(), String>>, Status> {
         let d = self.driver(driver)?;
-        let channel = connect(Path::new(&d.endpoint)).await?;
+        let channel = connect(Path::new(&d.endpoint), &self.dialing.dra).await?;
         let to_result = |e: String| if e.is_empty() { Ok(()) } else { Err(e) };
         if d.chosen == "v1.DRAPlugin" {
             let mut c = dra::v1::dra_plugin_client::DraPluginClient::new(channel);
@@ -365,6 +382,7 @@ async fn notify(channel: Channel, ok: bool, error: String) {
 /// Handles one registration socket: GetInfo, validation, version choice, notification, health.
 async fn register(
     versions: Arc<Vec<String>>,
+    dialing: Arc<KubeletDialing>,
     socket: PathBuf,
     state: Arc<Mutex<DraState>>,
     changed: watch::Sender<u64>,
@@ -383,7 +401,7 @@ async fn register(
             }
         }
     };
-    let channel = match connect(&socket).await {
+    let channel = match connect(&socket, &dialing.registration).await {
         Ok(c) => c,
         Err(e) => return update(&mut reject(e.message().to_string())),
     };
@@ -444,7 +462,8 @@ async fn register(
     });
     notify(channel, true, String::new()).await;
     if let Some(h) = health_service {
-        follow_health(driver, endpoint_path, h, state, changed, cancel).await;
+        let dra = dialing.dra.clone();
+        follow_health(driver, endpoint_path, dra, h, state, changed, cancel).await;
     }
 }
 
@@ -515,12 +534,13 @@ async fn follow<T>(
 async fn follow_health(
     driver: String,
     endpoint: PathBuf,
+    authority: ClientAuthority,
     service: String,
     state: Arc<Mutex<DraState>>,
     changed: watch::Sender<u64>,
     cancel: CancellationToken,
 ) {
-    let Ok(channel) = connect(&endpoint).await else {
+    let Ok(channel) = connect(&endpoint, &authority).await else {
         return;
     };
     let apply = |devices: Vec<(String, DeviceHealthSeen)>| {
@@ -552,6 +572,7 @@ async fn follow_health(
 /// removed socket deregisters its driver.
 async fn watch_registry(
     versions: Arc<Vec<String>>,
+    dialing: Arc<KubeletDialing>,
     dir: PathBuf,
     state: Arc<Mutex<DraState>>,
     changed: watch::Sender<u64>,
@@ -596,6 +617,7 @@ async fn watch_registry(
             known.insert(p.clone(), (ident, token.clone()));
             tokio::spawn(register(
                 versions.clone(),
+                dialing.clone(),
                 p.clone(),
                 state.clone(),
                 changed.clone(),

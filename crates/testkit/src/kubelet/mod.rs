@@ -16,9 +16,64 @@ mod device_plugin;
 mod dra;
 mod pod_resources;
 
+use kubedev_kubelet_grpc::authority::ClientAuthority;
+
 pub use device_plugin::{DeviceState, KubeletEmulator, RegistrationRecord, ResourceState};
 pub use dra::{
     ClaimId, DeviceHealthSeen, DraDriverState, DraKubelet, KUBELET_DRA_SERVICES, PrepareAnswer,
     PreparedDeviceAnswer,
 };
 pub use pod_resources::PodResourcesEmulator;
+
+/// A kubelet release the emulator dials like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[non_exhaustive]
+pub enum KubeletRelease {
+    /// Kubernetes 1.34 (grpc-go 1.72).
+    V1_34,
+    /// Kubernetes 1.35 (grpc-go 1.72).
+    V1_35,
+    /// Kubernetes 1.36 (grpc-go 1.79).
+    V1_36,
+    /// Kubernetes 1.37 (grpc-go 1.81).
+    #[default]
+    V1_37,
+}
+
+impl KubeletRelease {
+    /// Every release kubedev supports, oldest first.
+    pub const ALL: [KubeletRelease; 4] = [
+        KubeletRelease::V1_34,
+        KubeletRelease::V1_35,
+        KubeletRelease::V1_36,
+        KubeletRelease::V1_37,
+    ];
+
+    /// How this release's kubelet dials plugin sockets.
+    pub fn dialing(self) -> KubeletDialing {
+        // The same calls in every supported release (read from the kubelet's source at each
+        // tag); grpc-go percent-encodes a path target as the authority since 1.57, so all of
+        // them send the same bytes.
+        KubeletDialing {
+            registration: ClientAuthority::EscapedSocketPath,
+            dra: ClientAuthority::Localhost,
+            device_plugin: ClientAuthority::Localhost,
+        }
+    }
+}
+
+/// The HTTP/2 `:authority` a kubelet sends on each kind of plugin socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletDialing {
+    /// The plugin watcher dialing a registration socket
+    /// (`pluginmanager/operationexecutor`): `grpc.DialContext(ctx, socketPath, …,
+    /// WithContextDialer(unix))`, a path target, so grpc-go sends the path percent-encoded.
+    pub registration: ClientAuthority,
+    /// The DRA manager dialing the endpoint from `GetInfo` (`cm/dra/plugin`):
+    /// `grpc.NewClient("unix:" + endpoint)`, so `localhost`; the health stream shares the
+    /// connection.
+    pub dra: ClientAuthority,
+    /// The device manager dialing a device plugin (`cm/devicemanager/plugin/v1beta1`):
+    /// `grpc.DialContext(…, WithAuthority("localhost"))`.
+    pub device_plugin: ClientAuthority,
+}

@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex};
 
 use kubedev_kubelet_grpc::pb::podresources::v1 as pr;
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Default)]
@@ -34,13 +33,12 @@ impl PodResourcesEmulator {
         let cancel = CancellationToken::new();
         let svc = Service(state.clone());
         let stop = cancel.clone();
+        // The kubelet's grpc-go server takes any :authority, as the layer does.
+        let incoming = kubedev_kubelet_grpc::authority::incoming(listener, path);
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
                 .add_service(pr::pod_resources_lister_server::PodResourcesListerServer::new(svc))
-                .serve_with_incoming_shutdown(
-                    UnixListenerStream::new(listener),
-                    stop.cancelled_owned(),
-                )
+                .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await;
         });
         Ok(PodResourcesEmulator {
