@@ -11,7 +11,10 @@
 //!   beneath a volume the DaemonSet mounts, and the daemon's `--config` file is that ConfigMap's
 //!   key, mounted;
 //! - the objects refer to each other by the right names (ConfigMap, ServiceAccount,
-//!   ClusterRole), and each DeviceClass's CEL selector compiles and names the driver.
+//!   ClusterRole), and each DeviceClass's CEL selector compiles and names the driver;
+//! - for the default values and `ci/long-driver-values.yaml` (the longest driver name), the
+//!   daemon started on that configuration, with `POD_UID` and `NODE_NAME` set, registers with
+//!   the emulated kubelet's both APIs (see the `start` module).
 //!
 //! Then `deploy/manifests/kubedev.yaml` must equal the default rendering (`--write`
 //! regenerates it), and the image definition must match the chart and the workspace
@@ -56,6 +59,10 @@ const HELM_SHA256: &str = "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd2
 
 /// The chart, relative to the workspace root.
 const CHART: &str = "deploy/helm/kubedev";
+
+/// The values files (besides the defaults) whose configuration deploy-check also starts the
+/// daemon on, against the emulated kubelet and API server.
+const START_TESTED: &[&str] = &["long-driver-values.yaml"];
 /// The plain manifests, relative to the workspace root.
 const MANIFESTS: &str = "deploy/manifests/kubedev.yaml";
 /// Release name and namespace of the plain manifests.
@@ -114,6 +121,16 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
             problems.push(format!("{label}: {p}"));
         }
         if let Some((container, config)) = daemon_of(&rendered) {
+            let start = values
+                .as_deref()
+                .and_then(Path::file_name)
+                .is_none_or(|f| START_TESTED.iter().any(|s| f == *s));
+            if start {
+                eprintln!("deploy-check: {label}: the daemon starts and registers");
+                if let Err(e) = start::starts_and_registers(&kubedev, &config) {
+                    problems.push(format!("{label}: the daemon on this configuration: {e:#}"));
+                }
+            }
             daemons.push((label.clone(), container, config));
         }
         if values.is_none() {
@@ -990,6 +1007,7 @@ fn run_in(dir: &Path, cmd: &mut Command) -> anyhow::Result<()> {
 }
 
 mod image;
+mod start;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
