@@ -702,6 +702,20 @@ impl DevicePlugins {
             added.push((r, raw, policy, devices));
         }
         let names: Vec<_> = added.iter().map(|(r, ..)| r.name.clone()).collect();
+        // The kubelet creates its device-plugin directory at start; one that does not exist yet
+        // (the kubelet starts later, or a workstation run) is created here, as the kubelet would.
+        if !added.is_empty() && !dp.directory.is_dir() {
+            if let Err(e) = std::fs::create_dir_all(&dp.directory) {
+                self.forget_unstarted(&names);
+                return Err(e).with_context(|| {
+                    format!(
+                        "creating the device-plugin directory {}",
+                        dp.directory.display()
+                    )
+                });
+            }
+            tracing::info!(directory = %dp.directory.display(), "created the device-plugin directory");
+        }
         if let Err(e) = self.publisher.publish(inventory).await {
             self.forget_unstarted(&names);
             return Err(e).context("publishing the inventory to the device-plugin resources");

@@ -80,7 +80,9 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
 
     let mut config = config.clone();
     move_paths(&mut config, KUBELET_DIR, &kubelet_dir.display().to_string());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     config["hostRoot"] = json!(host.path());
     config["stateDir"] = json!(scratch.path().join("state"));
     config["metrics"]["address"] = json!(format!("127.0.0.1:{port}"));
@@ -155,7 +157,11 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
                 "not registered within {WAIT:?}: DRA driver {} {}, device-plugin resources \
                  missing {dp_missing:?}; DRA registrations rejected: {:?}",
                 driver.as_deref().unwrap_or("-"),
-                if dra_ok { "registered" } else { "not registered" },
+                if dra_ok {
+                    "registered"
+                } else {
+                    "not registered"
+                },
                 dra_kubelet.rejected()
             ));
         }

@@ -186,10 +186,10 @@ pub(super) fn write_goaway(last_stream: u32, error: u32, debug: &str, out: &mut 
 
 /// The `SETTINGS_HEADER_TABLE_SIZE` values in a SETTINGS payload.
 pub(super) fn header_table_sizes(payload: &[u8]) -> impl Iterator<Item = usize> + '_ {
-    payload.chunks_exact(6).filter_map(|s| {
-        (u16::from_be_bytes([s[0], s[1]]) == SETTING_HEADER_TABLE_SIZE)
-            .then(|| u32::from_be_bytes([s[2], s[3], s[4], s[5]]) as usize)
-    })
+    payload
+        .chunks_exact(6)
+        .filter(|s| u16::from_be_bytes([s[0], s[1]]) == SETTING_HEADER_TABLE_SIZE)
+        .map(|s| u32::from_be_bytes([s[2], s[3], s[4], s[5]]) as usize)
 }
 
 #[cfg(test)]

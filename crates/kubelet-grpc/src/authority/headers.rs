@@ -108,18 +108,16 @@ pub(super) fn accept_request(mut headers: HeaderList) -> Verdict {
         return Verdict::Refuse(":protocol is only allowed on CONNECT requests".into());
     }
     match value(scheme) {
-        Some(s) if is_connect && !protocol => {
-            let _ = s;
+        Some(_) if is_connect && !protocol => {
             return Verdict::Refuse("a CONNECT request carries :scheme".into());
         }
-        Some(s) => {
-            if Scheme::try_from(s).is_err() {
-                return Verdict::Refuse(format!(
-                    ":scheme {:?} is not a URI scheme",
-                    s.escape_ascii().to_string()
-                ));
-            }
+        Some(s) if Scheme::try_from(s).is_err() => {
+            return Verdict::Refuse(format!(
+                ":scheme {:?} is not a URI scheme",
+                s.escape_ascii().to_string()
+            ));
         }
+        Some(_) => {}
         None if !is_connect || protocol => {
             return Verdict::Refuse("the request has no :scheme".into());
         }
@@ -130,14 +128,13 @@ pub(super) fn accept_request(mut headers: HeaderList) -> Verdict {
             return Verdict::Refuse("a CONNECT request carries :path".into());
         }
         Some([]) => return Verdict::Refuse("the request's :path is empty".into()),
-        Some(p) => {
-            if PathAndQuery::try_from(p).is_err() {
-                return Verdict::Refuse(format!(
-                    ":path {:?} is not a valid request path",
-                    p.escape_ascii().to_string()
-                ));
-            }
+        Some(p) if PathAndQuery::try_from(p).is_err() => {
+            return Verdict::Refuse(format!(
+                ":path {:?} is not a valid request path",
+                p.escape_ascii().to_string()
+            ));
         }
+        Some(_) => {}
         None if !is_connect => return Verdict::Refuse("the request has no :path".into()),
         None if protocol => {
             return Verdict::Refuse("an extended CONNECT request has no :path".into());

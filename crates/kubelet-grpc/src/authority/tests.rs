@@ -236,7 +236,7 @@ fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 const GET_INFO: &str = "/pluginregistration.Registration/GetInfo";
 
-fn grpc_headers<'a>(authority: &'a str) -> Vec<(&'static str, &'a str)> {
+fn grpc_headers(authority: &str) -> Vec<(&'static str, &str)> {
     vec![
         (":method", "POST"),
         (":scheme", "http"),
