@@ -472,6 +472,18 @@ impl Config {
         {
             return Err(invalid("dra.podUid", format!("{uid:?} is not a UID")));
         }
+        // Both sockets must fit in a Unix socket address (names are shortened on their own; only
+        // a directory that leaves no room fails).
+        let sockets = kubedev_kubelet_grpc::dra::DraPluginConfig::new(driver.clone())
+            .plugin_dir(&plugin_dir)
+            .registry_dir(&d.registry_dir)
+            .pod_uid(pod_uid.clone().unwrap_or_default());
+        sockets
+            .dra_socket()
+            .map_err(|e| invalid("dra.pluginDir", e.to_string()))?;
+        sockets
+            .registration_socket()
+            .map_err(|e| invalid("dra.registryDir", e.to_string()))?;
         let mut device_classes = Vec::new();
         for (i, c) in d.device_classes.iter().enumerate() {
             let field = |f: &str| format!("dra.deviceClasses[{i}].{f}");
@@ -551,6 +563,12 @@ impl Config {
                     format!("devicePlugin.resources[{i}].name"),
                     format!("{:?} is configured twice", r.name),
                 ));
+            }
+            if let Ok(name) = ExtendedResourceName::new(r.name.clone()) {
+                kubedev_kubelet_grpc::device_plugin::DevicePluginConfig::new(name)
+                    .plugin_dir(&self.device_plugin.directory)
+                    .socket_path()
+                    .map_err(|e| invalid("devicePlugin.directory".into(), e.to_string()))?;
             }
         }
         if (self.dra.enabled
@@ -704,6 +722,36 @@ backends:
         let c: Config = serde_saphyr::from_str(&bad).unwrap();
         let err = c.dra(Path::new("c.yaml"), env).unwrap_err().to_string();
         assert!(err.contains("dra.driverName"), "{err}");
+    }
+
+    #[test]
+    fn socket_directories_that_leave_no_room_are_refused_naming_the_field_and_path() {
+        let deep = format!("/{}", "d".repeat(100));
+        let longest = format!("{}.example.com", "a".repeat(51));
+        let dra = |field: &str| {
+            format!(
+                "nodeName: n\ndra:\n  enabled: true\n  driverName: {longest}\n  {field}: {deep}\n{GOOD}"
+            )
+        };
+        let env = |k: &str| (k == "POD_UID").then(|| "0b4c6a8e-8c4f-4d7e".to_string());
+        for field in ["pluginDir", "registryDir"] {
+            let c: Config = serde_saphyr::from_str(&dra(field)).unwrap();
+            let err = c.dra(Path::new("c.yaml"), env).unwrap_err().to_string();
+            assert!(err.contains(&format!("dra.{field}")), "{err}");
+            assert!(err.contains(&deep) && err.contains("107 bytes"), "{err}");
+        }
+        // The longest driver name in the kubelet's directories, with a pod UID, is fine.
+        let ok = format!("nodeName: n\ndra:\n  enabled: true\n  driverName: {longest}\n{GOOD}");
+        let c: Config = serde_saphyr::from_str(&ok).unwrap();
+        assert!(c.dra(Path::new("c.yaml"), env).is_ok());
+        let bad = GOOD.replace("/tmp/dp", &deep);
+        let err = Config::parse(&bad, Path::new("c.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("devicePlugin.directory") && err.contains(&deep),
+            "{err}"
+        );
     }
 
     #[test]
