@@ -39,17 +39,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::{self, File};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::atomic_file;
 use crate::{AllocatedDevice, ClaimRef, PreparedDevice};
+use crate::{atomic_file, safefs};
 
 /// The checkpoint's file name inside the plugin data directory.
 pub const CHECKPOINT_FILE: &str = "kubedev-checkpoint.json";
@@ -283,6 +282,10 @@ pub enum CheckpointError {
         /// The I/O error.
         source: io::Error,
     },
+    /// Something other than a regular file is where the checkpoint, the boot ID or a lock file
+    /// belongs.
+    #[error(transparent)]
+    NotAFile(crate::safefs::SafeOpenError),
     /// `complete_prepare` was called for a claim the checkpoint does not hold.
     #[error("claim {uid} has no prepare recorded in checkpoint {path}")]
     UnknownClaim {
@@ -372,7 +375,7 @@ impl InstanceLease {
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
         let leases = dir.as_ref().join(INSTANCES_DIR);
-        fs::create_dir_all(&leases).map_err(|source| CheckpointError::CreateDir {
+        safefs::create_private_dir_all(&leases).map_err(|source| CheckpointError::CreateDir {
             path: leases.clone(),
             source,
         })?;
@@ -404,7 +407,7 @@ impl InstanceLease {
             return false;
         }
         let path = dir.as_ref().join(INSTANCES_DIR).join(format!("{id}.lock"));
-        let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
+        let Ok(Some(file)) = safefs::open_regular(&path, safefs::Access::Read) else {
             return false;
         };
         match file.try_lock() {
@@ -433,17 +436,18 @@ fn open_lock_file(dir: &Path) -> Result<(PathBuf, File), CheckpointError> {
 
 /// Opens (creating it, private) a file whose `flock` stands for a lock.
 fn open_lock_path(path: &Path) -> Result<File, CheckpointError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-        .map_err(|source| CheckpointError::Lock {
+    match safefs::open_regular(path, safefs::Access::ReadWriteCreate { mode: 0o600 }) {
+        Ok(Some(file)) => Ok(file),
+        Ok(None) => Err(CheckpointError::Lock {
+            path: path.to_path_buf(),
+            source: io::Error::from(io::ErrorKind::NotFound),
+        }),
+        Err(e @ safefs::SafeOpenError::NotAFile { .. }) => Err(CheckpointError::NotAFile(e)),
+        Err(safefs::SafeOpenError::Io { source, .. }) => Err(CheckpointError::Lock {
             path: path.to_path_buf(),
             source,
-        })
+        }),
+    }
 }
 
 /// The checkpoint of one plugin data directory, loaded in memory and persisted on every change.
@@ -470,7 +474,7 @@ impl CheckpointStore {
         boot_id_path: impl AsRef<Path>,
     ) -> Result<(CheckpointStore, LoadOutcome), CheckpointError> {
         let dir = dir.as_ref().to_owned();
-        fs::create_dir_all(&dir).map_err(|source| CheckpointError::CreateDir {
+        safefs::create_private_dir_all(&dir).map_err(|source| CheckpointError::CreateDir {
             path: dir.clone(),
             source,
         })?;
@@ -757,13 +761,24 @@ fn read_boot_id(path: &Path) -> Result<String, CheckpointError> {
         path: path.to_owned(),
         reason: reason.to_owned(),
     };
-    let mut raw = Vec::new();
-    File::open(path)
-        .and_then(|f| f.take(MAX_BOOT_ID_LEN as u64 + 2).read_to_end(&mut raw))
-        .map_err(|source| CheckpointError::ReadBootId {
-            path: path.to_owned(),
-            source,
-        })?;
+    let raw = match safefs::read_regular(path, MAX_BOOT_ID_LEN as u64 + 1) {
+        Ok(Some(raw)) => raw,
+        Ok(None) => {
+            return Err(CheckpointError::ReadBootId {
+                path: path.to_owned(),
+                source: io::Error::from(io::ErrorKind::NotFound),
+            });
+        }
+        Err(e @ safefs::SafeOpenError::NotAFile { .. }) => {
+            return Err(CheckpointError::NotAFile(e));
+        }
+        Err(safefs::SafeOpenError::Io { source, .. }) => {
+            return Err(CheckpointError::ReadBootId {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
     let text = String::from_utf8(raw).map_err(|_| invalid("not UTF-8"))?;
     let id = text.trim();
     if id.is_empty() {
@@ -791,15 +806,14 @@ fn read_checkpoint(path: &Path) -> Result<FileState, CheckpointError> {
         path: path.to_owned(),
         source,
     };
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(FileState::Missing),
-        Err(e) => return Err(read_err(e)),
+    let bytes = match safefs::read_regular(path, MAX_CHECKPOINT_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(FileState::Missing),
+        Err(e @ safefs::SafeOpenError::NotAFile { .. }) => {
+            return Err(CheckpointError::NotAFile(e));
+        }
+        Err(safefs::SafeOpenError::Io { source, .. }) => return Err(read_err(source)),
     };
-    let mut bytes = Vec::new();
-    file.take(MAX_CHECKPOINT_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_err)?;
     if bytes.len() as u64 > MAX_CHECKPOINT_BYTES {
         return Ok(FileState::Corrupt(format!(
             "larger than {MAX_CHECKPOINT_BYTES} bytes"
@@ -1532,6 +1546,55 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(store.path()).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        for dir in [nested.clone(), nested.join(INSTANCES_DIR)] {
+            let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{}", dir.display());
+        }
+    }
+
+    /// Special files where the checkpoint, the lock or the boot ID belong are refused at once
+    /// (a FIFO used to block `open` forever while the node lock was held).
+    #[test]
+    fn special_files_in_place_of_our_files_are_refused_without_blocking() {
+        let mkfifo = |p: &Path| {
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                p,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap()
+        };
+        for target in [CHECKPOINT_FILE, LOCK_FILE, "boot"] {
+            let fx = Fixture::new();
+            let path = if target == "boot" {
+                fs::remove_file(fx.boot_path()).unwrap();
+                fx.boot_path()
+            } else {
+                fx.dir.path().join(target)
+            };
+            mkfifo(&path);
+            let started = std::time::Instant::now();
+            let err = CheckpointStore::open(fx.dir.path(), fx.boot_path()).unwrap_err();
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{target}: blocked"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains(&path.display().to_string()) && text.contains("FIFO"),
+                "{target}: {text}"
+            );
+        }
+        // A link to another file is not followed, and the file it points at is left alone.
+        let fx = Fixture::new();
+        let elsewhere = fx.boot_dir.path().join("elsewhere.json");
+        fs::write(&elsewhere, "not ours").unwrap();
+        std::os::unix::fs::symlink(&elsewhere, fx.file()).unwrap();
+        let err = CheckpointStore::open(fx.dir.path(), fx.boot_path()).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert_eq!(fs::read_to_string(&elsewhere).unwrap(), "not ours");
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod names;
 mod prepare;
 mod publish;
 mod quantity;
+pub mod safefs;
 mod source;
 pub mod static_backend;
 mod version;
