@@ -44,6 +44,10 @@ pub const MAX_SHARE_ID_LEN: usize = 128;
 
 /// Mode of spec files: container runtimes may run as another user.
 const SPEC_MODE: u32 = 0o644;
+/// The mode of a CDI directory kubedev creates. Unlike kubedev's other directories it is not
+/// private: the container runtime and CDI tools (`nvidia-ctk cdi list`, podman run by a user)
+/// read the specs in it, as they do in `/etc/cdi` and `/var/run/cdi`.
+const SPEC_DIR_MODE: u32 = 0o755;
 
 /// Kubernetes' limit on the total size of annotations, which CDI applies too.
 const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
@@ -584,7 +588,7 @@ fn device_name(claim_uid: &str, device: &AllocatedDevice) -> Result<String, CdiE
 /// given: container runtimes read `.json` files as JSON and `.yaml` files as YAML.
 pub fn write_spec_file(path: &Path, content: &[u8]) -> Result<(), CdiError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        fs::create_dir_all(dir).map_err(|source| CdiError::Io {
+        crate::safefs::create_dir_all_mode(dir, SPEC_DIR_MODE).map_err(|source| CdiError::Io {
             op: "creating directory",
             path: dir.to_path_buf(),
             source,
@@ -604,6 +608,19 @@ pub struct CdiClaimSpec {
     /// For each prepared device, in the order given: its qualified CDI device ID
     /// (`k8s.<driver>/claim=<name>`), or `None` when it needs no container edits.
     pub device_ids: Vec<Option<String>>,
+}
+
+/// What [`CdiWriter::ensure_claim`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SpecCheck {
+    /// The spec file was exactly as it should be (or correctly absent).
+    Intact,
+    /// The spec file was missing or damaged and was written again.
+    Repaired {
+        /// What was at the path: `no file`, `a symbolic link`, `a truncated or different file`, ...
+        found: String,
+    },
 }
 
 /// Writes and removes one driver's claim spec files in a CDI directory.
@@ -713,6 +730,26 @@ impl CdiWriter {
         Ok((Some(spec), ids))
     }
 
+    /// The spec file of a claim and its exact bytes as [`CdiWriter::write_claim`] writes them
+    /// (`None` when no device needs container edits), with the CDI device IDs.
+    fn claim_bytes(
+        &self,
+        claim_uid: &str,
+        prepared: &[PreparedDevice],
+    ) -> Result<(PathBuf, Option<Vec<u8>>, Vec<Option<String>>), CdiError> {
+        let path = self.claim_file(claim_uid)?;
+        let (spec, device_ids) = self.claim_spec(claim_uid, prepared)?;
+        let Some(spec) = spec else {
+            return Ok((path, None, device_ids));
+        };
+        let mut bytes = serde_json::to_vec_pretty(&spec).map_err(|source| CdiError::Serialize {
+            path: path.clone(),
+            source,
+        })?;
+        bytes.push(b'\n');
+        Ok((path, Some(bytes), device_ids))
+    }
+
     /// Writes the spec file for a claim's prepared devices (replacing an earlier one atomically)
     /// and returns the CDI device IDs for the kubelet. Nothing is written when a name or the
     /// content is invalid. When no device needs container edits, an earlier file is removed.
@@ -721,30 +758,85 @@ impl CdiWriter {
         claim_uid: &str,
         prepared: &[PreparedDevice],
     ) -> Result<CdiClaimSpec, CdiError> {
-        let path = self.claim_file(claim_uid)?;
-        let (spec, device_ids) = self.claim_spec(claim_uid, prepared)?;
-        let Some(spec) = spec else {
+        let (path, bytes, device_ids) = self.claim_bytes(claim_uid, prepared)?;
+        let Some(bytes) = bytes else {
             self.remove_claim(claim_uid)?;
             return Ok(CdiClaimSpec {
                 file: None,
                 device_ids,
             });
         };
-        let mut bytes = serde_json::to_vec_pretty(&spec).map_err(|source| CdiError::Serialize {
-            path: path.clone(),
-            source,
-        })?;
-        bytes.push(b'\n');
-        fs::create_dir_all(&self.dir).map_err(|source| CdiError::Io {
-            op: "creating directory",
-            path: self.dir.clone(),
-            source,
-        })?;
-        atomic_file::replace(&path, SPEC_MODE, |f| f.write_all(&bytes))?;
+        self.put(&path, &bytes)?;
         Ok(CdiClaimSpec {
             file: Some(path),
             device_ids,
         })
+    }
+
+    /// Writes `bytes` at `path` atomically. A rename replaces a link, a FIFO or a damaged file in
+    /// place (never writing through it); a directory in the way is moved aside first, to a name
+    /// container runtimes do not read.
+    fn put(&self, path: &Path, bytes: &[u8]) -> Result<(), CdiError> {
+        crate::safefs::create_dir_all_mode(&self.dir, SPEC_DIR_MODE).map_err(|source| {
+            CdiError::Io {
+                op: "creating directory",
+                path: self.dir.clone(),
+                source,
+            }
+        })?;
+        if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            let aside = (1..)
+                .map(|n| path.with_extension(format!("json.damaged-{n}")))
+                .find(|p| fs::symlink_metadata(p).is_err())
+                .unwrap_or_else(|| path.with_extension("json.damaged"));
+            fs::rename(path, &aside).map_err(|source| CdiError::Io {
+                op: "moving a directory aside from",
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+        atomic_file::replace(path, SPEC_MODE, |f| f.write_all(bytes))?;
+        Ok(())
+    }
+
+    /// Makes sure a claim's spec file holds exactly what [`CdiWriter::write_claim`] would write
+    /// for `prepared`, rewriting it atomically when it is missing, differs, or is not a regular
+    /// file (a link is replaced, never followed). Says what it found.
+    pub fn ensure_claim(
+        &self,
+        claim_uid: &str,
+        prepared: &[PreparedDevice],
+    ) -> Result<SpecCheck, CdiError> {
+        let (path, bytes, _) = self.claim_bytes(claim_uid, prepared)?;
+        let Some(bytes) = bytes else {
+            return Ok(match self.remove_claim(claim_uid)? {
+                true => SpecCheck::Repaired {
+                    found: "a spec file for a claim whose devices need none".into(),
+                },
+                false => SpecCheck::Intact,
+            });
+        };
+        let found = match crate::safefs::read_regular(&path, bytes.len() as u64) {
+            Ok(Some(current)) if current == bytes => return Ok(SpecCheck::Intact),
+            Ok(Some(current)) if current.len() > bytes.len() => {
+                "a longer file with other content".to_string()
+            }
+            Ok(Some(current)) if current.len() < bytes.len() => {
+                format!(
+                    "a truncated or different file ({} of {} bytes)",
+                    current.len(),
+                    bytes.len()
+                )
+            }
+            Ok(Some(_)) => "a file with different content".to_string(),
+            Ok(None) => "no file".to_string(),
+            Err(crate::safefs::SafeOpenError::NotAFile { found, .. }) => found.to_string(),
+            Err(crate::safefs::SafeOpenError::Io { source, .. }) => {
+                format!("a file that cannot be read ({source})")
+            }
+        };
+        self.put(&path, &bytes)?;
+        Ok(SpecCheck::Repaired { found })
     }
 
     /// Removes a claim's spec file. Returns whether there was one; a missing file is success.
@@ -1305,6 +1397,103 @@ mod tests {
             format!("{UID}-gpu-1"),
             "rewritten in place"
         );
+    }
+
+    /// Every kind of damage to a spec kubedev owns is found and repaired in place; a link's
+    /// target is never written.
+    #[test]
+    fn damaged_specs_are_rewritten_and_links_never_followed() {
+        let dir = TestDir::new("cdi-damage");
+        let cdi_dir = dir.path().join("cdi");
+        let w = writer(&cdi_dir);
+        let devices = [prepared("gpu-0"), prepared("gpu-1")];
+        let path = w.write_claim(UID, &devices).unwrap().file.unwrap();
+        let good = fs::read(&path).unwrap();
+        assert_eq!(w.ensure_claim(UID, &devices).unwrap(), SpecCheck::Intact);
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "not a spec").unwrap();
+
+        type Damage = Box<dyn Fn(&Path)>;
+        let cases: Vec<(&str, Damage, &str)> = vec![
+            (
+                "missing",
+                Box::new(|p: &Path| fs::remove_file(p).unwrap()),
+                "no file",
+            ),
+            (
+                "truncated",
+                Box::new(|p: &Path| {
+                    let f = fs::OpenOptions::new().write(true).open(p).unwrap();
+                    f.set_len(300).unwrap();
+                }),
+                "truncated",
+            ),
+            (
+                "garbage",
+                Box::new(|p: &Path| fs::write(p, vec![0xffu8; 2000]).unwrap()),
+                "other content",
+            ),
+            (
+                "other spec",
+                Box::new(|p: &Path| fs::write(p, b"{}").unwrap()),
+                "truncated or different",
+            ),
+            (
+                "directory",
+                Box::new(|p: &Path| {
+                    fs::remove_file(p).unwrap();
+                    fs::create_dir(p).unwrap();
+                    fs::write(p.join("inside"), "x").unwrap();
+                }),
+                "a directory",
+            ),
+            (
+                "symlink",
+                Box::new({
+                    let victim = victim.clone();
+                    move |p: &Path| {
+                        fs::remove_file(p).unwrap();
+                        std::os::unix::fs::symlink(&victim, p).unwrap();
+                    }
+                }),
+                "a symbolic link",
+            ),
+            (
+                "fifo",
+                Box::new(|p: &Path| {
+                    fs::remove_file(p).unwrap();
+                    rustix::fs::mknodat(
+                        rustix::fs::CWD,
+                        p,
+                        rustix::fs::FileType::Fifo,
+                        rustix::fs::Mode::from_raw_mode(0o644),
+                        0,
+                    )
+                    .unwrap();
+                }),
+                "FIFO",
+            ),
+        ];
+        for (what, damage, found) in cases {
+            damage(&path);
+            match w.ensure_claim(UID, &devices).unwrap() {
+                SpecCheck::Repaired { found: f } => assert!(f.contains(found), "{what}: {f}"),
+                other => panic!("{what}: {other:?}"),
+            }
+            let meta = fs::symlink_metadata(&path).unwrap();
+            assert!(meta.is_file(), "{what}: not a regular file after repair");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o644, "{what}");
+            assert_eq!(fs::read(&path).unwrap(), good, "{what}");
+            assert_eq!(
+                w.ensure_claim(UID, &devices).unwrap(),
+                SpecCheck::Intact,
+                "{what}"
+            );
+        }
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "not a spec");
+        // The directory was moved aside, under a name no container runtime reads as a spec.
+        let listed: Vec<_> = w.list_claim_files().unwrap();
+        assert_eq!(listed, [(UID.to_string(), path.clone())]);
     }
 
     #[test]

@@ -203,9 +203,15 @@ pub fn read_regular(path: &Path, limit: u64) -> Result<Option<Vec<u8>>, SafeOpen
 /// Creates `dir` and its missing parents, each new one private to the daemon (0700). Existing
 /// directories keep their mode.
 pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    create_dir_all_mode(dir, 0o700)
+}
+
+/// Creates `dir` and its missing parents with `mode` (less the umask). Existing directories
+/// keep their mode.
+pub fn create_dir_all_mode(dir: &Path, mode: u32) -> io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(mode)
         .create(dir)
 }
 

@@ -77,6 +77,7 @@ async fn setup(base: &Path) -> Setup {
     let cluster = ClusterServices {
         claims: Arc::new(Claims),
         slices: Arc::new(NoSlices),
+        events: None,
     };
     tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await.unwrap() });
     assert!(

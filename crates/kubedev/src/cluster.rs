@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kubedev_apiserver::{ClaimReader, PublisherTask, SlicePublisher, connect};
+use kubedev_apiserver::{ClaimReader, NodeEvents, PublisherTask, SlicePublisher, connect};
 use kubedev_core::{AllocatedDevice, ClaimRef};
 
 use crate::config::DraSpec;
@@ -21,6 +21,18 @@ impl ClaimSource for ApiClaims {
             .map(|a| a.devices())
             .map_err(|e| e.to_string())
     }
+
+    async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
+        self.0
+            .reserved_claims()
+            .await
+            .map(|list| {
+                list.into_iter()
+                    .map(|c| (c.claim.clone(), c.devices()))
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// Connects to the API server for `spec`'s driver and node and starts slice publishing; the task
@@ -36,9 +48,24 @@ pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices,
     }
     let publisher = SlicePublisher::new(client.clone(), spec.driver.clone(), &spec.node_name)?;
     let task = publisher.start()?;
+    // The reporting instance names this daemon (its pod, when the chart says) within the
+    // 128 characters the API server allows.
+    let mut instance = std::env::var("POD_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("kubedev@{}", spec.node_name));
+    if instance.len() > 128 {
+        let mut end = 128;
+        while !instance.is_char_boundary(end) {
+            end -= 1;
+        }
+        instance.truncate(end);
+    }
+    let events = NodeEvents::new(client.clone(), spec.node_name.to_string(), instance);
     let services = ClusterServices {
         claims: Arc::new(ApiClaims(ClaimReader::new(client, spec.driver.clone()))),
         slices: Arc::new(publisher),
+        events: Some(events),
     };
     Ok((services, task))
 }

@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use kubedev_core::cdi::CdiWriter;
-use kubedev_core::checkpoint::{Change, CheckpointStore, ClaimState};
+use kubedev_core::cdi::SpecCheck;
+use kubedev_core::checkpoint::{Change, CheckpointStore, ClaimState, LoadOutcome};
 use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{DraHandler, PreparedClaimDevice};
 use tokio::sync::{mpsc, oneshot};
@@ -30,6 +31,13 @@ pub trait ClaimSource: Send + Sync + 'static {
     /// opaque configuration. Errors say why the claim cannot be prepared (not found, UID
     /// mismatch, not allocated, nothing for this driver).
     async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String>;
+
+    /// Every claim the cluster says is allocated devices of this driver and reserved for a
+    /// consumer, with those devices: what recovery rebuilds from when the checkpoint was lost.
+    /// `Err` says why the source cannot tell (then nothing may be judged orphaned).
+    async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
+        Err("this claim source cannot list the cluster's claims".into())
+    }
 }
 
 /// What start-up recovery did.
@@ -37,8 +45,9 @@ pub trait ClaimSource: Send + Sync + 'static {
 pub struct Recovery {
     /// Claims whose prepare had started but not completed, rolled back.
     pub rolled_back: Vec<String>,
-    /// Completed claims whose CDI file was missing and was written again.
-    pub cdi_rewritten: Vec<String>,
+    /// Completed claims whose CDI spec was missing or damaged and was written again, with what
+    /// was found in its place.
+    pub cdi_repaired: Vec<(String, String)>,
     /// CDI files of ours that no claim owned, removed.
     pub cdi_removed: Vec<PathBuf>,
     /// Temporary files of interrupted CDI writes, removed.
@@ -46,7 +55,22 @@ pub struct Recovery {
     /// Unfinished prepares left alone: the instance that started them is still running (the
     /// old daemon during a rolling update).
     pub left_to_other_instance: Vec<String>,
+    /// Why the checkpoint's records were lost (a corrupt file moved aside, or a missing file
+    /// while CDI specs of ours existed); `None` when they were read.
+    pub checkpoint_lost: Option<String>,
+    /// Claims re-prepared from what the API server says (after a lost checkpoint).
+    pub rebuilt: Vec<String>,
+    /// Claims the API server listed that could not be re-prepared, with why.
+    pub rebuild_failed: Vec<(String, String)>,
+    /// CDI specs kept although no record owns them, because the API server could not be asked
+    /// whether their claims still exist.
+    pub kept_unverified: Vec<PathBuf>,
+    /// Why the API server could not be asked (after a lost checkpoint).
+    pub cluster_error: Option<String>,
 }
+
+/// How long recovery waits for the API server's list of claims after a lost checkpoint.
+const REBUILD_LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How old a temporary CDI file must be before recovery removes it while another instance
 /// runs (its writes take milliseconds).
@@ -240,8 +264,15 @@ impl DraDriver {
         blocking(move || f(&mut store.lock().unwrap_or_else(|e| e.into_inner()))).await
     }
 
-    /// Start-up recovery; see the module docs. Call once, before serving the kubelet.
-    pub async fn recover(&self) -> Result<Recovery, String> {
+    /// Start-up recovery; see the module docs. Call once, before serving the kubelet, with what
+    /// opening the checkpoint found.
+    ///
+    /// When the checkpoint's records were lost (a corrupt file, or no file while CDI specs of
+    /// this driver exist), nothing a running pod needs is destroyed: every claim the API server
+    /// says is allocated devices on this node and reserved for a pod is prepared again (its
+    /// record and CDI spec rebuilt), and only specs whose claims the API server does not list
+    /// are removed. When the API server cannot be asked, every spec is kept.
+    pub async fn recover(&self, checkpoint: &LoadOutcome) -> Result<Recovery, String> {
         let mut rec = Recovery::default();
         let records: Vec<_> = {
             let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
@@ -277,43 +308,60 @@ impl DraDriver {
                     let cdi = self.cdi.clone();
                     let u = uid.clone();
                     let prepared = r.prepared.clone();
-                    let rewritten = blocking(move || {
-                        let file = cdi.claim_file(&u).map_err(|e| e.to_string())?;
-                        let (spec, _) = cdi.claim_spec(&u, &prepared).map_err(|e| e.to_string())?;
-                        if spec.is_some() && !file.exists() {
-                            cdi.write_claim(&u, &prepared).map_err(|e| e.to_string())?;
-                            return Ok(true);
-                        }
-                        Ok(false)
+                    let check = blocking(move || {
+                        cdi.ensure_claim(&u, &prepared).map_err(|e| e.to_string())
                     })
                     .await?;
-                    if rewritten {
-                        rec.cdi_rewritten.push(uid);
+                    if let SpecCheck::Repaired { found } = check {
+                        tracing::warn!(claim = %r.claim, found = %found, "rewrote a missing or damaged CDI spec");
+                        rec.cdi_repaired.push((uid, found));
                     }
                 }
             }
+        }
+        let cdi = self.cdi.clone();
+        let spec_files =
+            blocking(move || cdi.list_claim_files().map_err(|e| e.to_string())).await?;
+        rec.checkpoint_lost = match checkpoint {
+            LoadOutcome::Corrupt { .. } => Some(checkpoint.to_string()),
+            LoadOutcome::Created if !spec_files.is_empty() => Some(format!(
+                "the checkpoint was missing while {} CDI specs of this driver existed",
+                spec_files.len()
+            )),
+            _ => None,
+        };
+        let mut may_remove_orphans = true;
+        if rec.checkpoint_lost.is_some() {
+            may_remove_orphans = self.rebuild(&mut rec).await;
         }
         // CDI files no claim owns, judged on a fresh read held under the node lock: another
         // instance records a claim before it writes the claim's file, so none of its files can
         // look orphaned while this runs.
         let cdi = self.cdi.clone();
-        rec.cdi_removed = self
+        let (removed, kept) = self
             .with_store(move |s| {
                 s.with_fresh_claims(|owned| {
-                    let mut removed = Vec::new();
+                    let (mut removed, mut kept) = (Vec::new(), Vec::new());
                     for (uid, path) in cdi.list_claim_files().map_err(|e| e.to_string())? {
-                        if !owned.contains_key(&uid) {
-                            std::fs::remove_file(&path).map_err(|e| {
-                                format!("removing orphan CDI file {}: {e}", path.display())
-                            })?;
-                            removed.push(path);
+                        if owned.contains_key(&uid) {
+                            continue;
                         }
+                        if !may_remove_orphans {
+                            kept.push(path);
+                            continue;
+                        }
+                        std::fs::remove_file(&path).map_err(|e| {
+                            format!("removing orphan CDI file {}: {e}", path.display())
+                        })?;
+                        removed.push(path);
                     }
-                    Ok(removed)
+                    Ok((removed, kept))
                 })
                 .map_err(|e| e.to_string())?
             })
             .await?;
+        rec.cdi_removed = removed;
+        rec.kept_unverified = kept;
         // Temporary files of CDI writes a crash interrupted. Another running instance (a rolling
         // update) may be writing one right now: then only old ones go.
         let cdi = self.cdi.clone();
@@ -331,6 +379,46 @@ impl DraDriver {
         Ok(rec)
     }
 
+    /// After a lost checkpoint: prepares again every claim the API server says is reserved and
+    /// allocated devices on this node. Returns whether the API server answered (only then can a
+    /// spec no claim owns be called an orphan).
+    async fn rebuild(&self, rec: &mut Recovery) -> bool {
+        let listed =
+            match tokio::time::timeout(REBUILD_LIST_TIMEOUT, self.claims.reserved_claims()).await {
+                Ok(Ok(listed)) => listed,
+                Ok(Err(e)) => {
+                    rec.cluster_error = Some(e);
+                    return false;
+                }
+                Err(_) => {
+                    rec.cluster_error = Some(format!(
+                        "the API server did not list the claims within {} s",
+                        REBUILD_LIST_TIMEOUT.as_secs()
+                    ));
+                    return false;
+                }
+            };
+        for (claim, devices) in listed {
+            if let Err(e) = kubedev_core::cdi::validate_claim_uid(&claim.uid) {
+                rec.rebuild_failed.push((claim.uid.clone(), e.to_string()));
+                continue;
+            }
+            if !devices
+                .iter()
+                .any(|d| self.backends.owner(&d.device.pool).is_some())
+            {
+                continue;
+            }
+            let lock = self.lock_for(&claim.uid);
+            let _held = lock.lock().await;
+            match self.prepare_locked(&claim).await {
+                Ok(_) => rec.rebuilt.push(claim.uid.clone()),
+                Err(f) => rec.rebuild_failed.push((claim.uid.clone(), f.message)),
+            }
+        }
+        true
+    }
+
     async fn prepare_locked(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, Failure> {
         let existing = {
             let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
@@ -339,19 +427,17 @@ impl DraDriver {
         if let Some(r) = existing
             && r.state == ClaimState::PrepareCompleted
         {
-            // Idempotent: the same answer again, with the CDI file put back if it went missing.
+            // Idempotent: the same answer again, with the CDI spec put back if it went missing
+            // or was damaged.
             let cdi = self.cdi.clone();
             let (uid, prepared) = (claim.uid.clone(), r.prepared.clone());
-            blocking(move || {
-                let file = cdi.claim_file(&uid).map_err(|e| e.to_string())?;
-                if !file.exists() {
-                    cdi.write_claim(&uid, &prepared)
-                        .map_err(|e| e.to_string())?;
-                }
-                Ok(())
-            })
-            .await
-            .map_err(at("cdi"))?;
+            let check =
+                blocking(move || cdi.ensure_claim(&uid, &prepared).map_err(|e| e.to_string()))
+                    .await
+                    .map_err(at("cdi"))?;
+            if let SpecCheck::Repaired { found } = check {
+                tracing::warn!(claim = %claim, found = %found, "rewrote a missing or damaged CDI spec");
+            }
             return self.answer(&claim.uid, &r.prepared).map_err(at("internal"));
         }
 

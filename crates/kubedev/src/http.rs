@@ -26,6 +26,7 @@ pub struct Probes {
     dra: RwLock<Option<(String, watch::Receiver<DraStatus>)>>,
     published: AtomicBool,
     slices: RwLock<Option<Arc<dyn kubedev_core::Publisher>>>,
+    notices: RwLock<Vec<String>>,
 }
 
 impl std::fmt::Debug for Probes {
@@ -88,6 +89,23 @@ impl Probes {
     /// Records the outcome of handing an inventory to the ResourceSlice publisher.
     pub fn set_published(&self, ok: bool) {
         self.published.store(ok, Ordering::Relaxed);
+    }
+
+    /// Something an operator must know that does not make the daemon unready (state lost and
+    /// rebuilt at start-up); `/readyz` shows it below its verdict.
+    pub fn add_notice(&self, notice: String) {
+        self.notices
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(notice);
+    }
+
+    /// The notices, oldest first.
+    pub fn notices(&self) -> Vec<String> {
+        self.notices
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// `Ok` when every socket accepts a connection; otherwise which ones do not.
@@ -191,10 +209,21 @@ async fn answer(
             Ok(()) => text(StatusCode::OK, "ok\n".into(), PLAIN),
             Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"), PLAIN),
         },
-        "/readyz" => match probes.ready() {
-            Ok(()) => text(StatusCode::OK, "ok\n".into(), PLAIN),
-            Err(e) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n"), PLAIN),
-        },
+        "/readyz" => {
+            let notes: String = probes
+                .notices()
+                .iter()
+                .map(|n| format!("note: {n}\n"))
+                .collect();
+            match probes.ready() {
+                Ok(()) => text(StatusCode::OK, format!("ok\n{notes}"), PLAIN),
+                Err(e) => text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("{e}\n{notes}"),
+                    PLAIN,
+                ),
+            }
+        }
         _ => text(
             StatusCode::NOT_FOUND,
             "not found: try /metrics, /healthz or /readyz\n".into(),

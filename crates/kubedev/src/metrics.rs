@@ -55,6 +55,14 @@ pub struct ResultLabels {
     pub result: String,
 }
 
+/// Labels of what start-up recovery did.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RecoveryLabels {
+    /// `checkpoint_lost` (once per lost checkpoint), `rebuilt`, `rebuild_failed`,
+    /// `kept_unverified`, `cdi_repaired`, `cdi_removed`, `rolled_back` (per claim or file).
+    pub outcome: String,
+}
+
 /// Labels of a selection-policy call.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabels {
@@ -112,6 +120,8 @@ pub struct Metrics {
     pub policy_fuel: HistogramFamily<ResourceLabels>,
     /// ResourceSlice writes to the API server, by operation (read from the publisher).
     pub slice_writes: Family<OperationLabels, Counter>,
+    /// What start-up recovery found and did, by outcome.
+    pub recovery: Family<RecoveryLabels, Counter>,
     slice_writer: SliceWriter,
 }
 
@@ -155,6 +165,14 @@ impl Metrics {
             fuel_histogram as fn() -> Histogram,
         );
         let slice_writes = Family::<OperationLabels, Counter>::default();
+        let recovery = Family::<RecoveryLabels, Counter>::default();
+        registry.register(
+            "dra_recovery",
+            "What DRA start-up recovery did: lost checkpoints, and claims rebuilt from the API \
+             server, failed to rebuild or kept unverified, CDI specs repaired or removed, \
+             prepares rolled back",
+            recovery.clone(),
+        );
         registry.register(
             "resourceslice_writes",
             "ResourceSlice writes to the API server, by operation (create, update, delete; \
@@ -209,6 +227,7 @@ impl Metrics {
         );
         Arc::new(Metrics {
             registry,
+            recovery,
             operation_seconds,
             operation_errors,
             devices,

@@ -192,6 +192,9 @@ pub struct ClusterServices {
     pub claims: Arc<dyn ClaimSource>,
     /// Publishes the inventory as ResourceSlices.
     pub slices: Arc<dyn Publisher>,
+    /// Records Kubernetes Events about the node (what recovery lost and rebuilt), when the API
+    /// server is reachable.
+    pub events: Option<kubedev_apiserver::NodeEvents>,
 }
 
 impl std::fmt::Debug for ClusterServices {
@@ -598,20 +601,23 @@ async fn start_dra(
         tokio::task::spawn_blocking(move || CheckpointStore::open(&state_dir, &boot))
             .await?
             .context("opening the checkpoint")?;
-    tracing::info!(checkpoint = %store.path().display(), "{outcome}");
+    match &outcome {
+        kubedev_core::checkpoint::LoadOutcome::Corrupt { .. } => {
+            tracing::error!(checkpoint = %store.path().display(), "{outcome}");
+        }
+        _ => tracing::info!(checkpoint = %store.path().display(), "{outcome}"),
+    }
     let cdi = CdiWriter::new(&spec.cdi_dir, &spec.driver);
     let driver = Arc::new(
         DraDriver::new(backends.clone(), cluster.claims.clone(), store, cdi)
             .with_metrics(obs.metrics.clone()),
     );
     let rec = driver
-        .recover()
+        .recover(&outcome)
         .await
         .map_err(anyhow::Error::msg)
         .context("start-up recovery")?;
-    if rec != Default::default() {
-        tracing::warn!(rolled_back = ?rec.rolled_back, cdi_rewritten = ?rec.cdi_rewritten, cdi_removed = ?rec.cdi_removed, cdi_temp_removed = ?rec.cdi_temp_removed, left_to_other_instance = ?rec.left_to_other_instance, "recovered from an unclean stop");
-    }
+    report_recovery(&rec, &spec.driver.to_string(), cluster.events.as_ref(), obs).await;
     let (health, health_rx) = watch::channel(Vec::new());
     let mut cfg = DraPluginConfig::new(spec.driver.clone())
         .plugin_dir(&spec.plugin_dir)
@@ -643,6 +649,79 @@ async fn start_dra(
         health,
         slices: cluster.slices,
     }))
+}
+
+/// Logs, counts and (after a lost checkpoint) reports to the cluster what start-up recovery
+/// did: an ERROR log, the `kubedev_dra_recovery_total` metric, a Warning Event on the Node and
+/// a line on `/readyz`.
+async fn report_recovery(
+    rec: &crate::dra_driver::Recovery,
+    driver: &str,
+    events: Option<&kubedev_apiserver::NodeEvents>,
+    obs: &Observe,
+) {
+    let count = |outcome: &str, n: usize| {
+        if n > 0 {
+            obs.metrics
+                .recovery
+                .get_or_create(&crate::metrics::RecoveryLabels {
+                    outcome: outcome.into(),
+                })
+                .inc_by(n as u64);
+        }
+    };
+    count("rolled_back", rec.rolled_back.len());
+    count("cdi_repaired", rec.cdi_repaired.len());
+    count("cdi_removed", rec.cdi_removed.len());
+    count("rebuilt", rec.rebuilt.len());
+    count("rebuild_failed", rec.rebuild_failed.len());
+    count("kept_unverified", rec.kept_unverified.len());
+    let Some(lost) = &rec.checkpoint_lost else {
+        if rec != &Default::default() {
+            tracing::warn!(rolled_back = ?rec.rolled_back, cdi_repaired = ?rec.cdi_repaired, cdi_removed = ?rec.cdi_removed, cdi_temp_removed = ?rec.cdi_temp_removed, left_to_other_instance = ?rec.left_to_other_instance, "recovered from an unclean stop");
+        }
+        return;
+    };
+    count("checkpoint_lost", 1);
+    let mut summary = format!(
+        "DRA driver {driver} lost its record of prepared claims ({lost}). Rebuilt {} claim(s) from the API server",
+        rec.rebuilt.len()
+    );
+    if !rec.rebuild_failed.is_empty() {
+        summary.push_str(&format!(
+            "; {} could not be prepared again ({})",
+            rec.rebuild_failed.len(),
+            rec.rebuild_failed
+                .iter()
+                .map(|(uid, e)| format!("{uid}: {e}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    if let Some(e) = &rec.cluster_error {
+        summary.push_str(&format!(
+            "; the API server could not be asked ({e}), so {} CDI spec(s) with no record were kept unverified",
+            rec.kept_unverified.len()
+        ));
+    }
+    summary.push_str(&format!(
+        "; removed {} CDI spec(s) of claims the API server no longer lists as reserved on this node.",
+        rec.cdi_removed.len()
+    ));
+    tracing::error!(
+        rebuilt = ?rec.rebuilt,
+        rebuild_failed = ?rec.rebuild_failed,
+        kept_unverified = ?rec.kept_unverified,
+        cdi_removed = ?rec.cdi_removed,
+        cdi_repaired = ?rec.cdi_repaired,
+        "{summary}"
+    );
+    obs.probes.add_notice(summary.clone());
+    if let Some(events) = events
+        && let Err(e) = events.warn("CheckpointLost", "Recover", &summary).await
+    {
+        tracing::warn!(error = %e, "could not record the lost checkpoint as an Event");
+    }
 }
 
 /// One running device-plugin resource.

@@ -84,7 +84,7 @@ impl Env {
                 .env("RUST_BACKTRACE", "0")
                 .env(kubedev::failpoint::ENV, failpoints)
                 .stdin(Stdio::null())
-                .stderr(Stdio::null())
+                .stderr(self.log())
                 .spawn()
                 .unwrap(),
         );
@@ -96,6 +96,34 @@ impl Env {
             self.kubelet.rejected()
         );
         child
+    }
+
+    /// The daemons' standard error, appended to `daemon.log` (errors only: `RUST_LOG=error`).
+    fn log(&self) -> Stdio {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.root.path().join("daemon.log"))
+            .unwrap()
+            .into()
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// Marks the claim as reserved for a pod (as the scheduler does), or clears its consumers
+    /// (as the claim controller does once the pod is gone).
+    fn reserve(&self, name: &str, pod: Option<&str>) {
+        let mut claim = self
+            .api
+            .get(Resource::ResourceClaims, Some("default"), name)
+            .unwrap();
+        claim["status"]["reservedFor"] = match pod {
+            Some(pod) => json!([{"resource": "pods", "name": pod, "uid": format!("{pod}-uid")}]),
+            None => json!([]),
+        };
+        self.api.put_raw(Resource::ResourceClaims, claim).unwrap();
     }
 
     fn cdi_files(&self) -> Vec<PathBuf> {
@@ -372,4 +400,160 @@ async fn a_rolling_update_does_not_roll_back_the_old_instances_prepare_in_flight
     assert!(un["claim-uid-roll"].is_ok());
     assert!(env.cdi_files().is_empty());
     stop(new);
+}
+
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (
+        status,
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+/// A checkpoint cut short while the daemon was stopped used to make the next start delete the
+/// CDI specs of every prepared claim. Now the claims the API server says are reserved on this
+/// node are prepared again with the same specs, only a claim whose pod is gone loses its spec, a
+/// damaged spec is repaired, and the loss is reported in the log, the metrics, `/readyz` and an
+/// Event on the Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_checkpoint_keeps_the_cdi_specs_of_claims_whose_pods_run() {
+    let env = Env::new().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = env.root.path().join("kubedev.yaml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("metrics:\n  address: 127.0.0.1:{port}\n"));
+    std::fs::write(&config, text).unwrap();
+
+    let a = env.claim("a", "claim-uid-a", &["gpu-0"]);
+    let b = env.claim("b", "claim-uid-b", &["gpu-1", "gpu-2"]);
+    let gone = env.claim("gone", "claim-uid-gone", &["gpu-3"]);
+    for (name, pod) in [("a", "pod-a"), ("b", "pod-b"), ("gone", "pod-gone")] {
+        env.reserve(name, Some(pod));
+    }
+    let daemon = env.start("").await;
+    let out = env.kubelet.prepare(DRIVER, &[a, b, gone]).await.unwrap();
+    assert!(out.values().all(|r| r.is_ok()), "{out:?}");
+    let spec = |uid: &str| {
+        env.root
+            .path()
+            .join("cdi")
+            .join(format!("k8s.{DRIVER}-claim_{uid}.json"))
+    };
+    let before_a = std::fs::read(spec("claim-uid-a")).unwrap();
+    let before_b = std::fs::read(spec("claim-uid-b")).unwrap();
+    stop(daemon);
+
+    // The damage: the checkpoint cut to 300 bytes, claim b's spec truncated, and the pod of
+    // `gone` deleted (its claim no longer reserved) while the daemon was down.
+    let checkpoint = env
+        .root
+        .path()
+        .join("state")
+        .join(kubedev_core::checkpoint::CHECKPOINT_FILE);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&checkpoint)
+        .unwrap()
+        .set_len(300)
+        .unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(spec("claim-uid-b"))
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    env.reserve("gone", None);
+
+    let daemon = env.start("").await;
+    assert_eq!(
+        std::fs::read(spec("claim-uid-a")).unwrap(),
+        before_a,
+        "claim a's spec changed"
+    );
+    assert_eq!(
+        std::fs::read(spec("claim-uid-b")).unwrap(),
+        before_b,
+        "claim b's spec not repaired"
+    );
+    assert!(
+        !spec("claim-uid-gone").exists(),
+        "the spec of a claim with no pod is kept"
+    );
+    let mut records = env.checkpoint();
+    records.sort();
+    assert_eq!(
+        records,
+        [
+            ("claim-uid-a".to_string(), "PrepareCompleted".to_string()),
+            ("claim-uid-b".to_string(), "PrepareCompleted".to_string()),
+        ]
+    );
+    let log = env.log_text();
+    assert!(
+        log.contains("ERROR") && log.contains("lost its record of prepared claims"),
+        "{log}"
+    );
+    assert!(log.contains("Rebuilt 2 claim(s)"), "{log}");
+
+    let deadline = Instant::now() + WAIT;
+    let (status, ready) = loop {
+        let (status, body) = http_get(port, "/readyz");
+        if status == 200 || Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status, 200, "{ready}");
+    assert!(
+        ready.contains("note: DRA driver gpu.example.com lost its record"),
+        "{ready}"
+    );
+    let (_, metrics) = http_get(port, "/metrics");
+    for line in [
+        "kubedev_dra_recovery_total{outcome=\"checkpoint_lost\"} 1",
+        "kubedev_dra_recovery_total{outcome=\"rebuilt\"} 2",
+        "kubedev_dra_recovery_total{outcome=\"cdi_removed\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} missing:\n{metrics}");
+    }
+    let events = env.api.objects(Resource::Events);
+    let event = events
+        .iter()
+        .find(|e| e["reason"] == "CheckpointLost")
+        .unwrap_or_else(|| panic!("no CheckpointLost Event: {events:?}"));
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["regarding"]["kind"], "Node");
+    assert_eq!(event["regarding"]["name"], NODE);
+    assert_eq!(event["metadata"]["namespace"], "default");
+    assert!(
+        event["note"]
+            .as_str()
+            .unwrap()
+            .contains("Rebuilt 2 claim(s)")
+    );
+
+    // The rebuilt claims unprepare as usual.
+    let a = ClaimId::new("default", "a", "claim-uid-a");
+    let un = env.kubelet.unprepare(DRIVER, &[a]).await.unwrap();
+    assert!(un["claim-uid-a"].is_ok());
+    assert!(!spec("claim-uid-a").exists());
+    stop(daemon);
 }

@@ -98,6 +98,7 @@ devicePlugin:
     let cluster = ClusterServices {
         claims: claims.clone(),
         slices: Arc::new(Slices::reporting_writes()),
+        events: None,
     };
     let daemon = Daemon::spawn(cfg, &path, Some(cluster));
 

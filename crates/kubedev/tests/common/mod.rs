@@ -236,6 +236,7 @@ impl DraDaemon {
         let cluster = ClusterServices {
             claims: claims.clone(),
             slices: slices.clone(),
+            events: None,
         };
         let daemon = Daemon::spawn(config, path, Some(cluster));
         wait_registered(&kubelet, driver, within).await;

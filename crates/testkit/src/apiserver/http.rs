@@ -642,7 +642,10 @@ fn discovery(shared: &Shared, path: &str) -> Option<Response> {
         "/apis" => json!({
             "kind": "APIGroupList",
             "apiVersion": "v1",
-            "groups": [{"name": "resource.k8s.io", "versions": [group_version], "preferredVersion": group_version}],
+            "groups": [
+                {"name": "resource.k8s.io", "versions": [group_version], "preferredVersion": group_version},
+                {"name": "events.k8s.io", "versions": [{"groupVersion": "events.k8s.io/v1", "version": "v1"}], "preferredVersion": {"groupVersion": "events.k8s.io/v1", "version": "v1"}},
+            ],
         }),
         "/apis/resource.k8s.io" => json!({
             "kind": "APIGroup",
@@ -666,6 +669,12 @@ fn discovery(shared: &Shared, path: &str) -> Option<Response> {
                 status_entry(Resource::ResourceClaims),
                 resource_entry(Resource::ResourceSlices, &all_verbs),
             ],
+        }),
+        "/apis/events.k8s.io/v1" => json!({
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": "events.k8s.io/v1",
+            "resources": [resource_entry(Resource::Events, &all_verbs)],
         }),
         "/healthz" | "/readyz" | "/livez" => return Some((StatusCode::OK, "ok").into_response()),
         _ => return None,

@@ -18,15 +18,18 @@ pub enum Resource {
     DeviceClasses,
     /// core `v1` `nodes` (cluster-scoped, with a `status` subresource).
     Nodes,
+    /// `events.k8s.io/v1` `events` (namespaced).
+    Events,
 }
 
 impl Resource {
     /// Every served resource.
-    pub const ALL: [Resource; 4] = [
+    pub const ALL: [Resource; 5] = [
         Resource::ResourceSlices,
         Resource::ResourceClaims,
         Resource::DeviceClasses,
         Resource::Nodes,
+        Resource::Events,
     ];
 
     /// The plural name used in URLs, e.g. `resourceslices`.
@@ -36,6 +39,7 @@ impl Resource {
             Resource::ResourceClaims => "resourceclaims",
             Resource::DeviceClasses => "deviceclasses",
             Resource::Nodes => "nodes",
+            Resource::Events => "events",
         }
     }
 
@@ -43,6 +47,7 @@ impl Resource {
     pub fn group(self) -> &'static str {
         match self {
             Resource::Nodes => "",
+            Resource::Events => "events.k8s.io",
             _ => "resource.k8s.io",
         }
     }
@@ -51,6 +56,7 @@ impl Resource {
     pub fn api_version(self) -> &'static str {
         match self {
             Resource::Nodes => "v1",
+            Resource::Events => "events.k8s.io/v1",
             _ => "resource.k8s.io/v1",
         }
     }
@@ -62,12 +68,13 @@ impl Resource {
             Resource::ResourceClaims => "ResourceClaim",
             Resource::DeviceClasses => "DeviceClass",
             Resource::Nodes => "Node",
+            Resource::Events => "Event",
         }
     }
 
     /// Whether objects live in a namespace.
     pub fn namespaced(self) -> bool {
-        matches!(self, Resource::ResourceClaims)
+        matches!(self, Resource::ResourceClaims | Resource::Events)
     }
 
     /// Whether the resource has a `status` subresource (then the main resource ignores status
@@ -95,6 +102,7 @@ impl Resource {
                 &["metadata.name", "metadata.namespace"]
             }
             Resource::Nodes => &["metadata.name", "spec.unschedulable"],
+            Resource::Events => &["metadata.name", "metadata.namespace", "reason", "type"],
         }
     }
 
@@ -112,6 +120,8 @@ impl Resource {
             "metadata.namespace" => text("/metadata/namespace"),
             "spec.driver" => text("/spec/driver"),
             "spec.nodeName" => text("/spec/nodeName"),
+            "reason" => text("/reason"),
+            "type" => text("/type"),
             "spec.unschedulable" => {
                 let b = object
                     .pointer("/spec/unschedulable")

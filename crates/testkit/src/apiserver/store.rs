@@ -414,7 +414,7 @@ impl Store {
             m.insert("creationTimestamp".into(), Value::from(now_rfc3339()));
             m.remove("deletionTimestamp");
             m.remove("deletionGracePeriodSeconds");
-            if resource != Resource::Nodes {
+            if resource.group() == "resource.k8s.io" {
                 m.insert("generation".into(), Value::from(1));
             }
         }
@@ -561,7 +561,7 @@ impl Store {
             }
             m.insert("resourceVersion".into(), Value::from(old_rv.clone()));
         }
-        if resource != Resource::Nodes && spec_part(&object) != spec_part(&old) {
+        if resource.group() == "resource.k8s.io" && spec_part(&object) != spec_part(&old) {
             let generation = meta(&old)
                 .get("generation")
                 .and_then(Value::as_i64)

@@ -437,8 +437,59 @@ pub(crate) fn validate(resource: Resource, object: &Value, old: Option<&Value>) 
         }
         Resource::DeviceClasses => validate_class_spec(&spec, &mut errs),
         Resource::Nodes => {}
+        Resource::Events => validate_event(object, &mut errs),
     }
     errs
+}
+
+/// The rules the API server applies to an `events.k8s.io/v1` Event on create.
+fn validate_event(event: &Value, errs: &mut Vec<FieldError>) {
+    let text = |field: &str| event.get(field).and_then(Value::as_str).unwrap_or("");
+    for field in ["reportingController", "reportingInstance", "action", "reason"] {
+        if text(field).is_empty() {
+            errs.push(FieldError::required(field, ""));
+        }
+    }
+    for (field, limit) in [
+        ("reportingInstance", 128),
+        ("action", 128),
+        ("reason", 128),
+        ("note", 1024),
+    ] {
+        if text(field).len() > limit {
+            errs.push(FieldError::invalid(
+                field,
+                "",
+                &format!("can have at most {limit} characters"),
+            ));
+        }
+    }
+    if event.get("eventTime").is_none_or(Value::is_null) {
+        errs.push(FieldError::required("eventTime", ""));
+    }
+    if !matches!(text("type"), "Normal" | "Warning") {
+        errs.push(FieldError::not_supported(
+            "type",
+            text("type"),
+            &["Normal", "Warning"],
+        ));
+    }
+    // An Event about a cluster-scoped object lives in "default" (or no namespace); one about a
+    // namespaced object lives in that object's namespace.
+    let namespace = event.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+    let regarding = event.pointer("/regarding/namespace").and_then(Value::as_str).unwrap_or("");
+    let ok = if regarding.is_empty() {
+        namespace.is_empty() || namespace == "default"
+    } else {
+        namespace == regarding
+    };
+    if !ok {
+        errs.push(FieldError::invalid(
+            "regarding.namespace",
+            regarding,
+            "does not match event.namespace",
+        ));
+    }
 }
 
 fn validate_slice_spec(spec: &Value, old_spec: Option<&Value>, errs: &mut Vec<FieldError>) {
