@@ -928,6 +928,7 @@ mod tests {
 
     fn allocated(device: &str, share: Option<&str>) -> AllocatedDevice {
         AllocatedDevice {
+            admin_access: false,
             device: DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(device).unwrap(),

@@ -1051,6 +1051,7 @@ mod tests {
 
     fn allocated(device: &str) -> AllocatedDevice {
         AllocatedDevice {
+            admin_access: false,
             device: DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(device).unwrap(),

@@ -54,6 +54,10 @@ pub struct AllocatedDevice {
     /// (class first, claim last).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config: Vec<serde_json::Value>,
+    /// The device was allocated with admin access (DRA `adminAccess`): for monitoring or
+    /// maintenance next to its users, so it does not count as a use of an exclusive device.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
 }
 
 /// One prepared device and what a container needs to use it.

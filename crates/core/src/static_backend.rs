@@ -294,6 +294,7 @@ mod tests {
     async fn prepare_gives_nodes_env_and_rejects_unknown_devices() {
         let b = StaticBackend::new(config(std::path::Path::new("/nonexistent"))).unwrap();
         let alloc = |name: &str| AllocatedDevice {
+            admin_access: false,
             device: DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(name).unwrap(),

@@ -28,6 +28,7 @@ impl ClaimSource for Claims {
     async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
         let n: usize = claim.name.trim_start_matches('c').parse().unwrap_or(0);
         Ok(vec![AllocatedDevice {
+            admin_access: false,
             device: DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(format!("gpu-{}", n % 8)).unwrap(),

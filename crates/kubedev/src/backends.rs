@@ -234,6 +234,7 @@ impl Backends {
         let allocated: Vec<AllocatedDevice> = devices
             .iter()
             .map(|d| AllocatedDevice {
+                admin_access: false,
                 device: d.clone(),
                 request: String::new(),
                 share_id: None,

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use kubedev_core::cdi::CdiWriter;
 use kubedev_core::cdi::SpecCheck;
 use kubedev_core::checkpoint::{Change, CheckpointStore, ClaimState, LoadOutcome};
-use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice};
+use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, Inventory, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{DraHandler, PreparedClaimDevice};
 use tokio::sync::{mpsc, oneshot};
 
@@ -129,6 +129,30 @@ pub struct DraDriver {
     cdi: Arc<CdiWriter>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     metrics: Option<Arc<Metrics>>,
+    inventory: Option<Arc<std::sync::RwLock<Inventory>>>,
+    /// Exclusive devices of prepares checked but not yet recorded in the checkpoint, so two
+    /// claims prepared at the same time cannot both take one.
+    starting: Mutex<HashMap<kubedev_core::DeviceRef, ClaimRef>>,
+}
+
+/// Exclusive devices a prepare holds until its start is recorded; given back on drop (also when
+/// the kubelet gives up on the call and its future is dropped).
+struct Starting<'a> {
+    driver: &'a DraDriver,
+    devices: Vec<kubedev_core::DeviceRef>,
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        let mut starting = self
+            .driver
+            .starting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for d in &self.devices {
+            starting.remove(d);
+        }
+    }
 }
 
 /// A failed prepare or unprepare: a short reason for metrics and the message for the kubelet.
@@ -192,6 +216,8 @@ impl DraDriver {
             cdi: Arc::new(cdi),
             locks: Mutex::new(HashMap::new()),
             metrics: None,
+            inventory: None,
+            starting: Mutex::new(HashMap::new()),
         }
     }
 
@@ -199,6 +225,72 @@ impl DraDriver {
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// Reads from `inventory` which devices allow multiple allocations. Without it, a device
+    /// allocated with a share ID counts as shareable and any other as exclusive.
+    pub fn with_inventory(mut self, inventory: Arc<std::sync::RwLock<Inventory>>) -> Self {
+        self.inventory = Some(inventory);
+        self
+    }
+
+    /// Whether `d` may be prepared for several claims at once.
+    fn shareable(&self, d: &AllocatedDevice) -> bool {
+        if d.admin_access {
+            return true;
+        }
+        let known = self.inventory.as_ref().and_then(|inv| {
+            let inv = inv.read().unwrap_or_else(|e| e.into_inner());
+            inv.device(&d.device)
+                .map(|dev| dev.allow_multiple_allocations)
+        });
+        known.unwrap_or(d.share_id.is_some())
+    }
+
+    /// Takes the exclusive devices of `devices` for `claim` until its prepare is recorded; fails
+    /// with the device and the claim holding it when another claim's record (prepared or being
+    /// prepared) or another prepare in flight has one of them. Give the returned devices back
+    /// when the returned guard is dropped.
+    fn take_exclusive(
+        &self,
+        claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<Starting<'_>, (String, ClaimRef)> {
+        let exclusive: Vec<&AllocatedDevice> =
+            devices.iter().filter(|d| !self.shareable(d)).collect();
+        if exclusive.is_empty() {
+            return Ok(Starting {
+                driver: self,
+                devices: Vec::new(),
+            });
+        }
+        let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
+        for d in &exclusive {
+            if let Some(other) = starting.get(&d.device).filter(|o| o.uid != claim.uid) {
+                return Err((d.device.to_string(), other.clone()));
+            }
+        }
+        {
+            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            for r in store.claims().values() {
+                if r.claim.uid == claim.uid {
+                    continue;
+                }
+                for held in r.devices.iter().filter(|h| !h.admin_access) {
+                    if let Some(d) = exclusive.iter().find(|d| d.device == held.device) {
+                        return Err((d.device.to_string(), r.claim.clone()));
+                    }
+                }
+            }
+        }
+        let taken: Vec<_> = exclusive.iter().map(|d| d.device.clone()).collect();
+        for d in &taken {
+            starting.insert(d.clone(), claim.clone());
+        }
+        Ok(Starting {
+            driver: self,
+            devices: taken,
+        })
     }
 
     fn observe<T>(
@@ -460,12 +552,26 @@ impl DraDriver {
                 ));
             }
         }
-        self.commit(Change::Start {
-            claim: claim.clone(),
-            devices: devices.clone(),
-        })
-        .await
-        .map_err(at("checkpoint"))?;
+        let taken = self
+            .take_exclusive(claim, &devices)
+            .map_err(|(device, other)| {
+                Failure::new(
+                    "device_in_use",
+                    format!(
+                        "claim {claim}: device {device} does not allow multiple allocations and is \
+                     already prepared for claim {other}; unprepare that claim first"
+                    ),
+                )
+            })?;
+        let started = self
+            .commit(Change::Start {
+                claim: claim.clone(),
+                devices: devices.clone(),
+            })
+            .await;
+        // Recorded (or failed): from here the checkpoint speaks for these devices.
+        drop(taken);
+        started.map_err(at("checkpoint"))?;
         failpoint::reached("after-prepare-started").await;
 
         let prepared = match self

@@ -285,6 +285,7 @@ impl DevicePluginHandler for ResourceHandler {
                 continue;
             }
             allocated.push(AllocatedDevice {
+                admin_access: false,
                 device: r,
                 request: String::new(),
                 share_id: None,
@@ -586,6 +587,7 @@ async fn start_dra(
     config: &Config,
     config_path: &Path,
     backends: &Backends,
+    inventory: &Arc<std::sync::RwLock<Inventory>>,
     cluster: Option<ClusterServices>,
     cancel: &CancellationToken,
     obs: &Observe,
@@ -610,7 +612,8 @@ async fn start_dra(
     let cdi = CdiWriter::new(&spec.cdi_dir, &spec.driver);
     let driver = Arc::new(
         DraDriver::new(backends.clone(), cluster.claims.clone(), store, cdi)
-            .with_metrics(obs.metrics.clone()),
+            .with_metrics(obs.metrics.clone())
+            .with_inventory(inventory.clone()),
     );
     let rec = driver
         .recover(&outcome)
@@ -1002,7 +1005,16 @@ pub async fn run(
             .await?;
     }
 
-    let dra = start_dra(&config, config_path, &backends, cluster, &cancel, &obs).await?;
+    let dra = start_dra(
+        &config,
+        config_path,
+        &backends,
+        &shared_inventory,
+        cluster,
+        &cancel,
+        &obs,
+    )
+    .await?;
     let mut running = Running {
         config,
         path: config_path.to_path_buf(),

@@ -557,3 +557,55 @@ async fn a_damaged_checkpoint_keeps_the_cdi_specs_of_claims_whose_pods_run() {
     assert!(!spec("claim-uid-a").exists());
     stop(daemon);
 }
+
+/// A device that does not allow multiple allocations used to be prepared for every claim that
+/// named it. Now, in one kubelet call of many claims on one device, exactly one is prepared, the
+/// others fail naming it, and claims on other devices and admin access are not affected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exclusive_device_is_prepared_for_one_claim_at_a_time() {
+    let env = Env::new().await;
+    let daemon = env.start("").await;
+    let mut claims: Vec<ClaimId> = (0..20)
+        .map(|i| env.claim(&format!("c{i}"), &format!("uid-{i}"), &["gpu-0"]))
+        .collect();
+    claims.push(env.claim("other", "uid-other", &["gpu-1"]));
+    env.api
+        .put_raw(
+            Resource::ResourceClaims,
+            json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "admin", "namespace": "default", "uid": "uid-admin"},
+                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu", "adminAccess": true}}]}},
+                "status": {"allocation": {"devices": {"results": [
+                    {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0", "adminAccess": true}
+                ]}}}
+            }),
+        )
+        .unwrap();
+    claims.push(ClaimId::new("default", "admin", "uid-admin"));
+    let out = env.kubelet.prepare(DRIVER, &claims).await.unwrap();
+    let winners: Vec<_> = (0..20)
+        .filter(|i| out[&format!("uid-{i}")].is_ok())
+        .collect();
+    assert_eq!(winners.len(), 1, "{out:?}");
+    let winner = format!("default/c{} (uid-{})", winners[0], winners[0]);
+    for i in (0..20).filter(|i| *i != winners[0]) {
+        let err = out[&format!("uid-{i}")].as_ref().unwrap_err();
+        assert!(
+            err.contains("gpu-0")
+                && err.contains("does not allow multiple allocations")
+                && err.contains(&winner),
+            "{err}"
+        );
+    }
+    assert!(out["uid-other"].is_ok(), "{out:?}");
+    assert!(out["uid-admin"].is_ok(), "{out:?}");
+    // Once the winner is unprepared, another claim can have the device.
+    let first = claims[winners[0]].clone();
+    let un = env.kubelet.unprepare(DRIVER, &[first]).await.unwrap();
+    assert!(un.values().all(|r| r.is_ok()));
+    let next = claims[(winners[0] + 1) % 20].clone();
+    let out = env.kubelet.prepare(DRIVER, &[next]).await.unwrap();
+    assert!(out.values().all(|r| r.is_ok()), "{out:?}");
+    stop(daemon);
+}

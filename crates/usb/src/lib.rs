@@ -341,6 +341,7 @@ impl Preparer for UsbBackend {
         device: &DeviceRef,
     ) -> Result<Option<ContainerEdits>, PrepareError> {
         let allocated = AllocatedDevice {
+            admin_access: false,
             device: device.clone(),
             request: String::new(),
             share_id: None,

@@ -53,6 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let consumer = Consumer::Claim(claim.clone());
     // What the runtime passes for a claim that was allocated ttyusb0.
     let ttyusb0 = vec![AllocatedDevice {
+        admin_access: false,
         device: backend.device_ref("ttyUSB0")?,
         request: "port".into(),
         share_id: None,

@@ -31,6 +31,7 @@ pub(crate) fn dref(name: &str) -> DeviceRef {
 /// An allocation of one device of the `node-a-host` pool.
 pub(crate) fn alloc(name: &str) -> AllocatedDevice {
     AllocatedDevice {
+        admin_access: false,
         device: dref(name),
         request: String::new(),
         share_id: None,

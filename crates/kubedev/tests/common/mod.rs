@@ -38,6 +38,7 @@ impl Claims {
         let list = devices
             .iter()
             .map(|d| AllocatedDevice {
+                admin_access: false,
                 device: d.clone(),
                 request: request.into(),
                 share_id: None,

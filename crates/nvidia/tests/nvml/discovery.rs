@@ -310,6 +310,7 @@ async fn time_slicing_replicas_prepare_to_their_gpu() {
                 resource: "nvidia.com/gpu".into(),
             },
             &[AllocatedDevice {
+                admin_access: false,
                 device: DeviceRef {
                     pool: pool.name.clone(),
                     device: d.name.clone(),

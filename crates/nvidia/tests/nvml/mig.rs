@@ -17,6 +17,7 @@ fn partitionable(f: &Fixture) -> NvidiaBackend {
 
 fn alloc(device: &str) -> AllocatedDevice {
     AllocatedDevice {
+        admin_access: false,
         device: DeviceRef {
             pool: PoolName::new("node-a-nvidia").unwrap(),
             device: DeviceName::new(device).unwrap(),

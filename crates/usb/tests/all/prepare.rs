@@ -7,6 +7,7 @@ use crate::{backend, dref};
 
 fn alloc(name: &str) -> AllocatedDevice {
     AllocatedDevice {
+        admin_access: false,
         device: dref(name),
         request: String::new(),
         share_id: None,

@@ -48,6 +48,7 @@ pub fn names(pool: &Pool) -> Vec<String> {
 /// An allocation of `device` in pool `node-a-vfio`.
 pub fn alloc(device: &str) -> AllocatedDevice {
     AllocatedDevice {
+        admin_access: false,
         device: DeviceRef {
             pool: PoolName::new("node-a-vfio").expect("pool"),
             device: DeviceName::new(device).expect("device name"),
