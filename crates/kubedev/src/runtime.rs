@@ -73,7 +73,7 @@ pub fn build_backend(
     #[allow(unused_variables)]
     let context = |name: &str| -> anyhow::Result<kubedev_core::BackendContext> {
         let state_dir = config.state_dir.join(name);
-        std::fs::create_dir_all(&state_dir)
+        kubedev_core::safefs::create_private_dir_all(&state_dir)
             .with_context(|| format!("creating state directory {}", state_dir.display()))?;
         Ok(kubedev_core::BackendContext {
             host: kubedev_core::HostFs::new(&config.host_root),
@@ -596,7 +596,7 @@ async fn start_dra(
         return Ok(None);
     };
     let cluster = cluster.context("DRA mode needs the API server, and none was configured")?;
-    std::fs::create_dir_all(&spec.state_dir)
+    kubedev_core::safefs::create_private_dir_all(&spec.state_dir)
         .with_context(|| format!("creating {}", spec.state_dir.display()))?;
     let (state_dir, boot) = (spec.state_dir.clone(), spec.boot_id_path.clone());
     let (store, outcome) =
@@ -787,7 +787,7 @@ impl DevicePlugins {
         // The kubelet creates its device-plugin directory at start; one that does not exist yet
         // (the kubelet starts later, or a workstation run) is created here, as the kubelet would.
         if !added.is_empty() && !dp.directory.is_dir() {
-            if let Err(e) = std::fs::create_dir_all(&dp.directory) {
+            if let Err(e) = kubedev_core::safefs::create_private_dir_all(&dp.directory) {
                 self.forget_unstarted(&names);
                 return Err(e).with_context(|| {
                     format!(

@@ -16,6 +16,17 @@ pub enum Error {
         /// The I/O error.
         error: std::io::Error,
     },
+    /// Something kubedev must not replace is where one of its sockets belongs: a file that is
+    /// not a socket, or a socket a running server still listens on.
+    #[error("{}: {found} is in the way of the socket kubedev serves there; {advice}", path.display())]
+    SocketPathTaken {
+        /// The socket path.
+        path: PathBuf,
+        /// What is there.
+        found: String,
+        /// What to do about it.
+        advice: &'static str,
+    },
     /// Connecting to a peer's socket failed.
     #[error("connecting to {path}: {message}")]
     Dial {

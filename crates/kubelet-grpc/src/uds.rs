@@ -126,8 +126,9 @@ pub(crate) fn check_socket_path(path: &Path) -> Result<(), Error> {
 ///
 /// The socket is bound, restricted, and only then listened on, so no one can connect to it
 /// before its mode is set (a connection to a bound socket that is not yet listening is
-/// refused). No temporary name is used, so a path that fits is all it needs. A stale file at
-/// `path` is replaced.
+/// refused). No temporary name is used, so a path that fits is all it needs. A stale socket at
+/// `path` (one nothing listens on any more: a crashed process's) is replaced; anything else
+/// there is refused, see [`clear_stale_socket`].
 pub(crate) fn bind_private(path: &Path) -> Result<(UnixListener, SocketGuard), Error> {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
     check_socket_path(path)?;
@@ -139,11 +140,7 @@ pub(crate) fn bind_private(path: &Path) -> Result<(UnixListener, SocketGuard), E
             error,
         }
     };
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("replacing a stale file at")(e)),
-    }
+    clear_stale_socket(path)?;
     let fd = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::STREAM,
@@ -172,6 +169,69 @@ pub(crate) fn bind_private(path: &Path) -> Result<(UnixListener, SocketGuard), E
             let _ = std::fs::remove_file(path);
             Err(io_err("listening on")(e))
         }
+    }
+}
+
+/// Removes a stale socket at `path`: one nothing accepts connections on (its server is gone).
+/// A regular file, directory, link or device there is refused, and so is a socket a running
+/// server listens on (two daemons for one driver, or a path shared by mistake), each naming
+/// what was found.
+pub(crate) fn clear_stale_socket(path: &Path) -> Result<(), Error> {
+    use kubedev_core::safefs::FoundKind;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => {
+            return Err(Error::Socket {
+                op: "examining",
+                path: path.to_path_buf(),
+                error,
+            });
+        }
+    };
+    match FoundKind::of_metadata(&meta) {
+        Some(FoundKind::Socket) => {}
+        Some(kind) => {
+            return Err(Error::SocketPathTaken {
+                path: path.to_path_buf(),
+                found: kind.to_string(),
+                advice: "kubedev does not remove it; remove it or choose another directory",
+            });
+        }
+        None => {
+            return Err(Error::SocketPathTaken {
+                path: path.to_path_buf(),
+                found: format!("a regular file of {} bytes", meta.len()),
+                advice: "kubedev does not remove it; remove it or choose another directory",
+            });
+        }
+    }
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => {
+            return Err(Error::SocketPathTaken {
+                path: path.to_path_buf(),
+                found: "a socket a running server listens on".into(),
+                advice: "is another kubedev running for the same driver or resource? stop it first",
+            });
+        }
+        // Nothing listens: the socket of a process that is gone.
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+        Err(error) => {
+            return Err(Error::Socket {
+                op: "probing the existing",
+                path: path.to_path_buf(),
+                error,
+            });
+        }
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(Error::Socket {
+            op: "replacing the stale",
+            path: path.to_path_buf(),
+            error,
+        }),
     }
 }
 
@@ -216,11 +276,47 @@ pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
 
+    /// A file at a socket path used to be removed silently. Only a socket nothing listens on is
+    /// replaced now; everything else is refused, named, and left as it was.
+    #[tokio::test]
+    async fn only_a_stale_socket_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file.sock");
+        std::fs::write(&file, "keep me").unwrap();
+        let err = bind_private(&file).unwrap_err().to_string();
+        assert!(
+            err.contains("a regular file of 7 bytes") && err.contains("file.sock"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+
+        let sub = dir.path().join("dir.sock");
+        std::fs::create_dir(&sub).unwrap();
+        let err = bind_private(&sub).unwrap_err().to_string();
+        assert!(err.contains("a directory"), "{err}");
+
+        let link = dir.path().join("link.sock");
+        std::os::unix::fs::symlink(&file, &link).unwrap();
+        let err = bind_private(&link).unwrap_err().to_string();
+        assert!(err.contains("a symbolic link"), "{err}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+
+        let live = dir.path().join("live.sock");
+        let _server = std::os::unix::net::UnixListener::bind(&live).unwrap();
+        let err = bind_private(&live).unwrap_err().to_string();
+        assert!(err.contains("a running server listens"), "{err}");
+        assert!(
+            std::os::unix::net::UnixStream::connect(&live).is_ok(),
+            "the live socket was removed"
+        );
+    }
+
     #[tokio::test]
     async fn private_socket_is_0600_and_removed_by_its_guard() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.sock");
-        std::fs::write(&path, "stale").unwrap();
+        // The socket of a server that is gone.
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         let (_l, guard) = bind_private(&path).unwrap();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);

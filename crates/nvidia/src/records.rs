@@ -76,9 +76,11 @@ const SUFFIX: &str = ".json";
 impl RecordStore {
     /// Records in `dir`, which is created when missing.
     pub(crate) fn open(dir: &Path) -> Result<Self, NvidiaError> {
-        std::fs::create_dir_all(dir).map_err(|error| NvidiaError::StateDir {
-            path: dir.to_owned(),
-            error,
+        kubedev_core::safefs::create_private_dir_all(dir).map_err(|error| {
+            NvidiaError::StateDir {
+                path: dir.to_owned(),
+                error,
+            }
         })?;
         Ok(RecordStore {
             dir: dir.to_owned(),

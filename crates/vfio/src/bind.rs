@@ -220,7 +220,7 @@ fn write_record(path: &Path, record: &BindRecord) -> Result<(), VfioError> {
         error: e,
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        kubedev_core::safefs::create_private_dir_all(dir).map_err(|e| err(e.to_string()))?;
     }
     let json = serde_json::to_vec_pretty(record).map_err(|e| err(e.to_string()))?;
     kubedev_core::durable::write(path, &json).map_err(|e| err(e.to_string()))

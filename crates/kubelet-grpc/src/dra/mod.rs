@@ -235,7 +235,7 @@ impl DraPlugin {
         let dra_socket = config.dra_socket()?;
         let registration_socket = config.registration_socket()?;
         for dir in [&config.plugin_dir, &config.registry_dir] {
-            std::fs::create_dir_all(dir).map_err(|error| Error::Socket {
+            kubedev_core::safefs::create_private_dir_all(dir).map_err(|error| Error::Socket {
                 op: "creating directory for",
                 path: dir.clone(),
                 error,
