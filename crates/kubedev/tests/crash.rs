@@ -609,3 +609,49 @@ async fn an_exclusive_device_is_prepared_for_one_claim_at_a_time() {
     assert!(out.values().all(|r| r.is_ok()), "{out:?}");
     stop(daemon);
 }
+
+/// A FIFO where the checkpoint belongs used to hang the daemon in `open`, holding the node lock
+/// and deaf to SIGTERM. Now it exits at once with an error naming the path and what is there,
+/// and a second start behaves the same (no lock left held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_at_the_checkpoint_path_is_refused_at_once() {
+    let env = Env::new().await;
+    let state = env.root.path().join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let checkpoint = state.join(kubedev_core::checkpoint::CHECKPOINT_FILE);
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &checkpoint,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let out = Command::new(env!("CARGO_BIN_EXE_kubedev"))
+            .args(["run", "--config"])
+            .arg(env.root.path().join("kubedev.yaml"))
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut daemon = Daemon(out);
+        let status = wait_exit(&mut daemon);
+        assert!(!status.success());
+        let mut err = String::new();
+        use std::io::Read;
+        daemon
+            .0
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(
+            err.contains(&checkpoint.display().to_string()) && err.contains("FIFO"),
+            "{err}"
+        );
+    }
+}

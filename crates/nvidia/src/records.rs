@@ -70,6 +70,8 @@ pub(crate) struct RecordStore {
     dir: PathBuf,
 }
 
+/// The largest MIG record read; a record is a few hundred bytes.
+const MAX_RECORD_BYTES: u64 = 1 << 20;
 const PREFIX: &str = "mig-";
 const SUFFIX: &str = ".json";
 
@@ -95,10 +97,14 @@ impl RecordStore {
     /// naming the file.
     pub(crate) fn get(&self, device: &str) -> Result<Option<MigRecord>, NvidiaError> {
         let path = self.path(device);
-        match std::fs::read(&path) {
-            Ok(bytes) => parse(&path, &bytes).map(Some),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(NvidiaError::StateDir { path, error }),
+        // Never blocks on a FIFO or follows a link planted in the state directory.
+        match kubedev_core::safefs::read_regular(&path, MAX_RECORD_BYTES) {
+            Ok(Some(bytes)) => parse(&path, &bytes).map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(NvidiaError::StateDir {
+                path,
+                error: e.into(),
+            }),
         }
     }
 
@@ -134,12 +140,18 @@ impl RecordStore {
                 continue;
             }
             let path = entry.path();
-            match std::fs::read(&path)
-                .map_err(|error| NvidiaError::StateDir {
+            match kubedev_core::safefs::read_regular(&path, MAX_RECORD_BYTES)
+                .map_err(|e| NvidiaError::StateDir {
                     path: path.clone(),
-                    error,
+                    error: e.into(),
                 })
-                .and_then(|b| parse(&path, &b))
+                .and_then(|b| match b {
+                    Some(b) => parse(&path, &b),
+                    None => Err(NvidiaError::StateDir {
+                        path: path.clone(),
+                        error: std::io::ErrorKind::NotFound.into(),
+                    }),
+                })
             {
                 Ok(r) => out.push(r),
                 Err(e) => tracing::warn!(error = %e, "skipping unreadable MIG record"),

@@ -152,9 +152,10 @@ pub(crate) fn restore(
     timeout: Duration,
 ) -> Result<bool, VfioError> {
     let rec = record_path(state_dir, device);
-    let text = match std::fs::read(&rec) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+    // Never blocks on a FIFO or follows a link planted in the state directory.
+    let text = match kubedev_core::safefs::read_regular(&rec, 1 << 20) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(false),
         Err(e) => {
             return Err(VfioError::State {
                 path: rec,
