@@ -16,7 +16,13 @@
 //! retries: each claim it wants prepared answers with the devices and CDI IDs of its first
 //! clean prepare, each claim it wants unprepared unprepares, and the CDI directory holds exactly
 //! the spec files of the prepared claims. At the end everything is unprepared, no spec file is
-//! left, and a last prepare and unprepare still work.
+//! left, and a last prepare and unprepare still work. Before that, damage rounds: every
+//! prepared claim is reserved for a pod, the daemon is killed, and while it is down the
+//! checkpoint is damaged at random (cut short, garbage, deleted, or left alone), specs of
+//! prepared claims are damaged at random (cut short, garbage, deleted, a directory or a link in
+//! their place) and sometimes a pod is deleted (its claim no longer reserved). As soon as the
+//! restarted daemon registers — before the kubelet calls it — every claim whose pod still exists
+//! has exactly the spec it had before the damage.
 //!
 //! Device plugin: registration → capacity → Allocate edits → kubelet restart → re-registered
 //! with the same devices. Then crash rounds: the daemon is killed after a random delay either
@@ -53,6 +59,8 @@ const SEED_ENV: &str = "KUBEDEV_E2E_SEED";
 const CRASH_CLAIMS: usize = 3;
 /// Kills per DRA scenario with requests in flight.
 const DRA_CRASH_ROUNDS: usize = 3;
+/// DRA damage rounds (checkpoint and CDI specs damaged while the daemon is down).
+const DRA_DAMAGE_ROUNDS: usize = 3;
 /// Kills per device-plugin scenario.
 const DP_CRASH_ROUNDS: usize = 2;
 // The windows the random delays are drawn from (`0..=` each), measured on the 2-core
@@ -456,6 +464,8 @@ fn check_cdi(dir: &Path, want: &[(ClaimId, Want)]) -> anyhow::Result<()> {
 struct DraCrash<'a> {
     bin: &'a Path,
     config: &'a Path,
+    api: &'a ApiServer,
+    checkpoint: PathBuf,
     cdi: PathBuf,
     kubelet: Arc<DraKubelet>,
     claims: Arc<Vec<ClaimId>>,
@@ -565,6 +575,164 @@ impl DraCrash<'_> {
         // Once more against the daemon that runs now: what held must still hold.
         converge(&self.kubelet, &wanted, &self.reference).await?;
         daemon.check_alive()?;
+        check_cdi(&self.cdi, &wanted)?;
+        Ok(daemon)
+    }
+}
+
+/// How one damage round damages a file kubedev owns.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    Truncate(u64),
+    Garbage,
+    Delete,
+    Directory,
+    Symlink,
+}
+
+impl Damage {
+    fn draw(rng: &mut fastrand::Rng, len: u64) -> Damage {
+        match rng.u8(..5) {
+            0 => Damage::Truncate(rng.u64(..len.max(1))),
+            1 => Damage::Garbage,
+            2 => Damage::Delete,
+            3 => Damage::Directory,
+            _ => Damage::Symlink,
+        }
+    }
+
+    fn apply(self, path: &Path, elsewhere: &Path) -> anyhow::Result<()> {
+        match self {
+            Damage::Truncate(n) => std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)?
+                .set_len(n)?,
+            Damage::Garbage => std::fs::write(path, [0xa5u8; 777])?,
+            Damage::Delete => std::fs::remove_file(path)?,
+            Damage::Directory => {
+                std::fs::remove_file(path)?;
+                std::fs::create_dir(path)?;
+            }
+            Damage::Symlink => {
+                std::fs::remove_file(path)?;
+                std::os::unix::fs::symlink(elsewhere, path)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DraCrash<'_> {
+    /// Sets or clears the consumers of claim `i`, as the scheduler and the claim controller do.
+    fn reserve(&self, i: usize, reserved: bool) -> anyhow::Result<()> {
+        let c = &self.claims[i];
+        let mut claim = self
+            .api
+            .get(Resource::ResourceClaims, Some(&c.namespace), &c.name)
+            .with_context(|| format!("claim {} is gone", c.name))?;
+        claim["status"]["reservedFor"] = if reserved {
+            json!([{"resource": "pods", "name": format!("pod-{}", c.name), "uid": format!("pod-{}", c.uid)}])
+        } else {
+            json!([])
+        };
+        self.api.put_raw(Resource::ResourceClaims, claim)?;
+        Ok(())
+    }
+
+    /// One damage round (see the module docs): returns the running daemon and adds a line that
+    /// tells what was damaged.
+    async fn damage_round(
+        &mut self,
+        rng: &mut fastrand::Rng,
+        daemon: Daemon,
+        rec: &mut Record,
+    ) -> anyhow::Result<Daemon> {
+        // Every choice first, so a replay makes the same ones.
+        let checkpoint_len = std::fs::metadata(&self.checkpoint)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let checkpoint_damage = match rng.u8(..4) {
+            0 => None,
+            _ => Some(Damage::draw(rng, checkpoint_len)),
+        };
+        let prepared: Vec<usize> = (0..self.claims.len())
+            .filter(|&i| self.want[i] == Want::Prepared)
+            .collect();
+        let spec_damage: Vec<Option<Damage>> = prepared
+            .iter()
+            .map(|_| rng.bool().then(|| Damage::draw(rng, 400)))
+            .collect();
+        let pod_gone = (!prepared.is_empty() && rng.u8(..3) == 0)
+            .then(|| prepared[rng.usize(..prepared.len())]);
+
+        let specs: BTreeMap<usize, (PathBuf, Vec<u8>)> = prepared
+            .iter()
+            .map(|&i| {
+                let uid = &self.claims[i].uid;
+                let path = cdi_files(&self.cdi)?
+                    .0
+                    .into_iter()
+                    .find(|f| f.contains(uid.as_str()))
+                    .map(|f| self.cdi.join(f))
+                    .with_context(|| format!("prepared claim {uid} has no CDI spec"))?;
+                let bytes = std::fs::read(&path)?;
+                Ok((i, (path, bytes)))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let before = self.kubelet.registrations();
+        drop(daemon);
+        let elsewhere = self.cdi.parent().unwrap_or(&self.cdi).join("not-a-spec");
+        std::fs::write(&elsewhere, "a file a planted link points at")?;
+        if let Some(d) = checkpoint_damage
+            && self.checkpoint.exists()
+        {
+            d.apply(&self.checkpoint, &elsewhere)
+                .with_context(|| format!("damaging the checkpoint with {d:?}"))?;
+        }
+        for (&i, d) in prepared.iter().zip(&spec_damage) {
+            if let Some(d) = d {
+                d.apply(&specs[&i].0, &elsewhere)
+                    .with_context(|| format!("damaging a CDI spec with {d:?}"))?;
+            }
+        }
+        if let Some(i) = pod_gone {
+            self.reserve(i, false)?;
+            self.want[i] = Want::Unprepared;
+        }
+        rec.rounds.push(format!(
+            "damage: checkpoint {checkpoint_damage:?}, specs {:?}, pod of claim {pod_gone:?} deleted",
+            prepared.iter().zip(&spec_damage).collect::<Vec<_>>()
+        ));
+
+        let daemon = start(self.bin, self.config)?;
+        ensure!(
+            self.kubelet
+                .wait_until(WAIT, |k| k.registrations() > before)
+                .await,
+            "the daemon did not register after the damage"
+        );
+        // The pods that still run see their specs as they were, before any kubelet call.
+        for (&i, (path, bytes)) in &specs {
+            if Some(i) == pod_gone {
+                continue;
+            }
+            let now = std::fs::symlink_metadata(path)
+                .ok()
+                .filter(|m| m.is_file())
+                .and_then(|_| std::fs::read(path).ok());
+            ensure!(
+                now.as_deref() == Some(bytes.as_slice()),
+                "after the damage, claim {} (its pod still runs) has no correct CDI spec at {}",
+                self.claims[i].uid,
+                path.display()
+            );
+        }
+        ensure!(
+            std::fs::read_to_string(&elsewhere)? == "a file a planted link points at",
+            "a planted link was written through"
+        );
+        let wanted = self.wanted();
+        converge(&self.kubelet, &wanted, &self.reference).await?;
         check_cdi(&self.cdi, &wanted)?;
         Ok(daemon)
     }
@@ -749,6 +917,10 @@ async fn dra_scenario(
     let mut crash = DraCrash {
         bin,
         config: &config,
+        api: &api,
+        checkpoint: root
+            .join("plugins")
+            .join(kubedev_core::checkpoint::CHECKPOINT_FILE),
         cdi: cdi_dir.clone(),
         kubelet: kubelet.clone(),
         claims: Arc::new(claims),
@@ -765,6 +937,17 @@ async fn dra_scenario(
     rec.ok(format!(
         "{} random kills ({} in flight, {} in start-up), converged",
         rec.kills, rec.in_flight, rec.start_up
+    ));
+
+    // Pods run for the prepared claims; their state is damaged between restarts.
+    for i in 0..n {
+        crash.reserve(i, crash.want[i] == Want::Prepared)?;
+    }
+    for _ in 0..DRA_DAMAGE_ROUNDS {
+        daemon = crash.damage_round(rng, daemon, rec).await?;
+    }
+    rec.ok(format!(
+        "{DRA_DAMAGE_ROUNDS} rounds of damaged checkpoint and CDI specs, running pods kept their specs"
     ));
 
     // The kubelet unprepares everything: no spec file is left, and the driver still works.

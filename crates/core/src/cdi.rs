@@ -599,6 +599,24 @@ pub fn write_spec_file(path: &Path, content: &[u8]) -> Result<(), CdiError> {
     })?)
 }
 
+/// A claim's spec file, its bytes (`None`: no device needs edits) and its CDI device IDs.
+type ClaimBytes = (PathBuf, Option<Vec<u8>>, Vec<Option<String>>);
+
+/// Renames a directory found where a spec file belongs to the first free
+/// `<name>.damaged-<n>` (container runtimes read only `.json` and `.yaml` files).
+fn move_dir_aside(path: &Path) -> Result<PathBuf, CdiError> {
+    let aside = (1..=1000)
+        .map(|n| path.with_extension(format!("json.damaged-{n}")))
+        .find(|p| fs::symlink_metadata(p).is_err())
+        .unwrap_or_else(|| path.with_extension("json.damaged"));
+    fs::rename(path, &aside).map_err(|source| CdiError::Io {
+        op: "moving a directory aside from",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(aside)
+}
+
 /// What [`CdiWriter::write_claim`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -736,7 +754,7 @@ impl CdiWriter {
         &self,
         claim_uid: &str,
         prepared: &[PreparedDevice],
-    ) -> Result<(PathBuf, Option<Vec<u8>>, Vec<Option<String>>), CdiError> {
+    ) -> Result<ClaimBytes, CdiError> {
         let path = self.claim_file(claim_uid)?;
         let (spec, device_ids) = self.claim_spec(claim_uid, prepared)?;
         let Some(spec) = spec else {
@@ -785,15 +803,7 @@ impl CdiWriter {
             }
         })?;
         if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-            let aside = (1..)
-                .map(|n| path.with_extension(format!("json.damaged-{n}")))
-                .find(|p| fs::symlink_metadata(p).is_err())
-                .unwrap_or_else(|| path.with_extension("json.damaged"));
-            fs::rename(path, &aside).map_err(|source| CdiError::Io {
-                op: "moving a directory aside from",
-                path: path.to_path_buf(),
-                source,
-            })?;
+            move_dir_aside(path)?;
         }
         atomic_file::replace(path, SPEC_MODE, |f| f.write_all(bytes))?;
         Ok(())
@@ -842,6 +852,18 @@ impl CdiWriter {
     /// Removes a claim's spec file. Returns whether there was one; a missing file is success.
     pub fn remove_claim(&self, claim_uid: &str) -> Result<bool, CdiError> {
         let path = self.claim_file(claim_uid)?;
+        self.remove_spec_path(&path)
+    }
+
+    /// Removes whatever is at the spec path `path` (a link itself, never its target); a
+    /// directory, which kubedev never makes there, is moved aside to a name container runtimes
+    /// do not read. Returns whether something was there.
+    pub fn remove_spec_path(&self, path: &Path) -> Result<bool, CdiError> {
+        let path = path.to_path_buf();
+        if fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            move_dir_aside(&path)?;
+            return Ok(true);
+        }
         match fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),

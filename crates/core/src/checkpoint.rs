@@ -809,8 +809,10 @@ fn read_checkpoint(path: &Path) -> Result<FileState, CheckpointError> {
     let bytes = match safefs::read_regular(path, MAX_CHECKPOINT_BYTES) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(FileState::Missing),
-        Err(e @ safefs::SafeOpenError::NotAFile { .. }) => {
-            return Err(CheckpointError::NotAFile(e));
+        // Never opened (a FIFO would block, a link would be followed): it is moved aside, as
+        // the rename does not open it either, and a fresh checkpoint starts.
+        Err(safefs::SafeOpenError::NotAFile { found, .. }) => {
+            return Ok(FileState::Corrupt(format!("{found}, not a regular file")));
         }
         Err(safefs::SafeOpenError::Io { source, .. }) => return Err(read_err(source)),
     };
@@ -1567,7 +1569,7 @@ mod tests {
             )
             .unwrap()
         };
-        for target in [CHECKPOINT_FILE, LOCK_FILE, "boot"] {
+        for target in [LOCK_FILE, "boot"] {
             let fx = Fixture::new();
             let path = if target == "boot" {
                 fs::remove_file(fx.boot_path()).unwrap();
@@ -1588,13 +1590,41 @@ mod tests {
                 "{target}: {text}"
             );
         }
-        // A link to another file is not followed, and the file it points at is left alone.
+        // At the checkpoint's own path a FIFO, a link or a directory is never opened: it is
+        // moved aside like a corrupt file (a link is not followed, and what it points at is left
+        // alone), and a fresh checkpoint starts.
         let fx = Fixture::new();
         let elsewhere = fx.boot_dir.path().join("elsewhere.json");
         fs::write(&elsewhere, "not ours").unwrap();
-        std::os::unix::fs::symlink(&elsewhere, fx.file()).unwrap();
-        let err = CheckpointStore::open(fx.dir.path(), fx.boot_path()).unwrap_err();
-        assert!(err.to_string().contains("symbolic link"), "{err}");
+        type Plant<'a> = Box<dyn Fn(&Path) + 'a>;
+        let plants: Vec<(&str, Plant)> = vec![
+            ("FIFO", Box::new(mkfifo)),
+            (
+                "symbolic link",
+                Box::new(|p: &Path| std::os::unix::fs::symlink(&elsewhere, p).unwrap()),
+            ),
+            ("directory", Box::new(|p: &Path| fs::create_dir(p).unwrap())),
+        ];
+        for (n, (what, plant)) in plants.into_iter().enumerate() {
+            plant(&fx.file());
+            let started = std::time::Instant::now();
+            let (store, outcome) = CheckpointStore::open(fx.dir.path(), fx.boot_path()).unwrap();
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{what}: blocked"
+            );
+            match outcome {
+                LoadOutcome::Corrupt { moved_to, reason } => {
+                    assert!(reason.contains(what), "{what}: {reason}");
+                    let aside = format!(".corrupt-{}", n + 1);
+                    assert!(moved_to.to_string_lossy().ends_with(&aside), "{moved_to:?}");
+                }
+                other => panic!("{what}: {other:?}"),
+            }
+            drop(store);
+            assert!(fs::symlink_metadata(fx.file()).unwrap().is_file(), "{what}");
+            fs::remove_file(fx.file()).unwrap();
+        }
         assert_eq!(fs::read_to_string(&elsewhere).unwrap(), "not ours");
     }
 

@@ -442,7 +442,7 @@ impl DraDriver {
                             kept.push(path);
                             continue;
                         }
-                        std::fs::remove_file(&path).map_err(|e| {
+                        cdi.remove_spec_path(&path).map_err(|e| {
                             format!("removing orphan CDI file {}: {e}", path.display())
                         })?;
                         removed.push(path);

@@ -620,7 +620,7 @@ async fn start_dra(
         .await
         .map_err(anyhow::Error::msg)
         .context("start-up recovery")?;
-    report_recovery(&rec, &spec.driver.to_string(), cluster.events.as_ref(), obs).await;
+    report_recovery(&rec, spec.driver.as_ref(), cluster.events.as_ref(), obs).await;
     let (health, health_rx) = watch::channel(Vec::new());
     let mut cfg = DraPluginConfig::new(spec.driver.clone())
         .plugin_dir(&spec.plugin_dir)

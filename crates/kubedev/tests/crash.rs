@@ -611,10 +611,10 @@ async fn an_exclusive_device_is_prepared_for_one_claim_at_a_time() {
 }
 
 /// A FIFO where the checkpoint belongs used to hang the daemon in `open`, holding the node lock
-/// and deaf to SIGTERM. Now it exits at once with an error naming the path and what is there,
-/// and a second start behaves the same (no lock left held).
+/// and deaf to SIGTERM. Now it is never opened: it is moved aside like a corrupt checkpoint, the
+/// error names the path and what was there, and the daemon starts, serves and stops on SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fifo_at_the_checkpoint_path_is_refused_at_once() {
+async fn a_fifo_at_the_checkpoint_path_is_moved_aside_not_opened() {
     let env = Env::new().await;
     let state = env.root.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
@@ -627,31 +627,27 @@ async fn a_fifo_at_the_checkpoint_path_is_refused_at_once() {
         0,
     )
     .unwrap();
-    for _ in 0..2 {
-        let out = Command::new(env!("CARGO_BIN_EXE_kubedev"))
-            .args(["run", "--config"])
-            .arg(env.root.path().join("kubedev.yaml"))
-            .env("RUST_LOG", "error")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut daemon = Daemon(out);
-        let status = wait_exit(&mut daemon);
-        assert!(!status.success());
-        let mut err = String::new();
-        use std::io::Read;
-        daemon
-            .0
-            .stderr
-            .take()
+    let daemon = env.start("").await;
+    let log = env.log_text();
+    assert!(
+        log.contains(&checkpoint.display().to_string())
+            && log.contains("a FIFO (named pipe), not a regular file"),
+        "{log}"
+    );
+    let aside = state.join(format!(
+        "{}.corrupt-1",
+        kubedev_core::checkpoint::CHECKPOINT_FILE
+    ));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&aside)
             .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
-        assert!(
-            err.contains(&checkpoint.display().to_string()) && err.contains("FIFO"),
-            "{err}"
-        );
-    }
+            .file_type()
+            .is_fifo()
+    );
+    assert!(std::fs::symlink_metadata(&checkpoint).unwrap().is_file());
+    let claim = env.claim("after", "claim-uid-after", &["gpu-0"]);
+    let out = env.kubelet.prepare(DRIVER, &[claim]).await.unwrap();
+    assert!(out.values().all(|r| r.is_ok()), "{out:?}");
+    stop(daemon);
 }
