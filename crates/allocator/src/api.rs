@@ -1,18 +1,23 @@
 //! The subset of `resource.k8s.io/v1` (and `core/v1` node selection) objects the allocator
 //! reads and writes, with exactly the Kubernetes JSON / YAML field names.
 //!
-//! Unknown fields are ignored, so full objects read from a cluster deserialize. Quantities
-//! and version strings are kept as written here; the allocator parses them when it prepares
-//! a device, so a malformed value is reported against the device that carries it.
+//! A key that is not a field of the Kubernetes object is an error naming the key (a typo must
+//! not silently change what is simulated). Fields Kubernetes has but allocation does not use
+//! (`apiVersion`, `kind`, the rest of `metadata`, a claim's `status`, a taint's `timeAdded`, a
+//! class's `extendedResourceName`) are accepted and ignored, so full objects read from a
+//! cluster deserialize. Quantities and version strings are kept as written here; the allocator
+//! parses them when it prepares a device, so a malformed value is reported against the device
+//! that carries it.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Metadata of an object: only what the allocator uses.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", from = "input::ObjectMeta")]
 pub struct ObjectMeta {
     /// `metadata.name`.
     pub name: String,
@@ -85,7 +90,7 @@ impl<'de> Deserialize<'de> for RawQuantity {
 
 /// A node as the allocator sees it: its name and labels.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Node {
     /// Node name (`metadata.name`).
     pub name: String,
@@ -95,7 +100,7 @@ pub struct Node {
 
 /// `core/v1` NodeSelector: terms are ORed.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct NodeSelector {
     /// The terms; a node matches when any term matches.
     pub node_selector_terms: Vec<NodeSelectorTerm>,
@@ -103,7 +108,7 @@ pub struct NodeSelector {
 
 /// One term of a node selector: all requirements must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct NodeSelectorTerm {
     /// Requirements on node labels.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -115,7 +120,7 @@ pub struct NodeSelectorTerm {
 
 /// A key, an operator (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`) and values.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct NodeSelectorRequirement {
     /// Label key or field name.
     pub key: String,
@@ -128,7 +133,7 @@ pub struct NodeSelectorRequirement {
 
 /// `resource.k8s.io/v1` ResourceSlice.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", from = "input::ResourceSlice")]
 pub struct ResourceSlice {
     /// Object metadata.
     pub metadata: ObjectMeta,
@@ -138,7 +143,7 @@ pub struct ResourceSlice {
 
 /// ResourceSlice `spec`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ResourceSliceSpec {
     /// Driver name, also the default attribute domain.
     pub driver: String,
@@ -166,7 +171,7 @@ pub struct ResourceSliceSpec {
 
 /// Pool identity and version.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ResourcePool {
     /// Pool name, unique per driver.
     pub name: String,
@@ -178,7 +183,7 @@ pub struct ResourcePool {
 
 /// A named set of counters that devices consume.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct CounterSet {
     /// Counter set name, unique in the pool.
     pub name: String,
@@ -188,7 +193,7 @@ pub struct CounterSet {
 
 /// One counter amount.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Counter {
     /// The amount.
     pub value: RawQuantity,
@@ -196,7 +201,7 @@ pub struct Counter {
 
 /// A device (flat in v1).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct Device {
     /// Device name, unique in the pool.
     pub name: String,
@@ -237,7 +242,7 @@ pub struct Device {
 
 /// A typed attribute value: exactly one field should be set.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceAttribute {
     /// Integer value.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -255,7 +260,7 @@ pub struct DeviceAttribute {
 
 /// A capacity of a device.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceCapacity {
     /// Total amount.
     pub value: RawQuantity,
@@ -266,7 +271,7 @@ pub struct DeviceCapacity {
 
 /// Request policy of a consumable capacity.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct CapacityRequestPolicy {
     /// Amount consumed when a request does not name this capacity.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -281,7 +286,7 @@ pub struct CapacityRequestPolicy {
 
 /// `min`, optional `max` and `step` of a request policy.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct CapacityRequestPolicyRange {
     /// Minimum amount.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -296,7 +301,7 @@ pub struct CapacityRequestPolicyRange {
 
 /// Counters a device consumes from one counter set.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceCounterConsumption {
     /// Counter set name in the same pool.
     pub counter_set: String,
@@ -306,7 +311,7 @@ pub struct DeviceCounterConsumption {
 
 /// A device taint.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", from = "input::DeviceTaint")]
 pub struct DeviceTaint {
     /// Taint key.
     pub key: String,
@@ -319,7 +324,7 @@ pub struct DeviceTaint {
 
 /// A toleration of device taints.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceToleration {
     /// Taint key; empty with `Exists` matches every key.
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -340,7 +345,7 @@ pub struct DeviceToleration {
 
 /// `resource.k8s.io/v1` DeviceClass.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", from = "input::DeviceClass")]
 pub struct DeviceClass {
     /// Object metadata.
     pub metadata: ObjectMeta,
@@ -350,7 +355,7 @@ pub struct DeviceClass {
 
 /// DeviceClass `spec`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", from = "input::DeviceClassSpec")]
 pub struct DeviceClassSpec {
     /// Every selector must match.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -362,7 +367,7 @@ pub struct DeviceClassSpec {
 
 /// A selector; only CEL exists today.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceSelector {
     /// A CEL selector.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -371,7 +376,7 @@ pub struct DeviceSelector {
 
 /// A CEL expression over the `device` variable.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct CelDeviceSelector {
     /// The expression, which must evaluate to a bool.
     pub expression: String,
@@ -379,7 +384,7 @@ pub struct CelDeviceSelector {
 
 /// Class configuration.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceClassConfiguration {
     /// Opaque driver configuration.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -388,7 +393,7 @@ pub struct DeviceClassConfiguration {
 
 /// Driver-specific parameters, copied as they are.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct OpaqueDeviceConfiguration {
     /// Driver the parameters are for.
     pub driver: String,
@@ -398,7 +403,7 @@ pub struct OpaqueDeviceConfiguration {
 
 /// `resource.k8s.io/v1` ResourceClaim.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", from = "input::ResourceClaim")]
 pub struct ResourceClaim {
     /// Object metadata.
     pub metadata: ObjectMeta,
@@ -408,7 +413,7 @@ pub struct ResourceClaim {
 
 /// ResourceClaim `spec`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ResourceClaimSpec {
     /// Device requests, constraints and configuration.
     pub devices: DeviceClaim,
@@ -416,7 +421,7 @@ pub struct ResourceClaimSpec {
 
 /// ResourceClaim `spec.devices`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceClaim {
     /// Requests, all of which must be satisfied.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -431,7 +436,7 @@ pub struct DeviceClaim {
 
 /// One request: `exactly` or `firstAvailable`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceRequest {
     /// Request name, unique in the claim.
     pub name: String,
@@ -445,7 +450,7 @@ pub struct DeviceRequest {
 
 /// A request for devices of one class.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ExactDeviceRequest {
     /// The DeviceClass.
     pub device_class_name: String,
@@ -471,7 +476,7 @@ pub struct ExactDeviceRequest {
 
 /// One alternative of a `firstAvailable` request.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceSubRequest {
     /// Subrequest name, unique in the request.
     pub name: String,
@@ -496,7 +501,7 @@ pub struct DeviceSubRequest {
 
 /// Requested capacity amounts.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct CapacityRequirements {
     /// Capacity name → amount.
     pub requests: BTreeMap<String, RawQuantity>,
@@ -504,7 +509,7 @@ pub struct CapacityRequirements {
 
 /// A constraint across the devices of some requests.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceConstraint {
     /// Requests the constraint applies to; empty means all.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -519,7 +524,7 @@ pub struct DeviceConstraint {
 
 /// Claim configuration for some requests.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct DeviceClaimConfiguration {
     /// Requests (or `request/subrequest`) it applies to; empty means all.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -596,4 +601,145 @@ pub struct DeviceAllocationConfiguration {
     /// Opaque driver configuration.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub opaque: Option<OpaqueDeviceConfiguration>,
+}
+
+/// What the objects with Kubernetes fields that allocation does not use are read as: those
+/// fields are named (so any other key is an error) and dropped.
+mod input {
+    use super::*;
+
+    /// `metadata`: every ObjectMeta field of Kubernetes.
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+    #[allow(dead_code, reason = "fields read only to be accepted")]
+    pub(super) struct ObjectMeta {
+        name: String,
+        namespace: String,
+        uid: String,
+        labels: BTreeMap<String, String>,
+        annotations: IgnoredAny,
+        creation_timestamp: IgnoredAny,
+        deletion_grace_period_seconds: IgnoredAny,
+        deletion_timestamp: IgnoredAny,
+        finalizers: IgnoredAny,
+        generate_name: IgnoredAny,
+        generation: IgnoredAny,
+        managed_fields: IgnoredAny,
+        owner_references: IgnoredAny,
+        resource_version: IgnoredAny,
+        self_link: IgnoredAny,
+    }
+
+    impl From<ObjectMeta> for super::ObjectMeta {
+        fn from(m: ObjectMeta) -> Self {
+            super::ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                labels: m.labels,
+            }
+        }
+    }
+
+    /// A ResourceSlice with its type fields.
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+    #[allow(dead_code, reason = "fields read only to be accepted")]
+    pub(super) struct ResourceSlice {
+        api_version: IgnoredAny,
+        kind: IgnoredAny,
+        metadata: super::ObjectMeta,
+        spec: ResourceSliceSpec,
+    }
+
+    impl From<ResourceSlice> for super::ResourceSlice {
+        fn from(s: ResourceSlice) -> Self {
+            super::ResourceSlice {
+                metadata: s.metadata,
+                spec: s.spec,
+            }
+        }
+    }
+
+    /// A DeviceClass with its type fields.
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+    #[allow(dead_code, reason = "fields read only to be accepted")]
+    pub(super) struct DeviceClass {
+        api_version: IgnoredAny,
+        kind: IgnoredAny,
+        metadata: super::ObjectMeta,
+        spec: super::DeviceClassSpec,
+    }
+
+    impl From<DeviceClass> for super::DeviceClass {
+        fn from(c: DeviceClass) -> Self {
+            super::DeviceClass {
+                metadata: c.metadata,
+                spec: c.spec,
+            }
+        }
+    }
+
+    /// DeviceClass `spec` with `extendedResourceName`, which only the scheduler's
+    /// extended-resource path reads.
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+    #[allow(dead_code, reason = "fields read only to be accepted")]
+    pub(super) struct DeviceClassSpec {
+        selectors: Vec<DeviceSelector>,
+        config: Vec<DeviceClassConfiguration>,
+        extended_resource_name: IgnoredAny,
+    }
+
+    impl From<DeviceClassSpec> for super::DeviceClassSpec {
+        fn from(s: DeviceClassSpec) -> Self {
+            super::DeviceClassSpec {
+                selectors: s.selectors,
+                config: s.config,
+            }
+        }
+    }
+
+    /// A ResourceClaim with its type fields and status.
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+    #[allow(dead_code, reason = "fields read only to be accepted")]
+    pub(super) struct ResourceClaim {
+        api_version: IgnoredAny,
+        kind: IgnoredAny,
+        metadata: super::ObjectMeta,
+        spec: ResourceClaimSpec,
+        status: IgnoredAny,
+    }
+
+    impl From<ResourceClaim> for super::ResourceClaim {
+        fn from(c: ResourceClaim) -> Self {
+            super::ResourceClaim {
+                metadata: c.metadata,
+                spec: c.spec,
+            }
+        }
+    }
+
+    /// A device taint with `timeAdded`, which allocation does not use.
+    #[derive(Deserialize, Default)]
+    #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+    #[allow(dead_code, reason = "fields read only to be accepted")]
+    pub(super) struct DeviceTaint {
+        key: String,
+        value: String,
+        effect: String,
+        time_added: IgnoredAny,
+    }
+
+    impl From<DeviceTaint> for super::DeviceTaint {
+        fn from(t: DeviceTaint) -> Self {
+            super::DeviceTaint {
+                key: t.key,
+                value: t.value,
+                effect: t.effect,
+            }
+        }
+    }
 }

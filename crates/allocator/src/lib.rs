@@ -129,6 +129,7 @@ mod nodesel;
 mod policy;
 pub mod scenario;
 mod simulate;
+pub mod yaml;
 
 pub use allocator::{AllocateOptions, Allocator, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM, SearchStats};
 pub use error::{AllocationError, SelectorOwner};

@@ -193,8 +193,8 @@ impl DeviceStatus {
 /// Reads ResourceClaims for prepare and writes this driver's device status.
 #[derive(Clone)]
 pub struct ClaimReader {
-    client: Client,
-    driver: DriverName,
+    pub(crate) client: Client,
+    pub(crate) driver: DriverName,
 }
 
 impl fmt::Debug for ClaimReader {
@@ -235,8 +235,10 @@ impl ClaimReader {
     }
 
     /// Fetches the claim, checks it is the one asked for (same UID) and allocated, and returns
-    /// this driver's part of the allocation.
+    /// this driver's part of the allocation. A name or namespace that breaks Kubernetes' naming
+    /// rules is refused before any request.
     pub async fn get(&self, claim: &ClaimRef) -> Result<AllocatedClaim, Error> {
+        check_claim_names(claim)?;
         let found = self.fetch(claim).await?;
         allocated_claim(&self.driver, claim, &found)
     }
@@ -245,12 +247,14 @@ impl ClaimReader {
     /// subresource, conditional on the claim's resourceVersion and UID): entries of this driver
     /// for the same device and share ID are replaced, everything else is kept. A condition keeps
     /// its transition time when its status did not change. Conflicts are retried after
-    /// re-reading the claim.
+    /// re-reading the claim. A name or namespace that breaks Kubernetes' naming rules is refused
+    /// before any request.
     pub async fn set_device_status(
         &self,
         claim: &ClaimRef,
         devices: &[DeviceStatus],
     ) -> Result<(), Error> {
+        check_claim_names(claim)?;
         let api = self.api(&claim.namespace);
         for _ in 0..STATUS_ATTEMPTS {
             let found = self.fetch(claim).await?;
@@ -294,6 +298,38 @@ impl ClaimReader {
             attempts: STATUS_ATTEMPTS,
         })
     }
+}
+
+/// The rule a ResourceClaim's name follows (Kubernetes object names).
+const NAME_RULE: &str = "DNS subdomain (at most 253 lowercase letters, digits, '-' or '.', \
+     starting and ending with a letter or digit)";
+
+/// The rule a namespace follows.
+const NAMESPACE_RULE: &str = "DNS label (at most 63 lowercase letters, digits or '-', \
+     starting and ending with a letter or digit)";
+
+/// Checks the claim's namespace (a DNS label) and name (a DNS subdomain) before they become part
+/// of a request path: a name such as `../../api/v1/nodes/x` must never reach the URL.
+fn check_claim_names(claim: &ClaimRef) -> Result<(), Error> {
+    if let Err(reason) = kubedev_core::check_dns_label(&claim.namespace) {
+        return Err(Error::InvalidClaimName {
+            field: "namespace",
+            value: claim.namespace.clone(),
+            claim: format!("name {:?}, UID {}", claim.name, claim.uid),
+            rule: NAMESPACE_RULE,
+            reason,
+        });
+    }
+    if let Err(reason) = kubedev_core::check_dns_subdomain(&claim.name, 253) {
+        return Err(Error::InvalidClaimName {
+            field: "name",
+            value: claim.name.clone(),
+            claim: format!("namespace {}, UID {}", claim.namespace, claim.uid),
+            rule: NAME_RULE,
+            reason,
+        });
+    }
+    Ok(())
 }
 
 fn check_uid(expected: &ClaimRef, found: &res::ResourceClaim) -> Result<(), Error> {
@@ -383,6 +419,7 @@ pub(crate) fn allocated_claim(
             .collect();
         results.push(DeviceResult {
             device: AllocatedDevice {
+                admin_access: result.admin_access.unwrap_or(false),
                 device: DeviceRef { pool, device },
                 request: result.request.clone(),
                 share_id: result.share_id.clone(),
@@ -835,6 +872,63 @@ mod client_tests {
         let reader = ClaimReader::new(client, driver());
         let err = reader.get(&claim_ref("uid-1", "gone")).await.unwrap_err();
         assert_eq!(err.to_string(), "ResourceClaim team-a/gone not found");
+    }
+
+    #[tokio::test]
+    async fn bad_claim_names_are_refused_before_any_request() {
+        let dev = DeviceRef {
+            pool: PoolName::new("node-a").unwrap(),
+            device: DeviceName::new("gpu-0").unwrap(),
+        };
+        let (client, log) = fake(0);
+        let reader = ClaimReader::new(client, driver());
+
+        let traversal = claim_ref("uid-1", "../../../api/v1/nodes/x");
+        let err = reader.get(&traversal).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidClaimName { field: "name", .. }),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.starts_with(
+                "ResourceClaim name \"../../../api/v1/nodes/x\" (namespace team-a, UID uid-1) \
+                 is not a valid DNS subdomain"
+            ),
+            "{text}"
+        );
+        let err = reader
+            .set_device_status(&traversal, &[DeviceStatus::ready(dev.clone(), None)])
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidClaimName { .. }), "{err}");
+
+        let slash = claim_ref("uid-1", "train/status");
+        let err = reader.get(&slash).await.unwrap_err();
+        assert!(err.to_string().contains("contains '/'"), "{err}");
+
+        let mut bad_namespace = claim_ref("uid-1", "train");
+        bad_namespace.namespace = "team-a/resourceclaims/other".into();
+        let err = reader.get(&bad_namespace).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "ResourceClaim namespace \"team-a/resourceclaims/other\" (name \"train\", UID uid-1) \
+             is not a valid DNS label (at most 63 lowercase letters, digits or '-', starting and \
+             ending with a letter or digit): contains '/'; only lowercase letters, digits and '-' \
+             are allowed"
+        );
+        let mut long_namespace = claim_ref("uid-1", "train");
+        long_namespace.namespace = "a".repeat(64);
+        let err = reader.get(&long_namespace).await.unwrap_err();
+        assert!(err.to_string().contains("no more than 63"), "{err}");
+
+        assert!(log.lock().unwrap().is_empty(), "no request may be made");
+
+        // Names longer than a DNS label are fine: a claim name is a subdomain.
+        let long = "a".repeat(100);
+        let err = reader.get(&claim_ref("uid-1", &long)).await.unwrap_err();
+        assert!(matches!(err, Error::ClaimNotFound { .. }), "{err}");
+        assert_eq!(log.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

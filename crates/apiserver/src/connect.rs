@@ -25,23 +25,30 @@ pub enum ConnectError {
 /// the in-cluster service account (or `KUBECONFIG`, as `kubectl` does).
 pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectError> {
     let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                ConnectError::Kubeconfig {
-                    path: path.to_path_buf(),
-                    message: e.to_string(),
-                }
-            })?;
-            kube::Config::from_custom_kubeconfig(file, &Default::default())
-                .await
-                .map_err(|e| ConnectError::Kubeconfig {
-                    path: path.to_path_buf(),
-                    message: e.to_string(),
-                })?
-        }
+        Some(path) => from_kubeconfig(path).await?,
         None => kube::Config::infer()
             .await
             .map_err(|e| ConnectError::Infer(e.to_string()))?,
     };
     kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))
+}
+
+/// Whether [`connect`] can use the kubeconfig file `path`: it must be readable and parse, and
+/// its current context must name a cluster with a server URL and readable certificates.
+/// Nothing is sent to the API server.
+pub async fn check_kubeconfig(path: &Path) -> Result<(), ConnectError> {
+    from_kubeconfig(path).await.map(drop)
+}
+
+async fn from_kubeconfig(path: &Path) -> Result<kube::Config, ConnectError> {
+    let file = kube::config::Kubeconfig::read_from(path).map_err(|e| ConnectError::Kubeconfig {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .map_err(|e| ConnectError::Kubeconfig {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
 }

@@ -101,6 +101,35 @@ pub enum Error {
         /// The kube-rs error.
         error: Box<kube::Error>,
     },
+    /// Listing the ResourceClaims of the cluster failed.
+    #[error("listing ResourceClaims: {}", brief(error))]
+    ListClaims {
+        /// The kube-rs error.
+        error: Box<kube::Error>,
+    },
+    /// Recording a Kubernetes Event failed.
+    #[error("recording an Event about {object}: {}", brief(error))]
+    Event {
+        /// The object the Event is about, e.g. `Node node-a`.
+        object: String,
+        /// The kube-rs error.
+        error: Box<kube::Error>,
+    },
+    /// The claim's name or namespace breaks a Kubernetes naming rule, so it cannot be a claim
+    /// the API server holds; no request was made for it.
+    #[error("ResourceClaim {field} {value:?} ({claim}) is not a valid {rule}: {reason}")]
+    InvalidClaimName {
+        /// Which part is wrong: `name` or `namespace`.
+        field: &'static str,
+        /// The rejected value.
+        value: String,
+        /// The rest of the claim's identity (its namespace or name, and its UID).
+        claim: String,
+        /// The rule, e.g. "DNS subdomain (at most 253 lowercase letters, ...)".
+        rule: &'static str,
+        /// How the value breaks it.
+        reason: String,
+    },
     /// The ResourceClaim does not exist.
     #[error("ResourceClaim {namespace}/{name} not found")]
     ClaimNotFound {

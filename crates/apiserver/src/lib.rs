@@ -37,10 +37,13 @@ mod classes;
 mod connect;
 mod convert;
 mod error;
+mod events;
+mod node_claims;
 mod plan;
 mod publisher;
 mod ratelimit;
 mod render;
+mod retry;
 
 pub use claim::{
     AllocatedClaim, ClaimReader, ConditionStatus, ConfigSource, DeviceCondition, DeviceResult,
@@ -49,8 +52,9 @@ pub use claim::{
 pub use classes::{
     DeviceClassSpec, FIELD_MANAGER, apply_device_classes, apply_device_classes_until_done,
 };
-pub use connect::{ConnectError, connect};
+pub use connect::{ConnectError, check_kubeconfig, connect};
 pub use convert::{NUMA_NODE_ATTRIBUTE, UnhealthyDevices};
 pub use error::Error;
+pub use events::{MAX_EVENT_NOTE, NodeEvents};
 pub use publisher::{PublishStats, PublisherTask, SlicePublisher};
 pub use render::render_slices;

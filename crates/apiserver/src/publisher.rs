@@ -14,7 +14,6 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kubedev_core::{DriverName, Inventory, PublishError, Publisher};
@@ -28,6 +27,7 @@ use crate::convert::{DesiredPool, UnhealthyDevices, desired_pools};
 use crate::error::api_code;
 use crate::plan::{Accepted, Identity, content_key, desired_spec, plan};
 use crate::ratelimit::{Backoff, TokenBucket};
+use crate::retry::{FailureLog, FailureReport, RetrySchedule, jitter_unit};
 
 /// How long our own writes override the watch cache when the watch has not shown them yet.
 const WRITE_CACHE_TTL: Duration = Duration::from_secs(60);
@@ -35,6 +35,17 @@ const WRITE_CACHE_TTL: Duration = Duration::from_secs(60);
 const NODE_LOOKUP_RETRY: Duration = Duration::from_secs(30);
 /// Conflicts in a row that are retried at once; after that they back off like other errors.
 const MAX_IMMEDIATE_CONFLICTS: u32 = 8;
+/// The first delay before the ResourceSlice watch is tried again after a failure.
+const WATCH_RETRY_INITIAL: Duration = Duration::from_millis(500);
+/// The longest delay between two attempts of the ResourceSlice watch.
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(30);
+/// How far each watch retry delay is spread either way, as a fraction.
+const WATCH_RETRY_JITTER: f64 = 0.25;
+/// How long the watch must stay healthy after delivering data before its retry delays start
+/// from [`WATCH_RETRY_INITIAL`] again.
+const WATCH_HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// While the watch keeps failing, at most one log line per this interval.
+const WATCH_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Counters of the publisher's API writes, for metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -138,6 +149,12 @@ impl Default for Settings {
 /// ones, retries conflicts after re-reading, backs off on other errors, limits its request
 /// rate, and puts back slices that someone else edits or deletes. Nothing is written before
 /// the first `publish`, so a restart does not churn slices that are already right.
+///
+/// While the API server cannot be listed or watched, the watch is tried again after 0.5 s,
+/// then 1, 2, 4 ... up to 30 s between attempts, each delay spread by ±25%; the delays start
+/// from 0.5 s again only after the watch has delivered data and stayed healthy for a minute.
+/// The first failure is logged (WARN), then at most one summary line a minute with the count
+/// of failures left out, and one line (INFO) when the watch works again.
 ///
 /// The publisher is a cheap handle: clones share the same state. Set options before `start`.
 ///
@@ -523,6 +540,11 @@ async fn run(shared: Arc<Shared>, settings: Settings, mut stop: watch::Receiver<
 }
 
 /// Feeds the watch cache and wakes the worker on every change. Runs until the worker ends.
+///
+/// A failed list or watch is retried after [`WATCH_RETRY_INITIAL`], doubling to
+/// [`WATCH_RETRY_MAX`] with ±[`WATCH_RETRY_JITTER`]; the delays start over once the watch has
+/// delivered data and stayed healthy for [`WATCH_HEALTHY_AFTER`]. The first failure is logged,
+/// then one summary at most every [`WATCH_LOG_EVERY`], and the recovery.
 async fn watch_slices(
     api: Api<ResourceSlice>,
     shared: Arc<Shared>,
@@ -534,16 +556,39 @@ async fn watch_slices(
         "spec.driver={},spec.nodeName={}",
         shared.driver, shared.node
     );
+    // No backoff from kube-runtime: its backoff starts over at every event, and a re-list
+    // that then fails still begins with one, so it would retry about once a second forever.
     let stream = reflector::reflector(
         writer,
-        watcher::watcher(api, watcher::Config::default().fields(&selector)).default_backoff(),
+        watcher::watcher(api, watcher::Config::default().fields(&selector)),
     );
     futures::pin_mut!(stream);
+    let mut retry = RetrySchedule::new(
+        WATCH_RETRY_INITIAL,
+        WATCH_RETRY_MAX,
+        WATCH_RETRY_JITTER,
+        WATCH_HEALTHY_AFTER,
+    );
+    let mut log = FailureLog::new(WATCH_LOG_EVERY);
+    let delivered = |retry: &mut RetrySchedule, log: &mut FailureLog| {
+        let now = Instant::now();
+        retry.delivered(now);
+        if let Some(r) = log.succeeded(now) {
+            info!(
+                driver = %shared.driver,
+                node = %shared.node,
+                failures = r.failures,
+                outage = ?r.outage,
+                "ResourceSlice watch recovered"
+            );
+        }
+    };
     let mut listed = 0;
     while let Some(item) = stream.next().await {
         match item {
             Ok(Event::Apply(slice) | Event::Delete(slice)) => {
                 observed.fetch_max(resource_version(&slice).unwrap_or(0), Ordering::SeqCst);
+                delivered(&mut retry, &mut log);
                 wake.notify_one();
             }
             Ok(Event::Init) => listed = 0,
@@ -552,6 +597,7 @@ async fn watch_slices(
             }
             Ok(Event::InitDone) => {
                 observed.fetch_max(listed, Ordering::SeqCst);
+                delivered(&mut retry, &mut log);
                 wake.notify_one();
             }
             Err(e) => {
@@ -560,10 +606,30 @@ async fn watch_slices(
                     node: shared.node.clone(),
                     message: e.to_string(),
                 };
-                warn!(%error, "ResourceSlice watch failed; retrying");
+                let now = Instant::now();
+                let retry_in = retry.failed(now, jitter_unit());
+                match log.failed(now) {
+                    FailureReport::First => {
+                        warn!(%error, ?retry_in, "ResourceSlice watch failed; retrying");
+                    }
+                    FailureReport::Summary {
+                        failures,
+                        suppressed,
+                    } => warn!(
+                        %error,
+                        failures,
+                        suppressed,
+                        ?retry_in,
+                        "ResourceSlice watch still failing; retrying"
+                    ),
+                    FailureReport::Suppressed => {
+                        debug!(%error, ?retry_in, "ResourceSlice watch failed; retrying");
+                    }
+                }
                 shared
                     .status
                     .send_modify(|s| s.last_error = Some(error.to_string()));
+                tokio::time::sleep(retry_in).await;
             }
         }
     }

@@ -59,8 +59,10 @@ fn check_label_with_max(s: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks an RFC 1123 DNS subdomain of at most `max` characters: DNS labels joined by '.'.
-/// Returns the reason on failure.
+/// Checks an RFC 1123 DNS subdomain of at most `max` characters, as Kubernetes does: parts
+/// shaped like DNS labels (lowercase alphanumerics or '-', starting and ending with an
+/// alphanumeric) joined by '.'. As in Kubernetes, a part may be longer than the 63 characters
+/// of a DNS label; only the whole is limited. Returns the reason on failure.
 pub fn check_dns_subdomain(s: &str, max: usize) -> Result<(), String> {
     if s.is_empty() {
         return Err("must not be empty".into());
@@ -69,7 +71,7 @@ pub fn check_dns_subdomain(s: &str, max: usize) -> Result<(), String> {
         return Err(format!("must be no more than {max} characters"));
     }
     for label in s.split('.') {
-        check_label_with_max(label, 63).map_err(|e| {
+        check_label_with_max(label, max).map_err(|e| {
             if label.is_empty() {
                 "must not contain empty labels (\"..\", or a leading or trailing '.')".to_string()
             } else {
@@ -450,6 +452,21 @@ mod tests {
             let err = ExtendedResourceName::new(bad).unwrap_err();
             assert!(err.to_string().contains(why), "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn subdomain_parts_are_limited_only_by_the_whole() {
+        // Kubernetes object names (claims, nodes, classes) are DNS subdomains of at most 253
+        // characters with no 63-character limit on a part between dots.
+        let long = "a".repeat(100);
+        check_dns_subdomain(&long, 253).unwrap();
+        check_dns_subdomain(&format!("{long}.example.com"), 253).unwrap();
+        let err = check_dns_subdomain(&"a".repeat(254), 253).unwrap_err();
+        assert!(err.contains("253"), "{err}");
+        let err = check_dns_subdomain(&format!("{long}-"), 253).unwrap_err();
+        assert!(err.contains("start and end"), "{err}");
+        // A label is still at most 63 characters.
+        assert!(check_dns_label(&"a".repeat(64)).is_err());
     }
 
     #[test]

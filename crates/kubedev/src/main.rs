@@ -1,6 +1,8 @@
 //! The kubedev daemon and CLI.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -99,8 +101,10 @@ enum Command {
     /// Allocate a scenario's claims as the scheduler would, and say why when they do not fit.
     ///
     /// The scenario file has `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices` and
-    /// `claims`. The exit code is 0 whether or not the claims fit; it is non-zero only when the
-    /// file cannot be read.
+    /// `claims` (and may have `description`, `expect` and `features`, which are not read); any
+    /// other key is an error naming the key and its line. The exit code is 0 whether or not the
+    /// claims fit, 1 when the scenario or the policy cannot be read, and 3 when the policy failed
+    /// and `--fail-closed` refused the allocation.
     #[command(
         after_help = "Examples:\n  kubedev simulate -f scenario.yaml\n  kubedev simulate -f scenario.yaml --explain -o json\n  kubedev simulate -f scenario.yaml --repeat 1000"
     )]
@@ -120,7 +124,8 @@ enum Command {
         /// A WebAssembly selection policy that orders the valid candidates.
         #[arg(long)]
         policy: Option<PathBuf>,
-        /// When the policy fails, refuse the allocation instead of using the default order.
+        /// When the policy fails, refuse the allocation instead of using the default order, and
+        /// exit with code 3.
         #[arg(long, requires = "policy")]
         fail_closed: bool,
     },
@@ -181,8 +186,11 @@ enum Command {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // kube-rs logs each failed API request at ERROR without saying what it was for; kubedev
+    // logs those failures itself, with their context and at a bounded rate.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,kube_client::client::builder=off")
+    });
     // A closed stderr (the reader of our logs went away) must not panic a task mid-log:
     // tracing-subscriber would report its write error with `eprintln!`, which panics.
     let builder = tracing_subscriber::fmt()
@@ -196,19 +204,70 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-fn main() -> std::process::ExitCode {
-    match real_main() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+/// Set when `--log-format json` is given: messages of the command line itself (fatal errors,
+/// warnings) are then JSON lines like the daemon's logs.
+static JSON_MESSAGES: AtomicBool = AtomicBool::new(false);
+
+/// The exit code of `simulate --fail-closed` when the policy failed and the allocation was
+/// refused.
+const EXIT_POLICY_REFUSED: u8 = 3;
+
+/// Severity of a message of the command line.
+#[derive(Debug, Clone, Copy)]
+enum Level {
+    Error,
+    Warn,
+    Info,
+}
+
+/// Prints a message of the command line on stderr: `kubedev: MESSAGE`, or under
+/// `--log-format json` one JSON line shaped like the daemon's log lines (`timestamp`, `level`,
+/// `fields.message`, `target`), so a log pipeline reads every line.
+fn say(level: Level, message: &str) {
+    use std::io::Write as _;
+    let line = if JSON_MESSAGES.load(Ordering::Relaxed) {
+        json_line(level, message)
+    } else {
+        format!("kubedev: {message}")
+    };
+    // A closed stderr leaves nobody to tell; it must not panic.
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+fn json_line(level: Level, message: &str) -> String {
+    use tracing_subscriber::fmt::format::Writer;
+    use tracing_subscriber::fmt::time::{FormatTime as _, SystemTime};
+    let mut timestamp = String::new();
+    // Formatting into a String cannot fail; without a timestamp the line is still valid.
+    let _ = SystemTime.format_time(&mut Writer::new(&mut timestamp));
+    let level = match level {
+        Level::Error => "ERROR",
+        Level::Warn => "WARN",
+        Level::Info => "INFO",
+    };
+    serde_json::json!({
+        "timestamp": timestamp,
+        "level": level,
+        "fields": {"message": message},
+        "target": "kubedev",
+    })
+    .to_string()
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    JSON_MESSAGES.store(matches!(cli.log_format, LogFormat::Json), Ordering::Relaxed);
+    init_logging(cli.log_format);
+    match real_main(cli) {
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("kubedev: {e:#}");
-            std::process::ExitCode::FAILURE
+            say(Level::Error, &format!("{e:#}"));
+            ExitCode::FAILURE
         }
     }
 }
 
-fn real_main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    init_logging(cli.log_format);
+fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Simulate {
             file,
@@ -218,25 +277,45 @@ fn real_main() -> anyhow::Result<()> {
             policy,
             fail_closed,
         } => {
-            let scenario = kubedev_allocator::Scenario::from_path(&file)
-                .with_context(|| format!("reading scenario {}", file.display()))?;
+            // Every scenario error names the file (and the line, for what is in it).
+            let scenario = kubedev_allocator::Scenario::from_path(&file)?;
             let mut options = kubedev_allocator::SimulateOptions::default()
                 .with_explain(explain)
                 .with_fail_closed(fail_closed);
             if let Some(n) = repeat {
                 options = options.with_repeat(n);
             }
-            let out = simulate_with_policy(&scenario, options, policy.as_deref())?;
+            let (out, policy_failure) =
+                simulate_with_policy(&scenario, options, policy.as_deref())?;
             let text = match output {
                 Output::Text => out.to_text(),
                 Output::Json => format!("{}\n", out.to_json()),
                 Output::Yaml => out.to_yaml(),
             };
-            write_stdout(&text)
+            write_stdout(&text)?;
+            match policy_failure {
+                Some(failure) if fail_closed => {
+                    say(
+                        Level::Error,
+                        &format!(
+                            "the policy failed and --fail-closed refused the allocation: {failure}"
+                        ),
+                    );
+                    Ok(ExitCode::from(EXIT_POLICY_REFUSED))
+                }
+                Some(failure) => {
+                    say(
+                        Level::Warn,
+                        &format!("the policy failed, the default order was used: {failure}"),
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => Ok(ExitCode::SUCCESS),
+            }
         }
         Command::Policy {
             command: PolicyCommand::Check { path },
-        } => check_policy(&path),
+        } => check_policy(&path).map(|()| ExitCode::SUCCESS),
         Command::Discover {
             config: path,
             output,
@@ -256,7 +335,7 @@ fn real_main() -> anyhow::Result<()> {
                     serde_saphyr::to_string(&found.slices(&config)?).context("encoding YAML")?
                 }
             };
-            write_stdout(&text)
+            write_stdout(&text).map(|()| ExitCode::SUCCESS)
         }
         Command::Cdi {
             command:
@@ -266,7 +345,8 @@ fn real_main() -> anyhow::Result<()> {
                     output,
                     output_file,
                 },
-        } => cdi_generate(&path, kind.as_deref(), output, output_file.as_deref()),
+        } => cdi_generate(&path, kind.as_deref(), output, output_file.as_deref())
+            .map(|()| ExitCode::SUCCESS),
         Command::WhoUses {
             socket,
             config,
@@ -297,11 +377,11 @@ fn real_main() -> anyhow::Result<()> {
                 WhoUsesOutput::Table => kubedev::who_uses::table(&rows),
                 WhoUsesOutput::Json => format!("{:#}\n", serde_json::to_value(&rows)?),
             };
-            write_stdout(&text)
+            write_stdout(&text).map(|()| ExitCode::SUCCESS)
         }
         Command::CheckConfig { config } => {
-            kubedev::config::Config::load(&config)?;
-            write_stdout(&format!("{}: ok\n", config.display()))
+            kubedev::config::Config::check(&config)?;
+            write_stdout(&format!("{}: ok\n", config.display())).map(|()| ExitCode::SUCCESS)
         }
         Command::Run { config: path } => {
             let config = kubedev::config::Config::load(&path)?;
@@ -333,34 +413,49 @@ fn real_main() -> anyhow::Result<()> {
                 }
                 result
             })
+            .map(|()| ExitCode::SUCCESS)
         }
     }
 }
 
 /// Runs the allocator on `scenario`, with the WebAssembly policy at `policy` ordering the
-/// candidates; a policy failure is reported on stderr.
+/// candidates; returns the output and how the policy failed, if it did (the caller says what
+/// that meant: the default order, or with `--fail-closed` a refused allocation).
 #[cfg(feature = "wasm")]
 fn simulate_with_policy(
     scenario: &kubedev_allocator::Scenario,
     options: kubedev_allocator::SimulateOptions<'_>,
     policy: Option<&std::path::Path>,
-) -> anyhow::Result<kubedev_allocator::SimulateOutput> {
+) -> anyhow::Result<(kubedev_allocator::SimulateOutput, Option<String>)> {
     let Some(path) = policy else {
-        return Ok(kubedev_allocator::simulate(scenario, &options));
+        return Ok((kubedev_allocator::simulate(scenario, &options), None));
     };
     let sandbox = kubedev_sandbox::Sandbox::new(kubedev_sandbox::Limits::default())?;
     let loaded = sandbox
         .load_file(path)
-        .with_context(|| format!("loading policy {}", path.display()))?;
+        .map_err(|e| policy_error("loading policy", path, e))?;
     let session = loaded.session(&scenario.resource_slices, &scenario.allocated_devices);
     // The options live only as long as the session they now point at.
     let options: kubedev_allocator::SimulateOptions<'_> = options;
     let options = options.with_policy(&session);
     let out = kubedev_allocator::simulate(scenario, &options);
-    if let Some(e) = session.failure() {
-        eprintln!("kubedev: the policy failed, the default order was used: {e}");
+    let failure = session.failure().map(|e| e.to_string());
+    Ok((out, failure))
+}
+
+/// A policy error with `doing` and the path in front, unless the error already names the file.
+#[cfg(feature = "wasm")]
+fn policy_error(
+    doing: &str,
+    path: &std::path::Path,
+    error: kubedev_sandbox::PolicyError,
+) -> anyhow::Error {
+    match error {
+        kubedev_sandbox::PolicyError::NotWasm { .. } | kubedev_sandbox::PolicyError::Io { .. } => {
+            error.into()
+        }
+        other => anyhow::Error::new(other).context(format!("{doing} {}", path.display())),
     }
-    Ok(out)
 }
 
 /// Without the `wasm` feature there is no sandbox: a policy is refused.
@@ -369,21 +464,21 @@ fn simulate_with_policy(
     scenario: &kubedev_allocator::Scenario,
     options: kubedev_allocator::SimulateOptions<'_>,
     policy: Option<&std::path::Path>,
-) -> anyhow::Result<kubedev_allocator::SimulateOutput> {
+) -> anyhow::Result<(kubedev_allocator::SimulateOutput, Option<String>)> {
     if let Some(path) = policy {
         anyhow::bail!(
             "--policy {}: this kubedev was built without the `wasm` feature",
             path.display()
         );
     }
-    Ok(kubedev_allocator::simulate(scenario, &options))
+    Ok((kubedev_allocator::simulate(scenario, &options), None))
 }
 
 /// `kubedev policy check`.
 #[cfg(feature = "wasm")]
 fn check_policy(path: &std::path::Path) -> anyhow::Result<()> {
-    let report = kubedev_sandbox::check(path)
-        .with_context(|| format!("checking policy {}", path.display()))?;
+    let report =
+        kubedev_sandbox::check(path).map_err(|e| policy_error("checking policy", path, e))?;
     write_stdout(&format!("{report}\n"))?;
     anyhow::ensure!(
         report.passed(),
@@ -417,7 +512,7 @@ fn cdi_generate(
         .context("starting the async runtime")?;
     let out = rt.block_on(kubedev::cdi_generate::generate(&config, path, &kind))?;
     for s in &out.skipped {
-        eprintln!("kubedev: left out {}: {}", s.device, s.reason);
+        say(Level::Warn, &format!("left out {}: {}", s.device, s.reason));
     }
     let Some(spec) = out.spec else {
         anyhow::bail!(
@@ -456,10 +551,13 @@ fn cdi_generate(
         Some(f) => {
             kubedev_core::cdi::write_spec_file(f, text.as_bytes())
                 .with_context(|| format!("writing {}", f.display()))?;
-            eprintln!(
-                "kubedev: wrote {} with {} CDI device(s) of kind {kind}",
-                f.display(),
-                spec.devices.len()
+            say(
+                Level::Info,
+                &format!(
+                    "wrote {} with {} CDI device(s) of kind {kind}",
+                    f.display(),
+                    spec.devices.len()
+                ),
             );
             Ok(())
         }

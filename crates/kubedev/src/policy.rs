@@ -12,7 +12,7 @@ mod imp {
     use kubedev_core::{DeviceRef, Inventory};
     use kubedev_kubelet_grpc::device_plugin::{PreferenceRequest, ResourceDevices};
 
-    use crate::config::{DevicePluginSection, ResourceSpec};
+    use crate::config::{DevicePluginSection, PolicyModule, ResourceSpec, policy_module};
     use crate::metrics::Metrics;
 
     /// Where a resource's selection policy comes from.
@@ -126,9 +126,8 @@ mod imp {
                 )?);
             }
             let sb = self.sandbox.as_ref().context("sandbox missing")?;
-            let bare = path.components().count() == 1 && path.extension().is_none();
-            match (&dp.policy_dir, bare) {
-                (Some(dir), true) => {
+            match policy_module(path, dp) {
+                PolicyModule::InDir { dir, name } => {
                     if self.dir.as_ref().is_none_or(|(p, _)| p != dir) {
                         let (opened, report) = kubedev_sandbox::PolicyDir::open(sb, dir)
                             .with_context(|| format!("devicePlugin.policyDir {}", dir.display()))?;
@@ -137,28 +136,27 @@ mod imp {
                         }
                         let opened = Arc::new(opened);
                         self.watch = Some(opened.watch(Duration::from_secs(2))?);
-                        self.dir = Some((dir.clone(), opened));
+                        self.dir = Some((dir.to_path_buf(), opened));
                     }
                     let dir = self
                         .dir
                         .as_ref()
                         .map(|(_, d)| d.clone())
                         .context("policy directory missing")?;
-                    let name = path.to_string_lossy().into_owned();
-                    if dir.get(&name).is_none() {
+                    if dir.get(name).is_none() {
                         tracing::warn!(resource = %r.name, policy = %name, "no such policy in the policy directory yet; NUMA packing until it appears");
                     }
-                    Ok(Some(PolicySource::Dir(dir, name)))
+                    Ok(Some(PolicySource::Dir(dir, name.to_owned())))
                 }
-                _ => Ok(Some(PolicySource::Fixed(sb.load_file(path).with_context(
-                    || {
+                PolicyModule::File(path) => Ok(Some(PolicySource::Fixed(
+                    sb.load_file(path).with_context(|| {
                         format!(
                             "devicePlugin resource {}: loading the selection policy {}",
                             r.name,
                             path.display()
                         )
-                    },
-                )?))),
+                    })?,
+                ))),
             }
         }
     }

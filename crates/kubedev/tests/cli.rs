@@ -392,14 +392,134 @@ fn simulate_with_a_failing_policy_falls_back_or_refuses_with_fail_closed() {
         "-o",
         "json",
     ]);
-    assert!(
-        closed.status.success(),
-        "simulate reports, it does not fail"
+    // A script can tell: the refusal is exit code 3, and stderr says so without also claiming
+    // that the default order was used.
+    assert_eq!(
+        closed.status.code(),
+        Some(3),
+        "fail-closed: the policy failed"
     );
     let v: serde_json::Value = serde_json::from_slice(&closed.stdout).unwrap();
     assert_eq!(v["allocatable"], false, "{v}");
     let err = v["error"].as_str().unwrap_or_default();
-    assert!(err.contains("trap.wasm") || err.contains("policy"), "{err}");
+    assert!(err.contains("selection policy trap failed (trap)"), "{err}");
+    let stderr = String::from_utf8_lossy(&closed.stderr);
+    assert!(!stderr.contains("default order"), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with(
+            "kubedev: the policy failed and --fail-closed refused the allocation: policy trap: trapped"
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn simulate_refuses_unknown_and_repeated_keys_naming_the_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("typo.yaml");
+    let good = std::fs::read_to_string(scenario("gpu8-c2.yaml")).unwrap();
+    let line = good.lines().position(|l| l.starts_with("claims:")).unwrap() + 1;
+    let typo: String = good
+        .lines()
+        .map(|l| match l.strip_prefix("claims:") {
+            Some(rest) => format!("claim:{rest}\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    std::fs::write(&path, typo).unwrap();
+    let p = path.to_string_lossy().into_owned();
+    let out = kubedev(&["simulate", "-f", &p]);
+    assert!(!out.status.success());
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "kubedev: {p}: line {line}: unknown key `claim`; the keys allowed here are node, "
+        )),
+        "{err}"
+    );
+
+    // Inside an object too.
+    std::fs::write(&path, good.replacen("deviceClassName:", "deviceClass:", 1)).unwrap();
+    let err = fails_naming(&["simulate", "-f", &p], "unknown key `deviceClass`");
+    assert!(err.contains(&format!("{p}: line ")), "{err}");
+
+    // A key given twice.
+    std::fs::write(&path, format!("{good}node:\n  name: other\n")).unwrap();
+    let twice = good.lines().count() + 1;
+    let err = fails_naming(&["simulate", "-f", &p], "appears twice");
+    assert_eq!(
+        err,
+        format!("kubedev: {p}: line {twice}: key `node` appears twice\n")
+    );
+}
+
+#[test]
+fn check_config_words_yaml_errors_for_people() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &format!("{SPLIT_CONFIG}nodeName: node-b\n"));
+    let line = SPLIT_CONFIG.lines().count() + 1;
+    let err = fails_naming(&["check-config", "--config", &config], "appears twice");
+    assert_eq!(
+        err,
+        format!("kubedev: {config}: line {line}: key `nodeName` appears twice\n")
+    );
+    assert!(!err.contains("DuplicateKeyPolicy") && !err.contains("<input>"));
+}
+
+#[test]
+fn policy_check_says_a_file_that_is_not_webassembly_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("readme.wasm");
+    std::fs::write(&path, b"hello, this is text").unwrap();
+    let p = path.to_string_lossy().into_owned();
+    let err = fails_naming(&["policy", "check", &p], "is not a WebAssembly module");
+    assert_eq!(
+        err,
+        format!("kubedev: {p} is not a WebAssembly module (it does not start with \\0asm)\n")
+    );
+    let err = fails_naming(
+        &["simulate", "-f", &scenario("gpu8-c2.yaml"), "--policy", &p],
+        "is not a WebAssembly module",
+    );
+    assert!(!err.contains("0x"), "{err}");
+}
+
+#[test]
+fn fatal_errors_are_json_lines_under_log_format_json() {
+    let out = kubedev(&[
+        "--log-format",
+        "json",
+        "simulate",
+        "-f",
+        "/nonexistent/scenario.yaml",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let line: serde_json::Value = serde_json::from_str(err.trim_end()).unwrap();
+    assert_eq!(line["level"], "ERROR", "{line}");
+    assert_eq!(line["target"], "kubedev", "{line}");
+    let message = line["fields"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("read scenario file /nonexistent/scenario.yaml: "),
+        "{message}"
+    );
+    assert!(
+        line["timestamp"].as_str().is_some_and(|t| !t.is_empty()),
+        "{line}"
+    );
+
+    // Text stays text.
+    let err = fails_naming(
+        &["simulate", "-f", "/nonexistent/scenario.yaml"],
+        "kubedev: read scenario file /nonexistent/scenario.yaml: ",
+    );
+    assert!(!err.starts_with('{'), "{err}");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! DeviceClasses the DRA driver applies to the cluster (KEP-5004 extended resource names),
-//! against the API-server emulator.
+//! The DRA driver's cluster side against the API-server emulator: the DeviceClasses it applies
+//! (KEP-5004 extended resource names) and the claims it looks up.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use kubedev::config::Config;
-use kubedev_testkit::apiserver::{ApiServer, Resource};
+use kubedev_core::ClaimRef;
+use kubedev_testkit::apiserver::{ApiServer, Resource, Verb};
 
 fn config(dir: &Path, node: &str) -> Config {
     let path = dir.join(format!("{node}.yaml"));
@@ -84,6 +85,58 @@ async fn every_node_applies_the_same_classes_without_conflict() {
     for t in tasks {
         t.stop().await;
     }
+}
+
+#[tokio::test]
+async fn a_claim_with_a_bad_name_is_that_claims_error_and_never_reaches_the_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = ApiServer::start().await.unwrap();
+    api.write_kubeconfig(&dir.path().join("kubeconfig"))
+        .unwrap();
+    let cfg = config(dir.path(), "node-a");
+    let spec = cfg.dra(Path::new("c.yaml"), |_| None).unwrap().unwrap();
+    let (services, task) = kubedev::cluster::connect_cluster(&spec).await.unwrap();
+    let claim = |namespace: &str, name: &str| ClaimRef {
+        uid: "0b7c1f6e-0000-4000-8000-000000000001".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+
+    // What the DRA driver's prepare gets back from the claim lookup, and so what the kubelet
+    // sees as this claim's error.
+    let err = services
+        .claims
+        .allocated_devices(&claim("default", "../../../api/v1/nodes/x"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with(
+            "ResourceClaim name \"../../../api/v1/nodes/x\" (namespace default, UID \
+             0b7c1f6e-0000-4000-8000-000000000001) is not a valid DNS subdomain"
+        ),
+        "{err}"
+    );
+    let err = services
+        .claims
+        .allocated_devices(&claim("Default", "train"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with("ResourceClaim namespace \"Default\" (name \"train\", UID "),
+        "{err}"
+    );
+    assert!(err.contains("is not a valid DNS label"), "{err}");
+    assert_eq!(api.request_count(Verb::Get, Resource::ResourceClaims), 0);
+
+    // A good name is looked up.
+    let err = services
+        .claims
+        .allocated_devices(&claim("default", "train"))
+        .await
+        .unwrap_err();
+    assert!(err.contains("not found"), "{err}");
+    assert_eq!(api.request_count(Verb::Get, Resource::ResourceClaims), 1);
+    task.stop().await;
 }
 
 #[test]

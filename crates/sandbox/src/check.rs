@@ -9,7 +9,7 @@ use crate::error::PolicyError;
 use crate::limits::Limits;
 use crate::policy::{Evaluation, WasmPolicy};
 use crate::samples::{self, Sample};
-use crate::sandbox::{Sandbox, policy_name, read_module};
+use crate::sandbox::{Sandbox, check_magic, policy_name, read_module};
 
 /// Checks the policy module at `path` in a sandbox with the default [`Limits`]. A module
 /// that cannot be read, compiled or that breaks the contract is an error; failures on the
@@ -113,6 +113,7 @@ impl Sandbox {
     /// [`check`] in this sandbox, of a file.
     pub fn check_file(&self, path: &Path) -> Result<CheckReport, PolicyError> {
         let bytes = read_module(path, self.limits().max_module_bytes)?;
+        check_magic(path, &bytes)?;
         let mut report = self.check(&policy_name(path), &bytes)?;
         report.path = Some(path.to_path_buf());
         Ok(report)

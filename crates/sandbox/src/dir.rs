@@ -12,7 +12,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::error::PolicyError;
 use crate::policy::WasmPolicy;
-use crate::sandbox::{Sandbox, read_module};
+use crate::sandbox::{Sandbox, check_magic, read_module};
 
 /// The policies of one directory (`<name>.wasm` each), by name.
 #[derive(Debug)]
@@ -135,10 +135,14 @@ impl PolicyDir {
                 if state.seen.get(name) == Some(&digest) {
                     continue;
                 }
-                let loaded = self.sandbox.load(name, &bytes).and_then(|p| {
-                    crate::check::validate(&p)?;
-                    Ok(p)
-                });
+                // A file that is not WebAssembly is recorded like any bad module: reported
+                // once, not again until it changes.
+                let loaded = check_magic(path, &bytes)
+                    .and_then(|()| self.sandbox.load(name, &bytes))
+                    .and_then(|p| {
+                        crate::check::validate(&p)?;
+                        Ok(p)
+                    });
                 fresh.push((name.clone(), digest, loaded));
             }
         }

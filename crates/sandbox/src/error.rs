@@ -53,6 +53,14 @@ pub enum PolicyError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The policy file is not WebAssembly at all (it lacks the `\0asm` magic number).
+    #[error("{} is not a WebAssembly module (it does not start with \\0asm)", path.display())]
+    NotWasm {
+        /// Policy name.
+        policy: String,
+        /// The file.
+        path: PathBuf,
+    },
     /// The module answered something that is not a valid output message.
     #[error("policy {policy}: bad output: {reason}")]
     BadOutput {
@@ -115,6 +123,7 @@ impl PolicyError {
             | PolicyError::Trap { policy, .. }
             | PolicyError::Timeout { policy, .. }
             | PolicyError::BadModule { policy, .. }
+            | PolicyError::NotWasm { policy, .. }
             | PolicyError::BadOutput { policy, .. }
             | PolicyError::InputTooLarge { policy, .. }
             | PolicyError::Busy { policy, .. }
@@ -131,7 +140,7 @@ impl PolicyError {
             PolicyError::MemoryLimit { .. } => "memory-limit",
             PolicyError::Trap { .. } => "trap",
             PolicyError::Timeout { .. } => "timeout",
-            PolicyError::BadModule { .. } => "bad-module",
+            PolicyError::BadModule { .. } | PolicyError::NotWasm { .. } => "bad-module",
             PolicyError::BadOutput { .. } => "bad-output",
             PolicyError::InputTooLarge { .. } => "input-too-large",
             PolicyError::Busy { .. } => "busy",

@@ -157,6 +157,7 @@ impl Sandbox {
     /// [`Sandbox::load`] of a file; the policy is named after the file stem.
     pub fn load_file(&self, path: &Path) -> Result<WasmPolicy, PolicyError> {
         let bytes = read_module(path, self.inner.limits.max_module_bytes)?;
+        check_magic(path, &bytes)?;
         self.load(&policy_name(path), &bytes)
     }
 
@@ -178,6 +179,11 @@ impl Sandbox {
                 wasm.len(),
                 limits.max_module_bytes
             )));
+        }
+        if !wasm.starts_with(WASM_MAGIC) {
+            return Err(bad(
+                "it is not a WebAssembly module (it does not start with \\0asm)".to_string(),
+            ));
         }
         let digest: [u8; 32] = Sha256::digest(wasm).into();
         {
@@ -256,6 +262,22 @@ pub(crate) fn policy_name(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())
+}
+
+/// The first four bytes of every WebAssembly module.
+const WASM_MAGIC: &[u8] = b"\0asm";
+
+/// A policy file that is not WebAssembly at all is [`PolicyError::NotWasm`], named by its path
+/// (rather than the compiler's dump of the bytes it found).
+pub(crate) fn check_magic(path: &Path, bytes: &[u8]) -> Result<(), PolicyError> {
+    if bytes.starts_with(WASM_MAGIC) {
+        Ok(())
+    } else {
+        Err(PolicyError::NotWasm {
+            policy: policy_name(path),
+            path: path.to_path_buf(),
+        })
+    }
 }
 
 /// Reads a module file, refusing files over `max` bytes before reading them.

@@ -454,7 +454,7 @@ impl Compiler {
                 .iter()
                 .map(|a| self.expr(a))
                 .collect::<Result<Vec<_>, _>>()?;
-            return Ok(fold_call(func, nodes));
+            return fold_call(func, nodes);
         }
         let Some(target) = call.target.as_deref() else {
             return Err(undeclared(name));
@@ -488,7 +488,7 @@ impl Compiler {
                     .iter()
                     .map(|a| self.expr(a))
                     .collect::<Result<Vec<_>, _>>()?;
-                return Ok(fold_call(func, nodes));
+                return fold_call(func, nodes);
             }
         }
         let func = Func::resolve(name, true, args.len()).ok_or_else(|| undeclared(name))?;
@@ -497,7 +497,7 @@ impl Compiler {
         for a in args {
             nodes.push(self.expr(a)?);
         }
-        Ok(fold_call(func, nodes))
+        fold_call(func, nodes)
     }
 }
 
@@ -542,9 +542,18 @@ fn rebuild(outer: Node, id: Arc<str>) -> Node {
 
 /// Precomputes calls on literals whose result cannot fail or depend on the device:
 /// `quantity("40Gi")`, `semver("1.2.3")`. Invalid literals stay calls, so they fail at
-/// evaluation time as in the scheduler.
-fn fold_call(func: Func, args: Vec<Node>) -> Node {
-    match (func, args.as_slice()) {
+/// evaluation time as in the scheduler. A literal regular expression that does not compile is
+/// an error, as it is for the API server.
+fn fold_call(func: Func, args: Vec<Node>) -> Result<Node, CompileError> {
+    if let (Func::Matches | Func::Find | Func::FindAll, Some(Node::Lit(Value::String(pattern)))) =
+        (func, args.get(1))
+    {
+        super::eval::build_regex(pattern).map_err(|message| CompileError::Regex {
+            pattern: pattern.to_string(),
+            message,
+        })?;
+    }
+    Ok(match (func, args.as_slice()) {
         (Func::Quantity, [Node::Lit(Value::String(s))]) => match Quantity::parse(s) {
             Ok(q) => Node::Lit(Value::Quantity(Arc::new(q))),
             Err(_) => Node::Call(func, args),
@@ -554,7 +563,7 @@ fn fold_call(func: Func, args: Vec<Node>) -> Node {
             Err(_) => Node::Call(func, args),
         },
         _ => Node::Call(func, args),
-    }
+    })
 }
 
 fn check_binary(op: BinOp, a: &Node, b: &Node) -> Result<(), CompileError> {

@@ -35,6 +35,22 @@ pub(crate) struct Meter {
 static REGEX_CACHE: Mutex<Option<HashMap<String, Arc<regex::Regex>>>> = Mutex::new(None);
 const REGEX_CACHE_MAX: usize = 1024;
 
+/// Compiles a regular expression of `matches`, `find` or `findAll` under the size limits every
+/// evaluation uses; the error says in one line what is wrong with the pattern.
+pub(crate) fn build_regex(pattern: &str) -> Result<regex::Regex, String> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .dfa_size_limit(1 << 20)
+        .build()
+        .map_err(|e| {
+            // A syntax error shows the pattern with a caret, then `error: <what>`.
+            let text = e.to_string();
+            text.lines()
+                .find_map(|l| l.strip_prefix("error: "))
+                .map_or_else(|| text.replace('\n', " "), str::to_owned)
+        })
+}
+
 impl Meter {
     #[inline]
     pub(crate) fn charge(&mut self, units: u64) -> Result<(), EvalError> {
@@ -59,10 +75,7 @@ impl Meter {
         if let Some(re) = cache.get(pattern) {
             return Ok(re.clone());
         }
-        let re = regex::RegexBuilder::new(pattern)
-            .size_limit(1 << 20)
-            .dfa_size_limit(1 << 20)
-            .build()
+        let re = build_regex(pattern)
             .map_err(|e| EvalError::msg(format!("invalid regular expression {pattern:?}: {e}")))?;
         let re = Arc::new(re);
         if cache.len() >= REGEX_CACHE_MAX {

@@ -62,6 +62,14 @@ pub enum CompileError {
     /// A type error found without evaluating.
     #[error("{0}")]
     Type(String),
+    /// A literal regular expression (of `matches`, `find` or `findAll`) that does not compile.
+    #[error("invalid regular expression {pattern:?}: {message}")]
+    Regex {
+        /// The pattern as written.
+        pattern: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// Why an evaluation failed: a runtime error such as a missing attribute, an invalid

@@ -191,6 +191,29 @@ fn compile_errors() {
 }
 
 #[test]
+fn literal_regular_expressions_that_do_not_compile_are_compile_errors() {
+    let attr = r#"device.attributes["gpu.example.com"].model"#;
+    compile_err(
+        &format!(r#"{attr}.matches("[")"#),
+        r#"invalid regular expression "[""#,
+    );
+    compile_err(r#"matches("a", "(")"#, "invalid regular expression");
+    compile_err(
+        &format!(r#"{attr}.find("a{{2") == "a""#),
+        "invalid regular expression",
+    );
+    compile_err(
+        &format!(r#"size({attr}.findAll("*", 2)) == 0"#),
+        "invalid regular expression",
+    );
+    // A pattern known only at evaluation still fails there.
+    runtime_err(
+        &format!(r#""[".matches({attr} + "[")"#),
+        "invalid regular expression",
+    );
+}
+
+#[test]
 fn non_bool_result_is_runtime_error() {
     runtime_err(
         r#"device.attributes["gpu.example.com"].model"#,

@@ -63,5 +63,21 @@ fn unreadable_and_invalid_files_are_errors() {
     }
     let path = dir.path().join("junk.wasm");
     std::fs::write(&path, b"junk").unwrap();
+    match check(&path) {
+        Err(e @ PolicyError::NotWasm { .. }) => {
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "{} is not a WebAssembly module (it does not start with \\0asm)",
+                    path.display()
+                )
+            );
+            assert_eq!(e.kind(), "bad-module");
+            assert_eq!(e.policy(), Some("junk"));
+        }
+        other => panic!("expected NotWasm, got {other:?}"),
+    }
+    let path = dir.path().join("broken.wasm");
+    std::fs::write(&path, b"\0asm garbage").unwrap();
     assert!(matches!(check(&path), Err(PolicyError::BadModule { .. })));
 }

@@ -255,7 +255,10 @@ fn forbidden_imports_and_broken_contracts_are_bad_modules() {
             "ran out of fuel",
         ),
         (b"\0asm\x01\0\0\0garbage".to_vec(), "does not compile"),
-        (b"not wasm at all".to_vec(), "does not compile"),
+        (
+            b"not wasm at all".to_vec(),
+            "it is not a WebAssembly module (it does not start with \\0asm)",
+        ),
     ];
     for (module, want) in cases {
         match sb.load("broken", &module) {

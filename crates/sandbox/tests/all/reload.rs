@@ -19,6 +19,18 @@ fn a_directory_loads_good_policies_and_reports_bad_ones() {
     assert_eq!(sorted(report.added), names(&["numa-pack", "spread"]));
     assert_eq!(report.rejected.len(), 1);
     assert_eq!(report.rejected[0].0, "broken");
+    let not_wasm = &report.rejected[0].1;
+    assert!(
+        matches!(not_wasm, PolicyError::NotWasm { .. }),
+        "{not_wasm:?}"
+    );
+    assert_eq!(
+        not_wasm.to_string(),
+        format!(
+            "{} is not a WebAssembly module (it does not start with \\0asm)",
+            dir.path().join("broken.wasm").display()
+        )
+    );
     // Nothing changed: nothing to do, and the broken file is not retried.
     assert!(policies.reload().is_empty());
 }

@@ -445,7 +445,12 @@ pub(crate) fn validate(resource: Resource, object: &Value, old: Option<&Value>) 
 /// The rules the API server applies to an `events.k8s.io/v1` Event on create.
 fn validate_event(event: &Value, errs: &mut Vec<FieldError>) {
     let text = |field: &str| event.get(field).and_then(Value::as_str).unwrap_or("");
-    for field in ["reportingController", "reportingInstance", "action", "reason"] {
+    for field in [
+        "reportingController",
+        "reportingInstance",
+        "action",
+        "reason",
+    ] {
         if text(field).is_empty() {
             errs.push(FieldError::required(field, ""));
         }
@@ -476,8 +481,14 @@ fn validate_event(event: &Value, errs: &mut Vec<FieldError>) {
     }
     // An Event about a cluster-scoped object lives in "default" (or no namespace); one about a
     // namespaced object lives in that object's namespace.
-    let namespace = event.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-    let regarding = event.pointer("/regarding/namespace").and_then(Value::as_str).unwrap_or("");
+    let namespace = event
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let regarding = event
+        .pointer("/regarding/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     let ok = if regarding.is_empty() {
         namespace.is_empty() || namespace == "default"
     } else {
