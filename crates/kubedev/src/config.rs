@@ -7,6 +7,12 @@ use kubedev_core::static_backend::StaticConfig;
 use kubedev_core::{AttributeMatch, AttributeValue, ExtendedResourceName, QualifiedName};
 use serde::{Deserialize, Serialize};
 
+mod checks;
+mod lines;
+
+#[cfg(feature = "wasm")]
+pub(crate) use checks::{PolicyModule, policy_module};
+
 /// A configuration file that could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -23,19 +29,46 @@ pub enum ConfigError {
     Parse {
         /// The file.
         path: PathBuf,
-        /// The parser's message, with the line and field.
+        /// What is wrong, starting with the line (`line N: ...`).
         message: String,
     },
     /// A value is well-formed but not acceptable.
-    #[error("{path}: {field}: {message}")]
+    #[error("{path}: {}{field}: {message}", at_line(*.line))]
     Invalid {
         /// The file.
         path: PathBuf,
+        /// The line of the field, or of the section around it when the file leaves the field
+        /// out; `None` when the file is not at hand.
+        line: Option<usize>,
         /// The field, e.g. `devicePlugin.resources[1].name`.
         field: String,
         /// What was expected.
         message: String,
     },
+}
+
+fn at_line(line: Option<usize>) -> String {
+    line.map(|l| format!("line {l}: ")).unwrap_or_default()
+}
+
+impl ConfigError {
+    /// This error with the line of its field in `text`, the file's content.
+    fn locate(self, text: &str) -> Self {
+        match self {
+            ConfigError::Invalid {
+                path,
+                line: None,
+                field,
+                message,
+            } => ConfigError::Invalid {
+                line: lines::FieldLines::new(text).line_or_cause(&field),
+                path,
+                field,
+                message,
+            },
+            other => other,
+        }
+    }
 }
 
 /// The whole configuration.
@@ -412,13 +445,28 @@ impl Config {
         Self::parse(&text, path)
     }
 
-    /// Parses and validates configuration text; `path` is used in error messages.
+    /// Reads and validates a configuration file as [`Config::load`] does, then reads what it
+    /// names as `kubedev run` does before serving: the kubeconfig of DRA mode and the selection
+    /// policy modules. Nothing on the host is changed and nothing is sent to the API server.
+    /// Every error names the field and its line.
+    pub fn check(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        let config = Self::parse(&text, path)?;
+        config.check_files(path).map_err(|e| e.locate(&text))?;
+        Ok(config)
+    }
+
+    /// Parses and validates configuration text; `path` is used in error messages, which name
+    /// the line of the offending field.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let config: Config = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: kubedev_allocator::yaml::describe_error(&e, &serde_saphyr::Budget::default()),
         })?;
-        config.validate(path)?;
+        config.validate(path).map_err(|e| e.locate(text))?;
         Ok(config)
     }
 
@@ -435,6 +483,7 @@ impl Config {
         }
         let invalid = |field: &str, message: String| ConfigError::Invalid {
             path: path.to_path_buf(),
+            line: None,
             field: field.to_string(),
             message,
         };
@@ -524,6 +573,7 @@ impl Config {
         self.dra(path, |k| std::env::var(k).ok())?;
         let invalid = |field: String, message: String| ConfigError::Invalid {
             path: path.to_path_buf(),
+            line: None,
             field,
             message,
         };
@@ -580,7 +630,7 @@ impl Config {
                 "no backend is configured, so there would be no devices to serve".into(),
             ));
         }
-        Ok(())
+        self.validate_sections(path)
     }
 
     /// The device-plugin resources, validated.
@@ -593,6 +643,7 @@ impl Config {
                 let name = ExtendedResourceName::new(r.name.clone()).map_err(|e| {
                     ConfigError::Invalid {
                         path: path.to_path_buf(),
+                        line: None,
                         field: format!("devicePlugin.resources[{i}].name"),
                         message: e.to_string(),
                     }
@@ -611,6 +662,7 @@ impl Config {
                     .transpose()
                     .map_err(|message| ConfigError::Invalid {
                         path: path.to_path_buf(),
+                        line: None,
                         field: format!("devicePlugin.resources[{i}].selector.cel"),
                         message,
                     })?;
@@ -618,6 +670,7 @@ impl Config {
                 if !(1..=MAX_REPLICAS).contains(&replicas) {
                     return Err(ConfigError::Invalid {
                         path: path.to_path_buf(),
+                        line: None,
                         field: format!("devicePlugin.resources[{i}].replicas"),
                         message: format!("{replicas} is not between 1 and {MAX_REPLICAS}"),
                     });
@@ -689,6 +742,41 @@ backends:
             .unwrap_err()
             .to_string();
         assert!(err.contains("Dev_0"), "{err}");
+    }
+
+    #[test]
+    fn yaml_errors_are_sentences_naming_the_file_and_line() {
+        let twice = format!("{GOOD}backends: {{}}\n");
+        let line = twice.lines().count();
+        let err = Config::parse(&twice, Path::new("c.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            format!("c.yaml: line {line}: key `backends` appears twice")
+        );
+
+        let bad = GOOD.replace("directory:", "dirctory:");
+        let err = Config::parse(&bad, Path::new("c.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("c.yaml: line 3: unknown key `dirctory`; the keys allowed here are "),
+            "{err}"
+        );
+        assert!(!err.contains("<input>") && !err.contains('\n'), "{err}");
+
+        // Over the reader's limit of values: the limit is named, not the parser's internals.
+        let many: String = (0..100_000)
+            .map(|i| format!("      - name: dev-{i}\n"))
+            .collect();
+        let big = format!("{GOOD}{many}");
+        let err = Config::parse(&big, Path::new("c.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("c.yaml: "), "{err}");
+        assert!(err.contains("more than 250000 values"), "{err}");
+        assert!(!err.contains("budget") && !err.contains("Nodes {"), "{err}");
     }
 
     #[test]

@@ -151,8 +151,7 @@ impl RecordStore {
                         path: path.clone(),
                         error: std::io::ErrorKind::NotFound.into(),
                     }),
-                })
-            {
+                }) {
                 Ok(r) => out.push(r),
                 Err(e) => tracing::warn!(error = %e, "skipping unreadable MIG record"),
             }
