@@ -27,6 +27,8 @@ pub struct Probes {
     published: AtomicBool,
     slices: RwLock<Option<Arc<dyn kubedev_core::Publisher>>>,
     notices: RwLock<Vec<String>>,
+    /// Set once every configured server has been started (and added here).
+    started: AtomicBool,
 }
 
 impl std::fmt::Debug for Probes {
@@ -38,7 +40,7 @@ impl std::fmt::Debug for Probes {
 }
 
 impl Probes {
-    /// Empty probes (healthy, and ready: nothing to wait for).
+    /// Empty probes: healthy, and not ready until [`Probes::set_started`].
     pub fn new() -> Arc<Self> {
         Arc::default()
     }
@@ -84,6 +86,12 @@ impl Probes {
     /// The ResourceSlice publisher whose sync state `/readyz` reports.
     pub fn set_slices(&self, publisher: Arc<dyn kubedev_core::Publisher>) {
         *self.slices.write().unwrap_or_else(|e| e.into_inner()) = Some(publisher);
+    }
+
+    /// Says every configured server has been started and added: until then `/readyz` fails
+    /// (an empty list of servers is not "all registered").
+    pub fn set_started(&self) {
+        self.started.store(true, Ordering::Relaxed);
     }
 
     /// Records the outcome of handing an inventory to the ResourceSlice publisher.
@@ -135,6 +143,11 @@ impl Probes {
     /// `Ok` when every server is registered (and DRA has published); otherwise what is missing.
     pub fn ready(&self) -> Result<(), String> {
         let mut missing = Vec::new();
+        if !self.started.load(Ordering::Relaxed) {
+            missing.push(
+                "starting: not every configured kubelet server has been started yet".to_string(),
+            );
+        }
         for (r, s) in self
             .device_plugins
             .read()
@@ -301,6 +314,9 @@ mod tests {
     #[test]
     fn ready_only_when_registered_and_the_slices_are_written() {
         let probes = Probes::new();
+        let e = probes.ready().unwrap_err();
+        assert!(e.contains("starting"), "{e}");
+        probes.set_started();
         assert!(probes.ready().is_ok(), "nothing to wait for");
         let (tx, rx) = watch::channel(DraStatus::default());
         probes.set_dra("gpu.example.com".into(), rx);

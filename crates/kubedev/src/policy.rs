@@ -112,10 +112,14 @@ mod imp {
 
     impl PolicyState {
         /// The policy of resource `r`, loaded (a failure names the resource and the module).
-        pub(crate) fn load(
+        /// A module of the policy directory is compiled on the directory's own thread, so this
+        /// does not wait for it; a single module file is compiled off the async threads (within
+        /// the sandbox's compile timeout), and `cancel` (a signal) stops the wait at once.
+        pub(crate) async fn load(
             &mut self,
             r: &ResourceSpec,
             dp: &DevicePluginSection,
+            cancel: &tokio_util::sync::CancellationToken,
         ) -> anyhow::Result<Option<PolicySource>> {
             let Some(path) = &r.policy else {
                 return Ok(None);
@@ -129,11 +133,9 @@ mod imp {
             match policy_module(path, dp) {
                 PolicyModule::InDir { dir, name } => {
                     if self.dir.as_ref().is_none_or(|(p, _)| p != dir) {
-                        let (opened, report) = kubedev_sandbox::PolicyDir::open(sb, dir)
+                        // Off the start-up path: the watcher thread compiles the modules.
+                        let opened = kubedev_sandbox::PolicyDir::open_deferred(sb, dir)
                             .with_context(|| format!("devicePlugin.policyDir {}", dir.display()))?;
-                        if !report.is_empty() {
-                            tracing::info!(dir = %dir.display(), ?report, "policies loaded");
-                        }
                         let opened = Arc::new(opened);
                         self.watch = Some(opened.watch(Duration::from_secs(2))?);
                         self.dir = Some((dir.to_path_buf(), opened));
@@ -144,19 +146,26 @@ mod imp {
                         .map(|(_, d)| d.clone())
                         .context("policy directory missing")?;
                     if dir.get(name).is_none() {
-                        tracing::warn!(resource = %r.name, policy = %name, "no such policy in the policy directory yet; NUMA packing until it appears");
+                        tracing::info!(resource = %r.name, policy = %name, "NUMA packing until the policy is loaded from the policy directory");
                     }
                     Ok(Some(PolicySource::Dir(dir, name.to_owned())))
                 }
-                PolicyModule::File(path) => Ok(Some(PolicySource::Fixed(
-                    sb.load_file(path).with_context(|| {
+                PolicyModule::File(path) => {
+                    let context = || {
                         format!(
                             "devicePlugin resource {}: loading the selection policy {}",
                             r.name,
                             path.display()
                         )
-                    })?,
-                ))),
+                    };
+                    let (sb, file) = (sb.clone(), path.to_path_buf());
+                    let loading = tokio::task::spawn_blocking(move || sb.load_file(&file));
+                    let policy = tokio::select! {
+                        loaded = loading => loaded.context("the policy loader failed")?.with_context(context)?,
+                        _ = cancel.cancelled() => anyhow::bail!("stopped while {}", context()),
+                    };
+                    Ok(Some(PolicySource::Fixed(policy)))
+                }
             }
         }
     }
@@ -190,10 +199,11 @@ mod imp {
     pub(crate) struct PolicyState;
 
     impl PolicyState {
-        pub(crate) fn load(
+        pub(crate) async fn load(
             &mut self,
             r: &ResourceSpec,
             _: &DevicePluginSection,
+            _: &tokio_util::sync::CancellationToken,
         ) -> anyhow::Result<Option<PolicySource>> {
             match &r.policy {
                 None => Ok(None),

@@ -998,7 +998,10 @@ pub async fn run(
             .into_iter()
             .zip(config.device_plugin.resources.iter())
         {
-            let policy = dps.policies.load(&r, &config.device_plugin)?;
+            let policy = dps
+                .policies
+                .load(&r, &config.device_plugin, &cancel)
+                .await?;
             specs.push((r, raw.clone(), policy));
         }
         dps.start(specs, &config.device_plugin, &inventory, &sh)
@@ -1025,6 +1028,9 @@ pub async fn run(
         watcher_stops: BTreeMap::new(),
     };
     running.publish(&obs).await;
+    // Every configured server is started and known to the probes: from now on `/readyz`
+    // answers from their registrations.
+    obs.probes.set_started();
 
     // Backend watchers feed one event channel.
     let (tx, mut rx) = mpsc::channel::<(usize, SourceEvent)>(256);
@@ -1171,7 +1177,11 @@ impl Running {
             if self.dps.servers.contains_key(name) && !to_stop.contains(name) {
                 continue;
             }
-            let policy = self.dps.policies.load(r, &new.device_plugin)?;
+            let policy = self
+                .dps
+                .policies
+                .load(r, &new.device_plugin, sh.cancel)
+                .await?;
             to_start.push((r.clone(), raw.clone(), policy));
         }
         let mut rebuilt = Vec::new();

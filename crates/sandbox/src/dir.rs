@@ -80,6 +80,19 @@ impl PolicyDir {
         Ok((dir, report))
     }
 
+    /// The directory, with no policy loaded yet: checks only that it can be listed, so a
+    /// caller's start-up does not wait on compiling its modules. [`PolicyDir::watch`] loads them
+    /// at once on its own thread; until then [`PolicyDir::get`] finds nothing.
+    pub fn open_deferred(sandbox: &Sandbox, dir: impl Into<PathBuf>) -> Result<PolicyDir, PolicyError> {
+        let dir = PolicyDir {
+            sandbox: sandbox.clone(),
+            dir: dir.into(),
+            state: RwLock::new(DirState::default()),
+        };
+        dir.scan()?;
+        Ok(dir)
+    }
+
     /// The directory.
     pub fn path(&self) -> &Path {
         &self.dir
@@ -209,13 +222,15 @@ impl PolicyDir {
         Ok(files)
     }
 
-    /// Reloads every `interval` on a background thread until the returned handle is dropped.
+    /// Reloads at once, then every `interval`, on a background thread until the returned
+    /// handle is dropped.
     pub fn watch(self: &Arc<Self>, interval: Duration) -> Result<DirWatcher, PolicyError> {
         let (stop, stopped) = mpsc::channel::<()>();
         let dir = self.clone();
         let thread = std::thread::Builder::new()
             .name("kubedev-policy-dir".into())
             .spawn(move || {
+                dir.reload();
                 while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
                     dir.reload();
                 }
@@ -236,10 +251,10 @@ pub struct DirWatcher {
 }
 
 impl Drop for DirWatcher {
+    /// Tells the thread to stop without waiting for it: a reload in progress (a compile takes
+    /// up to the compile timeout) must not hold up a shutdown. The thread ends after it.
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        drop(self.thread.take());
     }
 }

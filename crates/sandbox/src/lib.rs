@@ -171,6 +171,7 @@ mod policy;
 mod ratelimit;
 mod samples;
 mod sandbox;
+mod shape;
 
 pub use check::{CheckReport, SampleReport, SampleRun, check};
 pub use dir::{DirWatcher, PolicyDir, ReloadReport};

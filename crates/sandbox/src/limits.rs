@@ -26,6 +26,14 @@ pub struct Limits {
     pub log_lines_per_call: u32,
     /// Longest log line kept, bytes; longer lines are cut. Default 512.
     pub log_line_bytes: usize,
+    /// Most functions a module may define. Default 10 000.
+    pub max_functions: u32,
+    /// Deepest nesting of blocks, loops and ifs in a function. Default 1 000: compilers nest a
+    /// few dozen deep; compile time grows faster than linearly with the depth.
+    pub max_nesting: u32,
+    /// Wall-clock limit on compiling one module; a module that takes longer is refused (the
+    /// compilation finishes in the background and is thrown away). Default 10 s.
+    pub compile_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -39,6 +47,9 @@ impl Default for Limits {
             max_concurrent_calls: 32,
             log_lines_per_call: 16,
             log_line_bytes: 512,
+            max_functions: 10_000,
+            max_nesting: 1_000,
+            compile_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -74,6 +85,18 @@ impl Limits {
         self
     }
 
+    /// With a limit on how deeply blocks may nest in a function.
+    pub fn with_max_nesting(mut self, depth: u32) -> Self {
+        self.max_nesting = depth;
+        self
+    }
+
+    /// With a wall-clock limit on compiling one module.
+    pub fn with_compile_timeout(mut self, timeout: Duration) -> Self {
+        self.compile_timeout = timeout;
+        self
+    }
+
     /// Checks the limits make sense.
     pub(crate) fn check(&self) -> Result<(), String> {
         if self.fuel == 0 {
@@ -93,6 +116,9 @@ impl Limits {
         }
         if self.timeout.is_zero() {
             return Err("timeout must be positive".into());
+        }
+        if self.compile_timeout.is_zero() {
+            return Err("compile_timeout must be positive".into());
         }
         if self.max_concurrent_calls == 0 {
             return Err("max_concurrent_calls must be positive".into());

@@ -193,9 +193,9 @@ impl Sandbox {
             }
             cache.retain(|_, w| w.strong_count() > 0);
         }
+        crate::shape::check(wasm, limits).map_err(bad)?;
         let started = Instant::now();
-        let module = Module::from_binary(&self.inner.engine, wasm)
-            .map_err(|e| bad(format!("does not compile: {}", chain(&e))))?;
+        let module = self.compile_with_deadline(wasm).map_err(bad)?;
         let compile_time = started.elapsed();
         let (exports, declaration, imports_log) = check_contract(&module, limits).map_err(bad)?;
         let pre = self
@@ -239,6 +239,35 @@ impl Sandbox {
         }
         cache.insert(digest, Arc::downgrade(&compiled));
         Ok(compiled)
+    }
+}
+
+impl Sandbox {
+    /// Compiles `wasm` on a thread of its own and waits at most the compile timeout; a module
+    /// that takes longer is refused (its compilation finishes in the background and is
+    /// dropped), so neither start-up nor a reload waits on it.
+    fn compile_with_deadline(&self, wasm: &[u8]) -> Result<Module, String> {
+        let timeout = self.inner.limits.compile_timeout;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let engine = self.inner.engine.clone();
+        let bytes = wasm.to_vec();
+        std::thread::Builder::new()
+            .name("kubedev-policy-compile".into())
+            .spawn(move || {
+                let _ = tx.send(Module::from_binary(&engine, &bytes));
+            })
+            .map_err(|e| format!("cannot start a compiler thread: {e}"))?;
+        match rx.recv_timeout(timeout) {
+            Ok(Ok(module)) => Ok(module),
+            Ok(Err(e)) => Err(format!("does not compile: {}", chain(&e))),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(format!(
+                "it did not compile within {} s, the most allowed",
+                timeout.as_secs_f64()
+            )),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                Err("the compiler thread stopped without an answer".into())
+            }
+        }
     }
 }
 

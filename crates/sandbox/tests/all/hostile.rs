@@ -520,3 +520,56 @@ fn example_policies_fit_in_a_small_memory_limit() {
         );
     }
 }
+
+/// 100 000 nested blocks in 300 KB took minutes to compile, stalling start-up. The module's
+/// shape is checked first: it is refused, naming the limit, without being compiled.
+#[test]
+fn deeply_nested_blocks_are_refused_before_compiling() {
+    let sb = Sandbox::new(Limits::default()).expect("sandbox");
+    let depth = 100_000;
+    let body = format!("{}{}", "block ".repeat(depth), "end ".repeat(depth));
+    let wasm = wat::parse_str(format!("(module (func {body}))")).expect("wat");
+    assert!(wasm.len() > 200_000, "the module is {} bytes", wasm.len());
+    match sb.load("nested", &wasm) {
+        Err(e @ PolicyError::BadModule { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("nests blocks more than 1000 deep"),
+                "{text}"
+            );
+        }
+        other => panic!("expected BadModule, got {:?}", other.map(|_| ())),
+    }
+    // A module within the limits is compiled as before.
+    load(&sb, &wat_policy("(i32.const 0) (drop) (unreachable)"));
+}
+
+/// A module that compiles for longer than the compile timeout is refused; the caller does not
+/// wait for the compiler.
+#[test]
+fn a_module_that_compiles_too_long_is_refused() {
+    let sb = Sandbox::new(Limits::default().with_compile_timeout(Duration::from_nanos(1)))
+        .expect("sandbox");
+    match sb.load("slow", &wat_policy(INFINITE_LOOP)) {
+        Err(e @ PolicyError::BadModule { .. }) => {
+            assert!(e.to_string().contains("did not compile within"), "{e}");
+        }
+        other => panic!("expected BadModule, got {:?}", other.map(|_| ())),
+    }
+}
+
+#[test]
+fn too_many_functions_are_refused_before_compiling() {
+    let sb = Sandbox::new(Limits::default()).expect("sandbox");
+    let funcs = "(func)".repeat(10_001);
+    let wasm = wat::parse_str(format!("(module {funcs})")).expect("wat");
+    match sb.load("many", &wasm) {
+        Err(e @ PolicyError::BadModule { .. }) => {
+            assert!(
+                e.to_string().contains("defines 10001 functions, more than the 10000"),
+                "{e}"
+            );
+        }
+        other => panic!("expected BadModule, got {:?}", other.map(|_| ())),
+    }
+}
