@@ -651,3 +651,45 @@ async fn a_fifo_at_the_checkpoint_path_is_moved_aside_not_opened() {
     assert!(out.values().all(|r| r.is_ok()), "{out:?}");
     stop(daemon);
 }
+
+/// A regular file at the DRA socket path used to be replaced silently. The daemon now refuses
+/// to start, naming the path and what is there, and leaves the file as it was; a stale socket
+/// (its server gone) is replaced as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regular_file_at_the_socket_path_is_refused_and_a_stale_socket_replaced() {
+    let env = Env::new().await;
+    let plugins = env.root.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let socket = plugins.join("dra.sock");
+    std::fs::write(&socket, "someone's data").unwrap();
+    let mut daemon = Daemon(
+        Command::new(env!("CARGO_BIN_EXE_kubedev"))
+            .args(["run", "--config"])
+            .arg(env.root.path().join("kubedev.yaml"))
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let status = wait_exit(&mut daemon);
+    assert!(!status.success());
+    let mut err = String::new();
+    use std::io::Read;
+    daemon
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(
+        err.contains(&socket.display().to_string()) && err.contains("a regular file of 14 bytes"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&socket).unwrap(), "someone's data");
+    std::fs::remove_file(&socket).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let daemon = env.start("").await;
+    stop(daemon);
+}
