@@ -83,7 +83,10 @@ async fn a_module_that_would_compile_for_minutes_does_not_hold_up_start_or_stop(
         .wait_for("example.com/gpu", WAIT, |s| s.connected && s.capacity == 2)
         .await;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(registered.is_some(), "not registered within {WAIT:?}: {text}");
+    assert!(
+        registered.is_some(),
+        "not registered within {WAIT:?}: {text}"
+    );
     let deadline = Instant::now() + WAIT;
     loop {
         let (status, body) = http_get(port, "/readyz");

@@ -83,7 +83,10 @@ impl PolicyDir {
     /// The directory, with no policy loaded yet: checks only that it can be listed, so a
     /// caller's start-up does not wait on compiling its modules. [`PolicyDir::watch`] loads them
     /// at once on its own thread; until then [`PolicyDir::get`] finds nothing.
-    pub fn open_deferred(sandbox: &Sandbox, dir: impl Into<PathBuf>) -> Result<PolicyDir, PolicyError> {
+    pub fn open_deferred(
+        sandbox: &Sandbox,
+        dir: impl Into<PathBuf>,
+    ) -> Result<PolicyDir, PolicyError> {
         let dir = PolicyDir {
             sandbox: sandbox.clone(),
             dir: dir.into(),

@@ -533,10 +533,7 @@ fn deeply_nested_blocks_are_refused_before_compiling() {
     match sb.load("nested", &wasm) {
         Err(e @ PolicyError::BadModule { .. }) => {
             let text = e.to_string();
-            assert!(
-                text.contains("nests blocks more than 1000 deep"),
-                "{text}"
-            );
+            assert!(text.contains("nests blocks more than 1000 deep"), "{text}");
         }
         other => panic!("expected BadModule, got {:?}", other.map(|_| ())),
     }
@@ -566,7 +563,8 @@ fn too_many_functions_are_refused_before_compiling() {
     match sb.load("many", &wasm) {
         Err(e @ PolicyError::BadModule { .. }) => {
             assert!(
-                e.to_string().contains("defines 10001 functions, more than the 10000"),
+                e.to_string()
+                    .contains("defines 10001 functions, more than the 10000"),
                 "{e}"
             );
         }
