@@ -2,6 +2,8 @@
 //! emulator: publication, prepare and unprepare, and randomized crashes at every fail point.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -402,28 +404,6 @@ async fn a_rolling_update_does_not_roll_back_the_old_instances_prepare_in_flight
     stop(new);
 }
 
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, String::new());
-    };
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        out.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    )
-}
-
 /// A checkpoint cut short while the daemon was stopped used to make the next start delete the
 /// CDI specs of every prepared claim. Now the claims the API server says are reserved on this
 /// node are prepared again with the same specs, only a claim whose pod is gone loses its spec, a
@@ -515,7 +495,7 @@ async fn a_damaged_checkpoint_keeps_the_cdi_specs_of_claims_whose_pods_run() {
 
     let deadline = Instant::now() + WAIT;
     let (status, ready) = loop {
-        let (status, body) = http_get(port, "/readyz");
+        let (status, body) = common::http_get(port, "/readyz");
         if status == 200 || Instant::now() > deadline {
             break (status, body);
         }
@@ -526,7 +506,7 @@ async fn a_damaged_checkpoint_keeps_the_cdi_specs_of_claims_whose_pods_run() {
         ready.contains("note: DRA driver gpu.example.com lost its record"),
         "{ready}"
     );
-    let (_, metrics) = http_get(port, "/metrics");
+    let (_, metrics) = common::http_get(port, "/metrics");
     for line in [
         "kubedev_dra_recovery_total{outcome=\"checkpoint_lost\"} 1",
         "kubedev_dra_recovery_total{outcome=\"rebuilt\"} 2",

@@ -4,33 +4,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kubedev_testkit::kubelet::KubeletEmulator;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, String::new());
-    };
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let status = out
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
 
 /// A 300 KB module of 100 000 nested blocks took 167 s to compile, and the daemon compiled the
 /// whole policy directory before serving (even modules no resource names) while `/readyz`
@@ -89,7 +68,7 @@ async fn a_module_that_would_compile_for_minutes_does_not_hold_up_start_or_stop(
     );
     let deadline = Instant::now() + WAIT;
     loop {
-        let (status, body) = http_get(port, "/readyz");
+        let (status, body) = common::http_get(port, "/readyz");
         if status == 200 {
             break;
         }

@@ -348,3 +348,26 @@ where
         tokio::time::sleep(POLL).await;
     }
 }
+
+/// `GET path` on the daemon's HTTP endpoint at `127.0.0.1:port`: the status and the body, or
+/// status 0 while nothing listens there.
+pub(crate) fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .expect("sending the request");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("reading the answer");
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
