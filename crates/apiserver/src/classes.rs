@@ -37,7 +37,7 @@ impl DeviceClassSpec {
                 ),
                 ..Default::default()
             },
-            spec: res::DeviceClassSpec {
+            spec: Some(res::DeviceClassSpec {
                 selectors: Some(
                     self.selectors
                         .iter()
@@ -50,7 +50,7 @@ impl DeviceClassSpec {
                 ),
                 extended_resource_name: self.extended_resource_name.clone(),
                 ..Default::default()
-            },
+            }),
         }
     }
 }

@@ -343,6 +343,8 @@ pub(crate) fn map_device(
             ));
         }
         consumes.push(res::DeviceCounterConsumption {
+            // Compatibility groups (1.37) are not written: older API servers drop them.
+            compatibility_groups: None,
             counter_set: c.counter_set.to_string(),
             counters: counters(&c.counters),
         });

@@ -937,7 +937,7 @@ fn claim() -> ResourceClaim {
             name: Some("claim-1".to_owned()),
             ..Default::default()
         },
-        spec: ResourceClaimSpec {
+        spec: Some(ResourceClaimSpec {
             devices: Some(DeviceClaim {
                 requests: Some(vec![DeviceRequest {
                     name: "gpu".to_owned(),
@@ -949,7 +949,7 @@ fn claim() -> ResourceClaim {
                 }]),
                 ..Default::default()
             }),
-        },
+        }),
         status: Some(ResourceClaimStatus {
             reserved_for: None,
             ..Default::default()
@@ -997,8 +997,8 @@ async fn resource_claim_status_goes_through_the_status_subresource() {
     assert_eq!(created.metadata.namespace.as_deref(), Some("team-a"));
     let exact = created
         .spec
-        .devices
         .as_ref()
+        .and_then(|s| s.devices.as_ref())
         .and_then(|d| d.requests.as_ref())
         .and_then(|r| r[0].exactly.as_ref())
         .expect("exactly");
@@ -1103,8 +1103,8 @@ async fn resource_claim_status_goes_through_the_status_subresource() {
     let mut respec = claims.get("claim-1").await.expect("get");
     respec
         .spec
-        .devices
         .as_mut()
+        .and_then(|s| s.devices.as_mut())
         .and_then(|d| d.requests.as_mut())
         .expect("requests")[0]
         .name = "other".to_owned();
@@ -1166,7 +1166,7 @@ async fn apply_json_patch_device_classes_and_nodes() {
             name: Some("gpu.example.com".to_owned()),
             ..Default::default()
         },
-        spec: DeviceClassSpec::default(),
+        spec: Some(DeviceClassSpec::default()),
     };
     let applied = classes
         .patch(
