@@ -426,32 +426,7 @@ impl DraDriver {
         if rec.checkpoint_lost.is_some() {
             may_remove_orphans = self.rebuild(&mut rec).await;
         }
-        // CDI files no claim owns, judged on a fresh read held under the node lock: another
-        // instance records a claim before it writes the claim's file, so none of its files can
-        // look orphaned while this runs.
-        let cdi = self.cdi.clone();
-        let (removed, kept) = self
-            .with_store(move |s| {
-                s.with_fresh_claims(|owned| {
-                    let (mut removed, mut kept) = (Vec::new(), Vec::new());
-                    for (uid, path) in cdi.list_claim_files().map_err(|e| e.to_string())? {
-                        if owned.contains_key(&uid) {
-                            continue;
-                        }
-                        if !may_remove_orphans {
-                            kept.push(path);
-                            continue;
-                        }
-                        cdi.remove_spec_path(&path).map_err(|e| {
-                            format!("removing orphan CDI file {}: {e}", path.display())
-                        })?;
-                        removed.push(path);
-                    }
-                    Ok((removed, kept))
-                })
-                .map_err(|e| e.to_string())?
-            })
-            .await?;
+        let (removed, kept) = self.sweep_orphans(may_remove_orphans).await?;
         rec.cdi_removed = removed;
         rec.kept_unverified = kept;
         // Temporary files of CDI writes a crash interrupted. Another running instance (a rolling
@@ -468,6 +443,54 @@ impl DraDriver {
                     .map_err(|e| e.to_string())
             })
             .await?;
+        Ok(rec)
+    }
+
+    /// Removes the CDI specs no record owns (or, when `may_remove` is false, only lists them),
+    /// judged on a fresh read held under the node lock: another instance records a claim before
+    /// it writes the claim's spec, so none of its specs can look orphaned while this runs.
+    /// Returns the specs removed and those kept.
+    async fn sweep_orphans(
+        &self,
+        may_remove: bool,
+    ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
+        let cdi = self.cdi.clone();
+        self.with_store(move |s| {
+            s.with_fresh_claims(|owned| {
+                let (mut removed, mut kept) = (Vec::new(), Vec::new());
+                for (uid, path) in cdi.list_claim_files().map_err(|e| e.to_string())? {
+                    if owned.contains_key(&uid) {
+                        continue;
+                    }
+                    if !may_remove {
+                        kept.push(path);
+                        continue;
+                    }
+                    cdi.remove_spec_path(&path)
+                        .map_err(|e| format!("removing orphan CDI file {}: {e}", path.display()))?;
+                    removed.push(path);
+                }
+                Ok((removed, kept))
+            })
+            .map_err(|e| e.to_string())?
+        })
+        .await
+    }
+
+    /// Tries again what start-up recovery could not finish because the API server could not be
+    /// asked (see [`Recovery::cluster_error`]): prepares the reserved claims of this node again
+    /// and removes the specs no claim owns. Safe while the kubelet calls the driver (each claim
+    /// is prepared under its own lock, and prepare is idempotent). The result says whether the
+    /// API server answered this time.
+    pub async fn retry_rebuild(&self) -> Result<Recovery, String> {
+        let mut rec = Recovery {
+            checkpoint_lost: Some("finishing an earlier recovery".into()),
+            ..Recovery::default()
+        };
+        let answered = self.rebuild(&mut rec).await;
+        let (removed, kept) = self.sweep_orphans(answered).await?;
+        rec.cdi_removed = removed;
+        rec.kept_unverified = kept;
         Ok(rec)
     }
 

@@ -621,6 +621,14 @@ async fn start_dra(
         .map_err(anyhow::Error::msg)
         .context("start-up recovery")?;
     report_recovery(&rec, spec.driver.as_ref(), cluster.events.as_ref(), obs).await;
+    if rec.cluster_error.is_some() {
+        tokio::spawn(finish_recovery(
+            driver.clone(),
+            obs.metrics.clone(),
+            obs.probes.clone(),
+            cancel.child_token(),
+        ));
+    }
     let (health, health_rx) = watch::channel(Vec::new());
     let mut cfg = DraPluginConfig::new(spec.driver.clone())
         .plugin_dir(&spec.plugin_dir)
@@ -724,6 +732,59 @@ async fn report_recovery(
         && let Err(e) = events.warn("CheckpointLost", "Recover", &summary).await
     {
         tracing::warn!(error = %e, "could not record the lost checkpoint as an Event");
+    }
+}
+
+/// After a lost checkpoint whose rebuild could not ask the API server: tries again, 5 s after
+/// start and then with the wait doubling up to 5 minutes, until the API server answers; then
+/// logs and counts what it rebuilt and removed, and updates the `/readyz` note.
+async fn finish_recovery(
+    driver: Arc<DraDriver>,
+    metrics: Arc<Metrics>,
+    probes: Arc<Probes>,
+    cancel: CancellationToken,
+) {
+    let mut wait = Duration::from_secs(5);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(Duration::from_secs(300));
+        let rec = match driver.retry_rebuild().await {
+            Ok(rec) if rec.cluster_error.is_none() => rec,
+            Ok(rec) => {
+                tracing::debug!(error = ?rec.cluster_error, "the API server still cannot list the claims to rebuild");
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "finishing the recovery of a lost checkpoint failed; trying again");
+                continue;
+            }
+        };
+        for (outcome, n) in [
+            ("rebuilt", rec.rebuilt.len()),
+            ("rebuild_failed", rec.rebuild_failed.len()),
+            ("cdi_removed", rec.cdi_removed.len()),
+        ] {
+            if n > 0 {
+                metrics
+                    .recovery
+                    .get_or_create(&crate::metrics::RecoveryLabels {
+                        outcome: outcome.into(),
+                    })
+                    .inc_by(n as u64);
+            }
+        }
+        let summary = format!(
+            "the API server answered: rebuilt {} more claim(s), {} could not be prepared again, removed {} CDI spec(s) of claims it does not list as reserved on this node",
+            rec.rebuilt.len(),
+            rec.rebuild_failed.len(),
+            rec.cdi_removed.len()
+        );
+        tracing::warn!(rebuilt = ?rec.rebuilt, rebuild_failed = ?rec.rebuild_failed, cdi_removed = ?rec.cdi_removed, "finished the recovery of a lost checkpoint: {summary}");
+        probes.add_notice(format!("recovery finished later: {summary}"));
+        return;
     }
 }
 

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubedev_testkit::apiserver::{ApiServer, Resource};
+use kubedev_testkit::apiserver::{ApiServer, Fault, Resource, Verb};
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
 use serde_json::json;
 
@@ -671,5 +671,55 @@ async fn a_regular_file_at_the_socket_path_is_refused_and_a_stale_socket_replace
     std::fs::remove_file(&socket).unwrap();
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
     let daemon = env.start("").await;
+    stop(daemon);
+}
+
+/// When the API server cannot list the claims at start, a lost checkpoint keeps every spec (none
+/// can be proven orphaned) and the rebuild is tried again in the background until it answers:
+/// then the reserved claims get their records back and the spec of a claim with no pod goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_the_api_server_refused_at_start_finishes_later() {
+    let env = Env::new().await;
+    let a = env.claim("a", "claim-uid-a", &["gpu-0"]);
+    let gone = env.claim("gone", "claim-uid-gone", &["gpu-1"]);
+    env.reserve("a", Some("pod-a"));
+    env.reserve("gone", Some("pod-gone"));
+    let daemon = env.start("").await;
+    let out = env.kubelet.prepare(DRIVER, &[a, gone]).await.unwrap();
+    assert!(out.values().all(|r| r.is_ok()), "{out:?}");
+    stop(daemon);
+    let checkpoint = env
+        .root
+        .path()
+        .join("state")
+        .join(kubedev_core::checkpoint::CHECKPOINT_FILE);
+    std::fs::write(&checkpoint, "not a checkpoint").unwrap();
+    env.reserve("gone", None);
+    env.api.fail_next(
+        Verb::List,
+        Resource::ResourceClaims,
+        1,
+        Fault::InternalError,
+    );
+
+    let daemon = env.start("").await;
+    assert_eq!(
+        env.cdi_files().len(),
+        2,
+        "a spec was removed without asking the API server"
+    );
+    assert!(env.checkpoint().is_empty());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while env.checkpoint().len() != 1 || env.cdi_files().len() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the rebuild was not finished: records {:?}, specs {:?}",
+            env.checkpoint(),
+            env.cdi_files()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env.checkpoint()[0].0, "claim-uid-a");
+    assert!(env.cdi_files()[0].to_string_lossy().contains("claim-uid-a"));
     stop(daemon);
 }
