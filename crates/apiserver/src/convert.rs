@@ -29,9 +29,11 @@ pub(crate) const MAX_ATTRIBUTES_AND_CAPACITIES: usize = 32;
 /// Taints of one device.
 pub(crate) const MAX_TAINTS: usize = 16;
 
-/// The standard attribute name for a device's NUMA node (an integer), shared by DRA drivers so
-/// that claims can align devices of different drivers with `matchAttribute`.
-pub const NUMA_NODE_ATTRIBUTE: &str = "resource.kubernetes.io/numaNode";
+/// The attribute that carries a device's NUMA node (an integer), in the driver's own domain
+/// (`device.attributes["<driver>"].numaNode` in CEL). Kubernetes defines no standard NUMA
+/// attribute (its standard ones, in `resource.kubernetes.io`, are `pcieRoot` and `pciBusID`), so
+/// kubedev does not invent one there.
+pub const NUMA_NODE_ATTRIBUTE: &str = "numaNode";
 
 /// What the publisher does with devices whose health is `Unhealthy`.
 ///
@@ -623,7 +625,7 @@ mod tests {
                     "example.com/driverVersion": {"version": "550.54.15"},
                     "mig": {"bool": true},
                     "model": {"string": "A100"},
-                    "resource.kubernetes.io/numaNode": {"int": 1},
+                    "numaNode": {"int": 1},
                 },
                 "capacity": {"memory": {"value": "40Gi"}},
                 "taints": [{"key": "example.com/flaky", "value": "xid-79", "effect": "NoExecute"}],
