@@ -51,12 +51,55 @@ The ServiceAccount the daemon runs as.
 {{- end }}
 
 {{/*
-"true" when a backend that reads the host's hardware is enabled: the host's root is then
-mounted at /host and the daemon's hostRoot points there.
+The image reference: `<repository>@<digest>` when a digest pins it, else `<repository>:<tag>`
+(the tag defaulting to the chart's appVersion).
+*/}}
+{{- define "kubedev.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- with .Values.image.digest }}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .) }}
+{{- fail (printf "image.digest %q is not sha256:<64 lowercase hex digits>" .) }}
+{{- end }}
+{{- printf "%s@%s" $repository . }}
+{{- else }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when an enabled backend reads host paths anywhere on the host, which only the host's root
+(mounted read-only at /host, the daemon's hostRoot) reaches: nvidia (the NVML library at
+libraryPath, /proc/driver/nvidia-caps) and host (socket and character devices at any path).
+vfio and usb read only the host's /sys and /dev, mounted at /sys and /dev (hostRoot `/`).
 */}}
 {{- define "kubedev.hostRootMounted" -}}
 {{- $b := .Values.backends }}
-{{- if or $b.nvidia.enabled $b.vfio.enabled $b.usb.enabled $b.host.enabled }}true{{ else }}false{{ end }}
+{{- if or $b.nvidia.enabled $b.host.enabled }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/*
+"true" when the vfio backend writes to sysfs: rebinding functions to vfio-pci (bindOnPrepare:
+driver_override, unbind, bind, drivers_probe) or creating and removing mediated devices
+(desiredMdevTypes).
+*/}}
+{{- define "kubedev.vfioWritesSysfs" -}}
+{{- $v := .Values.backends.vfio }}
+{{- if and $v.enabled (or $v.bindOnPrepare (not (empty $v.desiredMdevTypes))) }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/*
+"true" when the host's /sys is mounted writable: vfio writes to it, NVML (nvidia) may, or the
+values ask for privilege.
+*/}}
+{{- define "kubedev.sysWritable" -}}
+{{- if or (eq (include "kubedev.vfioWritesSysfs" .) "true") .Values.backends.nvidia.enabled .Values.privileged }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{/*
+The user name the API server gives the daemon's service account.
+*/}}
+{{- define "kubedev.serviceAccountUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace (include "kubedev.serviceAccountName" .) }}
 {{- end }}
 
 {{/*
@@ -84,10 +127,13 @@ The daemon's configuration file (crates/kubedev/src/config.rs), generated from t
 {{- $cfg := dict }}
 {{- $_ := set $cfg "hostRoot" (ternary "/host" "/" (eq (include "kubedev.hostRootMounted" .) "true")) }}
 {{- $_ := set $cfg "stateDir" $v.stateDir }}
-{{- $_ := set $cfg "metrics" (dict
-      "address" (printf "0.0.0.0:%v" $v.metrics.port)
-      "podResourcesSocket" (printf "%s/pod-resources/kubelet.sock" $kubelet)
-      "podResourcesIntervalSeconds" $v.metrics.podResourcesIntervalSeconds) }}
+{{- /* Every address of the pod's own network namespace: the probes reach it at the pod IP. */}}
+{{- $metrics := dict "address" (printf "0.0.0.0:%v" $v.metrics.port) }}
+{{- if $v.metrics.holderLabels }}
+{{- $_ := set $metrics "podResourcesSocket" (printf "%s/pod-resources/kubelet.sock" $kubelet) }}
+{{- $_ := set $metrics "podResourcesIntervalSeconds" $v.metrics.podResourcesIntervalSeconds }}
+{{- end }}
+{{- $_ := set $cfg "metrics" $metrics }}
 {{- $dp := dict "enabled" $v.devicePlugin.enabled }}
 {{- if $v.devicePlugin.enabled }}
 {{- $_ := set $dp "directory" (printf "%s/device-plugins" $kubelet) }}
@@ -106,6 +152,9 @@ The daemon's configuration file (crates/kubedev/src/config.rs), generated from t
 {{- $_ := set $dra "pluginDir" (printf "%s/plugins/%s" $kubelet $v.dra.driverName) }}
 {{- $_ := set $dra "cdiDir" $v.cdiDir }}
 {{- $_ := set $dra "health" $v.dra.health }}
+{{- with $v.dra.deviceClasses }}
+{{- $_ := set $dra "deviceClasses" . }}
+{{- end }}
 {{- end }}
 {{- $_ := set $cfg "dra" $dra }}
 {{- $backends := dict }}
