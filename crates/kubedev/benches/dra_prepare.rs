@@ -20,7 +20,11 @@ use tokio_util::sync::CancellationToken;
 
 const DRIVER: &str = "gpu.example.com";
 
-/// Every claim gets device `gpu-<n % 8>`.
+/// How many devices the node has: enough for the 1000 claims of one call to get one each (a
+/// device that does not allow multiple allocations is prepared for one claim at a time).
+const DEVICES: usize = 1024;
+
+/// Every claim gets device `gpu-<n % DEVICES>`.
 struct Claims;
 
 #[async_trait]
@@ -31,7 +35,7 @@ impl ClaimSource for Claims {
             admin_access: false,
             device: DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
-                device: DeviceName::new(format!("gpu-{}", n % 8)).unwrap(),
+                device: DeviceName::new(format!("gpu-{}", n % DEVICES)).unwrap(),
             },
             request: "gpu".into(),
             share_id: None,
@@ -59,7 +63,7 @@ async fn setup(base: &Path) -> Setup {
     let root = tempfile::tempdir_in(base).unwrap();
     let r = root.path();
     std::fs::write(r.join("boot_id"), "0d3a-bench\n").unwrap();
-    let devices: String = (0..8)
+    let devices: String = (0..DEVICES)
         .map(|i| format!("      - name: gpu-{i}\n        deviceNodes: [\"/dev/null\"]\n"))
         .collect();
     let path = r.join("kubedev.yaml");
@@ -193,6 +197,7 @@ fn benches(c: &mut Criterion) {
                     .into_inner();
                 total += t.elapsed();
                 assert_eq!(r.claims.len(), 1000);
+                assert!(r.claims.values().all(|c| c.error.is_empty()));
                 rt.block_on(
                     s.client
                         .node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims }),
