@@ -6,7 +6,10 @@ use k8s_openapi::api::resource::v1 as res;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 
+use std::collections::BTreeMap;
+
 use crate::Error;
+use crate::features::{ApiFeature, ApiStatus, dropped_from_class};
 
 /// The field manager of kubedev's server-side applies.
 pub const FIELD_MANAGER: &str = "kubedev";
@@ -55,36 +58,92 @@ impl DeviceClassSpec {
     }
 }
 
+/// A class the API server stored without a gated field kubedev sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassFieldDropped {
+    /// The class.
+    pub class: String,
+    /// The feature whose field was dropped.
+    pub feature: ApiFeature,
+}
+
 /// Creates or updates each class by server-side apply, so every node's daemon can apply the same
-/// classes without conflict. Stops at the first failure, naming the class.
+/// classes without conflict, and compares what the server stored with what was sent. Stops at
+/// the first failure, naming the class; returns the gated fields the server dropped.
 pub async fn apply_device_classes(
     client: kube::Client,
     classes: &[DeviceClassSpec],
-) -> Result<(), Error> {
+) -> Result<Vec<ClassFieldDropped>, Error> {
     let api: Api<res::DeviceClass> = Api::all(client);
+    let mut dropped = Vec::new();
     for c in classes {
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(&c.name, &params, &Patch::Apply(&c.object()))
+        let sent = c.object();
+        let stored = api
+            .patch(&c.name, &params, &Patch::Apply(&sent))
             .await
             .map_err(|e| Error::DeviceClass {
                 class: c.name.clone(),
                 error: Box::new(e),
             })?;
+        dropped.extend(
+            dropped_from_class(&sent, &stored)
+                .into_iter()
+                .map(|feature| ClassFieldDropped {
+                    class: c.name.clone(),
+                    feature,
+                }),
+        );
     }
-    Ok(())
+    Ok(dropped)
 }
 
 /// Applies `classes`, trying again every `retry` until it succeeds (the API server may be
-/// unreachable, or the RBAC rule missing, when the daemon starts); each failure is logged.
+/// unreachable, or the RBAC rule missing, when the daemon starts); each failure is logged. A
+/// field the server dropped (`extendedResourceName` where `DRAExtendedResource` is off) is
+/// recorded in `api`, which the daemon reports; the classes stay applied without it.
 pub async fn apply_device_classes_until_done(
     client: kube::Client,
     classes: Vec<DeviceClassSpec>,
     retry: std::time::Duration,
+    api: ApiStatus,
 ) {
     loop {
         match apply_device_classes(client.clone(), &classes).await {
-            Ok(()) => {
+            Ok(dropped) if dropped.is_empty() => {
                 tracing::info!(classes = classes.len(), "DeviceClasses applied");
+                api.set_class_actions(BTreeMap::new());
+                return;
+            }
+            Ok(dropped) => {
+                let mut by_feature: BTreeMap<ApiFeature, Vec<&str>> = BTreeMap::new();
+                for d in &dropped {
+                    by_feature.entry(d.feature).or_default().push(&d.class);
+                }
+                let found = by_feature
+                    .into_iter()
+                    .map(|(feature, names)| {
+                        let how = format!(
+                            "the API server dropped {} from DeviceClass {} (feature gate {} is \
+                             off)",
+                            feature.fields(),
+                            names.join(", "),
+                            feature.gate()
+                        );
+                        let what = format!(
+                            "DeviceClass {} applied without it: pods asking for its extended \
+                             resource are not given these devices; only ResourceClaims reach them",
+                            names.join(", ")
+                        );
+                        (feature, (how, what))
+                    })
+                    .collect();
+                tracing::warn!(
+                    classes = classes.len(),
+                    "DeviceClasses applied, but the API server dropped fields of some (see the \
+                     API feature report)"
+                );
+                api.set_class_actions(found);
                 return;
             }
             Err(e) => {

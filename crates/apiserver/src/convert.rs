@@ -8,6 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use kubedev_core::{AttributeValue, Device, DriverName, HealthState, Inventory, Pool, TaintEffect};
 
 use crate::Error;
+use crate::features::CounterLayout;
 
 /// Devices in one ResourceSlice.
 pub(crate) const MAX_DEVICES: usize = 128;
@@ -24,10 +25,17 @@ pub(crate) const MAX_COUNTERS_PER_CONSUMPTION: usize = 32;
 /// Consumed counters over all devices of one slice (the `resource.k8s.io/v1` limit of
 /// Kubernetes 1.34; later versions dropped it, keeping it costs nothing).
 pub(crate) const MAX_CONSUMED_COUNTERS_PER_SLICE: usize = 1024;
+/// Counters over all counter sets of one ResourceSlice in the Kubernetes 1.34 layout, where the
+/// sets share a slice with the devices consuming them.
+pub(crate) const MAX_SHARED_COUNTERS_1_34: usize = 32;
 /// Attributes and capacities of one device, combined.
 pub(crate) const MAX_ATTRIBUTES_AND_CAPACITIES: usize = 32;
 /// Taints of one device.
 pub(crate) const MAX_TAINTS: usize = 16;
+/// Taints of one device in Kubernetes 1.34.
+pub(crate) const MAX_TAINTS_1_34: usize = 4;
+/// Counters one device consumes over all its consumptions in Kubernetes 1.34.
+pub(crate) const MAX_COUNTERS_PER_DEVICE_1_34: usize = 32;
 
 /// The attribute that carries a device's NUMA node (an integer), in the driver's own domain
 /// (`device.attributes["<driver>"].numaNode` in CEL). Kubernetes defines no standard NUMA
@@ -65,11 +73,21 @@ pub(crate) struct DesiredPool {
     pub(crate) slices: Vec<DesiredSlice>,
 }
 
-/// Maps and chunks every pool of `inventory`.
+/// Maps and chunks every pool of `inventory` in the 1.35+ layout.
 pub(crate) fn desired_pools(
     inventory: &Inventory,
     driver: &DriverName,
     unhealthy: UnhealthyDevices,
+) -> Result<Vec<DesiredPool>, Error> {
+    desired_pools_in(inventory, driver, unhealthy, CounterLayout::SeparateSlices)
+}
+
+/// Maps and chunks every pool of `inventory` with shared counters laid out as `layout` says.
+pub(crate) fn desired_pools_in(
+    inventory: &Inventory,
+    driver: &DriverName,
+    unhealthy: UnhealthyDevices,
+    layout: CounterLayout,
 ) -> Result<Vec<DesiredPool>, Error> {
     inventory.validate().map_err(|e| Error::InvalidInventory {
         pool: String::new(),
@@ -78,7 +96,7 @@ pub(crate) fn desired_pools(
     inventory
         .pools
         .iter()
-        .map(|pool| desired_pool(pool, driver, unhealthy))
+        .map(|pool| desired_pool(pool, driver, unhealthy, layout))
         .collect()
 }
 
@@ -93,6 +111,7 @@ fn desired_pool(
     pool: &Pool,
     driver: &DriverName,
     unhealthy: UnhealthyDevices,
+    layout: CounterLayout,
 ) -> Result<DesiredPool, Error> {
     let mut devices = Vec::with_capacity(pool.devices.len());
     for device in &pool.devices {
@@ -101,7 +120,6 @@ fn desired_pool(
         }
         devices.push(map_device(pool, device, driver)?);
     }
-    let mut slices = chunk_devices(devices);
 
     for set in &pool.shared_counters {
         if set.counters.is_empty() {
@@ -121,6 +139,10 @@ fn desired_pool(
             ));
         }
     }
+    let mut slices = match layout {
+        CounterLayout::SeparateSlices => chunk_devices(devices),
+        CounterLayout::SameSlice => return same_slice_layout(pool, devices),
+    };
     // Counter sets go in slices of their own (a slice holds devices or counter sets, never
     // both), after the device slices.
     for sets in pool.shared_counters.chunks(MAX_COUNTER_SETS) {
@@ -136,6 +158,149 @@ fn desired_pool(
         });
     }
     // A pool with nothing in it is still published as one empty slice: "empty" is not "gone".
+    if slices.is_empty() {
+        slices.push(DesiredSlice::default());
+    }
+    Ok(DesiredPool {
+        name: pool.name.to_string(),
+        slices,
+    })
+}
+
+/// The Kubernetes 1.34 layout: each counter set in the same slice as every device consuming it.
+/// Sets joined by a device that consumes from both stay together; such groups are packed into
+/// slices up to 64 devices, [`MAX_SHARED_COUNTERS_1_34`] counters over all sets and
+/// [`MAX_CONSUMED_COUNTERS_PER_SLICE`] consumed counters; devices that consume no counters are
+/// chunked after them as in the later layout.
+fn same_slice_layout(pool: &Pool, devices: Vec<res::Device>) -> Result<DesiredPool, Error> {
+    for d in &devices {
+        let taints = d.taints.as_ref().map_or(0, Vec::len);
+        if taints > MAX_TAINTS_1_34 {
+            return Err(invalid(
+                pool,
+                format!(
+                    "device {} has {taints} taints; Kubernetes 1.34 allows at most {MAX_TAINTS_1_34}",
+                    d.name
+                ),
+            ));
+        }
+        let consumed = consumed_counters(d);
+        if consumed > MAX_COUNTERS_PER_DEVICE_1_34 {
+            return Err(invalid(
+                pool,
+                format!(
+                    "device {} consumes {consumed} counters; Kubernetes 1.34 allows at most \
+                     {MAX_COUNTERS_PER_DEVICE_1_34} per device",
+                    d.name
+                ),
+            ));
+        }
+    }
+    // Groups of sets, in the order the sets are listed; each set's group index.
+    let mut group_of: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut groups: Vec<(Vec<usize>, Vec<res::Device>)> = Vec::new();
+    for (i, set) in pool.shared_counters.iter().enumerate() {
+        group_of.insert(set.name.as_str(), groups.len());
+        groups.push((vec![i], Vec::new()));
+    }
+    let mut plain = Vec::new();
+    for device in devices {
+        let mut sets: Vec<usize> = device
+            .consumes_counters
+            .iter()
+            .flatten()
+            .filter_map(|c| group_of.get(c.counter_set.as_str()).copied())
+            .collect();
+        sets.dedup();
+        let Some(&first) = sets.first() else {
+            plain.push(device);
+            continue;
+        };
+        // Merge every other group this device touches into the first (indices are current:
+        // `group_of` follows every merge, and a merge empties only the group merged away).
+        for &other in sets[1..].iter().filter(|&&g| g != first) {
+            let (moved_sets, moved_devices) = std::mem::take(&mut groups[other]);
+            for &set in &moved_sets {
+                group_of.insert(pool.shared_counters[set].name.as_str(), first);
+            }
+            groups[first].0.extend(moved_sets);
+            groups[first].1.extend(moved_devices);
+        }
+        groups[first].1.push(device);
+    }
+    let mut slices = Vec::new();
+    let mut current = DesiredSlice::default();
+    let mut current_counters = 0;
+    let mut current_consumed = 0;
+    for (sets, group_devices) in groups.into_iter().filter(|(s, _)| !s.is_empty()) {
+        let names = || {
+            sets.iter()
+                .map(|&s| pool.shared_counters[s].name.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let counters_in_sets: usize = sets
+            .iter()
+            .map(|&s| pool.shared_counters[s].counters.len())
+            .sum();
+        if counters_in_sets > MAX_SHARED_COUNTERS_1_34 {
+            return Err(invalid(
+                pool,
+                format!(
+                    "counter set(s) {} have {counters_in_sets} counters; Kubernetes 1.34 allows at \
+                     most {MAX_SHARED_COUNTERS_1_34} in one ResourceSlice, where the sets must be \
+                     with the devices consuming them",
+                    names()
+                ),
+            ));
+        }
+        if group_devices.len() > MAX_DEVICES_WITH_TAINTS_OR_COUNTERS {
+            return Err(invalid(
+                pool,
+                format!(
+                    "{} devices consume counter set(s) {}; Kubernetes 1.34 needs them in one \
+                     ResourceSlice, which holds at most {MAX_DEVICES_WITH_TAINTS_OR_COUNTERS}",
+                    group_devices.len(),
+                    names()
+                ),
+            ));
+        }
+        let consumed: usize = group_devices.iter().map(consumed_counters).sum();
+        if consumed > MAX_CONSUMED_COUNTERS_PER_SLICE {
+            return Err(invalid(
+                pool,
+                format!(
+                    "the devices consuming counter set(s) {} consume {consumed} counters; \
+                     Kubernetes 1.34 allows at most {MAX_CONSUMED_COUNTERS_PER_SLICE} in one \
+                     ResourceSlice",
+                    names()
+                ),
+            ));
+        }
+        let fits = current.devices.len() + group_devices.len()
+            <= MAX_DEVICES_WITH_TAINTS_OR_COUNTERS
+            && current_counters + counters_in_sets <= MAX_SHARED_COUNTERS_1_34
+            && current.shared_counters.len() + sets.len() <= MAX_COUNTER_SETS
+            && current_consumed + consumed <= MAX_CONSUMED_COUNTERS_PER_SLICE;
+        if !fits && !(current.devices.is_empty() && current.shared_counters.is_empty()) {
+            slices.push(std::mem::take(&mut current));
+            current_counters = 0;
+            current_consumed = 0;
+        }
+        current_counters += counters_in_sets;
+        current_consumed += consumed;
+        current.devices.extend(group_devices);
+        current
+            .shared_counters
+            .extend(sets.iter().map(|&s| res::CounterSet {
+                name: pool.shared_counters[s].name.to_string(),
+                counters: counters(&pool.shared_counters[s].counters),
+            }));
+    }
+    if !(current.devices.is_empty() && current.shared_counters.is_empty()) {
+        slices.push(current);
+    }
+    slices.extend(chunk_devices(plain));
     if slices.is_empty() {
         slices.push(DesiredSlice::default());
     }
@@ -516,6 +681,146 @@ mod tests {
             pool.devices.push(d);
         }
         pool
+    }
+
+    /// `gpus` GPUs as partitionable MIG publishes them: a set of `counters` counters each, the
+    /// whole GPU consuming all of them and `parts` partitions consuming one each; then `plain`
+    /// devices that consume nothing.
+    fn partitioned_gpus(gpus: usize, counters: usize, parts: usize, plain_devices: usize) -> Pool {
+        let mut pool = pool_of(Vec::new());
+        let all = |n: usize| -> BTreeMap<CounterName, Quantity> {
+            (0..n)
+                .map(|c| {
+                    (
+                        CounterName::new(format!("c{c}")).unwrap(),
+                        Quantity::parse("1").unwrap(),
+                    )
+                })
+                .collect()
+        };
+        for g in 0..gpus {
+            let set = CounterName::new(format!("gpu-{g}-counters")).unwrap();
+            pool.shared_counters.push(CounterSet {
+                name: set.clone(),
+                counters: all(counters),
+            });
+            let mut whole = Device::new(DeviceName::new(format!("gpu-{g}")).unwrap());
+            whole.consumes_counters.push(CounterConsumption {
+                counter_set: set.clone(),
+                counters: all(counters),
+            });
+            pool.devices.push(whole);
+            for p in 0..parts {
+                let mut d = Device::new(DeviceName::new(format!("gpu-{g}-part-{p}")).unwrap());
+                d.consumes_counters.push(CounterConsumption {
+                    counter_set: set.clone(),
+                    counters: all(1),
+                });
+                pool.devices.push(d);
+            }
+        }
+        for i in 0..plain_devices {
+            pool.devices.push(plain(1000 + i));
+        }
+        pool
+    }
+
+    fn same_slice(pool: Pool) -> Result<DesiredPool, Error> {
+        desired_pools_in(
+            &Inventory::new(vec![pool]),
+            &driver(),
+            UnhealthyDevices::Omit,
+            CounterLayout::SameSlice,
+        )
+        .map(|mut p| p.remove(0))
+    }
+
+    #[test]
+    fn kubernetes_1_34_gets_each_counter_set_with_its_devices() {
+        // 8 GPUs of 15 counters (the NVIDIA backend's MIG model), 19 partitions each, then 3
+        // plain devices: two GPUs per slice (30 of the 32 counters 1.34 allows).
+        let pool = same_slice(partitioned_gpus(8, 15, 19, 3)).unwrap();
+        let shape: Vec<(usize, usize)> = pool
+            .slices
+            .iter()
+            .map(|s| (s.shared_counters.len(), s.devices.len()))
+            .collect();
+        assert_eq!(shape, vec![(2, 40), (2, 40), (2, 40), (2, 40), (0, 3)]);
+        for slice in &pool.slices {
+            let sets: Vec<&str> = slice
+                .shared_counters
+                .iter()
+                .map(|s| s.name.as_str())
+                .collect();
+            for d in &slice.devices {
+                for c in d.consumes_counters.iter().flatten() {
+                    assert!(
+                        sets.contains(&c.counter_set.as_str()),
+                        "{} consumes {} outside its slice",
+                        d.name,
+                        c.counter_set
+                    );
+                }
+            }
+        }
+        // The same pool in the later layout: counter sets in a slice of their own.
+        let later = one_pool(partitioned_gpus(8, 15, 19, 3));
+        assert!(
+            later
+                .slices
+                .iter()
+                .all(|s| s.devices.is_empty() || s.shared_counters.is_empty())
+        );
+    }
+
+    #[test]
+    fn kubernetes_1_34_limits_are_named() {
+        // A device joining two sets of 20 counters: 40 counters would have to share a slice.
+        let mut pool = partitioned_gpus(2, 20, 0, 0);
+        pool.devices.clear();
+        let mut joint = plain(0);
+        for g in 0..2 {
+            joint.consumes_counters.push(CounterConsumption {
+                counter_set: CounterName::new(format!("gpu-{g}-counters")).unwrap(),
+                counters: [(
+                    CounterName::new("c0").unwrap(),
+                    Quantity::parse("1").unwrap(),
+                )]
+                .into(),
+            });
+        }
+        pool.devices.push(joint);
+        let err = same_slice(pool).unwrap_err().to_string();
+        assert!(
+            err.contains("40 counters")
+                && err.contains("Kubernetes 1.34 allows")
+                && err.contains("gpu-0-counters, gpu-1-counters"),
+            "{err}"
+        );
+        let mut pool = pool_of((0..1).map(plain).collect());
+        for i in 0..5 {
+            pool.devices[0].taints.push(Taint {
+                key: format!("example.com/t{i}"),
+                value: String::new(),
+                effect: TaintEffect::NoSchedule,
+            });
+        }
+        let err = same_slice(pool.clone()).unwrap_err().to_string();
+        assert!(err.contains("5 taints") && err.contains("1.34"), "{err}");
+        // The later layout allows 16.
+        assert!(
+            desired_pools(
+                &Inventory::new(vec![pool]),
+                &driver(),
+                UnhealthyDevices::Omit
+            )
+            .is_ok()
+        );
+        // 65 partitions of one GPU cannot share a slice with their counter set.
+        let err = same_slice(partitioned_gpus(1, 2, 64, 0))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("65 devices"), "{err}");
     }
 
     #[test]

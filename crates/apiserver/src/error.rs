@@ -62,6 +62,12 @@ pub enum Error {
         /// The last error the publisher saw, if any.
         last_error: Option<String>,
     },
+    /// Reading the API server's version failed or gave no release.
+    #[error("reading the API server's version: {message}")]
+    Version {
+        /// What went wrong.
+        message: String,
+    },
     /// The publisher's background task was already started.
     #[error("the ResourceSlice publisher for driver {driver} on node {node} was already started")]
     AlreadyStarted {

@@ -36,8 +36,10 @@ mod claim;
 mod classes;
 mod connect;
 mod convert;
+mod degrade;
 mod error;
 mod events;
+mod features;
 mod node_claims;
 mod plan;
 mod publisher;
@@ -50,11 +52,15 @@ pub use claim::{
     DeviceStatus, DeviceToleration, OpaqueConfig, base_request,
 };
 pub use classes::{
-    DeviceClassSpec, FIELD_MANAGER, apply_device_classes, apply_device_classes_until_done,
+    ClassFieldDropped, DeviceClassSpec, FIELD_MANAGER, apply_device_classes,
+    apply_device_classes_until_done,
 };
 pub use connect::{ConnectError, check_kubeconfig, connect};
 pub use convert::{NUMA_NODE_ATTRIBUTE, UnhealthyDevices};
 pub use error::Error;
 pub use events::{MAX_EVENT_NOTE, NodeEvents};
+pub use features::{
+    ApiCapabilities, ApiFeature, ApiReport, ApiStatus, CounterLayout, Degradation, ServerVersion,
+};
 pub use publisher::{PublishStats, PublisherTask, SlicePublisher};
 pub use render::render_slices;

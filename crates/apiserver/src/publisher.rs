@@ -20,11 +20,15 @@ use kubedev_core::{DriverName, Inventory, PublishError, Publisher};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::Error;
-use crate::convert::{DesiredPool, UnhealthyDevices, desired_pools};
+use crate::convert::{DesiredPool, UnhealthyDevices, desired_pools_in};
+use crate::degrade::adapt;
 use crate::error::api_code;
+use crate::features::{
+    ApiCapabilities, ApiFeature, ApiStatus, CounterLayout, ServerVersion, dropped_from_slice,
+};
 use crate::plan::{Accepted, Identity, content_key, desired_spec, plan};
 use crate::ratelimit::{Backoff, TokenBucket};
 use crate::retry::{FailureLog, FailureReport, RetrySchedule, jitter_unit};
@@ -83,6 +87,9 @@ struct Desired {
     rev: u64,
     /// `None` until the first `publish`: nothing is touched before that.
     pools: Option<Arc<Vec<DesiredPool>>>,
+    /// The inventory `pools` came from, kept to derive them again when what the API server
+    /// keeps changes.
+    inventory: Option<Arc<Inventory>>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -102,17 +109,50 @@ struct Shared {
     status: watch::Sender<SyncStatus>,
     counters: Counters,
     started: AtomicBool,
+    /// What the API server keeps, shared with whoever reports it.
+    api: ApiStatus,
+    /// Set when the API server must be asked again what it keeps (at start and after the
+    /// watch recovers from a failure: the server may have been upgraded or reconfigured).
+    reprobe: AtomicBool,
+    unhealthy: UnhealthyDevices,
 }
 
 impl Shared {
     fn desired(&self) -> MutexGuard<'_, Desired> {
         self.desired.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The pools `inventory` becomes with what the API server keeps now, and what had to be
+    /// published in place of a feature it lacks.
+    fn derive(
+        &self,
+        inventory: &Inventory,
+    ) -> Result<(Vec<DesiredPool>, BTreeMap<ApiFeature, String>), Error> {
+        let caps = self.api.caps();
+        let (adapted, actions) = adapt(inventory, &caps, &*self.api.in_use());
+        let pools = desired_pools_in(&adapted, &self.driver, self.unhealthy, caps.layout)?;
+        Ok((pools, actions))
+    }
+
+    /// Derives the desired pools again from the last inventory; bumps the revision when they
+    /// change.
+    fn rederive(&self) -> Result<(), Error> {
+        let Some(inventory) = self.desired().inventory.clone() else {
+            return Ok(());
+        };
+        let (pools, actions) = self.derive(&inventory)?;
+        self.api.set_slice_actions(&actions);
+        let mut desired = self.desired();
+        if desired.pools.as_deref() != Some(&pools) {
+            desired.pools = Some(Arc::new(pools));
+            desired.rev += 1;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone)]
 struct Settings {
-    unhealthy: UnhealthyDevices,
     qps: f64,
     burst: u32,
     backoff_initial: Duration,
@@ -123,7 +163,6 @@ struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            unhealthy: UnhealthyDevices::default(),
             qps: 5.0,
             burst: 10,
             backoff_initial: Duration::from_millis(200),
@@ -164,6 +203,8 @@ impl Default for Settings {
 pub struct SlicePublisher {
     shared: Arc<Shared>,
     settings: Settings,
+    unhealthy: UnhealthyDevices,
+    api: ApiStatus,
 }
 
 impl fmt::Debug for SlicePublisher {
@@ -184,26 +225,73 @@ impl SlicePublisher {
             node: node.clone(),
             reason,
         })?;
-        let (status, _) = watch::channel(SyncStatus::default());
+        let api = ApiStatus::new();
         Ok(SlicePublisher {
-            shared: Arc::new(Shared {
+            shared: Self::shared(
                 client,
                 driver,
                 node,
-                desired: Mutex::new(Desired::default()),
-                wake: Notify::new(),
-                status,
-                counters: Counters::default(),
-                started: AtomicBool::new(false),
-            }),
+                api.clone(),
+                UnhealthyDevices::default(),
+            ),
             settings: Settings::default(),
+            unhealthy: UnhealthyDevices::default(),
+            api,
         })
+    }
+
+    fn shared(
+        client: Client,
+        driver: DriverName,
+        node: String,
+        api: ApiStatus,
+        unhealthy: UnhealthyDevices,
+    ) -> Arc<Shared> {
+        let (status, _) = watch::channel(SyncStatus::default());
+        Arc::new(Shared {
+            client,
+            driver,
+            node,
+            desired: Mutex::new(Desired::default()),
+            wake: Notify::new(),
+            status,
+            counters: Counters::default(),
+            started: AtomicBool::new(false),
+            api,
+            reprobe: AtomicBool::new(true),
+            unhealthy,
+        })
+    }
+
+    /// Rebuilds the shared state with the options set so far (before `start` and `publish`).
+    fn reshape(mut self) -> Self {
+        self.shared = Self::shared(
+            self.shared.client.clone(),
+            self.shared.driver.clone(),
+            self.shared.node.clone(),
+            self.api.clone(),
+            self.unhealthy,
+        );
+        self
     }
 
     /// What to do with unhealthy devices (default: leave them out).
     pub fn with_unhealthy_devices(mut self, policy: UnhealthyDevices) -> Self {
-        self.settings.unhealthy = policy;
-        self
+        self.unhealthy = policy;
+        self.reshape()
+    }
+
+    /// Shares `status` as the record of what the API server keeps (by default the publisher
+    /// has its own; see [`api_status`](Self::api_status)).
+    pub fn with_api_status(mut self, status: ApiStatus) -> Self {
+        self.api = status;
+        self.reshape()
+    }
+
+    /// The record of what the API server keeps: its version, the counter layout written, and
+    /// the features kubedev had to do without, with what it published instead.
+    pub fn api_status(&self) -> ApiStatus {
+        self.api.clone()
     }
 
     /// Limits API requests to `qps` per second on average with bursts of `burst` (default 5/s,
@@ -311,13 +399,17 @@ impl Publisher for SlicePublisher {
     /// are retried by the task itself; see [`SlicePublisher::wait_synced`] and
     /// [`SlicePublisher::last_error`].
     async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
-        let pools = desired_pools(inventory, &self.shared.driver, self.settings.unhealthy)
+        let (pools, actions) = self
+            .shared
+            .derive(inventory)
             .map_err(|e| PublishError::Invalid(e.to_string()))?;
         if self.shared.status.borrow().stopped {
             return Err(PublishError::Transport(self.stopped_error().to_string()));
         }
+        self.shared.api.set_slice_actions(&actions);
         {
             let mut desired = self.shared.desired();
+            desired.inventory = Some(Arc::new(inventory.clone()));
             if desired.pools.as_deref() == Some(&pools) {
                 return Ok(());
             }
@@ -371,6 +463,83 @@ impl PublisherTask {
 impl Drop for PublisherTask {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+    }
+}
+
+/// The pool name of the dry-run probes (never stored).
+const PROBE_POOL: &str = "kubedev-api-probe";
+
+/// Dry-run ResourceSlices with one use of every gated field kubedev may write, in `layout`:
+/// a counter set and a device consuming it, a tainted device, a device allowing several
+/// allocations. What the server answers tells which of them it keeps.
+fn probe_slices(id: &Identity, layout: CounterLayout) -> Vec<ResourceSlice> {
+    use k8s_openapi::api::resource::v1 as res;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let one = || {
+        BTreeMap::from([(
+            "probe".to_owned(),
+            res::Counter {
+                value: Quantity("1".into()),
+            },
+        )])
+    };
+    let counter_set = res::CounterSet {
+        name: "probe".into(),
+        counters: one(),
+    };
+    let devices = vec![
+        res::Device {
+            name: "counters".into(),
+            consumes_counters: Some(vec![res::DeviceCounterConsumption {
+                counter_set: "probe".into(),
+                counters: one(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        res::Device {
+            name: "tainted".into(),
+            taints: Some(vec![res::DeviceTaint {
+                key: format!("{}/probe", id.driver),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        res::Device {
+            name: "shared".into(),
+            allow_multiple_allocations: Some(true),
+            ..Default::default()
+        },
+    ];
+    let slice =
+        |count: i64, devices: Option<Vec<res::Device>>, sets: Option<Vec<res::CounterSet>>| {
+            ResourceSlice {
+                metadata: ObjectMeta {
+                    generate_name: Some("kubedev-api-probe-".into()),
+                    ..Default::default()
+                },
+                spec: res::ResourceSliceSpec {
+                    driver: id.driver.clone(),
+                    node_name: Some(id.node.clone()),
+                    pool: res::ResourcePool {
+                        name: PROBE_POOL.into(),
+                        generation: 0,
+                        resource_slice_count: count,
+                    },
+                    devices,
+                    shared_counters: sets,
+                    ..Default::default()
+                },
+            }
+        };
+    match layout {
+        CounterLayout::SameSlice => vec![slice(1, Some(devices), Some(vec![counter_set]))],
+        CounterLayout::SeparateSlices => vec![
+            slice(2, None, Some(vec![counter_set])),
+            slice(2, Some(devices), None),
+        ],
     }
 }
 
@@ -573,6 +742,9 @@ async fn watch_slices(
         let now = Instant::now();
         retry.delivered(now);
         if let Some(r) = log.succeeded(now) {
+            // The server may have been upgraded or reconfigured meanwhile.
+            shared.reprobe.store(true, Ordering::SeqCst);
+            shared.wake.notify_one();
             info!(
                 driver = %shared.driver,
                 node = %shared.node,
@@ -718,9 +890,29 @@ impl Worker {
             let desired = self.shared.desired();
             (desired.rev, desired.pools.clone())
         };
-        let Some(pools) = pools else {
+        let Some(mut pools) = pools else {
             return Ok(Pass::Idle);
         };
+        let mut rev = rev;
+        let reprobe = self.shared.reprobe.swap(false, Ordering::SeqCst);
+        // Without shared counters what is published depends on the devices in use.
+        let fallback = !self
+            .shared
+            .api
+            .caps()
+            .keeps(ApiFeature::PartitionableDevices);
+        if reprobe || fallback {
+            if reprobe && let Err(e) = self.learn_api().await {
+                self.shared.reprobe.store(true, Ordering::SeqCst);
+                return Err(e);
+            }
+            self.shared.rederive()?;
+            let desired = self.shared.desired();
+            rev = desired.rev;
+            if let Some(p) = &desired.pools {
+                pools = p.clone();
+            }
+        }
         self.look_up_node().await;
         if rev != self.accepted_rev {
             self.forget_stale_acceptances(&pools);
@@ -844,17 +1036,128 @@ impl Worker {
         Ok(())
     }
 
-    /// Notes when the server stored something other than what we sent.
+    /// Asks the API server its version and, with dry-run creates that store nothing, which
+    /// gated fields it keeps; derives the slices again if that changed what can be written.
+    async fn learn_api(&mut self) -> Result<(), Error> {
+        self.limiter.acquire().await;
+        let info = self
+            .shared
+            .client
+            .apiserver_version()
+            .await
+            .map_err(|e| Error::Version {
+                message: crate::error::brief(&e),
+            })?;
+        let version =
+            ServerVersion::from_info(&info).map_err(|message| Error::Version { message })?;
+        if !version.supported() {
+            error!(
+                version = %version,
+                git_version = %version.git_version,
+                "the API server is older than Kubernetes 1.34, the first release with \
+                 resource.k8s.io/v1, which kubedev writes"
+            );
+        }
+        let layout = version.counter_layout();
+        let mut unavailable = std::collections::BTreeSet::new();
+        let mut found = BTreeMap::new();
+        for probe in probe_slices(&self.id, layout) {
+            self.limiter.acquire().await;
+            let params = PostParams {
+                dry_run: true,
+                field_manager: None,
+            };
+            match self.slices.create(&params, &probe).await {
+                Ok(stored) => {
+                    for f in dropped_from_slice(&probe.spec, &stored.spec) {
+                        unavailable.insert(f);
+                        found.insert(
+                            f,
+                            format!(
+                                "the API server ({version}) drops {} from ResourceSlices \
+                                 (feature gate {} is off)",
+                                f.fields(),
+                                f.gate()
+                            ),
+                        );
+                    }
+                }
+                Err(e) if api_code(&e) == Some(422) => {
+                    // A server that refuses what its release should accept: write only what
+                    // needs no feature gate, and say why.
+                    let why = crate::error::brief(&e);
+                    warn!(version = %version, error = %why, "the API server refused kubedev's dry-run ResourceSlice; publishing without gated fields");
+                    for f in [
+                        ApiFeature::PartitionableDevices,
+                        ApiFeature::DeviceTaints,
+                        ApiFeature::ConsumableCapacity,
+                    ] {
+                        unavailable.insert(f);
+                        found.insert(
+                            f,
+                            format!(
+                                "the API server ({version}) refused a dry-run ResourceSlice \
+                                 using {}: {why}",
+                                f.fields()
+                            ),
+                        );
+                    }
+                }
+                Err(e) => {
+                    return Err(Error::Slice {
+                        operation: "dry-run creating",
+                        slice: probe.metadata.generate_name.clone().unwrap_or_default(),
+                        error: Box::new(e),
+                    });
+                }
+            }
+        }
+        info!(
+            version = %version,
+            git_version = %version.git_version,
+            layout = ?layout,
+            dropped = ?unavailable.iter().map(|f| f.gate()).collect::<Vec<_>>(),
+            "learned what the API server keeps of ResourceSlices"
+        );
+        self.shared.api.learned(
+            version,
+            ApiCapabilities {
+                layout,
+                unavailable,
+            },
+            found,
+        );
+        Ok(())
+    }
+
+    /// Notes when the server stored something other than what we sent. A gated field it
+    /// dropped marks its feature unavailable and the slices are derived again without it (the
+    /// next pass rewrites them); any other difference (the server's spelling of a quantity) is
+    /// accepted as it is.
     fn check_stored(&mut self, sent: &ResourceSlice, stored: &ResourceSlice) {
+        let name = stored.metadata.name.as_deref().unwrap_or_default();
+        let mut news = false;
+        for f in dropped_from_slice(&sent.spec, &stored.spec) {
+            let found = format!(
+                "the API server dropped {} from ResourceSlice {name} (feature gate {} is off)",
+                f.fields(),
+                f.gate()
+            );
+            if self.shared.api.dropped(f, found) {
+                warn!(slice = %name, feature = f.gate(), "the API server dropped {} from a ResourceSlice; publishing without them", f.fields());
+                news = true;
+            }
+        }
+        if news {
+            if let Err(e) = self.shared.rederive() {
+                warn!(error = %e, "deriving the ResourceSlices again failed");
+            }
+            return;
+        }
         let sent_key = content_key(&sent.spec);
         let stored_key = content_key(&stored.spec);
         if sent_key != stored_key {
-            warn!(
-                slice = stored.metadata.name.as_deref().unwrap_or_default(),
-                "the API server stored the ResourceSlice without some of its fields (a feature \
-                 such as DRADeviceTaints or DRAPartitionableDevices may be off); keeping what it \
-                 stored"
-            );
+            debug!(slice = %name, "the API server stored the ResourceSlice in its own spelling");
             self.accepted.insert(sent_key, stored_key);
         }
     }

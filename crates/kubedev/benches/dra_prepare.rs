@@ -83,6 +83,7 @@ async fn setup(base: &Path) -> Setup {
         claims: Arc::new(Claims),
         slices: Arc::new(NoSlices),
         events: None,
+        api: None,
     };
     tokio::spawn(async move { run(cfg, &path, Some(cluster), c).await.unwrap() });
     assert!(

@@ -39,14 +39,16 @@ impl ClaimSource for ApiClaims {
 /// must be stopped when the daemon stops.
 pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices, PublisherTask)> {
     let client = connect(spec.kubeconfig.as_deref()).await?;
+    let publisher = SlicePublisher::new(client.clone(), spec.driver.clone(), &spec.node_name)?;
+    let api = publisher.api_status();
     if !spec.device_classes.is_empty() {
         tokio::spawn(kubedev_apiserver::apply_device_classes_until_done(
             client.clone(),
             spec.device_classes.clone(),
             std::time::Duration::from_secs(30),
+            api.clone(),
         ));
     }
-    let publisher = SlicePublisher::new(client.clone(), spec.driver.clone(), &spec.node_name)?;
     let task = publisher.start()?;
     // The reporting instance names this daemon (its pod, when the chart says) within the
     // 128 characters the API server allows.
@@ -66,6 +68,7 @@ pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices,
         claims: Arc::new(ApiClaims(ClaimReader::new(client, spec.driver.clone()))),
         slices: Arc::new(publisher),
         events: Some(events),
+        api: Some(api),
     };
     Ok((services, task))
 }

@@ -251,6 +251,16 @@ impl DraDriver {
     /// with the device and the claim holding it when another claim's record (prepared or being
     /// prepared) or another prepare in flight has one of them. Give the returned devices back
     /// when the returned guard is dropped.
+    /// Whether device `device` of pool `pool` is recorded as prepared for a claim now.
+    pub fn device_in_use(&self, pool: &str, device: &str) -> bool {
+        let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        store.claims().values().any(|r| {
+            r.devices
+                .iter()
+                .any(|d| d.device.pool.as_str() == pool && d.device.device.as_str() == device)
+        })
+    }
+
     fn take_exclusive(
         &self,
         claim: &ClaimRef,

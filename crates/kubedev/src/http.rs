@@ -27,6 +27,8 @@ pub struct Probes {
     published: AtomicBool,
     slices: RwLock<Option<Arc<dyn kubedev_core::Publisher>>>,
     notices: RwLock<Vec<String>>,
+    /// Notices that come and go, by key.
+    keyed_notices: RwLock<std::collections::BTreeMap<String, String>>,
     /// Set once every configured server has been started (and added here).
     started: AtomicBool,
 }
@@ -108,12 +110,38 @@ impl Probes {
             .push(notice);
     }
 
-    /// The notices, oldest first.
+    /// Sets (`Some`) or clears (`None`) the notice under `key`: for conditions that can end,
+    /// such as an API feature the server lacks.
+    pub fn set_notice(&self, key: &str, notice: Option<String>) {
+        let mut map = self
+            .keyed_notices
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        match notice {
+            Some(n) => {
+                map.insert(key.to_owned(), n);
+            }
+            None => {
+                map.remove(key);
+            }
+        }
+    }
+
+    /// The notices: those added, oldest first, then those set by key, in key order.
     pub fn notices(&self) -> Vec<String> {
-        self.notices
+        let mut all = self
+            .notices
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .clone();
+        all.extend(
+            self.keyed_notices
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .values()
+                .cloned(),
+        );
+        all
     }
 
     /// `Ok` when every socket accepts a connection; otherwise which ones do not.

@@ -63,6 +63,13 @@ pub struct RecoveryLabels {
     pub outcome: String,
 }
 
+/// Labels of a gated Kubernetes API feature.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FeatureLabels {
+    /// The feature gate, e.g. `DRAPartitionableDevices`.
+    pub feature: String,
+}
+
 /// Labels of a selection-policy call.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PolicyLabels {
@@ -122,6 +129,8 @@ pub struct Metrics {
     pub slice_writes: Family<OperationLabels, Counter>,
     /// What start-up recovery found and did, by outcome.
     pub recovery: Family<RecoveryLabels, Counter>,
+    /// 1 for each gated API feature kubedev needs and the API server drops.
+    pub api_feature_unavailable: Family<FeatureLabels, Gauge>,
     slice_writer: SliceWriter,
 }
 
@@ -166,6 +175,13 @@ impl Metrics {
         );
         let slice_writes = Family::<OperationLabels, Counter>::default();
         let recovery = Family::<RecoveryLabels, Counter>::default();
+        let api_feature_unavailable = Family::<FeatureLabels, Gauge>::default();
+        registry.register(
+            "api_feature_unavailable",
+            "1 for each gated resource.k8s.io feature the published devices need and the API \
+             server drops (its feature gate is off); kubedev then publishes a safe subset",
+            api_feature_unavailable.clone(),
+        );
         registry.register(
             "dra_recovery",
             "What DRA start-up recovery did: lost checkpoints, and claims rebuilt from the API \
@@ -228,6 +244,7 @@ impl Metrics {
         Arc::new(Metrics {
             registry,
             recovery,
+            api_feature_unavailable,
             operation_seconds,
             operation_errors,
             devices,

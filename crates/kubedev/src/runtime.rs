@@ -195,6 +195,9 @@ pub struct ClusterServices {
     /// Records Kubernetes Events about the node (what recovery lost and rebuilt), when the API
     /// server is reachable.
     pub events: Option<kubedev_apiserver::NodeEvents>,
+    /// What the API server keeps of what kubedev writes (its version, the gated features it
+    /// drops and what was published instead), when the slices go to an API server.
+    pub api: Option<kubedev_apiserver::ApiStatus>,
 }
 
 impl std::fmt::Debug for ClusterServices {
@@ -571,6 +574,7 @@ async fn watch_holders(config: Config, metrics: Arc<Metrics>, cancel: Cancellati
 }
 
 /// Metrics and probes, shared by every part of the runtime.
+#[derive(Clone)]
 struct Observe {
     metrics: Arc<Metrics>,
     probes: Arc<Probes>,
@@ -637,6 +641,7 @@ async fn start_dra(
     if let Some(uid) = &spec.pod_uid {
         cfg = cfg.pod_uid(uid);
     }
+    let in_use = driver.clone();
     let handle = DraPlugin::start(cfg, driver, health_rx, cancel.child_token())
         .context("starting the DRA plugin")?;
     tracing::info!(driver = %spec.driver, socket = %handle.dra_socket().display(), "DRA plugin started");
@@ -647,6 +652,16 @@ async fn start_dra(
         .set_dra(spec.driver.to_string(), handle.watch_status());
     obs.probes.set_slices(cluster.slices.clone());
     obs.metrics.track_slice_writes(cluster.slices.clone());
+    if let Some(api) = &cluster.api {
+        api.set_in_use(move |pool, device| in_use.device_in_use(pool, device));
+        tokio::spawn(report_api_features(
+            api.subscribe(),
+            spec.driver.to_string(),
+            cluster.events.clone(),
+            obs.clone(),
+            cancel.child_token(),
+        ));
+    }
     count_registrations(
         &obs.metrics,
         "dra",
@@ -660,6 +675,87 @@ async fn start_dra(
         health,
         slices: cluster.slices,
     }))
+}
+
+/// Reports each gated API feature the published devices need and the API server drops, as
+/// long as that lasts: an ERROR line when it starts (INFO when it ends), the
+/// `kubedev_api_feature_unavailable` gauge, a `FeatureUnavailable` Warning Event on the Node and
+/// a `/readyz` note saying what was published instead.
+async fn report_api_features(
+    mut reports: watch::Receiver<kubedev_apiserver::ApiReport>,
+    driver: String,
+    events: Option<kubedev_apiserver::NodeEvents>,
+    obs: Observe,
+    cancel: CancellationToken,
+) {
+    let mut shown: std::collections::BTreeMap<
+        kubedev_apiserver::ApiFeature,
+        kubedev_apiserver::Degradation,
+    > = Default::default();
+    loop {
+        let report = reports.borrow_and_update().clone();
+        let version = report
+            .version
+            .as_ref()
+            .map(|v| format!("Kubernetes {v} ({})", v.git_version))
+            .unwrap_or_else(|| "the API server".into());
+        for (feature, d) in &report.degraded {
+            if shown.get(feature) == Some(d) {
+                continue;
+            }
+            let summary = format!(
+                "DRA driver {driver}: {} needs {} ({}), but {}. Published instead: {}.",
+                if shown.contains_key(feature) {
+                    "still"
+                } else {
+                    "what it publishes"
+                },
+                feature.fields(),
+                feature.gate(),
+                d.found,
+                d.action
+            );
+            tracing::error!(feature = feature.gate(), server = %version, "{summary}");
+            obs.metrics
+                .api_feature_unavailable
+                .get_or_create(&crate::metrics::FeatureLabels {
+                    feature: feature.gate().into(),
+                })
+                .set(1);
+            obs.probes.set_notice(
+                &format!("api-feature/{}", feature.gate()),
+                Some(summary.clone()),
+            );
+            if let Some(events) = &events
+                && let Err(e) = events.warn("FeatureUnavailable", "Publish", &summary).await
+            {
+                tracing::warn!(error = %e, "could not record the missing API feature as an Event");
+            }
+        }
+        for feature in shown.keys() {
+            if !report.degraded.contains_key(feature) {
+                tracing::info!(
+                    feature = feature.gate(),
+                    server = %version,
+                    "the API server keeps {} again (or nothing published needs them); publishing everything",
+                    feature.fields()
+                );
+                obs.metrics
+                    .api_feature_unavailable
+                    .get_or_create(&crate::metrics::FeatureLabels {
+                        feature: feature.gate().into(),
+                    })
+                    .set(0);
+                obs.probes
+                    .set_notice(&format!("api-feature/{}", feature.gate()), None);
+            }
+        }
+        shown = report.degraded.clone();
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = reports.changed() => if changed.is_err() { return },
+        }
+    }
 }
 
 /// Logs, counts and (after a lost checkpoint) reports to the cluster what start-up recovery

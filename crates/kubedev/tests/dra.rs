@@ -229,6 +229,7 @@ async fn device_plugin_resources_and_dra_never_share_a_device() {
         claims: Arc::new(Claims::default()),
         slices: slices.clone(),
         events: None,
+        api: None,
     };
     let daemon = Daemon::spawn(cfg, &path, Some(cluster));
     let st = dp_kubelet

@@ -99,6 +99,7 @@ devicePlugin:
         claims: claims.clone(),
         slices: Arc::new(Slices::reporting_writes()),
         events: None,
+        api: None,
     };
     let daemon = Daemon::spawn(cfg, &path, Some(cluster));
 

@@ -238,6 +238,7 @@ impl DraDaemon {
             claims: claims.clone(),
             slices: slices.clone(),
             events: None,
+            api: None,
         };
         let daemon = Daemon::spawn(config, path, Some(cluster));
         wait_registered(&kubelet, driver, within).await;

@@ -1,0 +1,412 @@
+//! What kubedev publishes when the API server drops a field it needs: an inventory adapted so
+//! that what the server stores is still safe to allocate from. Pure: no I/O.
+//!
+//! - **No shared counters** (`DRAPartitionableDevices` off): devices that share a counter set
+//!   would look independent, so one scheduler decision could hand out a whole GPU and a MIG
+//!   slice of it. For each counter set kubedev keeps at most what can never overlap: the devices
+//!   of the set that are prepared for claims now (they exist, so they do not overlap), or else
+//!   the one device that takes the whole set (the whole GPU); every other consumer is left out.
+//!   A device consuming several sets is kept only where every set keeps it. Devices that consume
+//!   no counters (static MIG devices, plain GPUs) are unaffected. For the NVIDIA backend's
+//!   partitionable MIG this is "whole GPUs, and the MIG devices that already exist".
+//! - **No device taints** (`DRADeviceTaints` off): a tainted device would look usable, so
+//!   devices with a `NoSchedule` or `NoExecute` taint are left out (unhealthy devices included,
+//!   whatever `UnhealthyDevices` says), and `None` taints, which only inform, are not written.
+//! - **Kubernetes 1.34** knows no `None` taint effect: such taints, which only inform, are not
+//!   written there.
+//! - **No `allowMultipleAllocations`** (`DRAConsumableCapacity` off): the field is not written;
+//!   the scheduler then gives each such device to one claim at a time, which is safe.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kubedev_core::{HealthState, Inventory, Pool, TaintEffect};
+
+use crate::features::{ApiCapabilities, ApiFeature, CounterLayout};
+
+/// Whether a device of a pool is prepared for a claim now: `(pool, device)`.
+pub(crate) type InUse = dyn Fn(&str, &str) -> bool + Send + Sync;
+
+/// `inventory` adapted to `caps`, and for each feature it needed and the server lacks, what was
+/// published instead.
+pub(crate) fn adapt(
+    inventory: &Inventory,
+    caps: &ApiCapabilities,
+    in_use: &InUse,
+) -> (Inventory, BTreeMap<ApiFeature, String>) {
+    let mut notes: BTreeMap<ApiFeature, Vec<String>> = BTreeMap::new();
+    let mut out = inventory.clone();
+    for pool in &mut out.pools {
+        if caps.layout == CounterLayout::SameSlice {
+            // Kubernetes 1.34 knows only NoSchedule and NoExecute; a `None` taint only informs.
+            for d in &mut pool.devices {
+                d.taints.retain(|t| t.effect != TaintEffect::None);
+            }
+        }
+        if !caps.keeps(ApiFeature::PartitionableDevices) {
+            without_counters(pool, in_use, &mut notes);
+        }
+        if !caps.keeps(ApiFeature::DeviceTaints) {
+            without_taints(pool, &mut notes);
+        }
+        if !caps.keeps(ApiFeature::ConsumableCapacity) {
+            let shared: Vec<String> = pool
+                .devices
+                .iter_mut()
+                .filter(|d| d.allow_multiple_allocations)
+                .map(|d| {
+                    d.allow_multiple_allocations = false;
+                    d.name.to_string()
+                })
+                .collect();
+            if !shared.is_empty() {
+                notes
+                    .entry(ApiFeature::ConsumableCapacity)
+                    .or_default()
+                    .push(format!(
+                        "pool {}: {} published for one claim at a time",
+                        pool.name,
+                        sample(&shared)
+                    ));
+            }
+        }
+    }
+    let notes = notes
+        .into_iter()
+        .map(|(feature, parts)| (feature, parts.join("; ")))
+        .collect();
+    (out, notes)
+}
+
+/// Up to three names and how many more.
+fn sample(names: &[String]) -> String {
+    let shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
+    let mut s = format!(
+        "{} device{} ({}",
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        shown.join(", ")
+    );
+    if names.len() > shown.len() {
+        s.push_str(&format!(", … {} more", names.len() - shown.len()));
+    }
+    s.push(')');
+    s
+}
+
+fn without_counters(
+    pool: &mut Pool,
+    in_use: &InUse,
+    notes: &mut BTreeMap<ApiFeature, Vec<String>>,
+) {
+    if pool.shared_counters.is_empty()
+        && pool.devices.iter().all(|d| d.consumes_counters.is_empty())
+    {
+        return;
+    }
+    // For each set: the devices it keeps.
+    let mut kept_by_set: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+    let mut whole_names = Vec::new();
+    let mut in_use_names = Vec::new();
+    for set in &pool.shared_counters {
+        let consumers: Vec<usize> = pool
+            .devices
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| {
+                d.consumes_counters
+                    .iter()
+                    .any(|c| c.counter_set == set.name)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let busy: BTreeSet<usize> = consumers
+            .iter()
+            .copied()
+            .filter(|&i| in_use(pool.name.as_str(), pool.devices[i].name.as_str()))
+            .collect();
+        let keep = if !busy.is_empty() {
+            in_use_names.extend(busy.iter().map(|&i| pool.devices[i].name.to_string()));
+            busy
+        } else {
+            consumers
+                .iter()
+                .copied()
+                .find(|&i| {
+                    pool.devices[i]
+                        .consumes_counters
+                        .iter()
+                        .find(|c| c.counter_set == set.name)
+                        .is_some_and(|c| c.counters == set.counters)
+                })
+                .map(|i| {
+                    whole_names.push(pool.devices[i].name.to_string());
+                    BTreeSet::from([i])
+                })
+                .unwrap_or_default()
+        };
+        kept_by_set.insert(set.name.as_str(), keep);
+    }
+    let mut left_out = Vec::new();
+    let mut keep = vec![true; pool.devices.len()];
+    for (i, d) in pool.devices.iter().enumerate() {
+        // A reference to a set the pool does not have keeps nothing either.
+        let kept = d.consumes_counters.iter().all(|c| {
+            kept_by_set
+                .get(c.counter_set.as_str())
+                .is_some_and(|k| k.contains(&i))
+        });
+        if !kept {
+            keep[i] = false;
+            left_out.push(d.name.to_string());
+        }
+    }
+    let mut i = 0;
+    pool.devices.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
+    for d in &mut pool.devices {
+        d.consumes_counters.clear();
+    }
+    pool.shared_counters.clear();
+    let mut parts = vec![format!("pool {}:", pool.name)];
+    if !whole_names.is_empty() {
+        parts.push(format!(
+            "published {} that take a whole counter set each",
+            sample(&whole_names)
+        ));
+    }
+    if !in_use_names.is_empty() {
+        parts.push(format!(
+            "kept {} prepared for claims now",
+            sample(&in_use_names)
+        ));
+    }
+    parts.push(format!(
+        "left out {} that share counters with them",
+        sample(&left_out)
+    ));
+    notes
+        .entry(ApiFeature::PartitionableDevices)
+        .or_default()
+        .push(parts.join(" "));
+}
+
+fn without_taints(pool: &mut Pool, notes: &mut BTreeMap<ApiFeature, Vec<String>>) {
+    let mut left_out = Vec::new();
+    pool.devices.retain(|d| {
+        let blocking = d.health.state == HealthState::Unhealthy
+            || d.taints
+                .iter()
+                .any(|t| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute));
+        if blocking {
+            left_out.push(d.name.to_string());
+        }
+        !blocking
+    });
+    let mut informational = 0;
+    for d in &mut pool.devices {
+        informational += d.taints.len();
+        d.taints.clear();
+    }
+    if !left_out.is_empty() {
+        notes
+            .entry(ApiFeature::DeviceTaints)
+            .or_default()
+            .push(format!(
+                "pool {}: left out {} that are unhealthy or tainted",
+                pool.name,
+                sample(&left_out)
+            ));
+    }
+    if informational > 0 {
+        notes
+            .entry(ApiFeature::DeviceTaints)
+            .or_default()
+            .push(format!(
+                "pool {}: {informational} informational taint(s) not written",
+                pool.name
+            ));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kubedev_core::{
+        CounterConsumption, CounterName, CounterSet, Device, DeviceName, Health, PoolName,
+        Quantity, Taint,
+    };
+
+    use super::*;
+
+    fn counters(n: i64) -> BTreeMap<CounterName, Quantity> {
+        (0..n)
+            .map(|i| {
+                (
+                    CounterName::new(format!("slice{i}")).unwrap(),
+                    Quantity::parse("1").unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    /// A GPU pool as the NVIDIA backend's partitionable MIG builds it: per GPU a set of 7
+    /// counters, the whole GPU consuming all, and 1-slice placements consuming one each; and
+    /// one static MIG device consuming nothing.
+    fn gpus(n: usize) -> Pool {
+        let mut devices = Vec::new();
+        let mut sets = Vec::new();
+        for g in 0..n {
+            let set = CounterName::new(format!("gpu-{g}-counters")).unwrap();
+            sets.push(CounterSet {
+                name: set.clone(),
+                counters: counters(7),
+            });
+            let mut whole = Device::new(DeviceName::new(format!("gpu-{g}")).unwrap());
+            whole.consumes_counters.push(CounterConsumption {
+                counter_set: set.clone(),
+                counters: counters(7),
+            });
+            devices.push(whole);
+            for p in 0..7 {
+                let mut d = Device::new(DeviceName::new(format!("gpu-{g}-mig-1g-{p}")).unwrap());
+                d.consumes_counters.push(CounterConsumption {
+                    counter_set: set.clone(),
+                    counters: [(
+                        CounterName::new(format!("slice{p}")).unwrap(),
+                        Quantity::parse("1").unwrap(),
+                    )]
+                    .into(),
+                });
+                devices.push(d);
+            }
+        }
+        devices.push(Device::new(DeviceName::new("gpu-9-mig-static").unwrap()));
+        let mut pool = Pool::new(PoolName::new("node-a").unwrap(), devices);
+        pool.shared_counters = sets;
+        pool
+    }
+
+    fn names(inv: &Inventory) -> Vec<String> {
+        inv.pools[0]
+            .devices
+            .iter()
+            .map(|d| d.name.to_string())
+            .collect()
+    }
+
+    fn without(features: &[ApiFeature]) -> ApiCapabilities {
+        ApiCapabilities {
+            unavailable: features.iter().copied().collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn everything_kept_changes_nothing() {
+        let inv = Inventory::new(vec![gpus(2)]);
+        let (out, notes) = adapt(&inv, &ApiCapabilities::default(), &|_, _| false);
+        assert_eq!(out, inv);
+        assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn without_counters_only_whole_devices_and_counterless_ones_remain() {
+        let inv = Inventory::new(vec![gpus(2)]);
+        let (out, notes) = adapt(
+            &inv,
+            &without(&[ApiFeature::PartitionableDevices]),
+            &|_, _| false,
+        );
+        assert_eq!(names(&out), ["gpu-0", "gpu-1", "gpu-9-mig-static"]);
+        assert!(out.pools[0].shared_counters.is_empty());
+        assert!(
+            out.pools[0]
+                .devices
+                .iter()
+                .all(|d| d.consumes_counters.is_empty())
+        );
+        let note = &notes[&ApiFeature::PartitionableDevices];
+        assert!(note.contains("2 devices (gpu-0, gpu-1)"), "{note}");
+        assert!(note.contains("left out 14 devices"), "{note}");
+    }
+
+    #[test]
+    fn without_counters_devices_in_use_keep_their_set_and_the_whole_device_goes() {
+        let inv = Inventory::new(vec![gpus(2)]);
+        let busy = |_: &str, d: &str| d == "gpu-1-mig-1g-3" || d == "gpu-1-mig-1g-5";
+        let (out, notes) = adapt(&inv, &without(&[ApiFeature::PartitionableDevices]), &busy);
+        assert_eq!(
+            names(&out),
+            [
+                "gpu-0",
+                "gpu-1-mig-1g-3",
+                "gpu-1-mig-1g-5",
+                "gpu-9-mig-static"
+            ]
+        );
+        assert!(notes[&ApiFeature::PartitionableDevices].contains("prepared for claims now"));
+    }
+
+    #[test]
+    fn without_counters_a_set_with_no_whole_device_keeps_none_of_its_consumers() {
+        let mut pool = gpus(1);
+        pool.devices.retain(|d| d.name.as_str() != "gpu-0");
+        let (out, _) = adapt(
+            &Inventory::new(vec![pool]),
+            &without(&[ApiFeature::PartitionableDevices]),
+            &|_, _| false,
+        );
+        assert_eq!(names(&out), ["gpu-9-mig-static"]);
+    }
+
+    #[test]
+    fn without_taints_tainted_and_unhealthy_devices_are_left_out() {
+        let mut a = Device::new(DeviceName::new("a").unwrap());
+        a.taints.push(Taint {
+            key: "example.com/maintenance".into(),
+            value: String::new(),
+            effect: TaintEffect::NoSchedule,
+        });
+        let mut b = Device::new(DeviceName::new("b").unwrap());
+        b.health = Health::unhealthy("Xid 79");
+        let mut c = Device::new(DeviceName::new("c").unwrap());
+        c.taints.push(Taint {
+            key: "example.com/info".into(),
+            value: String::new(),
+            effect: TaintEffect::None,
+        });
+        let d = Device::new(DeviceName::new("d").unwrap());
+        let inv = Inventory::new(vec![Pool::new(
+            PoolName::new("p").unwrap(),
+            vec![a, b, c, d],
+        )]);
+        let (out, notes) = adapt(&inv, &without(&[ApiFeature::DeviceTaints]), &|_, _| false);
+        assert_eq!(names(&out), ["c", "d"]);
+        assert!(out.pools[0].devices.iter().all(|d| d.taints.is_empty()));
+        let note = &notes[&ApiFeature::DeviceTaints];
+        assert!(note.contains("2 devices (a, b)"), "{note}");
+    }
+
+    #[test]
+    fn without_consumable_capacity_shared_devices_become_exclusive() {
+        let mut a = Device::new(DeviceName::new("a").unwrap());
+        a.allow_multiple_allocations = true;
+        let inv = Inventory::new(vec![Pool::new(PoolName::new("p").unwrap(), vec![a])]);
+        let (out, notes) = adapt(
+            &inv,
+            &without(&[ApiFeature::ConsumableCapacity]),
+            &|_, _| false,
+        );
+        assert!(!out.pools[0].devices[0].allow_multiple_allocations);
+        assert!(notes.contains_key(&ApiFeature::ConsumableCapacity));
+        // Not needed, not noted.
+        let (_, notes) = adapt(
+            &Inventory::new(vec![gpus(1)]),
+            &without(&[ApiFeature::ConsumableCapacity, ApiFeature::DeviceTaints]),
+            &|_, _| false,
+        );
+        assert!(notes.is_empty());
+    }
+}
