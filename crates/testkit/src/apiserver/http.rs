@@ -17,10 +17,15 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use super::faults::Faults;
+use super::release::{FeatureGates, KubeRelease};
 use super::resource::{Resource, Verb};
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
 use super::status::ApiError;
-use super::store::{DeleteOptions, Event, EventType, Key, PatchKind, Store, Target, WatchStart};
+use super::store::{
+    DeleteOptions, Event, EventType, Key, PatchKind, Store, Target, WatchStart, WriteOptions,
+    Written,
+};
+use super::strategy::FieldValidation;
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -38,6 +43,10 @@ pub(crate) struct Shared {
     pub(crate) bookmark_interval: Duration,
     pub(crate) open_watches: AtomicUsize,
     pub(crate) address: String,
+    /// The release the emulator imitates.
+    pub(crate) release: KubeRelease,
+    /// The feature gates it runs with.
+    pub(crate) gates: FeatureGates,
 }
 
 fn json_response(code: u16, body: &Value) -> Response {
@@ -176,6 +185,15 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     };
     match serve(&shared, verb, &route, &query, &content_type, &body) {
         Ok(Served::Json(code, value)) => json_response(code, &value),
+        Ok(Served::Written(code, written)) => {
+            let mut response = json_response(code, &written.object);
+            for warning in &written.warnings {
+                if let Ok(value) = HeaderValue::from_str(&warning_header(warning)) {
+                    response.headers_mut().append(header::WARNING, value);
+                }
+            }
+            response
+        }
         Ok(Served::Watch(request)) => start_watch(shared, request),
         Err(e) => error_response(&e),
     }
@@ -183,7 +201,15 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
 
 enum Served {
     Json(u16, Value),
+    /// A write, with its warnings.
+    Written(u16, Written),
     Watch(WatchRequest),
+}
+
+/// A `Warning` header value (RFC 7234 form, code 299, no agent), as the API server sends it.
+fn warning_header(text: &str) -> String {
+    let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
+    format!("299 - \"{escaped}\"")
 }
 
 fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
@@ -193,6 +219,13 @@ fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
 
 fn dry_run(query: &HashMap<String, String>) -> bool {
     query.get("dryRun").is_some_and(|v| !v.is_empty())
+}
+
+fn write_options(query: &HashMap<String, String>) -> Result<WriteOptions, ApiError> {
+    Ok(WriteOptions {
+        dry_run: dry_run(query),
+        field_validation: FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?,
+    })
 }
 
 fn selectors(resource: Resource, query: &HashMap<String, String>) -> Result<Selectors, ApiError> {
@@ -242,15 +275,16 @@ fn serve(
         Verb::Watch => Ok(Served::Watch(WatchRequest::parse(resource, route, query)?)),
         Verb::Create => {
             let object = parse_json(body)?;
-            let created =
-                store.create(resource, route.namespace.as_deref(), object, dry_run(query))?;
-            Ok(Served::Json(201, created))
+            let options = write_options(query)?;
+            let created = store.create(resource, route.namespace.as_deref(), object, &options)?;
+            Ok(Served::Written(201, created))
         }
         Verb::Update | Verb::UpdateStatus => {
             let object = parse_json(body)?;
-            Ok(Served::Json(
+            let options = write_options(query)?;
+            Ok(Served::Written(
                 200,
-                store.update(resource, &key(route), object, target, dry_run(query))?,
+                store.update(resource, &key(route), object, target, &options)?,
             ))
         }
         Verb::Patch | Verb::PatchStatus => {
@@ -293,9 +327,9 @@ fn serve(
                 parse_json(body)?
             };
             let existed = store.get(resource, &key(route)).is_some();
-            let patched =
-                store.patch(resource, &key(route), kind, &patch, target, dry_run(query))?;
-            Ok(Served::Json(if existed { 200 } else { 201 }, patched))
+            let options = write_options(query)?;
+            let patched = store.patch(resource, &key(route), kind, &patch, target, &options)?;
+            Ok(Served::Written(if existed { 200 } else { 201 }, patched))
         }
         Verb::Delete => {
             let mut options = if body.is_empty() {
@@ -624,9 +658,13 @@ fn discovery(shared: &Shared, path: &str) -> Option<Response> {
     let status_entry = |r: Resource| json!({"name": format!("{}/status", r.plural()), "singularName": "", "namespaced": r.namespaced(), "kind": r.kind(), "verbs": ["get", "patch", "update"]});
     let body = match path.trim_end_matches('/') {
         "/version" => json!({
-            "major": "1",
-            "minor": "34",
-            "gitVersion": "v1.34.0-kubedev-emulator",
+            "major": shared.release.major().to_string(),
+            "minor": shared.release.minor().to_string(),
+            "emulationMajor": shared.release.major().to_string(),
+            "emulationMinor": shared.release.minor().to_string(),
+            "minCompatibilityMajor": shared.release.major().to_string(),
+            "minCompatibilityMinor": (shared.release.minor() - 1).to_string(),
+            "gitVersion": shared.release.git_version(),
             "gitCommit": "",
             "gitTreeState": "clean",
             "buildDate": "",

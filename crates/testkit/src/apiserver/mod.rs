@@ -7,9 +7,54 @@
 //! create with `generateName`, update with optimistic concurrency (409 on a stale
 //! resourceVersion), merge / JSON / apply patches, delete with preconditions and finalizers,
 //! watch streams with bookmarks, `sendInitialEvents` and `410 Expired` for compacted history,
-//! and errors as `Status` objects. ResourceSlices are validated with the API server's limits
-//! (128 devices per slice, 64 when any device has taints or consumes counters, ...), with the
-//! offending field named in a 422 `Invalid` answer.
+//! and errors as `Status` objects. Objects are validated with the API server's rules and
+//! limits (128 devices per slice, 64 when any device has taints or consumes counters, ...),
+//! with the offending field named in a 422 `Invalid` answer.
+//!
+//! # Releases and feature gates
+//!
+//! The emulator behaves like the API server of one Kubernetes release, chosen with
+//! [`ApiServerBuilder::kubernetes`] ([`KubeRelease::V1_34`] to [`KubeRelease::V1_37`]; the
+//! newest by default), running with that release's default feature gates, each of which
+//! [`ApiServerBuilder::feature_gate`] may override as `--feature-gates` would (an unknown gate,
+//! or a change to one locked to its default, makes [`ApiServerBuilder::start`] fail as the
+//! API server would refuse to start). The release shows in four places:
+//!
+//! - **`/version`** reports it: major `1`, minor `34` to `37` (numeric, as 1.33+ servers do),
+//!   `gitVersion` `v1.34.0-kubedev-emulator` and so on, with the emulation and
+//!   min-compatibility versions.
+//! - **Fields of disabled gates are dropped**, as the registry strategies' `dropDisabledFields`
+//!   does on create (dry runs included), update, merge / JSON patch and apply, before
+//!   validation and without an error: `sharedCounters`, `perDeviceNodeSelection` and the
+//!   devices' `consumesCounters`, `nodeName`, `nodeSelector` and `allNodes`
+//!   (`DRAPartitionableDevices`); device `taints` (`DRADeviceTaints`); `bindingConditions`,
+//!   `bindingFailureConditions` and `bindsToNode` (`DRADeviceBindingConditions` and
+//!   `DRAResourceClaimDeviceStatus`); `allowMultipleAllocations` and capacity `requestPolicy`
+//!   (`DRAConsumableCapacity`); list attribute values `bools`, `ints`, `strings` and `versions`
+//!   (`DRAListTypeAttributes`, 1.36+); a DeviceClass's `extendedResourceName`
+//!   (`DRAExtendedResource`). On update a feature's fields are kept when the stored object
+//!   already uses that feature anywhere. A ResourceSlice counts a write whose only change was
+//!   dropped as a new generation (its strategy compares before dropping); a DeviceClass does
+//!   not. By default 1.34 and 1.35 drop all of these, 1.36 and 1.37 only list attributes (see
+//!   [`KubeRelease::default_feature_gates`]).
+//! - **Fields a release's types lack are unknown**: list attribute values before 1.36. Like
+//!   the real decoder, the emulator drops them with a `Warning: 299` header each
+//!   (`fieldValidation=Warn`, the default), silently (`Ignore`), or refuses the request with
+//!   400 (`Strict`); a server-side apply carrying one fails with 500 `field not declared in
+//!   schema`, as upstream does.
+//! - **Validation follows the release.** 1.34 keeps counters in the slice of their devices:
+//!   every `consumesCounters` entry must name a counter set (and counters) of the same slice's
+//!   `sharedCounters`; at most 32 counters over all sets, 32 consumed counters per device and
+//!   1024 over all devices; no limit on sets or consumptions; always up to 128 devices; at
+//!   most 4 taints per device, with effect `NoSchedule` or `NoExecute`; a slice without devices
+//!   reads back with `devices: null`. From 1.35 counters live in slices of their own: only one
+//!   of `devices` and `sharedCounters`, at most 8 sets of 32 counters, 2 consumptions of 32
+//!   counters per device, no reference checks, 64 devices when any has taints or consumes
+//!   counters, 16 taints with effect `None` allowed. From 1.36 list attributes are validated
+//!   too (non-empty, at most 48 attribute values per device with list items counted, and any
+//!   list lowers the cap to 64 devices). Field paths and messages are the API server's.
+//!
+//! 1.37 follows upstream's development branch after v1.37.0-beta.0 and may still change.
 //!
 //! Tests steer it through the [`ApiServer`] handle: inject failures for the next requests of a
 //! verb and resource, end every open watch, add latency, count requests, and read or write the
@@ -23,9 +68,16 @@
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use k8s_openapi::api::resource::v1::ResourceSlice;
-//! use kubedev_testkit::apiserver::{ApiServer, Fault, Resource, Verb};
+//! use kubedev_testkit::apiserver::{ApiServer, Fault, KubeRelease, Resource, Verb, gate};
 //!
-//! let server = ApiServer::start().await?;
+//! // Kubernetes 1.35 with partitionable devices turned on; `ApiServer::start()` gives the
+//! // newest release with its defaults.
+//! let server = ApiServer::builder()
+//!     .kubernetes(KubeRelease::V1_35)
+//!     .feature_gate(gate::DRA_PARTITIONABLE_DEVICES, true)
+//!     .start()
+//!     .await?;
+//! assert_eq!(server.release().minor(), 35);
 //! let slices: kube::Api<ResourceSlice> = kube::Api::all(server.client()?);
 //! server.fail_next(Verb::Create, Resource::ResourceSlices, 1, Fault::InternalError);
 //! // ... drive the code under test with `slices`, then check how it behaved:
@@ -39,10 +91,14 @@
 mod faults;
 mod http;
 mod patch;
+mod release;
+#[cfg(test)]
+mod release_tests;
 mod resource;
 mod selectors;
 mod status;
 mod store;
+mod strategy;
 mod validation;
 
 use std::collections::BTreeMap;
@@ -58,20 +114,27 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use faults::Fault;
+pub use release::{FeatureGates, FeatureStage, KubeRelease, gate};
 pub use resource::{Resource, Verb};
 pub use validation::{
     ALLOCATION_RESULTS_MAX_SIZE, DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH, DEVICE_MAX_DOMAIN_LENGTH,
     DEVICE_MAX_ID_LENGTH, DEVICE_REQUESTS_MAX_SIZE, DEVICE_SELECTORS_MAX_SIZE,
-    DEVICE_TAINTS_MAX_LENGTH, DRIVER_NAME_MAX_LENGTH, POOL_NAME_MAX_LENGTH,
-    RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE, RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,
-    RESOURCE_SLICE_MAX_COUNTER_SETS, RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET,
+    DEVICE_TAINTS_MAX_LENGTH, DEVICE_TAINTS_MAX_LENGTH_V1_34, DRIVER_NAME_MAX_LENGTH,
+    POOL_NAME_MAX_LENGTH, RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE,
+    RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE,
+    RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE, RESOURCE_SLICE_MAX_COUNTER_SETS,
+    RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET,
     RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION,
-    RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE, RESOURCE_SLICE_MAX_DEVICES,
+    RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_V1_34,
+    RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE,
+    RESOURCE_SLICE_MAX_DEVICE_COUNTERS_PER_SLICE_V1_34, RESOURCE_SLICE_MAX_DEVICES,
     RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS,
+    RESOURCE_SLICE_MAX_SHARED_COUNTERS_V1_34,
 };
 
 use self::http::Shared;
 use store::{Key, Store};
+use strategy::Strategy;
 
 /// Errors of the emulator's handle.
 #[derive(Debug, thiserror::Error)]
@@ -104,13 +167,25 @@ pub enum ApiServerError {
         /// Why.
         message: String,
     },
+    /// A feature gate override does not fit the release, as the API server would refuse to
+    /// start with it: an unknown gate, or a change to a gate locked to its default.
+    #[error("Kubernetes {release} refuses the feature gates: {message}")]
+    FeatureGate {
+        /// The release asked for.
+        release: KubeRelease,
+        /// What the API server would say.
+        message: String,
+    },
 }
 
-/// Options for starting an emulator; [`ApiServer::start`] uses the defaults.
+/// Options for starting an emulator; [`ApiServer::start`] uses the defaults: the newest
+/// release ([`KubeRelease::NEWEST`]) with its default feature gates.
 #[derive(Debug, Clone)]
 pub struct ApiServerBuilder {
     event_history: usize,
     bookmark_interval: Duration,
+    release: KubeRelease,
+    gate_overrides: Vec<(String, bool)>,
 }
 
 impl Default for ApiServerBuilder {
@@ -118,11 +193,30 @@ impl Default for ApiServerBuilder {
         Self {
             event_history: 10_000,
             bookmark_interval: Duration::from_secs(1),
+            release: KubeRelease::NEWEST,
+            gate_overrides: Vec::new(),
         }
     }
 }
 
 impl ApiServerBuilder {
+    /// The Kubernetes release to behave like: its `/version`, its validation rules and limits,
+    /// the fields its types have, and its default feature gates. Default: the newest.
+    pub fn kubernetes(mut self, release: KubeRelease) -> Self {
+        self.release = release;
+        self
+    }
+
+    /// Turns a feature gate on or off, overriding the release's default (as
+    /// `--feature-gates=NAME=true` would). Overrides apply in order, so the last one for a gate
+    /// wins. [`start`](Self::start) fails with [`ApiServerError::FeatureGate`] for a gate the
+    /// release does not have (or the emulator does not model; see [`gate`]) and for a change
+    /// to a gate locked to its default.
+    pub fn feature_gate(mut self, name: impl Into<String>, enabled: bool) -> Self {
+        self.gate_overrides.push((name.into(), enabled));
+        self
+    }
+
     /// How many change events are kept for watches that resume from a resourceVersion; a watch
     /// from before the oldest kept event gets `410 Expired`. Default 10 000.
     pub fn event_history(mut self, events: usize) -> Self {
@@ -138,6 +232,13 @@ impl ApiServerBuilder {
 
     /// Binds `127.0.0.1:0` and starts serving on the current tokio runtime.
     pub async fn start(self) -> Result<ApiServer, ApiServerError> {
+        let gates = self
+            .release
+            .resolve_gates(&self.gate_overrides)
+            .map_err(|message| ApiServerError::FeatureGate {
+                release: self.release,
+                message,
+            })?;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(ApiServerError::Bind)?;
@@ -145,13 +246,18 @@ impl ApiServerBuilder {
         let shutdown = CancellationToken::new();
         let (drop_watches, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
-            store: Store::new(self.event_history),
+            store: Store::new(
+                self.event_history,
+                Strategy::new(self.release, gates.clone()),
+            ),
             faults: faults::Faults::default(),
             drop_watches,
             shutdown: shutdown.clone(),
             bookmark_interval: self.bookmark_interval,
             open_watches: AtomicUsize::new(0),
             address: addr.to_string(),
+            release: self.release,
+            gates,
         });
         let router = axum::Router::new()
             .fallback(http::handle)
@@ -202,6 +308,21 @@ impl ApiServer {
     /// The listening address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The Kubernetes release the emulator behaves like.
+    pub fn release(&self) -> KubeRelease {
+        self.shared.release
+    }
+
+    /// The feature gates it runs with (the release's defaults and the overrides).
+    pub fn feature_gates(&self) -> &FeatureGates {
+        &self.shared.gates
+    }
+
+    /// Whether a feature gate is on (`false` for one the release does not have).
+    pub fn feature_enabled(&self, gate: &str) -> bool {
+        self.shared.gates.enabled(gate)
     }
 
     /// A kubeconfig document whose current context points at the emulator (namespace

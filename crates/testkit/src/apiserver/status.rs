@@ -203,6 +203,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Some(map) = v.as_object_mut()
+        {
+            // Errors the API server did not classify carry no reason.
+            map.remove("reason");
+        }
         if let Some(details) = &self.details {
             v["details"] = details.clone();
         }

@@ -12,6 +12,7 @@ use super::patch::{json_patch, merge_patch};
 use super::resource::Resource;
 use super::selectors::Selectors;
 use super::status::{ApiError, quote};
+use super::strategy::{FieldValidation, Strategy};
 use super::validation::{apply_defaults, validate};
 
 /// The kind of a watch event.
@@ -112,6 +113,34 @@ struct Inner {
 pub(crate) struct Store {
     inner: Mutex<Inner>,
     events: broadcast::Sender<Arc<Event>>,
+    strategy: Strategy,
+}
+
+/// Options of a create, update or patch.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WriteOptions {
+    /// Answer as if written, store nothing.
+    pub(crate) dry_run: bool,
+    /// What to do with fields the release's types do not have.
+    pub(crate) field_validation: FieldValidation,
+}
+
+impl WriteOptions {
+    #[cfg(test)]
+    pub(crate) fn dry_run() -> Self {
+        Self {
+            dry_run: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// A successful write: the object as stored (or as it would be, for a dry run) and the
+/// warnings for the `Warning` response headers.
+#[derive(Debug, Clone)]
+pub(crate) struct Written {
+    pub(crate) object: Value,
+    pub(crate) warnings: Vec<String>,
 }
 
 const NAME_SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -217,9 +246,10 @@ impl DeleteOptions {
 }
 
 impl Store {
-    pub(crate) fn new(history_limit: usize) -> Self {
+    pub(crate) fn new(history_limit: usize, strategy: Strategy) -> Self {
         let (events, _) = broadcast::channel(4096);
         Self {
+            strategy,
             inner: Mutex::new(Inner {
                 rv: 1,
                 objects: BTreeMap::new(),
@@ -356,10 +386,14 @@ impl Store {
         resource: Resource,
         namespace: Option<&str>,
         mut object: Value,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         let kindish = resource.kindish();
         check_type_meta(resource, &object)?;
+        let warnings = self
+            .strategy
+            .decode(resource, &mut object, options.field_validation)?;
+        self.strategy.canonicalize(resource, &mut object);
         if resource.namespaced() {
             let body_ns = meta_str(&object, "namespace").to_owned();
             let url_ns = namespace.unwrap_or("");
@@ -392,7 +426,8 @@ impl Store {
             set_meta(&mut object, "name", Value::from(name));
         }
         let name = meta_str(&object, "name").to_owned();
-        let errors = validate(resource, &object, None);
+        self.strategy.prepare(resource, &mut object, None);
+        let errors = validate(resource, &object, None, self.strategy.release);
         if !errors.is_empty() {
             return Err(ApiError::invalid(&kindish, &name, &errors));
         }
@@ -418,9 +453,9 @@ impl Store {
                 m.insert("generation".into(), Value::from(1));
             }
         }
-        if dry_run {
+        if options.dry_run {
             set_meta(&mut object, "resourceVersion", Value::from(""));
-            return Ok(object);
+            return Ok(Written { object, warnings });
         }
         let rv = Self::next_rv(&mut inner);
         set_meta(&mut object, "resourceVersion", Value::from(rv.to_string()));
@@ -439,7 +474,7 @@ impl Store {
                 prev: None,
             },
         );
-        Ok(object)
+        Ok(Written { object, warnings })
     }
 
     /// Replaces an object (PUT) or its status.
@@ -449,11 +484,11 @@ impl Store {
         key: &Key,
         object: Value,
         target: Target,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         check_type_meta(resource, &object)?;
         let mut inner = self.lock();
-        self.update_locked(&mut inner, resource, key, object, target, dry_run)
+        self.update_locked(&mut inner, resource, key, object, target, options)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -464,9 +499,13 @@ impl Store {
         key: &Key,
         mut object: Value,
         target: Target,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         let kindish = resource.kindish();
+        let warnings = self
+            .strategy
+            .decode(resource, &mut object, options.field_validation)?;
+        self.strategy.canonicalize(resource, &mut object);
         let body_name = meta_str(&object, "name").to_owned();
         if body_name.is_empty() {
             set_meta(&mut object, "name", Value::from(key.name.clone()));
@@ -561,7 +600,18 @@ impl Store {
             }
             m.insert("resourceVersion".into(), Value::from(old_rv.clone()));
         }
-        if resource.group() == "resource.k8s.io" && spec_part(&object) != spec_part(&old) {
+        // The ResourceSlice strategy compares specs before it drops disabled fields (so a write
+        // whose only change is dropped still counts as a new generation); the DeviceClass
+        // strategy compares after.
+        let compare_first = resource == Resource::ResourceSlices;
+        let mut spec_changed = compare_first && spec_part(&object) != spec_part(&old);
+        if target == Target::Main {
+            self.strategy.prepare(resource, &mut object, Some(&old));
+        }
+        if !compare_first {
+            spec_changed = spec_part(&object) != spec_part(&old);
+        }
+        if resource.group() == "resource.k8s.io" && spec_changed {
             let generation = meta(&old)
                 .get("generation")
                 .and_then(Value::as_i64)
@@ -569,13 +619,13 @@ impl Store {
             set_meta(&mut object, "generation", Value::from(generation + 1));
         }
 
-        let errors = validate(resource, &object, Some(&old));
+        let errors = validate(resource, &object, Some(&old), self.strategy.release);
         if !errors.is_empty() {
             return Err(ApiError::invalid(&kindish, &key.name, &errors));
         }
-        if comparable(&object) == comparable(&old) || dry_run {
+        if comparable(&object) == comparable(&old) || options.dry_run {
             // A write that changes nothing keeps the resourceVersion and sends no event.
-            return Ok(object);
+            return Ok(Written { object, warnings });
         }
 
         let rv = Self::next_rv(inner);
@@ -599,7 +649,7 @@ impl Store {
                     prev: Some(old),
                 },
             );
-            return Ok(object);
+            return Ok(Written { object, warnings });
         }
         inner
             .objects
@@ -616,7 +666,7 @@ impl Store {
                 prev: Some(old),
             },
         );
-        Ok(object)
+        Ok(Written { object, warnings })
     }
 
     /// Patches an object (PATCH) or its status. `apply` patches create missing objects.
@@ -627,9 +677,12 @@ impl Store {
         kind: PatchKind,
         patch: &Value,
         target: Target,
-        dry_run: bool,
-    ) -> Result<Value, ApiError> {
+        options: &WriteOptions,
+    ) -> Result<Written, ApiError> {
         let kindish = resource.kindish();
+        if kind == PatchKind::Apply {
+            self.strategy.check_applied(resource, &key.name, patch)?;
+        }
         let mut inner = self.lock();
         let current = inner
             .objects
@@ -642,7 +695,7 @@ impl Store {
                 let mut object = patch.clone();
                 set_meta(&mut object, "name", Value::from(key.name.clone()));
                 let ns = resource.namespaced().then_some(key.namespace.as_str());
-                return self.create(resource, ns, object, dry_run);
+                return self.create(resource, ns, object, options);
             }
             return Err(ApiError::not_found(&kindish, &key.name));
         };
@@ -668,7 +721,7 @@ impl Store {
             // Applied configurations name the type and object; they must agree with the URL.
             check_type_meta(resource, patch)?;
         }
-        self.update_locked(&mut inner, resource, key, patched, target, dry_run)
+        self.update_locked(&mut inner, resource, key, patched, target, options)
     }
 
     /// Deletes an object. Objects with finalizers only get a deletionTimestamp.
@@ -882,21 +935,30 @@ fn set_type_meta(resource: Resource, object: &mut Value) {
 mod tests {
     use super::*;
 
+    fn store(history: usize) -> Store {
+        let release = crate::apiserver::KubeRelease::NEWEST;
+        Store::new(
+            history,
+            Strategy::new(release, release.default_feature_gates()),
+        )
+    }
+
     fn node(name: &str) -> Value {
         json!({"metadata": {"name": name}, "spec": {}})
     }
 
     #[test]
     fn generate_name_gets_five_random_characters() {
-        let store = Store::new(100);
+        let store = store(100);
         let obj = store
             .create(
                 Resource::Nodes,
                 None,
                 json!({"metadata": {"generateName": "node-"}}),
-                false,
+                &WriteOptions::default(),
             )
-            .expect("create");
+            .expect("create")
+            .object;
         let name = meta_str(&obj, "name");
         assert_eq!(name.len(), 10, "{name}");
         assert!(
@@ -907,14 +969,22 @@ mod tests {
 
     #[test]
     fn stale_update_conflicts_and_noop_keeps_version() {
-        let store = Store::new(100);
+        let store = store(100);
         let created = store
-            .create(Resource::Nodes, None, node("n"), false)
-            .expect("create");
+            .create(Resource::Nodes, None, node("n"), &WriteOptions::default())
+            .expect("create")
+            .object;
         let key = Key::new(None, "n");
         let same = store
-            .update(Resource::Nodes, &key, created.clone(), Target::Main, false)
-            .expect("noop");
+            .update(
+                Resource::Nodes,
+                &key,
+                created.clone(),
+                Target::Main,
+                &WriteOptions::default(),
+            )
+            .expect("noop")
+            .object;
         assert_eq!(
             meta_str(&same, "resourceVersion"),
             meta_str(&created, "resourceVersion")
@@ -922,20 +992,37 @@ mod tests {
         let mut changed = created.clone();
         changed["spec"]["unschedulable"] = json!(true);
         store
-            .update(Resource::Nodes, &key, changed.clone(), Target::Main, false)
+            .update(
+                Resource::Nodes,
+                &key,
+                changed.clone(),
+                Target::Main,
+                &WriteOptions::default(),
+            )
             .expect("update");
         let err = store
-            .update(Resource::Nodes, &key, changed, Target::Main, false)
+            .update(
+                Resource::Nodes,
+                &key,
+                changed,
+                Target::Main,
+                &WriteOptions::default(),
+            )
             .expect_err("stale");
         assert_eq!((err.code, err.reason), (409, "Conflict"));
     }
 
     #[test]
     fn history_compaction_expires_old_watches() {
-        let store = Store::new(2);
+        let store = store(2);
         for i in 0..5 {
             store
-                .create(Resource::Nodes, None, node(&format!("n{i}")), false)
+                .create(
+                    Resource::Nodes,
+                    None,
+                    node(&format!("n{i}")),
+                    &WriteOptions::default(),
+                )
                 .expect("create");
         }
         let err = store

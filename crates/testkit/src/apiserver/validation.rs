@@ -1,31 +1,45 @@
 //! Defaulting and validation of the served objects, following the rules and limits the
-//! Kubernetes API server enforces for `resource.k8s.io/v1` (ResourceSlice limits in particular),
-//! reported as field errors with the paths the API server uses.
+//! Kubernetes API server of each release enforces for `resource.k8s.io/v1` (ResourceSlice
+//! limits and the shared-counter layout in particular), reported as field errors with the paths
+//! the API server uses.
 
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
+use super::release::KubeRelease;
 use super::resource::Resource;
 use super::status::{FieldError, quote};
 
 /// Maximum number of devices in one ResourceSlice.
 pub const RESOURCE_SLICE_MAX_DEVICES: usize = 128;
 /// Maximum number of devices in one ResourceSlice when any device has taints or consumes
-/// counters.
+/// counters (from 1.35), or has a list attribute (from 1.36).
 pub const RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS: usize = 64;
-/// Maximum number of shared counter sets in one ResourceSlice.
+/// Maximum number of shared counter sets in one ResourceSlice (from 1.35; 1.34 has no limit).
 pub const RESOURCE_SLICE_MAX_COUNTER_SETS: usize = 8;
-/// Maximum number of counters in one counter set.
+/// Maximum number of counters in one counter set (from 1.35).
 pub const RESOURCE_SLICE_MAX_COUNTERS_PER_COUNTER_SET: usize = 32;
-/// Maximum number of counter consumptions per device.
+/// Maximum number of counter consumptions per device (from 1.35; 1.34 has no limit).
 pub const RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE: usize = 2;
-/// Maximum number of counters in one device counter consumption.
+/// Maximum number of counters in one device counter consumption (from 1.35).
 pub const RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_COUNTER_CONSUMPTION: usize = 32;
+/// 1.34: maximum number of counters over all shared counter sets of a ResourceSlice.
+pub const RESOURCE_SLICE_MAX_SHARED_COUNTERS_V1_34: usize = 32;
+/// 1.34: maximum number of counters over all counter consumptions of one device.
+pub const RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_V1_34: usize = 32;
+/// 1.34: maximum number of counters over all counter consumptions of all devices of a
+/// ResourceSlice.
+pub const RESOURCE_SLICE_MAX_DEVICE_COUNTERS_PER_SLICE_V1_34: usize = 1024;
 /// Maximum number of attributes and capacities, combined, per device.
 pub const RESOURCE_SLICE_MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE: usize = 32;
-/// Maximum number of taints per device.
+/// Maximum number of attribute values per device, each item of a list attribute counted
+/// (from 1.36).
+pub const RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE: usize = 48;
+/// Maximum number of taints per device (from 1.35).
 pub const DEVICE_TAINTS_MAX_LENGTH: usize = 16;
+/// 1.34: maximum number of taints per device.
+pub const DEVICE_TAINTS_MAX_LENGTH_V1_34: usize = 4;
 /// Maximum length of a string or version attribute value.
 pub const DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH: usize = 64;
 /// Maximum length of the domain part of an attribute or capacity name.
@@ -417,14 +431,20 @@ fn validate_metadata(resource: Resource, object: &Value, errs: &mut Vec<FieldErr
     }
 }
 
-/// Validates an object about to be stored. `old` is the stored object for updates.
-pub(crate) fn validate(resource: Resource, object: &Value, old: Option<&Value>) -> Vec<FieldError> {
+/// Validates an object about to be stored, by the rules of `release`. `old` is the stored
+/// object for updates.
+pub(crate) fn validate(
+    resource: Resource,
+    object: &Value,
+    old: Option<&Value>,
+    release: KubeRelease,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     validate_metadata(resource, object, &mut errs);
     let spec = object.get("spec").cloned().unwrap_or(Value::Null);
     let old_spec = old.and_then(|o| o.get("spec"));
     match resource {
-        Resource::ResourceSlices => validate_slice_spec(&spec, old_spec, &mut errs),
+        Resource::ResourceSlices => validate_slice_spec(&spec, old_spec, release, &mut errs),
         Resource::ResourceClaims => {
             match old_spec {
                 Some(old_spec) if *old_spec != spec => {
@@ -503,7 +523,41 @@ fn validate_event(event: &Value, errs: &mut Vec<FieldError>) {
     }
 }
 
-fn validate_slice_spec(spec: &Value, old_spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+/// Which of the release-dependent slice rules apply.
+#[derive(Debug, Clone, Copy)]
+struct SliceRules {
+    /// 1.35+: counter sets and devices in separate slices of the pool, with per-set and
+    /// per-consumption limits; 1.34: counters in the slice of their devices, with totals.
+    split_counters: bool,
+    /// 1.36+: list-valued attributes are part of the type.
+    list_attributes: bool,
+}
+
+impl SliceRules {
+    fn of(release: KubeRelease) -> Self {
+        Self {
+            split_counters: release.at_least(KubeRelease::V1_35),
+            list_attributes: release.at_least(KubeRelease::V1_36),
+        }
+    }
+}
+
+fn has_list_value(attribute: &Value) -> bool {
+    LIST_VALUES.iter().any(|k| present(attribute, k))
+}
+
+const LIST_VALUES: [&str; 4] = ["bools", "ints", "strings", "versions"];
+
+/// Counter names of each shared counter set of a slice (1.34 checks references against them).
+type CounterNames<'a> = std::collections::BTreeMap<&'a str, BTreeSet<&'a str>>;
+
+fn validate_slice_spec(
+    spec: &Value,
+    old_spec: Option<&Value>,
+    release: KubeRelease,
+    errs: &mut Vec<FieldError>,
+) {
+    let rules = SliceRules::of(release);
     let path = Path::root("spec");
     let driver = str_at(spec, "driver").unwrap_or("");
     check_driver_name(errs, driver, &path.child("driver"));
@@ -608,7 +662,7 @@ fn validate_slice_spec(spec: &Value, old_spec: Option<&Value>, errs: &mut Vec<Fi
         )),
     }
 
-    if present(spec, "sharedCounters") && present(spec, "devices") {
+    if rules.split_counters && present(spec, "sharedCounters") && present(spec, "devices") {
         errs.push(FieldError::invalid(
             path.as_str(),
             "\"\"",
@@ -617,17 +671,27 @@ fn validate_slice_spec(spec: &Value, old_spec: Option<&Value>, errs: &mut Vec<Fi
     }
 
     let devices = array_at(spec, "devices");
-    let advanced = devices.iter().any(|d| {
-        !array_at(d, "taints").is_empty()
-            || !array_at(d, "consumesCounters").is_empty()
-            || map_at(d, "attributes").is_some_and(|attrs| {
-                attrs.values().any(|a| {
-                    ["bools", "ints", "strings", "versions"]
-                        .iter()
-                        .any(|k| present(a, k))
-                })
+    let counter_sets = array_at(spec, "sharedCounters");
+    // 1.34 only: consumed counters must be defined in this slice.
+    let counter_names: Option<CounterNames<'_>> = (!rules.split_counters).then(|| {
+        counter_sets
+            .iter()
+            .map(|set| {
+                let names = map_at(set, "counters")
+                    .map(|c| c.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                (str_at(set, "name").unwrap_or(""), names)
             })
+            .collect()
     });
+    let advanced = rules.split_counters
+        && devices.iter().any(|d| {
+            !array_at(d, "taints").is_empty()
+                || !array_at(d, "consumesCounters").is_empty()
+                || (rules.list_attributes
+                    && map_at(d, "attributes")
+                        .is_some_and(|attrs| attrs.values().any(has_list_value)))
+        });
     let max_devices = if advanced {
         RESOURCE_SLICE_MAX_DEVICES_WITH_TAINTS_OR_CONSUMES_COUNTERS
     } else {
@@ -651,7 +715,13 @@ fn validate_slice_spec(spec: &Value, old_spec: Option<&Value>, errs: &mut Vec<Fi
                     .iter()
                     .find(|d| str_at(d, "name") == str_at(device, "name"))
             });
-            validate_device(device, old_device, &device_path, per_device, errs);
+            let context = DeviceContext {
+                old: old_device,
+                per_device,
+                rules,
+                counter_names: counter_names.as_ref(),
+            };
+            validate_device(device, &context, &device_path, errs);
             let name = str_at(device, "name").unwrap_or("");
             if !seen.insert(name) {
                 errs.push(FieldError::duplicate(device_path.as_str(), name));
@@ -659,9 +729,47 @@ fn validate_slice_spec(spec: &Value, old_spec: Option<&Value>, errs: &mut Vec<Fi
         }
     }
 
-    let counter_sets = array_at(spec, "sharedCounters");
     let sets_path = path.child("sharedCounters");
-    if counter_sets.len() > RESOURCE_SLICE_MAX_COUNTER_SETS {
+    if !rules.split_counters {
+        let consumed: usize = devices
+            .iter()
+            .flat_map(|d| array_at(d, "consumesCounters"))
+            .map(|c| map_at(c, "counters").map_or(0, Map::len))
+            .sum();
+        if consumed > RESOURCE_SLICE_MAX_DEVICE_COUNTERS_PER_SLICE_V1_34 {
+            errs.push(FieldError::invalid(
+                devices_path.as_str(),
+                &consumed.to_string(),
+                &format!(
+                    "the total number of counters in devices must not exceed {RESOURCE_SLICE_MAX_DEVICE_COUNTERS_PER_SLICE_V1_34}"
+                ),
+            ));
+        }
+        let shared: usize = counter_sets
+            .iter()
+            .map(|set| map_at(set, "counters").map_or(0, Map::len))
+            .sum();
+        if shared > RESOURCE_SLICE_MAX_SHARED_COUNTERS_V1_34 {
+            errs.push(FieldError::invalid(
+                sets_path.as_str(),
+                &shared.to_string(),
+                &format!(
+                    "the total number of shared counters must not exceed {RESOURCE_SLICE_MAX_SHARED_COUNTERS_V1_34}"
+                ),
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for (i, set) in counter_sets.iter().enumerate() {
+            let set_path = sets_path.index(i);
+            let name = str_at(set, "name").unwrap_or("");
+            check_dns_label(errs, name, &set_path.child("name"));
+            // The size limit is on the total over all sets, checked above.
+            check_counters(errs, set, &set_path.child("counters"), usize::MAX);
+            if !seen.insert(name) {
+                errs.push(FieldError::duplicate(set_path.as_str(), name));
+            }
+        }
+    } else if counter_sets.len() > RESOURCE_SLICE_MAX_COUNTER_SETS {
         errs.push(FieldError::too_many(
             sets_path.as_str(),
             counter_sets.len(),
@@ -707,13 +815,29 @@ fn check_counters(errs: &mut Vec<FieldError>, holder: &Value, path: &Path, max: 
     }
 }
 
+/// What a device is validated against besides itself.
+struct DeviceContext<'a> {
+    /// The device of the same name in the stored slice, for updates.
+    old: Option<&'a Value>,
+    /// The slice sets `perDeviceNodeSelection: true`.
+    per_device: bool,
+    rules: SliceRules,
+    /// 1.34: the counter sets of the slice and their counters.
+    counter_names: Option<&'a CounterNames<'a>>,
+}
+
 fn validate_device(
     device: &Value,
-    old: Option<&Value>,
+    context: &DeviceContext<'_>,
     path: &Path,
-    per_device: bool,
     errs: &mut Vec<FieldError>,
 ) {
+    let DeviceContext {
+        old,
+        per_device,
+        rules,
+        counter_names,
+    } = *context;
     check_dns_label(
         errs,
         str_at(device, "name").unwrap_or(""),
@@ -732,6 +856,28 @@ fn validate_device(
             ),
         ));
     }
+    if rules.list_attributes {
+        let values: usize = attributes
+            .into_iter()
+            .flat_map(Map::values)
+            .map(|a| {
+                if has_list_value(a) {
+                    LIST_VALUES.iter().map(|k| array_at(a, k).len()).sum()
+                } else {
+                    1
+                }
+            })
+            .sum();
+        if values > RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE {
+            errs.push(FieldError::invalid(
+                path.as_str(),
+                &values.to_string(),
+                &format!(
+                    "the total number of attribute values must not exceed {RESOURCE_SLICE_MAX_ATTRIBUTE_VALUES_PER_DEVICE}"
+                ),
+            ));
+        }
+    }
     let max_key = DEVICE_MAX_DOMAIN_LENGTH + 1 + DEVICE_MAX_ID_LENGTH;
     if let Some(attributes) = attributes {
         let attrs_path = path.child("attributes");
@@ -741,7 +887,7 @@ fn validate_device(
                 errs.push(FieldError::too_long(key_path.as_str(), max_key));
             }
             check_qualified_name(errs, name, &key_path);
-            validate_attribute(attribute, &key_path, errs);
+            validate_attribute(attribute, &key_path, rules, errs);
         }
     }
     if let Some(capacity) = capacity {
@@ -769,13 +915,23 @@ fn validate_device(
     }
 
     let taints = array_at(device, "taints");
-    let taints_changed = old.is_none_or(|o| array_at(o, "taints") != taints);
+    // 1.35 stopped re-validating taints an update leaves as they were.
+    let taints_changed =
+        !rules.split_counters || old.is_none_or(|o| array_at(o, "taints") != taints);
     let taints_path = path.child("taints");
-    if taints.len() > DEVICE_TAINTS_MAX_LENGTH {
+    let (max_taints, effects): (usize, &[&str]) = if rules.split_counters {
+        (
+            DEVICE_TAINTS_MAX_LENGTH,
+            &["NoExecute", "NoSchedule", "None"],
+        )
+    } else {
+        (DEVICE_TAINTS_MAX_LENGTH_V1_34, &["NoExecute", "NoSchedule"])
+    };
+    if taints.len() > max_taints {
         errs.push(FieldError::too_many(
             taints_path.as_str(),
             taints.len(),
-            DEVICE_TAINTS_MAX_LENGTH,
+            max_taints,
         ));
     } else if taints_changed {
         for (i, taint) in taints.iter().enumerate() {
@@ -796,11 +952,11 @@ fn validate_device(
                     taint_path.child("effect").as_str(),
                     "",
                 )),
-                Some(effect) if !["NoSchedule", "NoExecute", "None"].contains(&effect) => {
+                Some(effect) if !effects.contains(&effect) => {
                     errs.push(FieldError::not_supported(
                         taint_path.child("effect").as_str(),
                         effect,
-                        &["NoExecute", "NoSchedule", "None"],
+                        effects,
                     ));
                 }
                 Some(_) => {}
@@ -810,7 +966,9 @@ fn validate_device(
 
     let consumes = array_at(device, "consumesCounters");
     let consumes_path = path.child("consumesCounters");
-    if consumes.len() > RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE {
+    if let Some(counter_names) = counter_names {
+        validate_consumption_v1_34(consumes, counter_names, path, errs);
+    } else if consumes.len() > RESOURCE_SLICE_MAX_DEVICE_COUNTER_CONSUMPTIONS_PER_DEVICE {
         errs.push(FieldError::too_many(
             consumes_path.as_str(),
             consumes.len(),
@@ -899,7 +1057,105 @@ fn validate_device(
     }
 }
 
-fn validate_attribute(attribute: &Value, path: &Path, errs: &mut Vec<FieldError>) {
+/// 1.34's counter consumption: no limit on entries or counters per entry, but at most 32
+/// counters per device, and every counter set and counter must be defined in the same slice.
+fn validate_consumption_v1_34(
+    consumes: &[Value],
+    counter_names: &CounterNames<'_>,
+    device_path: &Path,
+    errs: &mut Vec<FieldError>,
+) {
+    let consumes_path = device_path.child("consumesCounters");
+    let mut seen = BTreeSet::new();
+    for (i, consumption) in consumes.iter().enumerate() {
+        let c_path = consumes_path.index(i);
+        let set = str_at(consumption, "counterSet").unwrap_or("");
+        if set.is_empty() {
+            errs.push(FieldError::required(
+                c_path.child("counterSet").as_str(),
+                "",
+            ));
+        }
+        check_counters(errs, consumption, &c_path.child("counters"), usize::MAX);
+        if !seen.insert(set) {
+            errs.push(FieldError::duplicate(c_path.as_str(), set));
+        }
+    }
+    let total: usize = consumes
+        .iter()
+        .map(|c| map_at(c, "counters").map_or(0, Map::len))
+        .sum();
+    if total > RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_V1_34 {
+        errs.push(FieldError::invalid(
+            device_path.as_str(),
+            &total.to_string(),
+            &format!(
+                "the total number of counters must not exceed {RESOURCE_SLICE_MAX_COUNTERS_PER_DEVICE_V1_34}"
+            ),
+        ));
+    }
+    for (i, consumption) in consumes.iter().enumerate() {
+        let c_path = consumes_path.index(i);
+        let set = str_at(consumption, "counterSet").unwrap_or("");
+        match counter_names.get(set) {
+            Some(defined) => {
+                for name in map_at(consumption, "counters")
+                    .into_iter()
+                    .flat_map(Map::keys)
+                {
+                    if !defined.contains(name.as_str()) {
+                        errs.push(FieldError::invalid(
+                            c_path.child("counters").as_str(),
+                            &quote(name),
+                            "must reference a counter defined in the ResourceSlice sharedCounters",
+                        ));
+                    }
+                }
+            }
+            None => errs.push(FieldError::invalid(
+                c_path.child("counterSet").as_str(),
+                &quote(set),
+                "must reference a counterSet defined in the ResourceSlice sharedCounters",
+            )),
+        }
+    }
+}
+
+fn check_string_value(errs: &mut Vec<FieldError>, value: &Value, path: &Path) {
+    if value
+        .as_str()
+        .is_some_and(|s| s.len() > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH)
+    {
+        errs.push(FieldError::too_long(
+            path.as_str(),
+            DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH,
+        ));
+    }
+}
+
+fn check_version_value(errs: &mut Vec<FieldError>, value: &Value, path: &Path) {
+    let text = value.as_str().unwrap_or("");
+    if !is_semver(text) {
+        errs.push(FieldError::invalid(
+            path.as_str(),
+            &quote(text),
+            "must be a string compatible with semver.org spec 2.0.0",
+        ));
+    }
+    if text.len() > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH {
+        errs.push(FieldError::too_long(
+            path.as_str(),
+            DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH,
+        ));
+    }
+}
+
+fn validate_attribute(
+    attribute: &Value,
+    path: &Path,
+    rules: SliceRules,
+    errs: &mut Vec<FieldError>,
+) {
     let mut set = 0;
     if present(attribute, "bool") {
         set += 1;
@@ -909,45 +1165,44 @@ fn validate_attribute(attribute: &Value, path: &Path, errs: &mut Vec<FieldError>
     }
     if let Some(s) = attribute.get("string").filter(|v| !v.is_null()) {
         set += 1;
-        if s.as_str()
-            .is_some_and(|s| s.len() > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH)
-        {
-            errs.push(FieldError::too_long(
-                path.child("string").as_str(),
-                DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH,
-            ));
-        }
+        check_string_value(errs, s, &path.child("string"));
     }
     if let Some(v) = attribute.get("version").filter(|v| !v.is_null()) {
         set += 1;
-        let text = v.as_str().unwrap_or("");
-        if !is_semver(text) {
-            errs.push(FieldError::invalid(
-                path.child("version").as_str(),
-                &quote(text),
-                "must be a string compatible with semver.org spec 2.0.0",
-            ));
-        }
-        if text.len() > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH {
-            errs.push(FieldError::too_long(
-                path.child("version").as_str(),
-                DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH,
-            ));
-        }
+        check_version_value(errs, v, &path.child("version"));
     }
-    for list in ["bools", "ints", "strings", "versions"] {
+    // Before 1.36 the lists are not fields of the type (decoding dropped them).
+    let lists: &[&str] = if rules.list_attributes {
+        &LIST_VALUES
+    } else {
+        &[]
+    };
+    for &list in lists {
         if let Some(v) = attribute.get(list).filter(|v| !v.is_null()) {
             set += 1;
-            if v.as_array().is_none_or(Vec::is_empty) {
+            let items = v.as_array().map(Vec::as_slice).unwrap_or(&[]);
+            if items.is_empty() {
                 errs.push(FieldError::invalid(
                     path.child(list).as_str(),
                     "[]",
                     "must not be empty if specified",
                 ));
             }
+            for (i, item) in items.iter().enumerate() {
+                let item_path = path.child(list).index(i);
+                match list {
+                    "strings" => check_string_value(errs, item, &item_path),
+                    "versions" => check_version_value(errs, item, &item_path),
+                    _ => {}
+                }
+            }
         }
     }
     match set {
+        0 if !rules.split_counters => errs.push(FieldError::required(
+            path.as_str(),
+            "exactly one value must be specified",
+        )),
         0 => errs.push(FieldError::invalid(
             path.as_str(),
             "\"\"",
@@ -1231,11 +1486,12 @@ mod tests {
     #[test]
     fn slice_device_limits() {
         let ok = slice((0..128).map(device).collect());
-        assert!(validate(Resource::ResourceSlices, &ok, None).is_empty());
+        assert!(validate(Resource::ResourceSlices, &ok, None, KubeRelease::NEWEST).is_empty());
         let errs = validate(
             Resource::ResourceSlices,
             &slice((0..129).map(device).collect()),
             None,
+            KubeRelease::NEWEST,
         );
         assert_eq!(errs.len(), 1, "{errs:?}");
         assert_eq!(errs[0].field, "spec.devices");
@@ -1246,7 +1502,12 @@ mod tests {
                 d
             })
             .collect();
-        let errs = validate(Resource::ResourceSlices, &slice(tainted), None);
+        let errs = validate(
+            Resource::ResourceSlices,
+            &slice(tainted),
+            None,
+            KubeRelease::NEWEST,
+        );
         assert_eq!(
             errs[0].message,
             "spec.devices: Too many: 65: must have at most 64 items"
@@ -1260,7 +1521,7 @@ mod tests {
         bad["spec"]["allNodes"] = json!(true);
         bad["spec"]["devices"][0]["attributes"]["bad/x/y"] = json!({"int": 1});
         bad["spec"]["devices"][1]["attributes"]["v"] = json!({"version": "1.2"});
-        let errs = validate(Resource::ResourceSlices, &bad, None);
+        let errs = validate(Resource::ResourceSlices, &bad, None, KubeRelease::NEWEST);
         let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
         assert!(fields.contains(&"spec.driver"), "{fields:?}");
         assert!(fields.contains(&"spec"), "{fields:?}");
@@ -1296,10 +1557,10 @@ mod tests {
             claim.pointer("/spec/devices/requests/0/exactly/count"),
             Some(&json!(1))
         );
-        assert!(validate(Resource::ResourceClaims, &claim, None).is_empty());
+        assert!(validate(Resource::ResourceClaims, &claim, None, KubeRelease::NEWEST).is_empty());
         claim["status"] =
             json!({"devices": [{"driver": "d.example.com", "pool": "p", "device": "x"}]});
-        let errs = validate(Resource::ResourceClaims, &claim, None);
+        let errs = validate(Resource::ResourceClaims, &claim, None, KubeRelease::NEWEST);
         assert_eq!(errs[0].field, "status.devices[0]");
     }
 }
