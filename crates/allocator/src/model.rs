@@ -182,7 +182,8 @@ impl<'a> NodeView<'a> {
 
 fn slice_relevant(node: &Node, slice: &ResourceSlice) -> Result<bool, String> {
     let spec = &slice.spec;
-    if !spec.shared_counters.is_empty() {
+    // A slice of counter sets only (1.35+) serves every node its pool's devices serve.
+    if !spec.shared_counters.is_empty() && spec.devices.is_empty() {
         return Ok(true);
     }
     let node_name = spec.node_name.as_deref().filter(|n| !n.is_empty());
@@ -376,15 +377,12 @@ pub(crate) fn build_node_view<'a>(
         }
         let mut relevant = p.slices;
         relevant.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let has_binding = relevant
-            .iter()
-            .filter(|s| s.spec.shared_counters.is_empty())
-            .any(|s| {
-                s.spec
-                    .devices
-                    .iter()
-                    .any(|d| !d.binding_conditions.is_empty())
-            });
+        let has_binding = relevant.iter().any(|s| {
+            s.spec
+                .devices
+                .iter()
+                .any(|d| !d.binding_conditions.is_empty())
+        });
         pools.push(PoolView {
             driver: p.driver,
             name: p.name,
@@ -454,9 +452,18 @@ fn prepare_pool<'a>(
     let (driver, pool_name) = (view.pools[pi].driver, view.pools[pi].name);
     let start = view.devices.len();
     view.pools[pi].devices = start..start;
-    let (counter_slices, device_slices): (Vec<&ResourceSlice>, Vec<&ResourceSlice>) = relevant
+    // Kubernetes 1.35+ keeps counter sets and devices in separate slices; 1.34 put the sets in
+    // the slice of the devices consuming them. A slice may therefore be in both lists.
+    let counter_slices: Vec<&ResourceSlice> = relevant
         .iter()
-        .partition(|s| !s.spec.shared_counters.is_empty());
+        .copied()
+        .filter(|s| !s.spec.shared_counters.is_empty())
+        .collect();
+    let device_slices: Vec<&ResourceSlice> = relevant
+        .iter()
+        .copied()
+        .filter(|s| s.spec.shared_counters.is_empty() || !s.spec.devices.is_empty())
+        .collect();
 
     let mut names = HashSet::new();
     for s in &device_slices {

@@ -704,12 +704,7 @@ async fn report_api_features(
                 continue;
             }
             let summary = format!(
-                "DRA driver {driver}: {} needs {} ({}), but {}. Published instead: {}.",
-                if shown.contains_key(feature) {
-                    "still"
-                } else {
-                    "what it publishes"
-                },
+                "DRA driver {driver} needs {} (feature gate {}), but {}. Instead: {}.",
                 feature.fields(),
                 feature.gate(),
                 d.found,
