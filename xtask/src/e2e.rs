@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use kubedev_testkit::apiserver::{ApiServer, Fault, Resource, Verb};
+use kubedev_testkit::apiserver::{ApiServer, Fault, KubeRelease, Resource, Verb};
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator, PreparedDeviceAnswer};
 use kubedev_testkit::machines;
 use serde_json::json;
@@ -741,18 +741,20 @@ impl DraCrash<'_> {
 async fn dra_scenario(
     bin: &Path,
     b: &Backend,
+    release: KubeRelease,
     dir: &Path,
     rng: &mut fastrand::Rng,
     rec: &mut Record,
 ) -> anyhow::Result<()> {
-    let root = dir.join(format!("dra-{}", b.name));
+    let root = dir.join(format!("dra-{}-{release}", b.name));
     std::fs::create_dir_all(&root)?;
     std::fs::create_dir_all(b.host.join("dev"))?;
     std::fs::write(
         root.join("boot_id"),
         "e2e00000-0000-4000-8000-000000000001\n",
     )?;
-    let api = ApiServer::start().await?;
+    // The API server of the release, with its default feature gates.
+    let api = ApiServer::builder().kubernetes(release).start().await?;
     api.write_kubeconfig(&root.join("kubeconfig"))?;
     api.put_raw(
         Resource::Nodes,
@@ -1192,14 +1194,22 @@ pub(crate) fn e2e(root: &Path) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let run_started = Instant::now();
     for b in &list {
-        for mode in ["device-plugin", "dra"] {
+        // DRA against the oldest and the newest supported Kubernetes release.
+        for mode in ["device-plugin", "dra 1.34", "dra 1.37"] {
             let started = Instant::now();
             let mut rec = Record::default();
             let mut rng = scenario_rng(seed, b.name, mode);
             let result = rt.block_on(async {
-                match mode {
-                    "dra" => dra_scenario(&bin, b, dir.path(), &mut rng, &mut rec).await,
-                    _ => dp_scenario(&bin, b, dir.path(), &mut rng, &mut rec).await,
+                match mode.strip_prefix("dra ") {
+                    Some(release) => {
+                        let release = release
+                            .strip_prefix("1.")
+                            .and_then(|m| m.parse().ok())
+                            .and_then(KubeRelease::from_minor)
+                            .context("a DRA mode names a Kubernetes release")?;
+                        dra_scenario(&bin, b, release, dir.path(), &mut rng, &mut rec).await
+                    }
+                    None => dp_scenario(&bin, b, dir.path(), &mut rng, &mut rec).await,
                 }
             });
             let took = started.elapsed();
