@@ -282,7 +282,8 @@ fn same_slice_layout(pool: &Pool, devices: Vec<res::Device>) -> Result<DesiredPo
             && current_counters + counters_in_sets <= MAX_SHARED_COUNTERS_1_34
             && current.shared_counters.len() + sets.len() <= MAX_COUNTER_SETS
             && current_consumed + consumed <= MAX_CONSUMED_COUNTERS_PER_SLICE;
-        if !fits && !(current.devices.is_empty() && current.shared_counters.is_empty()) {
+        let empty = current.devices.is_empty() && current.shared_counters.is_empty();
+        if !fits && !empty {
             slices.push(std::mem::take(&mut current));
             current_counters = 0;
             current_consumed = 0;
