@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kubedev_testkit::apiserver::{ApiServer, Fault, Resource, Verb};
+use kubedev_testkit::apiserver::{ApiServer, Fault, KubeRelease, Resource, Verb};
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
 use serde_json::json;
 
@@ -24,9 +24,18 @@ struct Env {
 
 impl Env {
     async fn new() -> Env {
+        Env::with_release(KubeRelease::NEWEST).await
+    }
+
+    /// The environment with the API server of `release` and its default feature gates.
+    async fn with_release(release: KubeRelease) -> Env {
         let root = tempfile::tempdir().unwrap();
         let r = root.path();
-        let api = ApiServer::start().await.unwrap();
+        let api = ApiServer::builder()
+            .kubernetes(release)
+            .start()
+            .await
+            .unwrap();
         api.write_kubeconfig(&r.join("kubeconfig")).unwrap();
         api.put_raw(
             Resource::Nodes,
@@ -210,7 +219,14 @@ fn slices_of(api: &ApiServer) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_slices_and_prepares_claims_from_the_api_server() {
-    let env = Env::new().await;
+    // The oldest and the newest supported release.
+    for release in [KubeRelease::V1_34, KubeRelease::NEWEST] {
+        publish_and_prepare(release).await;
+    }
+}
+
+async fn publish_and_prepare(release: KubeRelease) {
+    let env = Env::with_release(release).await;
     let daemon = env.start("").await;
     let deadline = Instant::now() + WAIT;
     while slices_of(&env.api).is_empty() {
