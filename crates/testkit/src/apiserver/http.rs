@@ -17,7 +17,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use super::faults::Faults;
-use super::release::{FeatureGates, KubeRelease};
 use super::resource::{Resource, Verb};
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
 use super::status::ApiError;
@@ -43,10 +42,6 @@ pub(crate) struct Shared {
     pub(crate) bookmark_interval: Duration,
     pub(crate) open_watches: AtomicUsize,
     pub(crate) address: String,
-    /// The release the emulator imitates.
-    pub(crate) release: KubeRelease,
-    /// The feature gates it runs with.
-    pub(crate) gates: FeatureGates,
 }
 
 fn json_response(code: u16, body: &Value) -> Response {
@@ -524,11 +519,14 @@ type Chunk = Result<Bytes, Infallible>;
 
 fn start_watch(shared: Arc<Shared>, request: WatchRequest) -> Response {
     let (tx, rx) = mpsc::channel::<Chunk>(256);
+    // Subscribed before the answer goes out: a watch whose client has its headers always ends
+    // on a later drop (or restart), never misses it.
+    let dropped = shared.drop_watches.subscribe();
     let setup = shared.store.watch(request.resource, request.start);
     tokio::spawn(async move {
         shared.open_watches.fetch_add(1, Ordering::SeqCst);
         match setup {
-            Ok(setup) => run_watch(&shared, &request, setup, &tx).await,
+            Ok(setup) => run_watch(&shared, &request, setup, dropped, &tx).await,
             Err(error) => {
                 // Like the API server: the watch opens, reports the error as an event, and ends.
                 let _ = tx.send(Ok(event_line("ERROR", &error.to_status()))).await;
@@ -552,9 +550,9 @@ async fn run_watch(
     shared: &Shared,
     request: &WatchRequest,
     setup: super::store::WatchSetup,
+    mut dropped: watch::Receiver<u64>,
     tx: &mpsc::Sender<Chunk>,
 ) {
-    let mut dropped = shared.drop_watches.subscribe();
     let mut live = setup.live;
     let mut position = setup.rv;
     for event in &setup.backlog {
@@ -656,15 +654,16 @@ fn discovery(shared: &Shared, path: &str) -> Option<Response> {
         "watch",
     ];
     let status_entry = |r: Resource| json!({"name": format!("{}/status", r.plural()), "singularName": "", "namespaced": r.namespaced(), "kind": r.kind(), "verbs": ["get", "patch", "update"]});
+    let release = shared.store.strategy().release;
     let body = match path.trim_end_matches('/') {
         "/version" => json!({
-            "major": shared.release.major().to_string(),
-            "minor": shared.release.minor().to_string(),
-            "emulationMajor": shared.release.major().to_string(),
-            "emulationMinor": shared.release.minor().to_string(),
-            "minCompatibilityMajor": shared.release.major().to_string(),
-            "minCompatibilityMinor": (shared.release.minor() - 1).to_string(),
-            "gitVersion": shared.release.git_version(),
+            "major": release.major().to_string(),
+            "minor": release.minor().to_string(),
+            "emulationMajor": release.major().to_string(),
+            "emulationMinor": release.minor().to_string(),
+            "minCompatibilityMajor": release.major().to_string(),
+            "minCompatibilityMinor": (release.minor() - 1).to_string(),
+            "gitVersion": release.git_version(),
             "gitCommit": "",
             "gitTreeState": "clean",
             "buildDate": "",

@@ -56,6 +56,11 @@
 //!
 //! 1.37 follows upstream's development branch after v1.37.0-beta.0 and may still change.
 //!
+//! [`ApiServer::restart_as`] plays a restart of the running server as another release or with
+//! other feature gates (an upgrade, a downgrade, a gate turned on or off): clients stay
+//! connected to the same address, stored objects stay as they are, open watches end, and every
+//! later request follows the new release and gates.
+//!
 //! Tests steer it through the [`ApiServer`] handle: inject failures for the next requests of a
 //! verb and resource, end every open watch, add latency, count requests, and read or write the
 //! store directly to play another client.
@@ -246,18 +251,13 @@ impl ApiServerBuilder {
         let shutdown = CancellationToken::new();
         let (drop_watches, _) = watch::channel(0u64);
         let shared = Arc::new(Shared {
-            store: Store::new(
-                self.event_history,
-                Strategy::new(self.release, gates.clone()),
-            ),
+            store: Store::new(self.event_history, Strategy::new(self.release, gates)),
             faults: faults::Faults::default(),
             drop_watches,
             shutdown: shutdown.clone(),
             bookmark_interval: self.bookmark_interval,
             open_watches: AtomicUsize::new(0),
             address: addr.to_string(),
-            release: self.release,
-            gates,
         });
         let router = axum::Router::new()
             .fallback(http::handle)
@@ -310,19 +310,53 @@ impl ApiServer {
         self.addr
     }
 
-    /// The Kubernetes release the emulator behaves like.
+    /// The Kubernetes release the emulator behaves like now (the last
+    /// [`restart_as`](Self::restart_as) changes it).
     pub fn release(&self) -> KubeRelease {
-        self.shared.release
+        self.shared.store.strategy().release
     }
 
-    /// The feature gates it runs with (the release's defaults and the overrides).
-    pub fn feature_gates(&self) -> &FeatureGates {
-        &self.shared.gates
+    /// The feature gates it runs with now (the release's defaults and the overrides).
+    pub fn feature_gates(&self) -> FeatureGates {
+        self.shared.store.strategy().gates.clone()
     }
 
-    /// Whether a feature gate is on (`false` for one the release does not have).
+    /// Whether a feature gate is on now (`false` for one the release does not have).
     pub fn feature_enabled(&self, gate: &str) -> bool {
-        self.shared.gates.enabled(gate)
+        self.shared.store.strategy().gates.enabled(gate)
+    }
+
+    /// Plays a restart of the API server as `release` with `gate_overrides` applied to that
+    /// release's default feature gates (later overrides win, as with
+    /// [`ApiServerBuilder::feature_gate`]): an upgrade, a downgrade, or the same release with
+    /// other `--feature-gates`. The address stays the same, so connected clients keep working.
+    ///
+    /// The gates are checked as [`ApiServerBuilder::start`] checks them; on
+    /// [`ApiServerError::FeatureGate`] nothing changes and the server goes on as before. Otherwise
+    /// every later request sees the new release: `/version`, the fields dropped for disabled
+    /// gates, the fields the release's types lack, and validation. Every stored object stays
+    /// exactly as it is, resourceVersion included, as etcd keeps it (fields the new release
+    /// would drop are still there, and later updates keep them where the strategy keeps fields
+    /// already in use). Every open watch ends, as a restarting API server's do; the event
+    /// history is kept, so a client resumes from its last resourceVersion. Injected faults,
+    /// latency and request counts carry over.
+    pub fn restart_as(
+        &self,
+        release: KubeRelease,
+        gate_overrides: &[(&str, bool)],
+    ) -> Result<(), ApiServerError> {
+        let overrides: Vec<(String, bool)> = gate_overrides
+            .iter()
+            .map(|(name, enabled)| ((*name).to_owned(), *enabled))
+            .collect();
+        let gates = release
+            .resolve_gates(&overrides)
+            .map_err(|message| ApiServerError::FeatureGate { release, message })?;
+        self.shared
+            .store
+            .set_strategy(Strategy::new(release, gates));
+        self.drop_watches();
+        Ok(())
     }
 
     /// A kubeconfig document whose current context points at the emulator (namespace

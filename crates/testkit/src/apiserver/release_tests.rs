@@ -947,6 +947,99 @@ async fn start_refuses_gates_the_release_does_not_allow() {
     assert!(err.to_string().contains("locked to true"), "{err}");
     let server = ApiServer::start().await.expect("start");
     assert_eq!(server.release(), KubeRelease::NEWEST);
-    assert_eq!(server.feature_gates(), &V1_37.default_feature_gates());
+    assert_eq!(server.feature_gates(), V1_37.default_feature_gates());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_restart_as_another_release_keeps_objects_and_ends_watches() {
+    use futures::StreamExt;
+    use k8s_openapi::api::resource::v1::ResourceSlice;
+    use kube::api::{Api, PostParams, WatchParams};
+
+    let server = ApiServer::builder()
+        .kubernetes(V1_35)
+        .start()
+        .await
+        .expect("start");
+    // One client for the whole test: it stays connected across the restart.
+    let client = server.client().expect("client");
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let post = |name: &str| {
+        let slices = slices.clone();
+        let body: ResourceSlice = serde_json::from_value(counters_slice(name)).expect("typed");
+        async move { slices.create(&PostParams::default(), &body).await }
+    };
+    let counters = |slice: &ResourceSlice| {
+        slice
+            .spec
+            .shared_counters
+            .as_ref()
+            .map_or(0, |sets| sets.len())
+    };
+
+    // 1.35 with its defaults: DRAPartitionableDevices is off, so sharedCounters is dropped.
+    let before = post("before").await.expect("create on 1.35");
+    assert_eq!(counters(&before), 0);
+    let stored_before = server
+        .get(Resource::ResourceSlices, None, "before")
+        .expect("stored");
+    assert!(
+        !has(&stored_before, "/spec/sharedCounters"),
+        "{stored_before}"
+    );
+
+    let mut watch = slices
+        .watch(
+            &WatchParams::default(),
+            &server.resource_version().to_string(),
+        )
+        .await
+        .expect("watch")
+        .boxed();
+
+    // A gate 1.34 does not have: the restart is refused and nothing changes.
+    let err = server
+        .restart_as(V1_34, &[(gate::DRA_LIST_TYPE_ATTRIBUTES, true)])
+        .expect_err("no such gate in 1.34");
+    assert!(
+        matches!(err, ApiServerError::FeatureGate { release: V1_34, .. }),
+        "{err}"
+    );
+    assert_eq!(server.release(), V1_35);
+    assert_eq!(server.feature_gates(), V1_35.default_feature_gates());
+
+    // The upgrade to 1.36, whose defaults have the gate on.
+    server.restart_as(V1_36, &[]).expect("restart as 1.36");
+    assert_eq!(server.release(), V1_36);
+    assert_eq!(server.feature_gates(), V1_36.default_feature_gates());
+    assert!(server.feature_enabled(gate::DRA_PARTITIONABLE_DEVICES));
+
+    // The open watch ends, as a restarting API server's do.
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while watch.next().await.is_some() {}
+    })
+    .await
+    .expect("the watch ends on the restart");
+
+    let info = client.apiserver_version().await.expect("version");
+    assert_eq!((info.major.as_str(), info.minor.as_str()), ("1", "36"));
+    assert_eq!(info.git_version, "v1.36.0-kubedev-emulator");
+
+    // The same create now keeps the counters; the object written before is untouched.
+    let after = post("after").await.expect("create on 1.36");
+    assert_eq!(counters(&after), 1);
+    assert_eq!(
+        server.get(Resource::ResourceSlices, None, "before"),
+        Some(stored_before)
+    );
+
+    // Back to 1.35 with the gate turned on by hand: the counters are kept as well.
+    server
+        .restart_as(V1_35, &[(gate::DRA_PARTITIONABLE_DEVICES, true)])
+        .expect("restart as 1.35 with the gate");
+    assert_eq!(server.release(), V1_35);
+    assert!(server.feature_enabled(gate::DRA_PARTITIONABLE_DEVICES));
+    assert_eq!(counters(&post("gated").await.expect("create")), 1);
     server.shutdown().await;
 }

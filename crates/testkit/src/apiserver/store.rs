@@ -3,7 +3,7 @@
 //! concurrency, generation, status subresource, finalizers, delete preconditions).
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
@@ -113,7 +113,9 @@ struct Inner {
 pub(crate) struct Store {
     inner: Mutex<Inner>,
     events: broadcast::Sender<Arc<Event>>,
-    strategy: Strategy,
+    /// The release and feature gates writes follow; replaced when the server restarts as
+    /// another release or with other gates. Each request reads it once, at its start.
+    strategy: RwLock<Arc<Strategy>>,
 }
 
 /// Options of a create, update or patch.
@@ -249,7 +251,7 @@ impl Store {
     pub(crate) fn new(history_limit: usize, strategy: Strategy) -> Self {
         let (events, _) = broadcast::channel(4096);
         Self {
-            strategy,
+            strategy: RwLock::new(Arc::new(strategy)),
             inner: Mutex::new(Inner {
                 rv: 1,
                 objects: BTreeMap::new(),
@@ -267,6 +269,26 @@ impl Store {
         self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The release and feature gates writes follow now.
+    pub(crate) fn strategy(&self) -> Arc<Strategy> {
+        // Replacing an `Arc` cannot leave it half-written; keep serving after a panic.
+        Arc::clone(
+            &self
+                .strategy
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    /// Makes every later write follow another release or other feature gates; stored objects
+    /// stay as they are.
+    pub(crate) fn set_strategy(&self, strategy: Strategy) {
+        *self
+            .strategy
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(strategy);
     }
 
     /// The newest resourceVersion handed out.
@@ -389,11 +411,10 @@ impl Store {
         options: &WriteOptions,
     ) -> Result<Written, ApiError> {
         let kindish = resource.kindish();
+        let strategy = self.strategy();
         check_type_meta(resource, &object)?;
-        let warnings = self
-            .strategy
-            .decode(resource, &mut object, options.field_validation)?;
-        self.strategy.canonicalize(resource, &mut object);
+        let warnings = strategy.decode(resource, &mut object, options.field_validation)?;
+        strategy.canonicalize(resource, &mut object);
         if resource.namespaced() {
             let body_ns = meta_str(&object, "namespace").to_owned();
             let url_ns = namespace.unwrap_or("");
@@ -426,8 +447,8 @@ impl Store {
             set_meta(&mut object, "name", Value::from(name));
         }
         let name = meta_str(&object, "name").to_owned();
-        self.strategy.prepare(resource, &mut object, None);
-        let errors = validate(resource, &object, None, self.strategy.release);
+        strategy.prepare(resource, &mut object, None);
+        let errors = validate(resource, &object, None, strategy.release);
         if !errors.is_empty() {
             return Err(ApiError::invalid(&kindish, &name, &errors));
         }
@@ -502,10 +523,9 @@ impl Store {
         options: &WriteOptions,
     ) -> Result<Written, ApiError> {
         let kindish = resource.kindish();
-        let warnings = self
-            .strategy
-            .decode(resource, &mut object, options.field_validation)?;
-        self.strategy.canonicalize(resource, &mut object);
+        let strategy = self.strategy();
+        let warnings = strategy.decode(resource, &mut object, options.field_validation)?;
+        strategy.canonicalize(resource, &mut object);
         let body_name = meta_str(&object, "name").to_owned();
         if body_name.is_empty() {
             set_meta(&mut object, "name", Value::from(key.name.clone()));
@@ -606,7 +626,7 @@ impl Store {
         let compare_first = resource == Resource::ResourceSlices;
         let mut spec_changed = compare_first && spec_part(&object) != spec_part(&old);
         if target == Target::Main {
-            self.strategy.prepare(resource, &mut object, Some(&old));
+            strategy.prepare(resource, &mut object, Some(&old));
         }
         if !compare_first {
             spec_changed = spec_part(&object) != spec_part(&old);
@@ -619,7 +639,7 @@ impl Store {
             set_meta(&mut object, "generation", Value::from(generation + 1));
         }
 
-        let errors = validate(resource, &object, Some(&old), self.strategy.release);
+        let errors = validate(resource, &object, Some(&old), strategy.release);
         if !errors.is_empty() {
             return Err(ApiError::invalid(&kindish, &key.name, &errors));
         }
@@ -681,7 +701,7 @@ impl Store {
     ) -> Result<Written, ApiError> {
         let kindish = resource.kindish();
         if kind == PatchKind::Apply {
-            self.strategy.check_applied(resource, &key.name, patch)?;
+            self.strategy().check_applied(resource, &key.name, patch)?;
         }
         let mut inner = self.lock();
         let current = inner
