@@ -158,6 +158,7 @@ struct Settings {
     backoff_initial: Duration,
     backoff_max: Duration,
     sync_delay: Duration,
+    reprobe_every: Duration,
 }
 
 impl Default for Settings {
@@ -168,6 +169,7 @@ impl Default for Settings {
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(30),
             sync_delay: Duration::from_secs(1),
+            reprobe_every: Duration::from_secs(600),
         }
     }
 }
@@ -313,6 +315,13 @@ impl SlicePublisher {
     /// events come in bursts, and one check after a burst is enough.
     pub fn with_sync_delay(mut self, delay: Duration) -> Self {
         self.settings.sync_delay = delay;
+        self
+    }
+
+    /// How often to ask the API server again which gated fields it keeps (default 10 minutes);
+    /// it is also asked at start and whenever the ResourceSlice watch recovers from a failure.
+    pub fn with_reprobe_interval(mut self, every: Duration) -> Self {
+        self.settings.reprobe_every = every;
         self
     }
 
@@ -665,6 +674,8 @@ struct Worker {
     limiter: TokenBucket,
     backoff: Backoff,
     conflicts_in_row: u32,
+    /// When the API server was last asked what it keeps.
+    probed: Option<Instant>,
 }
 
 async fn run(shared: Arc<Shared>, settings: Settings, mut stop: watch::Receiver<bool>) {
@@ -696,6 +707,7 @@ async fn run(shared: Arc<Shared>, settings: Settings, mut stop: watch::Receiver<
         limiter: TokenBucket::new(settings.qps, settings.burst),
         backoff: Backoff::new(settings.backoff_initial, settings.backoff_max),
         conflicts_in_row: 0,
+        probed: None,
         shared: shared.clone(),
         settings,
     };
@@ -818,7 +830,18 @@ impl Worker {
         }
         let mut due = Some(Instant::now());
         loop {
-            let wake_at = due.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            // Ask the server again what it keeps now and then: an upgrade or a change of
+            // feature gates does not always break the watch.
+            let probe_at = self.probed.map(|t| t + self.settings.reprobe_every);
+            if let Some(at) = probe_at
+                && at <= Instant::now()
+            {
+                self.shared.reprobe.store(true, Ordering::SeqCst);
+                self.probed = Some(Instant::now());
+                due = Some(due.map_or(Instant::now(), |d| d.min(Instant::now())));
+            }
+            let later = Instant::now() + Duration::from_secs(3600);
+            let wake_at = due.unwrap_or(later).min(probe_at.unwrap_or(later));
             tokio::select! {
                 biased;
                 _ = stop.changed() => break,
@@ -1059,6 +1082,7 @@ impl Worker {
             );
         }
         let layout = version.counter_layout();
+        self.probed = Some(Instant::now());
         let mut unavailable = std::collections::BTreeSet::new();
         let mut found = BTreeMap::new();
         for probe in probe_slices(&self.id, layout) {
@@ -1112,21 +1136,27 @@ impl Worker {
                 }
             }
         }
-        info!(
-            version = %version,
-            git_version = %version.git_version,
-            layout = ?layout,
-            dropped = ?unavailable.iter().map(|f| f.gate()).collect::<Vec<_>>(),
-            "learned what the API server keeps of ResourceSlices"
-        );
-        self.shared.api.learned(
-            version,
+        let dropped: Vec<&str> = unavailable.iter().map(|f| f.gate()).collect();
+        let known_before = self.shared.api.report().version;
+        let changed = self.shared.api.learned(
+            version.clone(),
             ApiCapabilities {
                 layout,
-                unavailable,
+                unavailable: unavailable.clone(),
             },
             found,
         );
+        if changed || known_before.as_ref() != Some(&version) {
+            info!(
+                version = %version,
+                git_version = %version.git_version,
+                layout = ?layout,
+                ?dropped,
+                "learned what the API server keeps of ResourceSlices"
+            );
+        } else {
+            debug!(version = %version, ?dropped, "the API server keeps what it kept");
+        }
         Ok(())
     }
 

@@ -4,13 +4,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use kubedev_apiserver::{ClaimReader, DeviceStatus, Error, SlicePublisher, UnhealthyDevices};
+use kubedev_apiserver::{
+    ApiFeature, ClaimReader, CounterLayout, DeviceStatus, Error, SlicePublisher, UnhealthyDevices,
+};
 use kubedev_core::{
     ClaimRef, CounterConsumption, CounterName, CounterSet, Device, DeviceName, DeviceRef,
     DriverName, Health, Inventory, Pool, PoolName, Publisher, QualifiedName, Quantity, Taint,
     TaintEffect,
 };
-use kubedev_testkit::apiserver::{ApiServer, Fault, Resource, Verb};
+use kubedev_testkit::apiserver::{ApiServer, Fault, KubeRelease, Resource, Verb};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -745,5 +747,161 @@ async fn the_sync_state_says_whether_the_slices_were_written() {
     server.clear_faults();
     publisher.wait_synced(WAIT).await.unwrap();
     assert_eq!(publisher.sync_state(), SyncState::Synced);
+    task.stop().await;
+}
+
+/// A GPU as partitionable MIG publishes it: a counter set of two memory slices, the whole GPU
+/// consuming both and two halves consuming one each.
+fn partitioned_gpu() -> Inventory {
+    let slice = |n: &str| (CounterName::new(n).unwrap(), Quantity::parse("1").unwrap());
+    let set = CounterName::new("gpu-0-counters").unwrap();
+    let consume = |names: &[&str]| CounterConsumption {
+        counter_set: set.clone(),
+        counters: names.iter().map(|n| slice(n)).collect(),
+    };
+    let mut whole = plain(0);
+    whole.consumes_counters.push(consume(&["s0", "s1"]));
+    let mut halves = Vec::new();
+    for (i, s) in ["s0", "s1"].into_iter().enumerate() {
+        let mut d = Device::new(DeviceName::new(format!("gpu-0-half-{i}")).unwrap());
+        d.consumes_counters.push(consume(&[s]));
+        halves.push(d);
+    }
+    let mut pool = Pool::new(PoolName::new(NODE).unwrap(), [vec![whole], halves].concat());
+    pool.shared_counters.push(CounterSet {
+        name: set.clone(),
+        counters: [slice("s0"), slice("s1")].into_iter().collect(),
+    });
+    Inventory::new(vec![pool])
+}
+
+fn stored_devices(server: &ApiServer) -> Vec<String> {
+    let mut names: Vec<String> = slices(server).iter().flat_map(device_names).collect();
+    names.sort();
+    names
+}
+
+/// On a 1.35 API server (partitionable devices off by default) only the whole GPU is published
+/// and the missing feature is in the report; when the server is upgraded to 1.36 the publisher
+/// notices without a restart and publishes the halves with their counters.
+#[tokio::test]
+async fn an_api_server_upgrade_brings_the_partitions_back() {
+    let server = ApiServer::builder()
+        .kubernetes(KubeRelease::V1_35)
+        .start()
+        .await
+        .unwrap();
+    server
+        .put_raw(
+            Resource::Nodes,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+        )
+        .unwrap();
+    let publisher = publisher(&server).with_reprobe_interval(Duration::from_millis(300));
+    let status = publisher.api_status();
+    let task = publisher.start().unwrap();
+    publisher.publish(&partitioned_gpu()).await.unwrap();
+    publisher.wait_synced(WAIT).await.unwrap();
+    assert_eq!(stored_devices(&server), ["gpu-0"]);
+    assert!(
+        slices(&server)
+            .iter()
+            .all(|s| s["spec"]["sharedCounters"].is_null())
+    );
+    let report = status.report();
+    assert_eq!(report.version.as_ref().map(|v| v.minor), Some(35));
+    let degraded = &report.degraded[&ApiFeature::PartitionableDevices];
+    assert!(degraded.found.contains("1.35"), "{degraded:?}");
+    assert!(
+        degraded.action.contains("gpu-0")
+            && degraded
+                .action
+                .contains("left out 2 devices (gpu-0-half-0, gpu-0-half-1)"),
+        "{degraded:?}"
+    );
+    // Taints are off on 1.35 too, but nothing published needs them: not degraded.
+    assert!(report.unavailable.contains(&ApiFeature::DeviceTaints));
+    assert!(!report.degraded.contains_key(&ApiFeature::DeviceTaints));
+
+    server.restart_as(KubeRelease::V1_36, &[]).unwrap();
+    eventually("the halves published after the upgrade", || {
+        stored_devices(&server) == ["gpu-0", "gpu-0-half-0", "gpu-0-half-1"]
+    })
+    .await;
+    assert!(
+        slices(&server)
+            .iter()
+            .any(|s| s["spec"]["sharedCounters"].is_array())
+    );
+    eventually("an empty report", || {
+        let r = status.report();
+        r.degraded.is_empty() && r.version.as_ref().map(|v| v.minor) == Some(36)
+    })
+    .await;
+    task.stop().await;
+}
+
+/// A 1.34 API server with partitionable devices on gets each counter set in the slice of the
+/// devices consuming it.
+#[tokio::test]
+async fn kubernetes_1_34_stores_counters_beside_their_devices() {
+    let server = ApiServer::builder()
+        .kubernetes(KubeRelease::V1_34)
+        .feature_gate("DRAPartitionableDevices", true)
+        .start()
+        .await
+        .unwrap();
+    let publisher = publisher(&server);
+    let task = publisher.start().unwrap();
+    publisher.publish(&partitioned_gpu()).await.unwrap();
+    publisher.wait_synced(WAIT).await.unwrap();
+    let stored = slices(&server);
+    assert_eq!(stored.len(), 1, "{stored:#?}");
+    assert_eq!(
+        stored[0]["spec"]["sharedCounters"][0]["name"],
+        "gpu-0-counters"
+    );
+    assert_eq!(device_names(&stored[0]).len(), 3);
+    let report = publisher.api_status().report();
+    assert_eq!(report.layout, CounterLayout::SameSlice);
+    assert!(report.degraded.is_empty(), "{report:?}");
+    task.stop().await;
+}
+
+/// On 1.35 with its default gates a tainted device would look usable and a shared device is
+/// exclusive: the tainted one is left out, the shared one published without the field, and
+/// both are in the report.
+#[tokio::test]
+async fn taints_and_shared_devices_on_a_server_without_them() {
+    let server = ApiServer::builder()
+        .kubernetes(KubeRelease::V1_35)
+        .start()
+        .await
+        .unwrap();
+    let publisher = publisher(&server);
+    let task = publisher.start().unwrap();
+    let mut shared = plain(2);
+    shared.allow_multiple_allocations = true;
+    publisher
+        .publish(&inventory(vec![plain(0), tainted(1), shared]))
+        .await
+        .unwrap();
+    publisher.wait_synced(WAIT).await.unwrap();
+    assert_eq!(stored_devices(&server), ["gpu-0", "gpu-2"]);
+    assert!(
+        slices(&server)
+            .iter()
+            .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+            .all(|d| d["allowMultipleAllocations"].is_null() && d["taints"].is_null())
+    );
+    let report = publisher.api_status().report();
+    let taints = &report.degraded[&ApiFeature::DeviceTaints];
+    assert!(
+        taints.action.contains("left out 1 device (gpu-1)"),
+        "{taints:?}"
+    );
+    assert!(taints.found.contains("DRADeviceTaints"), "{taints:?}");
+    let shared = &report.degraded[&ApiFeature::ConsumableCapacity];
+    assert!(shared.action.contains("gpu-2"), "{shared:?}");
     task.stop().await;
 }
