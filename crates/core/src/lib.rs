@@ -25,6 +25,7 @@ pub mod dirwatch;
 pub mod durable;
 mod edits;
 mod error;
+pub mod factory;
 pub mod hostfs;
 mod model;
 mod names;

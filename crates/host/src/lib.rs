@@ -49,6 +49,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod factory;
 mod config;
 mod error;
 mod misc;

@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use kubedev_core::static_backend::StaticConfig;
 use kubedev_core::{AttributeMatch, AttributeValue, ExtendedResourceName, QualifiedName};
 use serde::{Deserialize, Serialize};
+
+use crate::registry::Registry;
 
 mod checks;
 mod lines;
@@ -84,9 +85,11 @@ pub struct Config {
     /// DRA mode.
     #[serde(default)]
     pub dra: DraSection,
-    /// The backends and their options.
+    /// The backends and their options: each key names a registered backend kind (see
+    /// [`Registry`]), its value is that backend's section; a backend runs when its section is
+    /// present.
     #[serde(default)]
-    pub backends: Backends,
+    pub backends: BTreeMap<String, serde_json::Value>,
     /// Where the host's `/` is seen (`/` on the host, `/host` or `/proc/1/root` in a container):
     /// backends read sysfs and `/dev` beneath it.
     #[serde(default = "default_host_root")]
@@ -98,6 +101,9 @@ pub struct Config {
     /// The HTTP endpoint for metrics and probes.
     #[serde(default)]
     pub metrics: MetricsSection,
+    /// The backend kinds the sections were checked against, and that build the backends.
+    #[serde(skip)]
+    pub registry: Registry,
 }
 
 /// Where metrics and probes are served, and where pod and container labels come from.
@@ -141,23 +147,6 @@ fn default_host_root() -> PathBuf {
 
 fn default_state_dir() -> PathBuf {
     PathBuf::from("/var/lib/kubedev")
-}
-
-/// The section of a backend this binary was built without: accepted by the parser so that
-/// validation can say which feature is missing, instead of "unknown field".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct NotBuiltIn;
-
-impl<'de> Deserialize<'de> for NotBuiltIn {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        serde::de::IgnoredAny::deserialize(d).map(|_| NotBuiltIn)
-    }
-}
-
-impl Serialize for NotBuiltIn {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_unit()
-    }
 }
 
 /// DRA mode settings.
@@ -359,69 +348,6 @@ pub struct Selector {
     pub cel: Option<String>,
 }
 
-/// Backend options; a backend runs when its section is present.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct Backends {
-    /// The `static` example backend.
-    #[serde(default, rename = "static")]
-    pub static_devices: Option<StaticConfig>,
-    /// NVIDIA GPUs through NVML (cargo feature `nvidia`).
-    #[serde(default)]
-    pub nvidia: Option<NvidiaSection>,
-    /// PCI functions for passthrough and mediated devices (cargo feature `vfio`).
-    #[serde(default)]
-    pub vfio: Option<VfioSection>,
-    /// USB devices (cargo feature `usb`).
-    #[serde(default)]
-    pub usb: Option<UsbSection>,
-    /// Character devices and Unix sockets (cargo feature `host`).
-    #[serde(default)]
-    pub host: Option<HostSection>,
-}
-
-macro_rules! backend_section {
-    ($alias:ident, $feature:literal, $ty:ty) => {
-        #[doc = concat!("The `", $feature, "` backend's options (`NotBuiltIn` without the feature).")]
-        #[cfg(feature = $feature)]
-        pub type $alias = $ty;
-        #[doc = concat!("The `", $feature, "` backend's options (`NotBuiltIn` without the feature).")]
-        #[cfg(not(feature = $feature))]
-        pub type $alias = NotBuiltIn;
-    };
-}
-
-backend_section!(NvidiaSection, "nvidia", kubedev_nvidia::NvidiaConfig);
-backend_section!(VfioSection, "vfio", kubedev_vfio::VfioConfig);
-backend_section!(UsbSection, "usb", kubedev_usb::UsbConfig);
-backend_section!(HostSection, "host", kubedev_host::HostConfig);
-
-impl Backends {
-    /// The backends the configuration names that this binary was built without, as
-    /// (field, cargo feature).
-    pub fn not_built_in(&self) -> Vec<(&'static str, &'static str)> {
-        #[allow(unused_mut)]
-        let mut out = Vec::new();
-        #[cfg(not(feature = "nvidia"))]
-        if self.nvidia.is_some() {
-            out.push(("backends.nvidia", "nvidia"));
-        }
-        #[cfg(not(feature = "vfio"))]
-        if self.vfio.is_some() {
-            out.push(("backends.vfio", "vfio"));
-        }
-        #[cfg(not(feature = "usb"))]
-        if self.usb.is_some() {
-            out.push(("backends.usb", "usb"));
-        }
-        #[cfg(not(feature = "host"))]
-        if self.host.is_some() {
-            out.push(("backends.host", "host"));
-        }
-        out
-    }
-}
-
 /// A validated device-plugin resource.
 #[derive(Debug, Clone)]
 pub struct ResourceSpec {
@@ -438,11 +364,17 @@ pub struct ResourceSpec {
 impl Config {
     /// Reads and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Self::load_with(path, Registry::builtin())
+    }
+
+    /// Reads and validates a configuration file whose backend sections are those `registry`
+    /// knows.
+    pub fn load_with(path: &Path, registry: Registry) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
             error,
         })?;
-        Self::parse(&text, path)
+        Self::parse_with(&text, path, registry)
     }
 
     /// Reads and validates a configuration file as [`Config::load`] does, then reads what it
@@ -450,11 +382,16 @@ impl Config {
     /// policy modules. Nothing on the host is changed and nothing is sent to the API server.
     /// Every error names the field and its line.
     pub fn check(path: &Path) -> Result<Config, ConfigError> {
+        Self::check_with(path, Registry::builtin())
+    }
+
+    /// [`Config::check`] with the backend kinds `registry` knows.
+    pub fn check_with(path: &Path, registry: Registry) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_path_buf(),
             error,
         })?;
-        let config = Self::parse(&text, path)?;
+        let config = Self::parse_with(&text, path, registry)?;
         config.check_files(path).map_err(|e| e.locate(&text))?;
         Ok(config)
     }
@@ -462,10 +399,16 @@ impl Config {
     /// Parses and validates configuration text; `path` is used in error messages, which name
     /// the line of the offending field.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
+        Self::parse_with(text, path, Registry::builtin())
+    }
+
+    /// [`Config::parse`] with the backend kinds `registry` knows.
+    pub fn parse_with(text: &str, path: &Path, registry: Registry) -> Result<Config, ConfigError> {
+        let mut config: Config = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: kubedev_allocator::yaml::describe_error(&e, &serde_saphyr::Budget::default()),
         })?;
+        config.registry = registry;
         config.validate(path).map_err(|e| e.locate(text))?;
         Ok(config)
     }
@@ -577,13 +520,14 @@ impl Config {
             field,
             message,
         };
-        if let Some((field, feature)) = self.backends.not_built_in().first() {
+        if let Some(kind) = self
+            .backends
+            .keys()
+            .find(|k| self.registry.get(k).is_none())
+        {
             return Err(invalid(
-                (*field).to_string(),
-                format!(
-                    "this kubedev was built without the `{feature}` backend; rebuild with \
-                     `cargo build --features {feature}`"
-                ),
+                format!("backends.{kind}"),
+                self.registry.why_not(kind),
             ));
         }
         #[cfg(not(feature = "wasm"))]
@@ -623,7 +567,7 @@ impl Config {
         }
         if (self.dra.enabled
             || (self.device_plugin.enabled && !self.device_plugin.resources.is_empty()))
-            && self.backends == Backends::default()
+            && self.backends.is_empty()
         {
             return Err(invalid(
                 "backends".into(),
@@ -718,7 +662,10 @@ backends:
         assert_eq!(c.device_plugin.directory, PathBuf::from("/tmp/dp"));
         let r = c.resources(Path::new("c.yaml")).unwrap();
         assert_eq!(r[0].name.as_str(), "example.com/dev");
-        assert_eq!(c.backends.static_devices.unwrap().devices.len(), 1);
+        assert_eq!(
+            c.backends["static"]["devices"].as_array().map(Vec::len),
+            Some(1)
+        );
     }
 
     #[test]

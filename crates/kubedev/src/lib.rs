@@ -3,6 +3,7 @@
 
 pub mod backends;
 pub mod cdi_generate;
+pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod discover;
@@ -11,6 +12,7 @@ pub mod failpoint;
 pub mod http;
 pub mod metrics;
 mod policy;
+pub mod registry;
 pub mod runtime;
 pub mod selector;
 mod table;

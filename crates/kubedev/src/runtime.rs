@@ -13,7 +13,6 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use kubedev_core::cdi::CdiWriter;
 use kubedev_core::checkpoint::CheckpointStore;
-use kubedev_core::static_backend::StaticBackend;
 use kubedev_core::{
     AllocatedDevice, Consumer, ContainerEdits, DeviceFilter, DeviceRef, Health, Inventory,
     PrepareError, Publisher, SourceEvent,
@@ -34,134 +33,54 @@ use crate::http::Probes;
 use crate::metrics::Metrics;
 use crate::policy::{PolicySource, PolicyState};
 
-/// The backend kinds, by their configuration key; a kind's index is its slot in [`Backends`].
-pub const BACKEND_KINDS: [&str; 5] = ["static", "nvidia", "vfio", "usb", "host"];
+pub use kubedev_core::factory::BuildMode;
 
-/// What backends are built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BuildMode {
-    /// The daemon: backends also bring the host to the configured state (create the desired
-    /// mediated device types, pre-open device nodes so their modules load).
-    Serve,
-    /// A look at the host (`discover`, `cdi generate`): nothing on the host is changed.
-    Inspect,
-}
-
-/// Builds the backends the configuration names.
+/// Builds the backends the configuration names, in the order of its registry.
 pub fn build_backends(config: &Config, mode: BuildMode) -> anyhow::Result<Vec<Backend>> {
     let mut out = Vec::new();
-    for kind in BACKEND_KINDS {
+    for kind in config.registry.kinds() {
         out.extend(build_backend(config, kind, mode)?);
     }
     Ok(out)
 }
 
-/// Builds the backend `kind` (one of [`BACKEND_KINDS`]) when the configuration names it.
+/// Builds the backend `kind` (a kind of the configuration's registry) when the configuration
+/// names it. Each backend gets the host root, its own state directory `<stateDir>/<kind>`
+/// (created here) and the node's name.
 pub fn build_backend(
     config: &Config,
     kind: &str,
     mode: BuildMode,
 ) -> anyhow::Result<Option<Backend>> {
-    fn wrap<B: kubedev_core::DeviceSource + kubedev_core::Preparer>(b: B) -> Option<Backend> {
-        let b = Arc::new(b);
-        Some(Backend {
-            source: b.clone(),
-            preparer: b,
-        })
-    }
-    // What each host backend is given: the host root, its own state directory, the node.
-    #[allow(unused_variables)]
-    let context = |name: &str| -> anyhow::Result<kubedev_core::BackendContext> {
-        let state_dir = config.state_dir.join(name);
-        kubedev_core::safefs::create_private_dir_all(&state_dir)
-            .with_context(|| format!("creating state directory {}", state_dir.display()))?;
-        Ok(kubedev_core::BackendContext {
+    let (Some(section), Some(factory)) = (config.backends.get(kind), config.registry.get(kind))
+    else {
+        return Ok(None);
+    };
+    let state_dir = config.state_dir.join(kind);
+    kubedev_core::safefs::create_private_dir_all(&state_dir)
+        .with_context(|| format!("creating state directory {}", state_dir.display()))?;
+    let context = kubedev_core::factory::BuildContext::new(
+        kubedev_core::BackendContext {
             host: kubedev_core::HostFs::new(&config.host_root),
             state_dir,
             node_name: node_name(config),
-        })
-    };
-    match kind {
-        "static" => match &config.backends.static_devices {
-            Some(s) => Ok(wrap(
-                StaticBackend::new(s.clone()).context("backends.static")?,
-            )),
-            None => Ok(None),
         },
-        #[cfg(feature = "nvidia")]
-        "nvidia" => match &config.backends.nvidia {
-            Some(c) => Ok(wrap(
-                kubedev_nvidia::NvidiaBackend::new(c.clone(), &context("nvidia")?)
-                    .context("backends.nvidia")?,
-            )),
-            None => Ok(None),
-        },
-        #[cfg(feature = "vfio")]
-        "vfio" => match &config.backends.vfio {
-            Some(c) => {
-                let b = kubedev_vfio::VfioBackend::new(c.clone(), &context("vfio")?)
-                    .context("backends.vfio")?;
-                if !c.desired_mdev_types.is_empty() && mode == BuildMode::Serve {
-                    // Before discovery, so the mediated devices it creates are offered at once.
-                    match b.type_manager().apply() {
-                        Ok(report) => {
-                            tracing::info!(
-                                created = report.created.len(),
-                                removed = report.removed.len(),
-                                "mediated device types applied"
-                            );
-                            for e in &report.errors {
-                                tracing::error!(error = %e, "mediated device type change failed");
-                            }
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "applying backends.vfio.desiredMdevTypes failed")
-                        }
-                    }
-                }
-                Ok(wrap(b))
-            }
-            None => Ok(None),
-        },
-        #[cfg(feature = "usb")]
-        "usb" => match &config.backends.usb {
-            Some(c) => Ok(wrap(
-                kubedev_usb::UsbBackend::new(c.clone(), &context("usb")?)
-                    .context("backends.usb")?,
-            )),
-            None => Ok(None),
-        },
-        #[cfg(feature = "host")]
-        "host" => match &config.backends.host {
-            Some(c) => {
-                let b = kubedev_host::HostBackend::new(c.clone(), &context("host")?)
-                    .context("backends.host")?;
-                if mode == BuildMode::Serve {
-                    for error in b.pre_open() {
-                        tracing::warn!(%error, "pre-opening a device node failed; continuing");
-                    }
-                }
-                Ok(wrap(b))
-            }
-            None => Ok(None),
-        },
-        // A kind this binary was built without (configuration naming it is refused at load).
-        _ => Ok(None),
-    }
+        mode,
+    );
+    let built = factory
+        .build(section, &context)
+        .map_err(|e| anyhow::anyhow!("backends.{kind}: {e}"))?;
+    Ok(Some(Backend {
+        source: built.source,
+        preparer: built.preparer,
+    }))
 }
 
-/// Whether the backend `kind` must be rebuilt to go from `old` to `new`.
+/// Whether the backend `kind` must be rebuilt to go from `old` to `new`: its section changed,
+/// or (for a backend with a pool of its own) the host root, state directory or node.
 fn backend_changed(old: &Config, new: &Config, kind: &str) -> bool {
-    let b = (&old.backends, &new.backends);
-    let section = match kind {
-        "static" => b.0.static_devices != b.1.static_devices,
-        "nvidia" => b.0.nvidia != b.1.nvidia,
-        "vfio" => b.0.vfio != b.1.vfio,
-        "usb" => b.0.usb != b.1.usb,
-        "host" => b.0.host != b.1.host,
-        _ => false,
-    };
-    let host_side = kind != "static"
+    let section = old.backends.get(kind) != new.backends.get(kind);
+    let host_side = new.registry.get(kind).is_some_and(|f| f.own_pool())
         && (old.host_root != new.host_root
             || old.state_dir != new.state_dir
             || node_name(old) != node_name(new));
@@ -1063,6 +982,7 @@ fn spawn_watcher(
 /// does not is logged with the reason (and counted), and the running configuration stays.
 async fn watch_config(
     path: PathBuf,
+    registry: crate::registry::Registry,
     tx: mpsc::Sender<Config>,
     metrics: Arc<Metrics>,
     cancel: CancellationToken,
@@ -1079,7 +999,7 @@ async fn watch_config(
             continue;
         }
         last = now;
-        match Config::load(&path) {
+        match Config::load_with(&path, registry.clone()) {
             Ok(c) => {
                 if tx.send(c).await.is_err() {
                     return;
@@ -1122,7 +1042,7 @@ pub async fn run(
         ));
     }
     let backends = Backends::new(Vec::new());
-    for (slot, kind) in BACKEND_KINDS.iter().enumerate() {
+    for (slot, kind) in config.registry.kinds().enumerate() {
         if let Some(b) = build_backend(&config, kind, BuildMode::Serve)? {
             backends.set(slot, Some(b));
         }
@@ -1170,6 +1090,7 @@ pub async fn run(
         &obs,
     )
     .await?;
+    let registry = config.registry.clone();
     let mut running = Running {
         config,
         path: config_path.to_path_buf(),
@@ -1195,6 +1116,7 @@ pub async fn run(
     let (config_tx, mut config_rx) = mpsc::channel::<Config>(1);
     tokio::spawn(watch_config(
         config_path.to_path_buf(),
+        registry,
         config_tx,
         obs.metrics.clone(),
         cancel.child_token(),
@@ -1337,9 +1259,9 @@ impl Running {
             to_start.push((r.clone(), raw.clone(), policy));
         }
         let mut rebuilt = Vec::new();
-        for (slot, kind) in BACKEND_KINDS.iter().enumerate() {
+        for (slot, kind) in new.registry.kinds().enumerate() {
             if backend_changed(old, &new, kind) {
-                rebuilt.push((slot, *kind, build_backend(&new, kind, BuildMode::Serve)?));
+                rebuilt.push((slot, kind.to_owned(), build_backend(&new, kind, BuildMode::Serve)?));
             }
         }
         let mut restart_needed = Vec::new();

@@ -72,6 +72,7 @@
 //! # }
 //! ```
 
+pub mod factory;
 mod backend;
 mod config;
 mod devices;

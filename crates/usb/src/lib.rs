@@ -60,6 +60,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod factory;
 mod config;
 mod discover;
 mod error;

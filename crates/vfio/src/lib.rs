@@ -65,6 +65,7 @@
 //! its return Healthy again; a new group node no device knows triggers a rediscovery.
 #![warn(missing_docs)]
 
+pub mod factory;
 mod backend;
 mod bind;
 mod config;

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use kubedev_core::static_backend::StaticBackend;
 
 use super::{Config, ConfigError, DevicePluginSection};
 
@@ -88,73 +87,27 @@ fn check_address(address: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A backend's own configuration error as a field of the file.
-#[allow(unused_macros)]
-macro_rules! backend_error {
-    ($path:expr, $kind:literal, $error:expr, $variant:path) => {
-        match $error {
-            $variant {
-                field,
-                value,
-                reason,
-                ..
-            } => invalid(
-                $path,
-                format!("backends.{}.{field}", $kind),
-                format!("{value:?}: {reason}"),
-            ),
-            other => invalid($path, concat!("backends.", $kind), other.to_string()),
-        }
-    };
-}
-
 impl Config {
     /// Checks what `kubedev run` checks when it builds the backends and starts serving, short of
     /// touching the host: each backend's section, the pool names made from the node name, the
     /// metrics address, and the CDI names of device-plugin resources.
     pub(super) fn validate_sections(&self, path: &Path) -> Result<(), ConfigError> {
-        if let Some(s) = &self.backends.static_devices {
-            for (i, d) in s.devices.iter().enumerate() {
-                if let Some(j) = s.devices[..i].iter().position(|o| o.name == d.name) {
-                    return Err(invalid(
-                        path,
-                        format!("backends.static.devices[{i}].name"),
-                        format!(
-                            "{:?} is also the name of devices[{j}]; device names must be unique",
-                            d.name.as_str()
-                        ),
-                    ));
-                }
-            }
-            StaticBackend::new(s.clone())
-                .map_err(|e| invalid(path, "backends.static", e.to_string()))?;
-        }
-        #[allow(unused_mut)]
         let mut pools: Vec<&str> = Vec::new();
-        #[cfg(feature = "nvidia")]
-        if let Some(c) = &self.backends.nvidia {
-            c.validate().map_err(|e| {
-                backend_error!(path, "nvidia", e, kubedev_nvidia::NvidiaError::Config)
+        for (kind, section) in &self.backends {
+            let Some(factory) = self.registry.get(kind) else {
+                continue;
+            };
+            factory.check(section).map_err(|e| {
+                let field = if e.field.is_empty() {
+                    format!("backends.{kind}")
+                } else {
+                    format!("backends.{kind}.{}", e.field)
+                };
+                invalid(path, field, e.message)
             })?;
-            pools.push("nvidia");
-        }
-        #[cfg(feature = "vfio")]
-        if let Some(c) = &self.backends.vfio {
-            c.validate()
-                .map_err(|e| backend_error!(path, "vfio", e, kubedev_vfio::VfioError::Config))?;
-            pools.push("vfio");
-        }
-        #[cfg(feature = "usb")]
-        if let Some(c) = &self.backends.usb {
-            c.validate()
-                .map_err(|e| backend_error!(path, "usb", e, kubedev_usb::UsbError::Config))?;
-            pools.push("usb");
-        }
-        #[cfg(feature = "host")]
-        if let Some(c) = &self.backends.host {
-            c.validate()
-                .map_err(|e| backend_error!(path, "host", e, kubedev_host::HostError::Config))?;
-            pools.push("host");
+            if factory.own_pool() {
+                pools.push(kind);
+            }
         }
         if !pools.is_empty() {
             let node = crate::runtime::node_name(self);

@@ -1,0 +1,244 @@
+//! `BackendFactory`: how a daemon learns a kind of backend — its key under `backends:` in the
+//! configuration file, how its section is read and checked, and how it is built.
+//!
+//! The daemon's runtime knows no backend by name: every backend, built in or a vendor's, is a
+//! factory registered with it. [`typed`] makes one from a serde configuration type and a
+//! constructor:
+//!
+//! ```
+//! use kubedev_core::factory::{BuildContext, SectionError, typed};
+//! use kubedev_core::static_backend::{StaticBackend, StaticConfig};
+//!
+//! let factory = typed("static", |config: StaticConfig, _ctx: &BuildContext| {
+//!     StaticBackend::new(config).map_err(|e| SectionError::new("", e.to_string()))
+//! });
+//! let section = serde_json::json!({"pool": "node-a", "devices": [{"name": "dev-0"}]});
+//! assert!(factory.check(&section).is_ok());
+//! let bad = serde_json::json!({"pool": "node-a", "devicez": []});
+//! assert!(factory.check(&bad).unwrap_err().message.contains("devicez"));
+//! ```
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use crate::{BackendContext, DeviceSource, Preparer};
+
+/// What a backend is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildMode {
+    /// The daemon: the backend may also bring the host to its configured state (create
+    /// mediated device types, pre-open device nodes so their modules load).
+    Serve,
+    /// A look at the host (`discover`, `cdi generate`, `who-uses`): nothing on the host may be
+    /// changed.
+    Inspect,
+}
+
+/// Everything a factory is given to build its backend.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BuildContext {
+    /// The host, the backend's own state directory (created by the daemon) and the node.
+    pub backend: BackendContext,
+    /// What the backend is built for.
+    pub mode: BuildMode,
+}
+
+impl BuildContext {
+    /// A context for building in `mode`.
+    pub fn new(backend: BackendContext, mode: BuildMode) -> Self {
+        BuildContext { backend, mode }
+    }
+}
+
+/// A built backend: where its devices come from and how they are prepared (usually the same
+/// object behind both).
+#[derive(Clone)]
+pub struct BuiltBackend {
+    /// Discovery and health.
+    pub source: Arc<dyn DeviceSource>,
+    /// Prepare and unprepare.
+    pub preparer: Arc<dyn Preparer>,
+}
+
+impl fmt::Debug for BuiltBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BuiltBackend")
+            .field("source", &self.source.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl BuiltBackend {
+    /// A backend that is both its source and its preparer.
+    pub fn new<B: DeviceSource + Preparer>(backend: B) -> Self {
+        let b = Arc::new(backend);
+        BuiltBackend {
+            source: b.clone(),
+            preparer: b,
+        }
+    }
+}
+
+/// A problem with a backend's section, at `field` within it (dotted, with `[i]` for list
+/// items; empty for the section as a whole).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
+pub struct SectionError {
+    /// The field within the section, e.g. `characterDevices[0].path`.
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl SectionError {
+    /// An error at `field` (empty: the whole section).
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        SectionError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// One kind of backend a daemon can run.
+pub trait BackendFactory: Send + Sync + 'static {
+    /// Its key under `backends:` in the configuration file (e.g. `nvidia`); a backend runs
+    /// when its section is present.
+    fn kind(&self) -> &str;
+
+    /// Reads and validates its section without touching the host; the error names the field.
+    fn check(&self, section: &serde_json::Value) -> Result<(), SectionError>;
+
+    /// Builds the backend from its section (which `check` accepted).
+    fn build(
+        &self,
+        section: &serde_json::Value,
+        context: &BuildContext,
+    ) -> Result<BuiltBackend, SectionError>;
+
+    /// Whether the backend publishes a pool of its own named `<node>-<kind>`, whose name the
+    /// daemon checks at configuration time (default: yes).
+    fn own_pool(&self) -> bool {
+        true
+    }
+}
+
+/// A configuration section a [`typed`] factory reads: deserialized with serde (unknown fields
+/// should be refused, `#[serde(deny_unknown_fields)]`), then checked by `validate`.
+pub trait Section: DeserializeOwned + Send + Sync + 'static {
+    /// Checks what serde cannot (ranges, references between fields); the error names the
+    /// field. The default accepts everything.
+    fn validate(&self) -> Result<(), SectionError> {
+        Ok(())
+    }
+}
+
+/// A factory for `kind` from its section type `C` and a constructor.
+pub fn typed<C, B, F>(kind: &'static str, build: F) -> Typed<C, F>
+where
+    C: Section,
+    B: DeviceSource + Preparer,
+    F: Fn(C, &BuildContext) -> Result<B, SectionError> + Send + Sync + 'static,
+{
+    Typed {
+        kind,
+        build,
+        own_pool: true,
+        _section: PhantomData,
+    }
+}
+
+/// The factory [`typed`] makes.
+pub struct Typed<C, F> {
+    kind: &'static str,
+    build: F,
+    own_pool: bool,
+    _section: PhantomData<fn() -> C>,
+}
+
+impl<C, F> Typed<C, F> {
+    /// Says the backend names its pools itself (from its configuration) instead of
+    /// `<node>-<kind>`.
+    pub fn names_its_pools(mut self) -> Self {
+        self.own_pool = false;
+        self
+    }
+}
+
+impl<C, F> fmt::Debug for Typed<C, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Typed").field("kind", &self.kind).finish()
+    }
+}
+
+fn parse<C: Section>(section: &serde_json::Value) -> Result<C, SectionError> {
+    let config: C = serde_json::from_value(section.clone())
+        .map_err(|e| SectionError::new("", e.to_string()))?;
+    config.validate()?;
+    Ok(config)
+}
+
+impl<C, B, F> BackendFactory for Typed<C, F>
+where
+    C: Section,
+    B: DeviceSource + Preparer,
+    F: Fn(C, &BuildContext) -> Result<B, SectionError> + Send + Sync + 'static,
+{
+    fn kind(&self) -> &str {
+        self.kind
+    }
+
+    fn check(&self, section: &serde_json::Value) -> Result<(), SectionError> {
+        parse::<C>(section).map(|_| ())
+    }
+
+    fn build(
+        &self,
+        section: &serde_json::Value,
+        context: &BuildContext,
+    ) -> Result<BuiltBackend, SectionError> {
+        let config = parse::<C>(section)?;
+        (self.build)(config, context).map(BuiltBackend::new)
+    }
+
+    fn own_pool(&self) -> bool {
+        self.own_pool
+    }
+}
+
+impl Section for crate::static_backend::StaticConfig {
+    fn validate(&self) -> Result<(), SectionError> {
+        for (i, d) in self.devices.iter().enumerate() {
+            if let Some(j) = self.devices[..i].iter().position(|o| o.name == d.name) {
+                return Err(SectionError::new(
+                    format!("devices[{i}].name"),
+                    format!(
+                        "{:?} is also the name of devices[{j}]; device names must be unique",
+                        d.name.as_str()
+                    ),
+                ));
+            }
+        }
+        crate::static_backend::StaticBackend::new(self.clone())
+            .map(|_| ())
+            .map_err(|e| SectionError::new("", e.to_string()))
+    }
+}
+
+/// The factory of the `static` backend (devices listed in the configuration, see
+/// [`crate::static_backend`]); it names its pool itself.
+pub fn static_factory() -> impl BackendFactory {
+    typed(
+        "static",
+        |config: crate::static_backend::StaticConfig, _ctx: &BuildContext| {
+            crate::static_backend::StaticBackend::new(config)
+                .map_err(|e| SectionError::new("", e.to_string()))
+        },
+    )
+    .names_its_pools()
+}

@@ -1,0 +1,36 @@
+//! The backend's factory: its section under `backends.host` and how it is built.
+
+use kubedev_core::factory::{BackendFactory, BuildContext, BuildMode, Section, SectionError, typed};
+
+use crate::{HostBackend, HostConfig, HostError};
+
+fn section_error(e: HostError) -> SectionError {
+    match e {
+        HostError::Config { field, value, reason } => {
+            SectionError::new(field.to_string(), format!("{value:?}: {reason}"))
+        }
+        other => SectionError::new("", other.to_string()),
+    }
+}
+
+impl Section for HostConfig {
+    fn validate(&self) -> Result<(), SectionError> {
+        HostConfig::validate(self).map_err(section_error)
+    }
+}
+
+/// The factory of the `host` backend, to register with the daemon.
+pub fn factory() -> impl BackendFactory {
+    typed(
+        "host",
+        |config: HostConfig, ctx: &BuildContext| -> Result<HostBackend, SectionError> {
+            let backend = HostBackend::new(config, &ctx.backend).map_err(section_error)?;
+            if ctx.mode == BuildMode::Serve {
+                for error in backend.pre_open() {
+                    tracing::warn!(%error, "pre-opening a device node failed; continuing");
+                }
+            }
+            Ok(backend)
+        },
+    )
+}

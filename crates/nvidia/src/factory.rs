@@ -1,0 +1,30 @@
+//! The backend's factory: its section under `backends.nvidia` and how it is built.
+
+use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
+
+use crate::{NvidiaBackend, NvidiaConfig, NvidiaError};
+
+fn section_error(e: NvidiaError) -> SectionError {
+    match e {
+        NvidiaError::Config { field, value, reason } => {
+            SectionError::new(field.to_string(), format!("{value:?}: {reason}"))
+        }
+        other => SectionError::new("", other.to_string()),
+    }
+}
+
+impl Section for NvidiaConfig {
+    fn validate(&self) -> Result<(), SectionError> {
+        NvidiaConfig::validate(self).map_err(section_error)
+    }
+}
+
+/// The factory of the `nvidia` backend, to register with the daemon.
+pub fn factory() -> impl BackendFactory {
+    typed(
+        "nvidia",
+        |config: NvidiaConfig, ctx: &BuildContext| -> Result<NvidiaBackend, SectionError> {
+            NvidiaBackend::new(config, &ctx.backend).map_err(section_error)
+        },
+    )
+}

@@ -1,0 +1,30 @@
+//! The backend's factory: its section under `backends.usb` and how it is built.
+
+use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
+
+use crate::{UsbBackend, UsbConfig, UsbError};
+
+fn section_error(e: UsbError) -> SectionError {
+    match e {
+        UsbError::Config { field, value, reason } => {
+            SectionError::new(field.to_string(), format!("{value:?}: {reason}"))
+        }
+        other => SectionError::new("", other.to_string()),
+    }
+}
+
+impl Section for UsbConfig {
+    fn validate(&self) -> Result<(), SectionError> {
+        UsbConfig::validate(self).map_err(section_error)
+    }
+}
+
+/// The factory of the `usb` backend, to register with the daemon.
+pub fn factory() -> impl BackendFactory {
+    typed(
+        "usb",
+        |config: UsbConfig, ctx: &BuildContext| -> Result<UsbBackend, SectionError> {
+            UsbBackend::new(config, &ctx.backend).map_err(section_error)
+        },
+    )
+}

@@ -1,0 +1,50 @@
+//! The backend's factory: its section under `backends.vfio` and how it is built.
+
+use kubedev_core::factory::{BackendFactory, BuildContext, BuildMode, Section, SectionError, typed};
+
+use crate::{VfioBackend, VfioConfig, VfioError};
+
+fn section_error(e: VfioError) -> SectionError {
+    match e {
+        VfioError::Config { field, value, reason } => {
+            SectionError::new(field.to_string(), format!("{value:?}: {reason}"))
+        }
+        other => SectionError::new("", other.to_string()),
+    }
+}
+
+impl Section for VfioConfig {
+    fn validate(&self) -> Result<(), SectionError> {
+        VfioConfig::validate(self).map_err(section_error)
+    }
+}
+
+/// The factory of the `vfio` backend, to register with the daemon.
+pub fn factory() -> impl BackendFactory {
+    typed(
+        "vfio",
+        |config: VfioConfig, ctx: &BuildContext| -> Result<VfioBackend, SectionError> {
+            let desired = config.desired_mdev_types.clone();
+            let backend = VfioBackend::new(config, &ctx.backend).map_err(section_error)?;
+            if ctx.mode == BuildMode::Serve && !desired.is_empty() {
+                // Before discovery, so the mediated devices it creates are offered at once.
+                match backend.type_manager().apply() {
+                    Ok(report) => {
+                        tracing::info!(
+                            created = report.created.len(),
+                            removed = report.removed.len(),
+                            "mediated device types applied"
+                        );
+                        for e in &report.errors {
+                            tracing::error!(error = %e, "mediated device type change failed");
+                        }
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "applying backends.vfio.desiredMdevTypes failed")
+                    }
+                }
+            }
+            Ok(backend)
+        },
+    )
+}
