@@ -6,6 +6,7 @@ pub mod cdi_generate;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+mod daemon;
 pub mod discover;
 pub mod dra_driver;
 pub mod failpoint;
@@ -17,3 +18,5 @@ pub mod runtime;
 pub mod selector;
 mod table;
 pub mod who_uses;
+
+pub use daemon::Daemon;

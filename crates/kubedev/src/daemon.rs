@@ -1,0 +1,95 @@
+//! The daemon as a library: a vendor's driver registers its backends and gets what the built-in
+//! ones get — both kubelet APIs with device ownership, ResourceSlices and DeviceClasses,
+//! checkpoint and CDI, live configuration, metrics and probes, and the command line.
+//!
+//! ```no_run
+//! use kubedev::Daemon;
+//!
+//! fn main() -> std::process::ExitCode {
+//!     // The built-in backends and one of the vendor's own (here: the static one again).
+//!     Daemon::builder()
+//!         .builtin_backends()
+//!         .backend(kubedev_core::factory::static_factory())
+//!         .main()
+//! }
+//! ```
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use kubedev_core::factory::BackendFactory;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::registry::Registry;
+
+/// A kubedev daemon with its backend kinds; made by [`Daemon::builder`].
+#[derive(Debug, Clone, Default)]
+pub struct Daemon {
+    registry: Registry,
+}
+
+impl Daemon {
+    /// A daemon that knows no backend yet.
+    pub fn builder() -> Daemon {
+        Daemon::default()
+    }
+
+    /// Adds the backends of this build of kubedev ([`Registry::builtin`]).
+    pub fn builtin_backends(mut self) -> Self {
+        for f in Registry::builtin().factories() {
+            self.registry = self.registry.backend(SharedFactory(f.clone()));
+        }
+        self
+    }
+
+    /// Adds a backend kind (replacing one registered under the same key).
+    pub fn backend(mut self, factory: impl BackendFactory) -> Self {
+        self.registry = self.registry.backend(factory);
+        self
+    }
+
+    /// The backend kinds registered so far.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Runs the command line (`run`, `check-config`, `discover`, `cdi generate`, `who-uses`,
+    /// `simulate`, `policy check`) with these backends: the whole of a driver's `main`.
+    pub fn main(self) -> ExitCode {
+        crate::cli::main(self.registry)
+    }
+
+    /// Serves the configuration file at `config_path` until `shutdown` is cancelled: what
+    /// `run --config` does, inside a Tokio runtime the caller owns. DRA mode connects to the API
+    /// server the file names.
+    pub async fn run(self, config_path: &Path, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let config = Config::load_with(config_path, self.registry)?;
+        crate::cli::serve(config, config_path, shutdown).await
+    }
+}
+
+/// A factory already registered elsewhere, registered again.
+struct SharedFactory(std::sync::Arc<dyn BackendFactory>);
+
+impl BackendFactory for SharedFactory {
+    fn kind(&self) -> &str {
+        self.0.kind()
+    }
+
+    fn check(&self, section: &serde_json::Value) -> Result<(), kubedev_core::factory::SectionError> {
+        self.0.check(section)
+    }
+
+    fn build(
+        &self,
+        section: &serde_json::Value,
+        context: &kubedev_core::factory::BuildContext,
+    ) -> Result<kubedev_core::factory::BuiltBackend, kubedev_core::factory::SectionError> {
+        self.0.build(section, context)
+    }
+
+    fn own_pool(&self) -> bool {
+        self.0.own_pool()
+    }
+}
