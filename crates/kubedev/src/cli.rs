@@ -358,7 +358,7 @@ fn real_main(cli: Cli, registry: Registry) -> anyhow::Result<ExitCode> {
             output,
             output_file.as_deref(),
         )
-            .map(|()| ExitCode::SUCCESS),
+        .map(|()| ExitCode::SUCCESS),
         Command::WhoUses {
             socket,
             config,

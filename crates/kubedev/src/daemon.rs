@@ -77,7 +77,10 @@ impl BackendFactory for SharedFactory {
         self.0.kind()
     }
 
-    fn check(&self, section: &serde_json::Value) -> Result<(), kubedev_core::factory::SectionError> {
+    fn check(
+        &self,
+        section: &serde_json::Value,
+    ) -> Result<(), kubedev_core::factory::SectionError> {
         self.0.check(section)
     }
 

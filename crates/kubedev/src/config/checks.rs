@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-
 use super::{Config, ConfigError, DevicePluginSection};
 
 fn invalid(path: &Path, field: impl Into<String>, message: impl Into<String>) -> ConfigError {

@@ -1,0 +1,299 @@
+//! Device-plugin serving: the resources' servers, `Allocate` through the owning backends,
+//! CDI mode, and starting and stopping resources on reload.
+
+use super::*;
+
+/// Answers the kubelet's `Allocate` for one resource through the owning backends' preparers, and
+/// `GetPreferredAllocation` through the resource's selection policy, if it has one.
+pub(super) struct ResourceHandler {
+    pub(super) resource: Arc<ResourceDevices>,
+    pub(super) backends: Backends,
+    pub(super) policy: Option<PolicySource>,
+    pub(super) inventory: Arc<std::sync::RwLock<Inventory>>,
+    pub(super) cdi: Option<DevicePluginCdi>,
+    pub(super) metrics: Arc<Metrics>,
+}
+
+/// CDI mode of one device-plugin resource: every device ever allocated gets a CDI device in one
+/// spec file for the resource (kind `k8s.<resource domain>/claim`, devices `dp-<name>-<device>`),
+/// so `Allocate` can answer with CDI names. The kubelet never releases device-plugin devices
+/// explicitly, so the spec only grows while the daemon runs; a device's edits do not change.
+pub(super) struct DevicePluginCdi {
+    pub(super) writer: CdiWriter,
+    pub(super) key: String,
+    pub(super) devices:
+        std::sync::Mutex<std::collections::BTreeMap<DeviceRef, kubedev_core::PreparedDevice>>,
+}
+
+impl DevicePluginCdi {
+    pub(super) fn new(
+        dir: &Path,
+        resource: &kubedev_core::ExtendedResourceName,
+    ) -> anyhow::Result<Self> {
+        let (domain, name) = resource
+            .as_str()
+            .split_once('/')
+            .context("extended resource names have a domain")?;
+        let driver = kubedev_core::DriverName::new(domain).with_context(|| {
+            format!("CDI mode for {resource}: the domain must be a driver name")
+        })?;
+        let key = format!("dp-{}", name.replace(['.', '_'], "-").to_ascii_lowercase());
+        Ok(DevicePluginCdi {
+            writer: CdiWriter::new(dir, &driver),
+            key,
+            devices: Default::default(),
+        })
+    }
+
+    /// Adds `prepared` to the resource's spec and returns their CDI names.
+    pub(super) fn write(
+        &self,
+        prepared: &[kubedev_core::PreparedDevice],
+    ) -> Result<Vec<String>, PrepareError> {
+        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
+        for p in prepared {
+            devices.insert(p.device.device.clone(), p.clone());
+        }
+        let all: Vec<_> = devices.values().cloned().collect();
+        let written = self
+            .writer
+            .write_claim(&self.key, &all)
+            .map_err(|e| PrepareError::Other(format!("writing the CDI spec: {e}")))?;
+        let mut names = Vec::new();
+        for p in prepared {
+            let i = all
+                .iter()
+                .position(|a| a.device.device == p.device.device)
+                .unwrap_or_default();
+            if let Some(Some(id)) = written.device_ids.get(i) {
+                names.push(id.clone());
+            }
+        }
+        Ok(names)
+    }
+}
+
+#[async_trait]
+impl DevicePluginHandler for ResourceHandler {
+    async fn allocate(&self, devices: &[PluginDevice]) -> Result<Allocation, PrepareError> {
+        let mut allocated = Vec::with_capacity(devices.len());
+        for d in devices {
+            let r = self
+                .resource
+                .device_ref(&d.id)
+                .ok_or_else(|| PrepareError::UnknownDevice {
+                    device: d.id.clone(),
+                })?;
+            // Replicas of one time-sliced device are one device to prepare.
+            if allocated.iter().any(|a: &AllocatedDevice| a.device == r) {
+                continue;
+            }
+            allocated.push(AllocatedDevice {
+                admin_access: false,
+                device: r,
+                request: String::new(),
+                share_id: None,
+                config: Vec::new(),
+            });
+        }
+        let consumer = Consumer::Container {
+            resource: self.resource.name().to_string(),
+        };
+        let span = tracing::info_span!("allocate", resource = %self.resource.name());
+        let prepared =
+            tracing::Instrument::instrument(self.backends.prepare(&consumer, &allocated), span)
+                .await?;
+        if let Some(cdi) = &self.cdi {
+            let cdi_devices = cdi.write(&prepared)?;
+            return Ok(Allocation {
+                edits: ContainerEdits::default(),
+                cdi_devices,
+            });
+        }
+        let mut edits = ContainerEdits::default();
+        for p in prepared {
+            edits.merge(&p.edits);
+        }
+        Ok(Allocation {
+            edits,
+            cdi_devices: Vec::new(),
+        })
+    }
+
+    async fn pre_start(&self, devices: &[PluginDevice]) -> Result<(), PrepareError> {
+        let refs = devices
+            .iter()
+            .map(|d| {
+                self.resource
+                    .device_ref(&d.id)
+                    .ok_or_else(|| PrepareError::UnknownDevice {
+                        device: d.id.clone(),
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.backends.pre_start(&refs).await
+    }
+
+    fn needs_pre_start(&self) -> bool {
+        self.backends.needs_pre_start()
+    }
+
+    fn preferred_allocation(&self, request: &PreferenceRequest<'_>) -> Option<Vec<String>> {
+        let inventory = self.inventory.read().unwrap_or_else(|e| e.into_inner());
+        self.policy
+            .as_ref()?
+            .choose(&self.resource, &inventory, request, &self.metrics)
+    }
+}
+
+/// One running device-plugin resource.
+pub(super) struct DpServer {
+    pub(super) name: kubedev_core::ExtendedResourceName,
+    /// Its configuration as written, to tell what a reload changes.
+    pub(super) config: crate::config::ResourceConfig,
+    pub(super) filter: crate::selector::ResourceFilter,
+    pub(super) handle: DevicePluginHandle,
+}
+
+/// The device-plugin side: the publisher feeding every resource, and the running servers.
+#[derive(Default)]
+pub(super) struct DevicePlugins {
+    pub(super) publisher: DevicePluginPublisher,
+    pub(super) servers: BTreeMap<String, DpServer>,
+    pub(super) policies: PolicyState,
+}
+
+/// What the runtime shares with every part it starts.
+pub(super) struct Shared<'a> {
+    pub(super) backends: &'a Backends,
+    pub(super) inventory: &'a Arc<std::sync::RwLock<Inventory>>,
+    pub(super) obs: &'a Observe,
+    pub(super) cancel: &'a CancellationToken,
+}
+
+impl DevicePlugins {
+    /// The filters of the running resources: what DRA must not publish.
+    pub(super) fn ownership(&self) -> Ownership {
+        Ownership {
+            device_plugin: self.servers.values().map(|s| s.filter.clone()).collect(),
+        }
+    }
+
+    /// Adds `specs` to the publisher, publishes `inventory` to every resource (so each server's
+    /// first snapshot is complete, and a selector that makes device IDs clash is refused), then
+    /// starts their servers. On an error the new resources are taken out again.
+    pub(super) async fn start(
+        &mut self,
+        specs: Vec<(
+            crate::config::ResourceSpec,
+            crate::config::ResourceConfig,
+            Option<PolicySource>,
+        )>,
+        dp: &crate::config::DevicePluginSection,
+        inventory: &Inventory,
+        sh: &Shared<'_>,
+    ) -> anyhow::Result<()> {
+        let mut added = Vec::new();
+        for (r, raw, policy) in specs {
+            let devices = self.publisher.add_shared_resource(
+                r.name.clone(),
+                Box::new(r.filter.clone()),
+                r.replicas,
+            );
+            added.push((r, raw, policy, devices));
+        }
+        let names: Vec<_> = added.iter().map(|(r, ..)| r.name.clone()).collect();
+        // The kubelet creates its device-plugin directory at start; one that does not exist yet
+        // (the kubelet starts later, or a workstation run) is created here, as the kubelet would.
+        if !added.is_empty() && !dp.directory.is_dir() {
+            if let Err(e) = kubedev_core::safefs::create_private_dir_all(&dp.directory) {
+                self.forget_unstarted(&names);
+                return Err(e).with_context(|| {
+                    format!(
+                        "creating the device-plugin directory {}",
+                        dp.directory.display()
+                    )
+                });
+            }
+            tracing::info!(directory = %dp.directory.display(), "created the device-plugin directory");
+        }
+        if let Err(e) = self.publisher.publish(inventory).await {
+            self.forget_unstarted(&names);
+            return Err(e).context("publishing the inventory to the device-plugin resources");
+        }
+        for (r, raw, policy, devices) in added {
+            let started = (|| -> anyhow::Result<DevicePluginHandle> {
+                let mut cfg =
+                    DevicePluginConfig::new(devices.name().clone()).plugin_dir(&dp.directory);
+                if let Some(k) = &dp.kubelet_socket {
+                    cfg = cfg.kubelet_socket(k);
+                }
+                let handler = Arc::new(ResourceHandler {
+                    resource: devices.clone(),
+                    backends: sh.backends.clone(),
+                    policy,
+                    inventory: sh.inventory.clone(),
+                    cdi: if dp.cdi {
+                        Some(DevicePluginCdi::new(&dp.cdi_dir, devices.name())?)
+                    } else {
+                        None
+                    },
+                    metrics: sh.obs.metrics.clone(),
+                });
+                DevicePlugin::start(cfg, handler, devices.subscribe(), sh.cancel.child_token())
+                    .with_context(|| {
+                        format!("starting the device-plugin server for {}", devices.name())
+                    })
+            })();
+            let handle = match started {
+                Ok(h) => h,
+                Err(e) => {
+                    self.forget_unstarted(&names);
+                    return Err(e);
+                }
+            };
+            tracing::info!(resource = %r.name, socket = %handle.socket_path().display(), "device-plugin server started");
+            sh.obs.probes.add_socket(handle.socket_path().to_path_buf());
+            sh.obs
+                .probes
+                .add_device_plugin(r.name.to_string(), handle.watch_status());
+            count_registrations(
+                &sh.obs.metrics,
+                "device-plugin",
+                r.name.to_string(),
+                handle.watch_status(),
+                |s| s.registrations,
+            );
+            self.servers.insert(
+                r.name.to_string(),
+                DpServer {
+                    name: r.name.clone(),
+                    config: raw,
+                    filter: r.filter,
+                    handle,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Takes the resources of `names` that have no running server out of the publisher.
+    pub(super) fn forget_unstarted(&mut self, names: &[kubedev_core::ExtendedResourceName]) {
+        for n in names {
+            if !self.servers.contains_key(n.as_str()) {
+                self.publisher.remove_resource(n);
+            }
+        }
+    }
+
+    /// Stops the server of `name` and takes its resource out of the publisher.
+    pub(super) async fn stop(&mut self, name: &str, obs: &Observe) {
+        if let Some(s) = self.servers.remove(name) {
+            obs.probes.remove_socket(s.handle.socket_path());
+            obs.probes.remove_device_plugin(name);
+            self.publisher.remove_resource(&s.name);
+            s.handle.stop().await;
+            tracing::info!(resource = %name, "device-plugin server stopped");
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Publishing an inventory to both APIs: which API owns each device, the health clock of the
+//! DRA health stream, and the held-device metrics.
+
+use super::*;
+
+/// Health of every device with the time it last changed, for the DRA health stream.
+#[derive(Debug, Default)]
+pub(super) struct HealthClock(HashMap<DeviceRef, (Health, i64)>);
+
+impl HealthClock {
+    pub(super) fn reports(&mut self, inventory: &Inventory) -> Vec<DeviceHealthReport> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        let mut seen = HashMap::new();
+        let mut out = Vec::new();
+        for (pool, dev) in inventory.devices() {
+            let r = DeviceRef {
+                pool: pool.name.clone(),
+                device: dev.name.clone(),
+            };
+            let since = match self.0.get(&r) {
+                Some((h, t)) if *h == dev.health => *t,
+                _ => now,
+            };
+            out.push(DeviceHealthReport {
+                pool: pool.name.to_string(),
+                device: dev.name.to_string(),
+                health: dev.health.clone(),
+                last_updated: since,
+            });
+            seen.insert(r, (dev.health.clone(), since));
+        }
+        self.0 = seen;
+        out
+    }
+}
+
+/// Who serves which device: device-plugin resources take the devices their selectors match, DRA
+/// publishes only the rest, so the scheduler never hands one device to a device-plugin pod and a
+/// DRA claim.
+#[derive(Debug, Default)]
+pub(super) struct Ownership {
+    pub(super) device_plugin: Vec<crate::selector::ResourceFilter>,
+}
+
+impl Ownership {
+    /// The inventory DRA publishes: every device no device-plugin resource takes.
+    pub(super) fn dra_view(&self, inventory: &Inventory) -> Inventory {
+        if self.device_plugin.is_empty() {
+            return inventory.clone();
+        }
+        let mut view = inventory.clone();
+        for pool in &mut view.pools {
+            let snapshot = pool.clone();
+            pool.devices.retain(|d| {
+                !self
+                    .device_plugin
+                    .iter()
+                    .any(|f| f.matches(&snapshot, d).unwrap_or(false))
+            });
+        }
+        view
+    }
+}
+
+/// Publishes the full inventory to the device-plugin publisher, and the DRA view to the slices
+/// and the DRA health stream; counts devices by API, resource, pool and health.
+pub(super) async fn publish_all(
+    dp: Option<&DevicePluginPublisher>,
+    dra: Option<&Dra>,
+    ownership: &Ownership,
+    clock: &mut HealthClock,
+    inventory: &Inventory,
+    obs: &Observe,
+) {
+    obs.metrics.devices.clear();
+    if let Some(p) = dp {
+        if let Err(e) = p.publish(inventory).await {
+            tracing::error!(error = %e, "device-plugin publishing failed");
+        }
+        for r in p.resources() {
+            let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
+            for d in r.subscribe().borrow().iter() {
+                let pool = r
+                    .device_ref(&d.id)
+                    .map(|x| x.pool.to_string())
+                    .unwrap_or_default();
+                *counts
+                    .entry((pool, d.health.state.to_string()))
+                    .or_default() += 1;
+            }
+            for ((pool, health), n) in counts {
+                obs.metrics
+                    .devices
+                    .get_or_create(&crate::metrics::DeviceLabels {
+                        api: "device-plugin".into(),
+                        resource: r.name().to_string(),
+                        pool,
+                        health,
+                    })
+                    .set(n);
+            }
+        }
+    }
+    let Some(dra) = dra else {
+        return;
+    };
+    let view = ownership.dra_view(inventory);
+    for pool in &view.pools {
+        let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
+        for d in &pool.devices {
+            *counts.entry(d.health.state.to_string()).or_default() += 1;
+        }
+        for (health, n) in counts {
+            obs.metrics
+                .devices
+                .get_or_create(&crate::metrics::DeviceLabels {
+                    api: "dra".into(),
+                    resource: dra.driver.clone(),
+                    pool: pool.name.to_string(),
+                    health,
+                })
+                .set(n);
+        }
+    }
+    let published = dra.slices.publish(&view).await;
+    obs.metrics
+        .slice_publishes
+        .get_or_create(&crate::metrics::ResultLabels {
+            result: if published.is_ok() { "ok" } else { "error" }.into(),
+        })
+        .inc();
+    obs.probes.set_published(published.is_ok());
+    if let Err(e) = published {
+        tracing::error!(error = %e, "ResourceSlice publishing failed");
+    }
+    dra.health.send_replace(clock.reports(&view));
+}
+
+/// Counts the kubelet's accepted registrations of one server into the registrations metric.
+pub(super) fn count_registrations<S: Send + Sync + 'static>(
+    metrics: &Arc<Metrics>,
+    api: &'static str,
+    resource: String,
+    mut status: watch::Receiver<S>,
+    registrations: fn(&S) -> u64,
+) {
+    let metrics = metrics.clone();
+    tokio::spawn(async move {
+        let labels = crate::metrics::RegistrationLabels {
+            api: api.into(),
+            resource,
+        };
+        let mut seen = 0u64;
+        loop {
+            let now = registrations(&status.borrow_and_update());
+            if now > seen {
+                metrics
+                    .registrations
+                    .get_or_create(&labels)
+                    .inc_by(now - seen);
+                seen = now;
+            }
+            if status.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Keeps the held-devices metric current from the kubelet's pod resources API, so device metrics
+/// carry pod, namespace and container labels. A missing socket is skipped quietly (the kubelet
+/// may not serve it, or may be restarting); other failures are logged once per change.
+pub(super) async fn watch_holders(
+    config: Config,
+    metrics: Arc<Metrics>,
+    cancel: CancellationToken,
+) {
+    use kubedev_kubelet_grpc::pod_resources::{Holding, PodResourcesClient, device_uses};
+    let socket = config.metrics.pod_resources_socket.clone();
+    let every = Duration::from_secs(config.metrics.pod_resources_interval_seconds.max(1));
+    let mut last_error: Option<String> = None;
+    loop {
+        if socket.exists() {
+            let listed = async {
+                let mut c = PodResourcesClient::connect(&socket, Duration::from_secs(5)).await?;
+                c.list().await
+            }
+            .await;
+            match listed {
+                Ok(pods) => {
+                    last_error = None;
+                    let rows = crate::who_uses::filter(device_uses(&pods), Some(&config), &[]);
+                    metrics.held_devices.clear();
+                    for r in rows {
+                        let (api, resource, device) = match r.holding {
+                            Holding::DevicePlugin { resource, device } => {
+                                ("device-plugin", resource, device)
+                            }
+                            Holding::Dra {
+                                driver,
+                                pool,
+                                device,
+                                ..
+                            } => ("dra", driver, format!("{pool}/{device}")),
+                        };
+                        metrics
+                            .held_devices
+                            .get_or_create(&crate::metrics::HolderLabels {
+                                api: api.into(),
+                                resource,
+                                device,
+                                namespace: r.namespace,
+                                pod: r.pod,
+                                container: r.container,
+                            })
+                            .set(1);
+                    }
+                }
+                Err(e) => {
+                    let e = e.to_string();
+                    if last_error.as_deref() != Some(e.as_str()) {
+                        tracing::warn!(error = %e, "reading the kubelet's pod resources failed");
+                        last_error = Some(e);
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
