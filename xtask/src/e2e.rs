@@ -681,6 +681,11 @@ impl DraCrash<'_> {
             .collect::<anyhow::Result<_>>()?;
         let before = self.kubelet.registrations();
         drop(daemon);
+        ensure!(
+            prepared.is_empty() || self.checkpoint.exists(),
+            "claims are prepared but there is no checkpoint at {}",
+            self.checkpoint.display()
+        );
         let elsewhere = self.cdi.parent().unwrap_or(&self.cdi).join("not-a-spec");
         std::fs::write(&elsewhere, "a file a planted link points at")?;
         if let Some(d) = checkpoint_damage
@@ -920,9 +925,9 @@ async fn dra_scenario(
         bin,
         config: &config,
         api: &api,
-        checkpoint: root
-            .join("plugins")
-            .join(kubedev_core::checkpoint::CHECKPOINT_FILE),
+        // `kubedev::checkpoint::CHECKPOINT_FILE` (xtask does not link the daemon's library); a
+        // damage round with prepared claims and no file there fails.
+        checkpoint: root.join("plugins").join("kubedev-checkpoint.json"),
         cdi: cdi_dir.clone(),
         kubelet: kubelet.clone(),
         claims: Arc::new(claims),

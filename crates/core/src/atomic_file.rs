@@ -1,4 +1,4 @@
-//! Crash-safe file replacement, shared by the checkpoint and the CDI writer.
+//! Crash-safe file replacement, for the daemon's checkpoint and CDI specs and for backends' records.
 //!
 //! A file is replaced by writing a temporary file in the same directory, fsyncing it, renaming
 //! it over the target and fsyncing the directory. A reader therefore sees the old content or the
@@ -21,13 +21,13 @@ const TEMP_NAME_ATTEMPTS: u32 = 16;
 
 /// A step of [`replace`] that failed, with the path it failed on.
 #[derive(Debug)]
-pub(crate) struct WriteFailure {
+pub struct WriteFailure {
     /// What was being done, e.g. "creating temporary file".
-    pub(crate) step: &'static str,
+    pub step: &'static str,
     /// The file or directory the step failed on.
-    pub(crate) path: PathBuf,
+    pub path: PathBuf,
     /// The I/O error.
-    pub(crate) source: io::Error,
+    pub source: io::Error,
 }
 
 impl WriteFailure {
@@ -42,7 +42,7 @@ impl WriteFailure {
 
 /// The prefix shared by every temporary file made for a target named `file_name`
 /// (or, for a family of targets, for every name starting with `file_name`).
-pub(crate) fn temp_prefix(file_name: &str) -> String {
+pub fn temp_prefix(file_name: &str) -> String {
     format!(".{file_name}")
 }
 
@@ -52,7 +52,7 @@ pub(crate) fn temp_prefix(file_name: &str) -> String {
 /// temporary file is removed and the old content of `path` is untouched (a failure while
 /// fsyncing the directory is reported after the rename, when the new content is already in
 /// place but may not be durable yet).
-pub(crate) fn replace(
+pub fn replace(
     path: &Path,
     mode: u32,
     write: impl FnOnce(&mut File) -> io::Result<()>,
@@ -135,13 +135,13 @@ fn create_temp(dir: &Path, name: &str) -> Result<(PathBuf, File), WriteFailure> 
 }
 
 /// Fsyncs a directory, making renames and removals in it durable.
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 /// True when `file_name` is a temporary file made by [`replace`] for a target whose name starts
 /// with `target_prefix`.
-pub(crate) fn is_temp_name(file_name: &str, target_prefix: &str) -> bool {
+pub fn is_temp_name(file_name: &str, target_prefix: &str) -> bool {
     file_name
         .strip_prefix(&temp_prefix(target_prefix))
         .is_some_and(|rest| rest.contains(TEMP_MARKER))
@@ -150,7 +150,7 @@ pub(crate) fn is_temp_name(file_name: &str, target_prefix: &str) -> bool {
 /// Removes temporary files left in `dir` by interrupted [`replace`] calls for targets whose names
 /// start with `target_prefix`, if they were last modified at least `older_than` ago. Returns the
 /// paths removed. A missing directory has nothing to remove.
-pub(crate) fn remove_stale_temps(
+pub fn remove_stale_temps(
     dir: &Path,
     target_prefix: &str,
     older_than: Duration,

@@ -166,10 +166,10 @@ impl ContainerEdits {
     /// gives `a,b`).
     pub fn merge(&mut self, other: &ContainerEdits) {
         for (k, v) in &other.env {
-            join_value(&mut self.env, k, v);
+            join_env_value(&mut self.env, k, v);
         }
         for (k, v) in &other.annotations {
-            join_value(&mut self.annotations, k, v);
+            join_env_value(&mut self.annotations, k, v);
         }
         for n in &other.device_nodes {
             if !self.device_nodes.iter().any(|m| m.path == n.path) {
@@ -193,7 +193,10 @@ impl ContainerEdits {
     }
 }
 
-pub(crate) fn join_value(map: &mut BTreeMap<String, String>, k: &str, v: &str) {
+/// Sets the environment variable `k` in `map` to `v`, or, when it is set already, appends each
+/// comma-separated part of `v` it does not contain yet (how several devices' `NVIDIA_VISIBLE_DEVICES`
+/// become one list).
+pub fn join_env_value(map: &mut BTreeMap<String, String>, k: &str, v: &str) {
     match map.get_mut(k) {
         None => {
             map.insert(k.to_owned(), v.to_owned());

@@ -17,10 +17,8 @@
 //! ```
 #![warn(missing_docs)]
 
-mod atomic_file;
+pub mod atomic_file;
 mod attribute;
-pub mod cdi;
-pub mod checkpoint;
 pub mod dirwatch;
 pub mod durable;
 mod edits;
@@ -38,7 +36,7 @@ pub mod static_backend;
 mod version;
 
 pub use attribute::{AttributeError, AttributeValue};
-pub use edits::{ContainerEdits, DeviceNode, DeviceNodeType, Hook, Mount};
+pub use edits::{ContainerEdits, DeviceNode, DeviceNodeType, Hook, Mount, join_env_value};
 pub use error::{ModelError, PrepareError, PublishError, SourceError};
 pub use hostfs::{BackendContext, HostFs, HostFsError};
 pub use model::{

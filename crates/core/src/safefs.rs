@@ -70,9 +70,9 @@ impl std::fmt::Display for FoundKind {
     }
 }
 
-/// Opening a file kubedev owns failed.
+/// Opening a file kubedev owns failed: something else is at the path, or the system refused.
+/// (Exhaustive: callers match both cases.)
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum SafeOpenError {
     /// Something other than a regular file is at the path.
     #[error("{} is {found}, not a regular file; kubedev does not open it (remove it if it is not needed)", path.display())]

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::cdi::CdiSpec;
 use anyhow::Context as _;
-use kubedev_core::cdi::CdiSpec;
 use kubedev_core::{ContainerEdits, DeviceRef};
 
 use crate::config::Config;
@@ -151,7 +151,7 @@ mod tests {
         ]);
         assert_eq!(n, ["gpu-0", "node-a-static-dev-0", "node-a-other-dev-0"]);
         for name in &n {
-            kubedev_core::cdi::validate_device_name(name).unwrap();
+            crate::cdi::validate_device_name(name).unwrap();
         }
     }
 }

@@ -572,7 +572,7 @@ fn cdi_generate(
     };
     match file {
         Some(f) => {
-            kubedev_core::cdi::write_spec_file(f, text.as_bytes())
+            crate::cdi::write_spec_file(f, text.as_bytes())
                 .with_context(|| format!("writing {}", f.display()))?;
             say(
                 Level::Info,

@@ -210,11 +210,11 @@ fn default_registry_dir() -> PathBuf {
 }
 
 fn default_cdi_dir() -> PathBuf {
-    PathBuf::from(kubedev_core::cdi::DEFAULT_CDI_DIR)
+    PathBuf::from(crate::cdi::DEFAULT_CDI_DIR)
 }
 
 fn default_boot_id() -> PathBuf {
-    PathBuf::from(kubedev_core::checkpoint::DEFAULT_BOOT_ID_PATH)
+    PathBuf::from(crate::checkpoint::DEFAULT_BOOT_ID_PATH)
 }
 
 impl Default for DraSection {

@@ -11,10 +11,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use crate::cdi::CdiWriter;
+use crate::cdi::SpecCheck;
+use crate::checkpoint::{Change, CheckpointStore, ClaimState, LoadOutcome};
 use async_trait::async_trait;
-use kubedev_core::cdi::CdiWriter;
-use kubedev_core::cdi::SpecCheck;
-use kubedev_core::checkpoint::{Change, CheckpointStore, ClaimState, LoadOutcome};
 use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, Inventory, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{DraHandler, PreparedClaimDevice};
 use tokio::sync::{mpsc, oneshot};
@@ -524,7 +524,7 @@ impl DraDriver {
                 }
             };
         for (claim, devices) in listed {
-            if let Err(e) = kubedev_core::cdi::validate_claim_uid(&claim.uid) {
+            if let Err(e) = crate::cdi::validate_claim_uid(&claim.uid) {
                 rec.rebuild_failed.push((claim.uid.clone(), e.to_string()));
                 continue;
             }
@@ -705,7 +705,7 @@ impl DraHandler for DraDriver {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("prepare", claim = %claim);
         let result = async {
-            kubedev_core::cdi::validate_claim_uid(&claim.uid)
+            crate::cdi::validate_claim_uid(&claim.uid)
                 .map_err(|e| Failure::new("invalid_claim", e.to_string()))?;
             let lock = self.lock_for(&claim.uid);
             let _held = lock.lock().await;
@@ -720,7 +720,7 @@ impl DraHandler for DraDriver {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("unprepare", claim = %claim);
         let result = async {
-            kubedev_core::cdi::validate_claim_uid(&claim.uid)
+            crate::cdi::validate_claim_uid(&claim.uid)
                 .map_err(|e| Failure::new("invalid_claim", e.to_string()))?;
             let lock = self.lock_for(&claim.uid);
             let _held = lock.lock().await;

@@ -2,7 +2,9 @@
 #![warn(missing_docs)]
 
 pub mod backends;
+pub mod cdi;
 pub mod cdi_generate;
+pub mod checkpoint;
 pub mod cli;
 pub mod cluster;
 pub mod config;
@@ -17,6 +19,8 @@ pub mod registry;
 pub mod runtime;
 pub mod selector;
 mod table;
+#[cfg(test)]
+mod test_dir;
 pub mod who_uses;
 
 pub use daemon::Daemon;

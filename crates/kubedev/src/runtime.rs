@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cdi::CdiWriter;
+use crate::checkpoint::CheckpointStore;
 use anyhow::Context as _;
 use async_trait::async_trait;
-use kubedev_core::cdi::CdiWriter;
-use kubedev_core::checkpoint::CheckpointStore;
 use kubedev_core::{
     AllocatedDevice, Consumer, ContainerEdits, DeviceFilter, DeviceRef, Health, Inventory,
     PrepareError, Publisher, SourceEvent,

@@ -152,7 +152,7 @@ impl Env {
             .root
             .path()
             .join("state")
-            .join(kubedev_core::checkpoint::CHECKPOINT_FILE);
+            .join(kubedev::checkpoint::CHECKPOINT_FILE);
         let Ok(bytes) = std::fs::read(path) else {
             return vec![];
         };
@@ -463,7 +463,7 @@ async fn a_damaged_checkpoint_keeps_the_cdi_specs_of_claims_whose_pods_run() {
         .root
         .path()
         .join("state")
-        .join(kubedev_core::checkpoint::CHECKPOINT_FILE);
+        .join(kubedev::checkpoint::CHECKPOINT_FILE);
     std::fs::OpenOptions::new()
         .write(true)
         .open(&checkpoint)
@@ -614,7 +614,7 @@ async fn a_fifo_at_the_checkpoint_path_is_moved_aside_not_opened() {
     let env = Env::new().await;
     let state = env.root.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let checkpoint = state.join(kubedev_core::checkpoint::CHECKPOINT_FILE);
+    let checkpoint = state.join(kubedev::checkpoint::CHECKPOINT_FILE);
     rustix::fs::mknodat(
         rustix::fs::CWD,
         &checkpoint,
@@ -632,7 +632,7 @@ async fn a_fifo_at_the_checkpoint_path_is_moved_aside_not_opened() {
     );
     let aside = state.join(format!(
         "{}.corrupt-1",
-        kubedev_core::checkpoint::CHECKPOINT_FILE
+        kubedev::checkpoint::CHECKPOINT_FILE
     ));
     use std::os::unix::fs::FileTypeExt;
     assert!(
@@ -708,7 +708,7 @@ async fn a_rebuild_the_api_server_refused_at_start_finishes_later() {
         .root
         .path()
         .join("state")
-        .join(kubedev_core::checkpoint::CHECKPOINT_FILE);
+        .join(kubedev::checkpoint::CHECKPOINT_FILE);
     std::fs::write(&checkpoint, "not a checkpoint").unwrap();
     env.reserve("gone", None);
     env.api.fail_next(

@@ -30,7 +30,7 @@ pub(super) async fn start_dra(
             .await?
             .context("opening the checkpoint")?;
     match &outcome {
-        kubedev_core::checkpoint::LoadOutcome::Corrupt { .. } => {
+        crate::checkpoint::LoadOutcome::Corrupt { .. } => {
             tracing::error!(checkpoint = %store.path().display(), "{outcome}");
         }
         _ => tracing::info!(checkpoint = %store.path().display(), "{outcome}"),

@@ -26,8 +26,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic_file;
-use crate::{AllocatedDevice, ContainerEdits, DeviceNode, DriverName, Hook, Mount, PreparedDevice};
+use kubedev_core::atomic_file;
+use kubedev_core::{
+    AllocatedDevice, ContainerEdits, DeviceNode, DriverName, Hook, Mount, PreparedDevice,
+};
 
 /// The CDI directory container runtimes read by default for dynamic specs.
 pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
@@ -543,7 +545,7 @@ fn check_annotation_key(key: &str) -> Result<(), String> {
             if prefix.is_empty() {
                 return Err("prefix must not be empty".into());
             }
-            crate::check_dns_subdomain(prefix, 253).map_err(|e| format!("prefix {e}"))?;
+            kubedev_core::check_dns_subdomain(prefix, 253).map_err(|e| format!("prefix {e}"))?;
             *name
         }
         _ => return Err("must be [prefix/]name with at most one '/'".into()),
@@ -588,10 +590,12 @@ fn device_name(claim_uid: &str, device: &AllocatedDevice) -> Result<String, CdiE
 /// given: container runtimes read `.json` files as JSON and `.yaml` files as YAML.
 pub fn write_spec_file(path: &Path, content: &[u8]) -> Result<(), CdiError> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        crate::safefs::create_dir_all_mode(dir, SPEC_DIR_MODE).map_err(|source| CdiError::Io {
-            op: "creating directory",
-            path: dir.to_path_buf(),
-            source,
+        kubedev_core::safefs::create_dir_all_mode(dir, SPEC_DIR_MODE).map_err(|source| {
+            CdiError::Io {
+                op: "creating directory",
+                path: dir.to_path_buf(),
+                source,
+            }
         })?;
     }
     Ok(atomic_file::replace(path, SPEC_MODE, |f| {
@@ -695,7 +699,7 @@ impl CdiWriter {
         let mut setters: BTreeMap<&str, usize> = BTreeMap::new();
         for p in prepared {
             for (k, v) in &p.edits.env {
-                crate::edits::join_value(&mut joined, k, v);
+                kubedev_core::join_env_value(&mut joined, k, v);
                 *setters.entry(k.as_str()).or_default() += 1;
             }
         }
@@ -795,7 +799,7 @@ impl CdiWriter {
     /// place (never writing through it); a directory in the way is moved aside first, to a name
     /// container runtimes do not read.
     fn put(&self, path: &Path, bytes: &[u8]) -> Result<(), CdiError> {
-        crate::safefs::create_dir_all_mode(&self.dir, SPEC_DIR_MODE).map_err(|source| {
+        kubedev_core::safefs::create_dir_all_mode(&self.dir, SPEC_DIR_MODE).map_err(|source| {
             CdiError::Io {
                 op: "creating directory",
                 path: self.dir.clone(),
@@ -826,7 +830,7 @@ impl CdiWriter {
                 false => SpecCheck::Intact,
             });
         };
-        let found = match crate::safefs::read_regular(&path, bytes.len() as u64) {
+        let found = match kubedev_core::safefs::read_regular(&path, bytes.len() as u64) {
             Ok(Some(current)) if current == bytes => return Ok(SpecCheck::Intact),
             Ok(Some(current)) if current.len() > bytes.len() => {
                 "a longer file with other content".to_string()
@@ -840,8 +844,8 @@ impl CdiWriter {
             }
             Ok(Some(_)) => "a file with different content".to_string(),
             Ok(None) => "no file".to_string(),
-            Err(crate::safefs::SafeOpenError::NotAFile { found, .. }) => found.to_string(),
-            Err(crate::safefs::SafeOpenError::Io { source, .. }) => {
+            Err(kubedev_core::safefs::SafeOpenError::NotAFile { found, .. }) => found.to_string(),
+            Err(kubedev_core::safefs::SafeOpenError::Io { source, .. }) => {
                 format!("a file that cannot be read ({source})")
             }
         };
@@ -938,8 +942,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::atomic_file::test_support::TestDir;
-    use crate::{DeviceName, DeviceNodeType, DeviceRef, PoolName};
+    use crate::test_dir::TestDir;
+    use kubedev_core::{DeviceName, DeviceNodeType, DeviceRef, PoolName};
 
     const UID: &str = "a1b2c3d4-0000-4000-8000-000000000001";
     const DIGIT_UID: &str = "0b8a6c3e-1111-4111-8111-000000000002";

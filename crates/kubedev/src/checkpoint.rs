@@ -47,8 +47,8 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
-use crate::{AllocatedDevice, ClaimRef, PreparedDevice};
-use crate::{atomic_file, safefs};
+use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
+use kubedev_core::{atomic_file, safefs};
 
 /// The checkpoint's file name inside the plugin data directory.
 pub const CHECKPOINT_FILE: &str = "kubedev-checkpoint.json";
@@ -285,7 +285,7 @@ pub enum CheckpointError {
     /// Something other than a regular file is where the checkpoint, the boot ID or a lock file
     /// belongs.
     #[error(transparent)]
-    NotAFile(crate::safefs::SafeOpenError),
+    NotAFile(kubedev_core::safefs::SafeOpenError),
     /// `complete_prepare` was called for a claim the checkpoint does not hold.
     #[error("claim {uid} has no prepare recorded in checkpoint {path}")]
     UnknownClaim {
@@ -1008,8 +1008,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::atomic_file::test_support::TestDir;
-    use crate::{ContainerEdits, DeviceName, DeviceNode, DeviceRef, PoolName};
+    use crate::test_dir::TestDir;
+    use kubedev_core::{ContainerEdits, DeviceName, DeviceNode, DeviceRef, PoolName};
 
     const BOOT_A: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
     const BOOT_B: &str = "11111111-2222-3333-4444-555555555555";
