@@ -1,0 +1,7 @@
+//! The FPGA driver: kubedev's whole command line (`run`, `check-config`, `discover`,
+//! `cdi generate`, `who-uses`, `simulate`, `policy check`) with one backend kind, `fpga`,
+//! configured under `backends.fpga`.
+
+fn main() -> std::process::ExitCode {
+    kubedev::Daemon::builder().backend(fpga_driver::factory()).main()
+}
