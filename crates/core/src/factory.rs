@@ -14,6 +14,8 @@
 //! });
 //! let section = serde_json::json!({"pool": "node-a", "devices": [{"name": "dev-0"}]});
 //! assert!(factory.check(&section).is_ok());
+//! // An empty section (`static:` in YAML) is the section with its defaults.
+//! assert!(factory.check(&serde_json::Value::Null).unwrap_err().message.contains("pool"));
 //! let bad = serde_json::json!({"pool": "node-a", "devicez": []});
 //! assert!(factory.check(&bad).unwrap_err().message.contains("devicez"));
 //! ```
@@ -177,8 +179,13 @@ impl<C, F> fmt::Debug for Typed<C, F> {
 }
 
 fn parse<C: Section>(section: &serde_json::Value) -> Result<C, SectionError> {
-    let config: C = serde_json::from_value(section.clone())
-        .map_err(|e| SectionError::new("", e.to_string()))?;
+    // `fpga:` with nothing after it is YAML null: the section with every default.
+    let section = match section {
+        serde_json::Value::Null => serde_json::Value::Object(Default::default()),
+        other => other.clone(),
+    };
+    let config: C =
+        serde_json::from_value(section).map_err(|e| SectionError::new("", e.to_string()))?;
     config.validate()?;
     Ok(config)
 }

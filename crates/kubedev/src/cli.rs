@@ -211,6 +211,42 @@ fn init_logging(format: LogFormat) {
 /// warnings) are then JSON lines like the daemon's logs.
 static JSON_MESSAGES: AtomicBool = AtomicBool::new(false);
 
+/// The program's name in its messages (`kubedev`, or a vendor's driver's).
+static PROGRAM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn program() -> &'static str {
+    PROGRAM.get().map_or("kubedev", String::as_str)
+}
+
+/// How a driver built on kubedev presents itself on its command line: in `--help`,
+/// `--version` and the prefix of its messages.
+#[derive(Debug, Clone)]
+pub struct Program {
+    /// The command's name, e.g. `fpga-driver`.
+    pub name: String,
+    /// Its version, e.g. `env!("CARGO_PKG_VERSION")` of the driver's crate.
+    pub version: String,
+    /// One line saying what it serves (default: kubedev's).
+    pub about: Option<String>,
+}
+
+impl Program {
+    /// A program named `name` at `version`.
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Program {
+            name: name.into(),
+            version: version.into(),
+            about: None,
+        }
+    }
+
+    /// With `about` as its description.
+    pub fn about(mut self, about: impl Into<String>) -> Self {
+        self.about = Some(about.into());
+        self
+    }
+}
+
 /// The exit code of `simulate --fail-closed` when the policy failed and the allocation was
 /// refused.
 const EXIT_POLICY_REFUSED: u8 = 3;
@@ -231,7 +267,7 @@ fn say(level: Level, message: &str) {
     let line = if JSON_MESSAGES.load(Ordering::Relaxed) {
         json_line(level, message)
     } else {
-        format!("kubedev: {message}")
+        format!("{}: {message}", program())
     };
     // A closed stderr leaves nobody to tell; it must not panic.
     let _ = writeln!(std::io::stderr().lock(), "{line}");
@@ -252,7 +288,7 @@ fn json_line(level: Level, message: &str) -> String {
         "timestamp": timestamp,
         "level": level,
         "fields": {"message": message},
-        "target": "kubedev",
+        "target": program(),
     })
     .to_string()
 }
@@ -261,7 +297,27 @@ fn json_line(level: Level, message: &str) -> String {
 /// `who-uses`, `simulate`, `policy check`) with the backend kinds of `registry`: the whole
 /// `main` of the `kubedev` binary, and of a vendor's driver built on kubedev.
 pub fn main(registry: Registry) -> ExitCode {
-    let cli = Cli::parse();
+    main_as(None, registry)
+}
+
+/// [`main`] for a program that presents itself as `program` (kubedev when `None`).
+pub fn main_as(program: Option<Program>, registry: Registry) -> ExitCode {
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let mut command = Cli::command();
+    if let Some(p) = program {
+        command = command
+            .name(p.name.clone())
+            .bin_name(p.name.clone())
+            .version(p.version);
+        if let Some(about) = p.about {
+            command = command.about(about);
+        }
+        let _ = PROGRAM.set(p.name);
+    }
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     JSON_MESSAGES.store(matches!(cli.log_format, LogFormat::Json), Ordering::Relaxed);
     init_logging(cli.log_format);
     match real_main(cli, registry) {

@@ -27,6 +27,7 @@ use crate::registry::Registry;
 #[derive(Debug, Clone, Default)]
 pub struct Daemon {
     registry: Registry,
+    program: Option<crate::cli::Program>,
 }
 
 impl Daemon {
@@ -49,6 +50,23 @@ impl Daemon {
         self
     }
 
+    /// Presents the command line as `name` at `version` (in `--help`, `--version` and its
+    /// messages) instead of kubedev.
+    pub fn program(mut self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        self.program = Some(crate::cli::Program::new(name, version));
+        self
+    }
+
+    /// Says what the program serves in `--help`.
+    pub fn about(mut self, about: impl Into<String>) -> Self {
+        let program = self
+            .program
+            .take()
+            .unwrap_or_else(|| crate::cli::Program::new("kubedev", env!("CARGO_PKG_VERSION")));
+        self.program = Some(program.about(about));
+        self
+    }
+
     /// The backend kinds registered so far.
     pub fn registry(&self) -> &Registry {
         &self.registry
@@ -57,7 +75,7 @@ impl Daemon {
     /// Runs the command line (`run`, `check-config`, `discover`, `cdi generate`, `who-uses`,
     /// `simulate`, `policy check`) with these backends: the whole of a driver's `main`.
     pub fn main(self) -> ExitCode {
-        crate::cli::main(self.registry)
+        crate::cli::main_as(self.program, self.registry)
     }
 
     /// Serves the configuration file at `config_path` until `shutdown` is cancelled: what

@@ -3,5 +3,8 @@
 //! configured under `backends.fpga`.
 
 fn main() -> std::process::ExitCode {
-    kubedev::Daemon::builder().backend(fpga_driver::factory()).main()
+    kubedev::Daemon::builder()
+        .program("fpga-driver", env!("CARGO_PKG_VERSION"))
+        .backend(fpga_driver::factory())
+        .main()
 }

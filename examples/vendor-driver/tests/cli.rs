@@ -47,6 +47,22 @@ fn check_config_names_the_field_of_backends_fpga_and_its_line() {
 
     let (ok, err) = check_config(dir.path(), "nodeName: node-a\nbackends:\n  fpga: {}\n");
     assert!(ok, "{err}");
+    // `fpga:` with nothing after it is the section with its defaults too.
+    let (ok, err) = check_config(dir.path(), "nodeName: node-a\nbackends:\n  fpga:\n");
+    assert!(ok, "{err}");
+    // Messages name the driver, not kubedev.
+    assert!(err.is_empty(), "{err}");
+    let (_, err) = check_config(dir.path(), "backends:\n  fpga: []\n");
+    assert!(err.starts_with("fpga-driver: "), "{err}");
+}
+
+#[test]
+fn the_command_line_presents_the_driver() {
+    let out = run(&["--version"]);
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(version.trim(), format!("fpga-driver {}", env!("CARGO_PKG_VERSION")));
+    let out = run(&["--help"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: fpga-driver"));
 }
 
 #[test]
