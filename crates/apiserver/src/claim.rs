@@ -418,12 +418,13 @@ pub(crate) fn allocated_claim(
             .map(|c| c.parameters.clone())
             .collect();
         results.push(DeviceResult {
-            device: AllocatedDevice {
-                admin_access: result.admin_access.unwrap_or(false),
-                device: DeviceRef { pool, device },
-                request: result.request.clone(),
-                share_id: result.share_id.clone(),
-                config: applicable,
+            device: {
+                let mut v = AllocatedDevice::new(DeviceRef { pool, device });
+                v.admin_access = result.admin_access.unwrap_or(false);
+                v.request = result.request.clone();
+                v.share_id = result.share_id.clone();
+                v.config = applicable;
+                v
             },
             admin_access: result.admin_access.unwrap_or(false),
             tolerations: result
@@ -509,11 +510,7 @@ mod tests {
     }
 
     fn claim_ref() -> ClaimRef {
-        ClaimRef {
-            uid: "uid-1".into(),
-            namespace: "team-a".into(),
-            name: "train".into(),
-        }
+        ClaimRef::new("uid-1", "team-a", "train")
     }
 
     fn claim(status: serde_json::Value) -> res::ResourceClaim {
@@ -838,11 +835,7 @@ mod client_tests {
     }
 
     fn claim_ref(uid: &str, name: &str) -> ClaimRef {
-        ClaimRef {
-            uid: uid.into(),
-            namespace: "team-a".into(),
-            name: name.into(),
-        }
+        ClaimRef::new(uid, "team-a", name)
     }
 
     fn driver() -> DriverName {

@@ -45,11 +45,11 @@ fn reserved_claim(reader: &ClaimReader, claim: &res::ResourceClaim) -> Option<Al
         return None;
     }
     let meta = &claim.metadata;
-    let reference = ClaimRef {
-        namespace: meta.namespace.clone()?,
-        name: meta.name.clone()?,
-        uid: meta.uid.clone()?,
-    };
+    let reference = ClaimRef::new(
+        meta.uid.clone()?,
+        meta.namespace.clone()?,
+        meta.name.clone()?,
+    );
     let allocated = allocated_claim(&reader.driver, &reference, claim).ok()?;
     (!allocated.results.is_empty()).then_some(allocated)
 }

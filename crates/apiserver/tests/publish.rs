@@ -606,11 +606,7 @@ mod claims {
     const NS: &str = "team-a";
 
     fn claim_ref(uid: &str) -> ClaimRef {
-        ClaimRef {
-            uid: uid.into(),
-            namespace: NS.into(),
-            name: "train".into(),
-        }
+        ClaimRef::new(uid, NS, "train")
     }
 
     async fn server_with_claim(status: Value) -> (ApiServer, String) {

@@ -132,6 +132,7 @@ pub struct Hook {
 /// Everything a container needs to use some devices: the CDI `containerEdits`, plus annotations.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ContainerEdits {
     /// Environment variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -151,6 +152,41 @@ pub struct ContainerEdits {
 }
 
 impl ContainerEdits {
+    /// No edits (add them with the `with_` methods or through the public fields).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// With the environment variable `name=value`.
+    pub fn with_env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// With a device node.
+    pub fn with_device_node(mut self, node: DeviceNode) -> Self {
+        self.device_nodes.push(node);
+        self
+    }
+
+    /// With a mount.
+    pub fn with_mount(mut self, mount: Mount) -> Self {
+        self.mounts.push(mount);
+        self
+    }
+
+    /// With a hook.
+    pub fn with_hook(mut self, hook: Hook) -> Self {
+        self.hooks.push(hook);
+        self
+    }
+
+    /// With an annotation for the container runtime.
+    pub fn with_annotation(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.annotations.insert(key.into(), value.into());
+        self
+    }
+
     /// True when there is nothing to apply.
     pub fn is_empty(&self) -> bool {
         self.env.is_empty()

@@ -6,7 +6,7 @@
 //! constructor:
 //!
 //! ```
-//! use kubedev_core::factory::{BuildContext, SectionError, typed};
+//! use kubedev_core::factory::{BackendFactory as _, BuildContext, SectionError, typed};
 //! use kubedev_core::static_backend::{StaticBackend, StaticConfig};
 //!
 //! let factory = typed("static", |config: StaticConfig, _ctx: &BuildContext| {

@@ -336,6 +336,7 @@ pub fn parse_uevent(s: &str) -> Result<BTreeMap<String, String>, UeventError> {
 /// What the daemon gives every backend: the host file system, a directory for the backend's own
 /// crash-safe records, and the node's name.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BackendContext {
     /// The host's file system.
     pub host: HostFs,
@@ -346,12 +347,13 @@ pub struct BackendContext {
 }
 
 impl BackendContext {
-    /// A context for tests: host root `root`, state in `state_dir`, node `node-a`.
-    pub fn for_tests(root: impl Into<PathBuf>, state_dir: impl Into<PathBuf>) -> Self {
+    /// The context of a backend on node `node_name`, reading the host through `host`, keeping
+    /// its own records in `state_dir` (which the daemon creates).
+    pub fn new(host: HostFs, state_dir: impl Into<PathBuf>, node_name: impl Into<String>) -> Self {
         BackendContext {
-            host: HostFs::new(root),
+            host,
             state_dir: state_dir.into(),
-            node_name: "node-a".to_string(),
+            node_name: node_name.into(),
         }
     }
 }

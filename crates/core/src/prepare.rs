@@ -9,6 +9,7 @@ use crate::{ContainerEdits, DeviceRef, PrepareError};
 
 /// The ResourceClaim a DRA prepare is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ClaimRef {
     /// The claim's UID (unique for the claim's lifetime).
     pub uid: String,
@@ -16,6 +17,21 @@ pub struct ClaimRef {
     pub namespace: String,
     /// Name.
     pub name: String,
+}
+
+impl ClaimRef {
+    /// The claim `namespace/name` with `uid`.
+    pub fn new(
+        uid: impl Into<String>,
+        namespace: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Self {
+        ClaimRef {
+            uid: uid.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
 }
 
 impl fmt::Display for ClaimRef {
@@ -41,6 +57,7 @@ pub enum Consumer {
 /// One device the scheduler (DRA) or the kubelet (device plugin) allocated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct AllocatedDevice {
     /// The device.
     pub device: DeviceRef,
@@ -60,14 +77,60 @@ pub struct AllocatedDevice {
     pub admin_access: bool,
 }
 
+impl AllocatedDevice {
+    /// `device`, allocated for no named request, without share ID, configuration or admin
+    /// access (what the device-plugin API allocates).
+    pub fn new(device: DeviceRef) -> Self {
+        AllocatedDevice {
+            device,
+            request: String::new(),
+            share_id: None,
+            config: Vec::new(),
+            admin_access: false,
+        }
+    }
+
+    /// For the request named `request`.
+    pub fn with_request(mut self, request: impl Into<String>) -> Self {
+        self.request = request.into();
+        self
+    }
+
+    /// With the share ID of a device allowing multiple allocations.
+    pub fn with_share_id(mut self, share_id: impl Into<String>) -> Self {
+        self.share_id = Some(share_id.into());
+        self
+    }
+
+    /// With the opaque configuration for this driver, class first, claim last.
+    pub fn with_config(mut self, config: Vec<serde_json::Value>) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Allocated with admin access or not.
+    pub fn with_admin_access(mut self, admin_access: bool) -> Self {
+        self.admin_access = admin_access;
+        self
+    }
+}
+
 /// One prepared device and what a container needs to use it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct PreparedDevice {
     /// The device as allocated.
     pub device: AllocatedDevice,
     /// The container edits for this device alone.
     pub edits: ContainerEdits,
+}
+
+impl PreparedDevice {
+    /// `device`, prepared into `edits`.
+    pub fn new(device: AllocatedDevice, edits: ContainerEdits) -> Self {
+        PreparedDevice { device, edits }
+    }
 }
 
 /// A backend's way of handing devices to containers.

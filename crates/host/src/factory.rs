@@ -1,14 +1,18 @@
 //! The backend's factory: its section under `backends.host` and how it is built.
 
-use kubedev_core::factory::{BackendFactory, BuildContext, BuildMode, Section, SectionError, typed};
+use kubedev_core::factory::{
+    BackendFactory, BuildContext, BuildMode, Section, SectionError, typed,
+};
 
 use crate::{HostBackend, HostConfig, HostError};
 
 fn section_error(e: HostError) -> SectionError {
     match e {
-        HostError::Config { field, value, reason } => {
-            SectionError::new(field.to_string(), format!("{value:?}: {reason}"))
-        }
+        HostError::Config {
+            field,
+            value,
+            reason,
+        } => SectionError::new(field.to_string(), format!("{value:?}: {reason}")),
         other => SectionError::new("", other.to_string()),
     }
 }

@@ -42,16 +42,16 @@
 //! use kubedev_host::{HostBackend, HostConfig};
 //!
 //! let config: HostConfig = serde_json::from_str(r#"{"permanentDevices": true, "permanentSlots": 4}"#)?;
-//! let ctx = kubedev_core::BackendContext::for_tests("/nonexistent-root", "/nonexistent-state");
+//! let ctx = kubedev_core::BackendContext::new(kubedev_core::HostFs::new("/nonexistent-root"), "/nonexistent-state", "node-a");
 //! let backend = HostBackend::new(config, &ctx)?;
 //! assert_eq!(backend.pool_name().as_str(), "node-a-host");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![warn(missing_docs)]
 
-pub mod factory;
 mod config;
 mod error;
+pub mod factory;
 mod misc;
 pub mod ownership;
 
@@ -488,10 +488,10 @@ impl Preparer for HostBackend {
         let mut out = Vec::with_capacity(devices.len());
         for a in devices {
             let i = self.find(&a.device)?;
-            out.push(PreparedDevice {
-                device: a.clone(),
-                edits: self.edits_for(&a.device, i, true)?,
-            });
+            out.push(PreparedDevice::new(
+                a.clone(),
+                self.edits_for(&a.device, i, true)?,
+            ));
         }
         Ok(out)
     }

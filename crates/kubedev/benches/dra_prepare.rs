@@ -31,15 +31,13 @@ struct Claims;
 impl ClaimSource for Claims {
     async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
         let n: usize = claim.name.trim_start_matches('c').parse().unwrap_or(0);
-        Ok(vec![AllocatedDevice {
-            admin_access: false,
-            device: DeviceRef {
+        Ok(vec![{
+            let mut v = AllocatedDevice::new(DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(format!("gpu-{}", n % DEVICES)).unwrap(),
-            },
-            request: "gpu".into(),
-            share_id: None,
-            config: vec![],
+            });
+            v.request = "gpu".into();
+            v
         }])
     }
 }

@@ -233,13 +233,7 @@ impl Backends {
     pub async fn pre_start(&self, devices: &[kubedev_core::DeviceRef]) -> Result<(), PrepareError> {
         let allocated: Vec<AllocatedDevice> = devices
             .iter()
-            .map(|d| AllocatedDevice {
-                admin_access: false,
-                device: d.clone(),
-                request: String::new(),
-                share_id: None,
-                config: Vec::new(),
-            })
+            .map(|d| AllocatedDevice::new(d.clone()))
             .collect();
         for (owner, group) in self.group(&allocated)? {
             let backend = self.backend(owner, &group[0])?;
@@ -314,10 +308,7 @@ mod tests {
         ) -> Result<Vec<PreparedDevice>, PrepareError> {
             Ok(devices
                 .iter()
-                .map(|d| PreparedDevice {
-                    device: d.clone(),
-                    edits: Default::default(),
-                })
+                .map(|d| PreparedDevice::new(d.clone(), Default::default()))
                 .collect())
         }
         async fn unprepare(&self, _: &ClaimRef, _: &[AllocatedDevice]) -> Result<(), PrepareError> {

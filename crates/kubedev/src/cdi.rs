@@ -953,15 +953,14 @@ mod tests {
     }
 
     fn allocated(device: &str, share: Option<&str>) -> AllocatedDevice {
-        AllocatedDevice {
-            admin_access: false,
-            device: DeviceRef {
+        {
+            let mut v = AllocatedDevice::new(DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(device).unwrap(),
-            },
-            request: "gpu".into(),
-            share_id: share.map(str::to_owned),
-            config: Vec::new(),
+            });
+            v.request = "gpu".into();
+            v.share_id = share.map(str::to_owned);
+            v
         }
     }
 
@@ -971,10 +970,7 @@ mod tests {
         edits
             .device_nodes
             .push(DeviceNode::new(format!("/dev/{device}"), "rw"));
-        PreparedDevice {
-            device: allocated(device, None),
-            edits,
-        }
+        PreparedDevice::new(allocated(device, None), edits)
     }
 
     #[test]

@@ -1044,23 +1044,18 @@ mod tests {
     }
 
     fn claim(uid: &str) -> ClaimRef {
-        ClaimRef {
-            uid: uid.into(),
-            namespace: "default".into(),
-            name: format!("claim-{uid}"),
-        }
+        ClaimRef::new(uid, "default", format!("claim-{uid}"))
     }
 
     fn allocated(device: &str) -> AllocatedDevice {
-        AllocatedDevice {
-            admin_access: false,
-            device: DeviceRef {
+        {
+            let mut v = AllocatedDevice::new(DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(device).unwrap(),
-            },
-            request: "gpu".into(),
-            share_id: None,
-            config: vec![serde_json::json!({"mode": "exclusive", "ratio": 0.25})],
+            });
+            v.request = "gpu".into();
+            v.config = vec![serde_json::json!({"mode": "exclusive", "ratio": 0.25})];
+            v
         }
     }
 
@@ -1070,10 +1065,7 @@ mod tests {
         edits
             .device_nodes
             .push(DeviceNode::new(format!("/dev/{device}"), "rw"));
-        PreparedDevice {
-            device: allocated(device),
-            edits,
-        }
+        PreparedDevice::new(allocated(device), edits)
     }
 
     #[test]

@@ -96,10 +96,8 @@ async fn a_claim_with_a_bad_name_is_that_claims_error_and_never_reaches_the_api_
     let cfg = config(dir.path(), "node-a");
     let spec = cfg.dra(Path::new("c.yaml"), |_| None).unwrap().unwrap();
     let (services, task) = kubedev::cluster::connect_cluster(&spec).await.unwrap();
-    let claim = |namespace: &str, name: &str| ClaimRef {
-        uid: "0b7c1f6e-0000-4000-8000-000000000001".into(),
-        namespace: namespace.into(),
-        name: name.into(),
+    let claim = |namespace: &str, name: &str| {
+        ClaimRef::new("0b7c1f6e-0000-4000-8000-000000000001", namespace, name)
     };
 
     // What the DRA driver's prepare gets back from the claim lookup, and so what the kubelet

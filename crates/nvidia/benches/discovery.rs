@@ -12,7 +12,11 @@ fn discovery(c: &mut Criterion) {
     let library =
         nvml_mock::isolated_library(dir.path(), &nvml_mock::machine_path("dgx-a100"), None)
             .expect("the mock library: run `cargo build -p kubedev-nvml-mock` first");
-    let ctx = BackendContext::for_tests(dir.path().join("host"), dir.path().join("state"));
+    let ctx = BackendContext::new(
+        kubedev_core::HostFs::new(dir.path().join("host")),
+        dir.path().join("state"),
+        "node-a",
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

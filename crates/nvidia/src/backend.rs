@@ -463,10 +463,7 @@ impl Inner {
                     mig_edits(&self.ctx.host, &minors, gpu.minor, &uuid, gi, ci)
                 }
             };
-            out.push(PreparedDevice {
-                device: a.clone(),
-                edits,
-            });
+            out.push(PreparedDevice::new(a.clone(), edits));
         }
         Ok(out)
     }

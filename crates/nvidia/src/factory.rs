@@ -6,9 +6,11 @@ use crate::{NvidiaBackend, NvidiaConfig, NvidiaError};
 
 fn section_error(e: NvidiaError) -> SectionError {
     match e {
-        NvidiaError::Config { field, value, reason } => {
-            SectionError::new(field.to_string(), format!("{value:?}: {reason}"))
-        }
+        NvidiaError::Config {
+            field,
+            value,
+            reason,
+        } => SectionError::new(field.to_string(), format!("{value:?}: {reason}")),
         other => SectionError::new("", other.to_string()),
     }
 }

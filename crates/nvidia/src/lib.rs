@@ -59,11 +59,11 @@
 //! create).
 //!
 //! ```no_run
-//! use kubedev_core::{BackendContext, DeviceSource};
+//! use kubedev_core::{BackendContext, DeviceSource, HostFs};
 //! use kubedev_nvidia::{NvidiaBackend, NvidiaConfig};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let ctx = BackendContext::for_tests("/", "/var/lib/kubedev/nvidia");
+//! let ctx = BackendContext::new(HostFs::new("/"), "/var/lib/kubedev/nvidia", "node-a");
 //! let backend = NvidiaBackend::new(NvidiaConfig::default(), &ctx)?;
 //! for pool in backend.discover().await? {
 //!     println!("{}: {} devices", pool.name, pool.devices.len());
@@ -72,12 +72,12 @@
 //! # }
 //! ```
 
-pub mod factory;
 mod backend;
 mod config;
 mod devices;
 mod edits;
 mod error;
+pub mod factory;
 #[allow(unsafe_code)]
 mod ffi;
 mod health;

@@ -23,7 +23,11 @@ fn discovery(c: &mut Criterion) {
         ]
     }))
     .unwrap();
-    let ctx = BackendContext::for_tests(root.path(), root.path().join("state"));
+    let ctx = BackendContext::new(
+        HostFs::new(root.path()),
+        root.path().join("state"),
+        "node-a",
+    );
     let backend = UsbBackend::new(config, &ctx).unwrap();
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()

@@ -6,9 +6,11 @@ use crate::{UsbBackend, UsbConfig, UsbError};
 
 fn section_error(e: UsbError) -> SectionError {
     match e {
-        UsbError::Config { field, value, reason } => {
-            SectionError::new(field.to_string(), format!("{value:?}: {reason}"))
-        }
+        UsbError::Config {
+            field,
+            value,
+            reason,
+        } => SectionError::new(field.to_string(), format!("{value:?}: {reason}")),
         other => SectionError::new("", other.to_string()),
     }
 }

@@ -53,17 +53,17 @@
 //! let config: UsbConfig = serde_json::from_str(
 //!     r#"{"resources": [{"name": "example.com/yubikey", "selectors": ["1050:0407"]}]}"#,
 //! )?;
-//! let ctx = kubedev_core::BackendContext::for_tests("/nonexistent-root", "/nonexistent-state");
+//! let ctx = kubedev_core::BackendContext::new(kubedev_core::HostFs::new("/nonexistent-root"), "/nonexistent-state", "node-a");
 //! let backend = UsbBackend::new(config, &ctx)?;
 //! assert_eq!(backend.pool_name().as_str(), "node-a-usb");
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![warn(missing_docs)]
 
-pub mod factory;
 mod config;
 mod discover;
 mod error;
+pub mod factory;
 pub mod groups;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -260,14 +260,15 @@ impl UsbBackend {
         }
         let resource = &self.config.resources[inst.resource];
         let list: Vec<String> = inst.members.iter().map(UsbDevice::bus_dev).collect();
-        Ok(Some(ContainerEdits {
-            device_nodes: inst
+        Ok(Some({
+            let mut v = ContainerEdits::default();
+            v.device_nodes = inst
                 .members
                 .iter()
                 .map(|m| DeviceNode::new(m.node.clone(), NODE_PERMISSIONS))
-                .collect(),
-            env: BTreeMap::from([(resource.env_name(), list.join(","))]),
-            ..ContainerEdits::default()
+                .collect();
+            v.env = BTreeMap::from([(resource.env_name(), list.join(","))]);
+            v
         }))
     }
 }
@@ -319,10 +320,7 @@ impl Preparer for UsbBackend {
             let edits = edits.ok_or_else(|| PrepareError::UnknownDevice {
                 device: a.device.to_string(),
             })?;
-            out.push(PreparedDevice {
-                device: a.clone(),
-                edits,
-            });
+            out.push(PreparedDevice::new(a.clone(), edits));
         }
         Ok(out)
     }
@@ -341,13 +339,7 @@ impl Preparer for UsbBackend {
         &self,
         device: &DeviceRef,
     ) -> Result<Option<ContainerEdits>, PrepareError> {
-        let allocated = AllocatedDevice {
-            admin_access: false,
-            device: device.clone(),
-            request: String::new(),
-            share_id: None,
-            config: Vec::new(),
-        };
+        let allocated = AllocatedDevice::new(device.clone());
         let consumer = Consumer::Container {
             resource: String::new(),
         };

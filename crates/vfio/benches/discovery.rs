@@ -16,7 +16,7 @@ fn discovery(c: &mut Criterion) {
     .expect("config");
     let backend = VfioBackend::new(
         config,
-        &BackendContext::for_tests(root.path(), state.path()),
+        &BackendContext::new(HostFs::new(root.path()), state.path(), "node-a"),
     )
     .expect("backend");
     assert_eq!(

@@ -256,10 +256,10 @@ impl Inner {
             Consumer::Container { resource } => resource.as_str(),
             _ => o.resource(),
         };
-        Ok(PreparedDevice {
-            device: a.clone(),
-            edits: self.edits_for(&o, &device, resource)?,
-        })
+        Ok(PreparedDevice::new(
+            a.clone(),
+            self.edits_for(&o, &device, resource)?,
+        ))
     }
 
     /// The edits `prepare` gives a DRA claim for `device`, without binding anything: `None`

@@ -1,14 +1,18 @@
 //! The backend's factory: its section under `backends.vfio` and how it is built.
 
-use kubedev_core::factory::{BackendFactory, BuildContext, BuildMode, Section, SectionError, typed};
+use kubedev_core::factory::{
+    BackendFactory, BuildContext, BuildMode, Section, SectionError, typed,
+};
 
 use crate::{VfioBackend, VfioConfig, VfioError};
 
 fn section_error(e: VfioError) -> SectionError {
     match e {
-        VfioError::Config { field, value, reason } => {
-            SectionError::new(field.to_string(), format!("{value:?}: {reason}"))
-        }
+        VfioError::Config {
+            field,
+            value,
+            reason,
+        } => SectionError::new(field.to_string(), format!("{value:?}: {reason}")),
         other => SectionError::new("", other.to_string()),
     }
 }

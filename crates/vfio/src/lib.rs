@@ -65,11 +65,11 @@
 //! its return Healthy again; a new group node no device knows triggers a rediscovery.
 #![warn(missing_docs)]
 
-pub mod factory;
 mod backend;
 mod bind;
 mod config;
 mod error;
+pub mod factory;
 mod mdev;
 mod naming;
 mod pci;

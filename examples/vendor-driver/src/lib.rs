@@ -135,7 +135,7 @@ impl Preparer for FpgaBackend {
         devices: &[AllocatedDevice],
     ) -> Result<Vec<PreparedDevice>, PrepareError> {
         let edits = |a: &AllocatedDevice| self.edits(&a.device);
-        devices.iter().map(|a| Ok(PreparedDevice { device: a.clone(), edits: edits(a)? })).collect()
+        devices.iter().map(|a| Ok(PreparedDevice::new(a.clone(), edits(a)?))).collect()
     }
 
     /// Nothing to undo; succeeds for claims never prepared, as the contract asks.

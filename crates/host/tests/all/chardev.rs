@@ -130,7 +130,11 @@ async fn this_machines_dev() {
         ]
     }))
     .unwrap();
-    let ctx = kubedev_core::BackendContext::for_tests("/", "/nonexistent-state");
+    let ctx = kubedev_core::BackendContext::new(
+        kubedev_core::HostFs::new("/"),
+        "/nonexistent-state",
+        "node-a",
+    );
     let b = kubedev_host::HostBackend::new(config, &ctx).unwrap();
     let pool = b.discover().await.unwrap().remove(0);
     for (name, path) in [

@@ -9,7 +9,11 @@ use crate::backend;
 fn new_err(config: serde_json::Value) -> String {
     let root = HostRoot::new().unwrap();
     let config: HostConfig = serde_json::from_value(config).unwrap();
-    let ctx = kubedev_core::BackendContext::for_tests(root.path(), root.path());
+    let ctx = kubedev_core::BackendContext::new(
+        kubedev_core::HostFs::new(root.path()),
+        root.path(),
+        "node-a",
+    );
     HostBackend::new(config, &ctx).unwrap_err().to_string()
 }
 

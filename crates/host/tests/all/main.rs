@@ -16,7 +16,11 @@ use tokio::sync::mpsc;
 /// A backend over `root` with the configuration given as JSON.
 pub(crate) fn backend(root: &HostRoot, config: serde_json::Value) -> HostBackend {
     let config: HostConfig = serde_json::from_value(config).unwrap();
-    let ctx = BackendContext::for_tests(root.path(), root.path().join("state"));
+    let ctx = BackendContext::new(
+        kubedev_core::HostFs::new(root.path()),
+        root.path().join("state"),
+        "node-a",
+    );
     HostBackend::new(config, &ctx).unwrap()
 }
 
@@ -30,13 +34,7 @@ pub(crate) fn dref(name: &str) -> DeviceRef {
 
 /// An allocation of one device of the `node-a-host` pool.
 pub(crate) fn alloc(name: &str) -> AllocatedDevice {
-    AllocatedDevice {
-        admin_access: false,
-        device: dref(name),
-        request: String::new(),
-        share_id: None,
-        config: vec![],
-    }
+    AllocatedDevice::new(dref(name))
 }
 
 /// The next event, within 10 s (the backends' resync is 30 s, so inotify delivered it).

@@ -29,11 +29,11 @@ pub fn build_backend(
     kubedev_core::safefs::create_private_dir_all(&state_dir)
         .with_context(|| format!("creating state directory {}", state_dir.display()))?;
     let context = kubedev_core::factory::BuildContext::new(
-        kubedev_core::BackendContext {
-            host: kubedev_core::HostFs::new(&config.host_root),
+        kubedev_core::BackendContext::new(
+            kubedev_core::HostFs::new(&config.host_root),
             state_dir,
-            node_name: node_name(config),
-        },
+            node_name(config),
+        ),
         mode,
     );
     let built = factory

@@ -88,13 +88,7 @@ impl DevicePluginHandler for ResourceHandler {
             if allocated.iter().any(|a: &AllocatedDevice| a.device == r) {
                 continue;
             }
-            allocated.push(AllocatedDevice {
-                admin_access: false,
-                device: r,
-                request: String::new(),
-                share_id: None,
-                config: Vec::new(),
-            });
+            allocated.push(AllocatedDevice::new(r));
         }
         let consumer = Consumer::Container {
             resource: self.resource.name().to_string(),

@@ -37,12 +37,10 @@ impl Claims {
     pub(crate) fn allocate(&self, uid: &str, request: &str, devices: &[DeviceRef]) {
         let list = devices
             .iter()
-            .map(|d| AllocatedDevice {
-                admin_access: false,
-                device: d.clone(),
-                request: request.into(),
-                share_id: None,
-                config: vec![],
+            .map(|d| {
+                let mut v = AllocatedDevice::new(d.clone());
+                v.request = request.into();
+                v
             })
             .collect();
         self.0

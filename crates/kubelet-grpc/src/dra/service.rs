@@ -27,11 +27,11 @@ fn claim_ref(i: usize, namespace: &str, uid: &str, name: &str) -> Result<ClaimRe
     if name.is_empty() {
         return Err(missing("name"));
     }
-    Ok(ClaimRef {
-        uid: uid.to_string(),
-        namespace: namespace.to_string(),
-        name: name.to_string(),
-    })
+    Ok(ClaimRef::new(
+        uid.to_string(),
+        namespace.to_string(),
+        name.to_string(),
+    ))
 }
 
 impl Service {

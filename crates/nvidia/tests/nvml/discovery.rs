@@ -309,16 +309,10 @@ async fn time_slicing_replicas_prepare_to_their_gpu() {
             &Consumer::Container {
                 resource: "nvidia.com/gpu".into(),
             },
-            &[AllocatedDevice {
-                admin_access: false,
-                device: DeviceRef {
-                    pool: pool.name.clone(),
-                    device: d.name.clone(),
-                },
-                request: String::new(),
-                share_id: None,
-                config: vec![],
-            }],
+            &[AllocatedDevice::new(DeviceRef {
+                pool: pool.name.clone(),
+                device: d.name.clone(),
+            })],
         )
         .await
         .unwrap();

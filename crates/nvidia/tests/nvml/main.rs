@@ -33,7 +33,11 @@ impl Fixture {
             .expect("the mock library: run `cargo build -p kubedev-nvml-mock` first");
         let root = dir.path().join("host");
         fake_host(&root);
-        let ctx = BackendContext::for_tests(root, dir.path().join("state"));
+        let ctx = BackendContext::new(
+            kubedev_core::HostFs::new(root),
+            dir.path().join("state"),
+            "node-a",
+        );
         Fixture {
             dir,
             ctx,

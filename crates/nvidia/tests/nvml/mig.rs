@@ -16,24 +16,18 @@ fn partitionable(f: &Fixture) -> NvidiaBackend {
 }
 
 fn alloc(device: &str) -> AllocatedDevice {
-    AllocatedDevice {
-        admin_access: false,
-        device: DeviceRef {
+    {
+        let mut v = AllocatedDevice::new(DeviceRef {
             pool: PoolName::new("node-a-nvidia").unwrap(),
             device: DeviceName::new(device).unwrap(),
-        },
-        request: "gpu".into(),
-        share_id: None,
-        config: vec![],
+        });
+        v.request = "gpu".into();
+        v
     }
 }
 
 fn claim(uid: &str) -> ClaimRef {
-    ClaimRef {
-        uid: uid.into(),
-        namespace: "default".into(),
-        name: format!("claim-{uid}"),
-    }
+    ClaimRef::new(uid, "default", format!("claim-{uid}"))
 }
 
 /// The capability node minor of `gpu<g>/gi<i>/access` (and `ci<c>`) in the fake host's list.

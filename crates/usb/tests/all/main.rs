@@ -17,7 +17,11 @@ pub(crate) fn backend(root: &HostRoot, resources: &[(&str, &[&str])]) -> UsbBack
         .collect();
     let config: UsbConfig =
         serde_json::from_value(serde_json::json!({ "resources": resources })).unwrap();
-    let ctx = BackendContext::for_tests(root.path(), root.path().join("state"));
+    let ctx = BackendContext::new(
+        kubedev_core::HostFs::new(root.path()),
+        root.path().join("state"),
+        "node-a",
+    );
     UsbBackend::new(config, &ctx).unwrap()
 }
 

@@ -6,13 +6,7 @@ use kubedev_testkit::machines::usb;
 use crate::{backend, dref};
 
 fn alloc(name: &str) -> AllocatedDevice {
-    AllocatedDevice {
-        admin_access: false,
-        device: dref(name),
-        request: String::new(),
-        share_id: None,
-        config: vec![],
-    }
+    AllocatedDevice::new(dref(name))
 }
 
 fn consumer() -> Consumer {
@@ -99,10 +93,6 @@ async fn unknown_and_unhealthy_devices_are_errors_that_name_them() {
         "{msg}"
     );
     // Unprepare changes nothing and always succeeds.
-    let claim = kubedev_core::ClaimRef {
-        uid: "u".into(),
-        namespace: "n".into(),
-        name: "c".into(),
-    };
+    let claim = kubedev_core::ClaimRef::new("u", "n", "c");
     b.unprepare(&claim, &[alloc("key-9-9")]).await.unwrap();
 }

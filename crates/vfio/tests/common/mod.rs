@@ -13,7 +13,11 @@ use kubedev_vfio::{VfioBackend, VfioConfig};
 /// A backend on `root` with state in `state`.
 pub fn backend(root: &HostRoot, state: &std::path::Path, config: serde_json::Value) -> VfioBackend {
     let config: VfioConfig = serde_json::from_value(config).expect("config parses");
-    VfioBackend::new(config, &BackendContext::for_tests(root.path(), state)).expect("backend")
+    VfioBackend::new(
+        config,
+        &BackendContext::new(kubedev_core::HostFs::new(root.path()), state, "node-a"),
+    )
+    .expect("backend")
 }
 
 /// The attributes of a device as plain strings (`s:` string, `i:` int), by name.
@@ -47,25 +51,19 @@ pub fn names(pool: &Pool) -> Vec<String> {
 
 /// An allocation of `device` in pool `node-a-vfio`.
 pub fn alloc(device: &str) -> AllocatedDevice {
-    AllocatedDevice {
-        admin_access: false,
-        device: DeviceRef {
+    {
+        let mut v = AllocatedDevice::new(DeviceRef {
             pool: PoolName::new("node-a-vfio").expect("pool"),
             device: DeviceName::new(device).expect("device name"),
-        },
-        request: "req".into(),
-        share_id: None,
-        config: vec![],
+        });
+        v.request = "req".into();
+        v
     }
 }
 
 /// A claim.
 pub fn claim() -> ClaimRef {
-    ClaimRef {
-        uid: "uid-1".into(),
-        namespace: "default".into(),
-        name: "vm-claim".into(),
-    }
+    ClaimRef::new("uid-1", "default", "vm-claim")
 }
 
 thread_local! {
