@@ -581,8 +581,8 @@ pub struct DeviceRequestAllocationResult {
     /// Copied from the device.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub binding_failure_conditions: Vec<String>,
-    /// Identifies this share of a multi-allocatable device.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Identifies this share of a multi-allocatable device (`shareID` in the API).
+    #[serde(rename = "shareID", skip_serializing_if = "Option::is_none")]
     pub share_id: Option<String>,
     /// Capacity consumed by this share.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]

@@ -209,3 +209,17 @@ fn conformance() {
         failures.join("\n\n")
     );
 }
+
+/// A share of a device allowing multiple allocations is printed as the API names it,
+/// `shareID`, so results can be pasted into a ResourceClaim's status.
+#[test]
+fn share_ids_are_printed_as_the_api_spells_them() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/conformance/capacity-valid-values.yaml");
+    let scenario = Scenario::from_path(&path).expect("scenario");
+    let out = simulate_here(&scenario, &SimulateOptions::default());
+    let json = out.to_json();
+    assert!(json.contains("\"shareID\""), "{json}");
+    assert!(!json.contains("shareId"), "{json}");
+    assert!(out.to_yaml().contains("shareID:"));
+}
