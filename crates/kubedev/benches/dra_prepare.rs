@@ -31,14 +31,13 @@ struct Claims;
 impl ClaimSource for Claims {
     async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
         let n: usize = claim.name.trim_start_matches('c').parse().unwrap_or(0);
-        Ok(vec![{
-            let mut v = AllocatedDevice::new(DeviceRef {
+        Ok(vec![
+            AllocatedDevice::new(DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(format!("gpu-{}", n % DEVICES)).unwrap(),
-            });
-            v.request = "gpu".into();
-            v
-        }])
+            })
+            .with_request("gpu"),
+        ])
     }
 }
 

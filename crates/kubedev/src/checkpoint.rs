@@ -1048,15 +1048,14 @@ mod tests {
     }
 
     fn allocated(device: &str) -> AllocatedDevice {
-        {
-            let mut v = AllocatedDevice::new(DeviceRef {
-                pool: PoolName::new("node-a").unwrap(),
-                device: DeviceName::new(device).unwrap(),
-            });
-            v.request = "gpu".into();
-            v.config = vec![serde_json::json!({"mode": "exclusive", "ratio": 0.25})];
-            v
-        }
+        AllocatedDevice::new(DeviceRef {
+            pool: PoolName::new("node-a").unwrap(),
+            device: DeviceName::new(device).unwrap(),
+        })
+        .with_request("gpu")
+        .with_config(vec![
+            serde_json::json!({"mode": "exclusive", "ratio": 0.25}),
+        ])
     }
 
     fn prepared(device: &str) -> PreparedDevice {

@@ -37,11 +37,7 @@ impl Claims {
     pub(crate) fn allocate(&self, uid: &str, request: &str, devices: &[DeviceRef]) {
         let list = devices
             .iter()
-            .map(|d| {
-                let mut v = AllocatedDevice::new(d.clone());
-                v.request = request.into();
-                v
-            })
+            .map(|d| AllocatedDevice::new(d.clone()).with_request(request))
             .collect();
         self.0
             .lock()

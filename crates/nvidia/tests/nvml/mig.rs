@@ -16,14 +16,11 @@ fn partitionable(f: &Fixture) -> NvidiaBackend {
 }
 
 fn alloc(device: &str) -> AllocatedDevice {
-    {
-        let mut v = AllocatedDevice::new(DeviceRef {
-            pool: PoolName::new("node-a-nvidia").unwrap(),
-            device: DeviceName::new(device).unwrap(),
-        });
-        v.request = "gpu".into();
-        v
-    }
+    AllocatedDevice::new(DeviceRef {
+        pool: PoolName::new("node-a-nvidia").unwrap(),
+        device: DeviceName::new(device).unwrap(),
+    })
+    .with_request("gpu")
 }
 
 fn claim(uid: &str) -> ClaimRef {

@@ -51,14 +51,11 @@ pub fn names(pool: &Pool) -> Vec<String> {
 
 /// An allocation of `device` in pool `node-a-vfio`.
 pub fn alloc(device: &str) -> AllocatedDevice {
-    {
-        let mut v = AllocatedDevice::new(DeviceRef {
-            pool: PoolName::new("node-a-vfio").expect("pool"),
-            device: DeviceName::new(device).expect("device name"),
-        });
-        v.request = "req".into();
-        v
-    }
+    AllocatedDevice::new(DeviceRef {
+        pool: PoolName::new("node-a-vfio").expect("pool"),
+        device: DeviceName::new(device).expect("device name"),
+    })
+    .with_request("req")
 }
 
 /// A claim.
