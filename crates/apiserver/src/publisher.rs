@@ -1127,6 +1127,31 @@ impl Worker {
                         );
                     }
                 }
+                Err(e) if matches!(api_code(&e), Some(400 | 403 | 404 | 405)) => {
+                    // Something in front of the server refuses dry runs (an admission webhook
+                    // without dry-run support, a policy): assume the release's default gates
+                    // and let the comparison of every write correct it.
+                    let why = crate::error::brief(&e);
+                    warn!(version = %version, error = %why, "the API server refused kubedev's dry-run ResourceSlice; assuming the release's default feature gates");
+                    if (version.major, version.minor) <= (1, 35) {
+                        for f in [
+                            ApiFeature::PartitionableDevices,
+                            ApiFeature::DeviceTaints,
+                            ApiFeature::ConsumableCapacity,
+                        ] {
+                            unavailable.insert(f);
+                            found.insert(
+                                f,
+                                format!(
+                                    "the API server ({version}) refused a dry run ({why}), and \
+                                     {} is off by default in {version}",
+                                    f.gate()
+                                ),
+                            );
+                        }
+                    }
+                    break;
+                }
                 Err(e) => {
                     return Err(Error::Slice {
                         operation: "dry-run creating",

@@ -901,3 +901,29 @@ async fn taints_and_shared_devices_on_a_server_without_them() {
     assert!(shared.action.contains("gpu-2"), "{shared:?}");
     task.stop().await;
 }
+
+/// An admission webhook that refuses dry runs does not stop publishing: the publisher assumes
+/// the release's default gates (1.35: no shared counters, so only the whole GPU) and goes on.
+#[tokio::test]
+async fn a_server_refusing_dry_runs_gets_its_releases_defaults() {
+    let server = ApiServer::builder()
+        .kubernetes(KubeRelease::V1_35)
+        .start()
+        .await
+        .unwrap();
+    server.fail_next(
+        Verb::Create,
+        Resource::ResourceSlices,
+        1,
+        Fault::DryRunUnsupported,
+    );
+    let publisher = publisher(&server);
+    let task = publisher.start().unwrap();
+    publisher.publish(&partitioned_gpu()).await.unwrap();
+    publisher.wait_synced(WAIT).await.unwrap();
+    assert_eq!(stored_devices(&server), ["gpu-0"]);
+    let report = publisher.api_status().report();
+    let d = &report.degraded[&ApiFeature::PartitionableDevices];
+    assert!(d.found.contains("refused a dry run"), "{d:?}");
+    task.stop().await;
+}

@@ -19,11 +19,17 @@ pub enum Fault {
     TooManyRequests,
     /// HTTP 503 with reason `ServiceUnavailable`.
     ServiceUnavailable,
+    /// HTTP 400 with reason `BadRequest`, as an admission webhook that does not support dry
+    /// run answers a `dryRun` request.
+    DryRunUnsupported,
 }
 
 impl Fault {
     pub(crate) fn to_error(self, verb: Verb, resource: Resource) -> ApiError {
         match self {
+            Fault::DryRunUnsupported => ApiError::bad_request(
+                "admission webhook \"policy.example.com\" does not support dry run",
+            ),
             Fault::InternalError => ApiError::internal(format!(
                 "injected fault: internal error on {verb} {resource}"
             )),
