@@ -821,17 +821,29 @@ impl CdiWriter {
         claim_uid: &str,
         prepared: &[PreparedDevice],
     ) -> Result<SpecCheck, CdiError> {
-        let (path, bytes, _) = self.claim_bytes(claim_uid, prepared)?;
+        self.ensure_claim_ids(claim_uid, prepared)
+            .map(|(check, _)| check)
+    }
+
+    /// [`CdiWriter::ensure_claim`], also giving the CDI device IDs for the kubelet, as
+    /// [`CdiWriter::write_claim`] does (the spec is built once).
+    pub fn ensure_claim_ids(
+        &self,
+        claim_uid: &str,
+        prepared: &[PreparedDevice],
+    ) -> Result<(SpecCheck, Vec<Option<String>>), CdiError> {
+        let (path, bytes, ids) = self.claim_bytes(claim_uid, prepared)?;
         let Some(bytes) = bytes else {
-            return Ok(match self.remove_claim(claim_uid)? {
+            let check = match self.remove_claim(claim_uid)? {
                 true => SpecCheck::Repaired {
                     found: "a spec file for a claim whose devices need none".into(),
                 },
                 false => SpecCheck::Intact,
-            });
+            };
+            return Ok((check, ids));
         };
         let found = match kubedev_core::safefs::read_regular(&path, bytes.len() as u64) {
-            Ok(Some(current)) if current == bytes => return Ok(SpecCheck::Intact),
+            Ok(Some(current)) if current == bytes => return Ok((SpecCheck::Intact, ids)),
             Ok(Some(current)) if current.len() > bytes.len() => {
                 "a longer file with other content".to_string()
             }
@@ -850,7 +862,7 @@ impl CdiWriter {
             }
         };
         self.put(&path, &bytes)?;
-        Ok(SpecCheck::Repaired { found })
+        Ok((SpecCheck::Repaired { found }, ids))
     }
 
     /// Removes a claim's spec file. Returns whether there was one; a missing file is success.

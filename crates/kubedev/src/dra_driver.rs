@@ -336,16 +336,9 @@ impl DraDriver {
         locks.entry(uid.to_string()).or_default().clone()
     }
 
-    fn answer(
-        &self,
-        uid: &str,
-        prepared: &[PreparedDevice],
-    ) -> Result<Vec<PreparedClaimDevice>, String> {
-        let (_, ids) = self
-            .cdi
-            .claim_spec(uid, prepared)
-            .map_err(|e| e.to_string())?;
-        Ok(prepared
+    /// The kubelet's answer for `prepared`, with the CDI device IDs the claim's spec gave them.
+    fn answer(prepared: &[PreparedDevice], ids: Vec<Option<String>>) -> Vec<PreparedClaimDevice> {
+        prepared
             .iter()
             .zip(ids)
             .map(|(p, id)| PreparedClaimDevice {
@@ -355,7 +348,7 @@ impl DraDriver {
                 cdi_device_ids: id.into_iter().collect(),
                 share_id: p.device.share_id.clone(),
             })
-            .collect())
+            .collect()
     }
 
     async fn with_store<T: Send + 'static>(
@@ -556,14 +549,16 @@ impl DraDriver {
             // or was damaged.
             let cdi = self.cdi.clone();
             let (uid, prepared) = (claim.uid.clone(), r.prepared.clone());
-            let check =
-                blocking(move || cdi.ensure_claim(&uid, &prepared).map_err(|e| e.to_string()))
-                    .await
-                    .map_err(at("cdi"))?;
+            let (check, ids) = blocking(move || {
+                cdi.ensure_claim_ids(&uid, &prepared)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(at("cdi"))?;
             if let SpecCheck::Repaired { found } = check {
                 tracing::warn!(claim = %claim, found = %found, "rewrote a missing or damaged CDI spec");
             }
-            return self.answer(&claim.uid, &r.prepared).map_err(at("internal"));
+            return Ok(Self::answer(&r.prepared, ids));
         }
 
         let devices = self
@@ -663,7 +658,7 @@ impl DraDriver {
         .await
         .map_err(at("checkpoint"))?;
         tracing::info!(claim = %claim, devices = prepared.len(), "prepared");
-        self.answer(&claim.uid, &prepared).map_err(at("internal"))
+        Ok(Self::answer(&prepared, written.device_ids))
     }
 
     async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), Failure> {
