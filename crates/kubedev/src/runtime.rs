@@ -136,15 +136,9 @@ async fn watch_config(
     }
 }
 
-/// Runs the daemon until `cancel` fires; stops every server and removes its sockets on the way
-/// out. `cluster` is needed when DRA mode is on. Changes to the configuration file are applied
-/// while it runs (see [`Running::reload`]).
-pub async fn run(
-    config: Config,
-    config_path: &Path,
-    cluster: Option<ClusterServices>,
-    cancel: CancellationToken,
-) -> anyhow::Result<()> {
+/// Metrics and probes, served over HTTP when `metrics.address` is set (with the held-device
+/// metrics read from the kubelet's pod resources).
+async fn observe(config: &Config, cancel: &CancellationToken) -> anyhow::Result<Observe> {
     let obs = Observe {
         metrics: Metrics::new(),
         probes: Probes::new(),
@@ -164,6 +158,19 @@ pub async fn run(
             cancel.child_token(),
         ));
     }
+    Ok(obs)
+}
+
+/// Runs the daemon until `cancel` fires; stops every server and removes its sockets on the way
+/// out. `cluster` is needed when DRA mode is on. Changes to the configuration file are applied
+/// while it runs (see [`Running::reload`]).
+pub async fn run(
+    config: Config,
+    config_path: &Path,
+    cluster: Option<ClusterServices>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let obs = observe(&config, &cancel).await?;
     let backends = Backends::new(Vec::new());
     for (slot, kind) in config.registry.kinds().enumerate() {
         if let Some(b) = build_backend(&config, kind, BuildMode::Serve)? {
