@@ -17,7 +17,9 @@
 //! // An empty section (`static:` in YAML) is the section with its defaults.
 //! assert!(factory.check(&serde_json::Value::Null).unwrap_err().message.contains("pool"));
 //! let bad = serde_json::json!({"pool": "node-a", "devicez": []});
-//! assert!(factory.check(&bad).unwrap_err().message.contains("devicez"));
+//! let err = factory.check(&bad).unwrap_err();
+//! assert_eq!(err.field, "devicez"); // the field serde refused, for the line in the message
+//! assert!(err.message.contains("unknown field"));
 //! ```
 
 use std::fmt;
@@ -184,8 +186,12 @@ fn parse<C: Section>(section: &serde_json::Value) -> Result<C, SectionError> {
         serde_json::Value::Null => serde_json::Value::Object(Default::default()),
         other => other.clone(),
     };
-    let config: C =
-        serde_json::from_value(section).map_err(|e| SectionError::new("", e.to_string()))?;
+    // The path of the offending field goes into the error, so the message names its line.
+    let config: C = serde_path_to_error::deserialize(section).map_err(|e| {
+        let path = e.path().to_string();
+        let field = if path == "." { String::new() } else { path };
+        SectionError::new(field, e.into_inner().to_string())
+    })?;
     config.validate()?;
     Ok(config)
 }

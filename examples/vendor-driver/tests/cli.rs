@@ -42,7 +42,10 @@ fn check_config_names_the_field_of_backends_fpga_and_its_line() {
         "nodeName: node-a\nbackends:\n  fpga:\n    bitstreamdir: /lib/firmware\n",
     );
     assert!(!ok);
-    assert!(err.contains("line 3: backends.fpga: unknown field `bitstreamdir`"), "{err}");
+    assert!(
+        err.contains("line 4: backends.fpga.bitstreamdir: unknown field `bitstreamdir`"),
+        "{err}"
+    );
     assert!(err.contains("`cardsRoot` or `bitstreamDir`"), "{err}");
 
     let (ok, err) = check_config(dir.path(), "nodeName: node-a\nbackends:\n  fpga: {}\n");
