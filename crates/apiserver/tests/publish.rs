@@ -820,15 +820,18 @@ async fn an_api_server_upgrade_brings_the_partitions_back() {
     assert!(!report.degraded.contains_key(&ApiFeature::DeviceTaints));
 
     server.restart_as(KubeRelease::V1_36, &[]).unwrap();
-    eventually("the halves published after the upgrade", || {
-        stored_devices(&server) == ["gpu-0", "gpu-0-half-0", "gpu-0-half-1"]
-    })
+    // The device slice is updated before the counter slice is created (the pool counts both,
+    // so it is incomplete, and not allocated from, in between): wait for both.
+    eventually(
+        "the halves and their counters published after the upgrade",
+        || {
+            stored_devices(&server) == ["gpu-0", "gpu-0-half-0", "gpu-0-half-1"]
+                && slices(&server)
+                    .iter()
+                    .any(|s| s["spec"]["sharedCounters"].is_array())
+        },
+    )
     .await;
-    assert!(
-        slices(&server)
-            .iter()
-            .any(|s| s["spec"]["sharedCounters"].is_array())
-    );
     eventually("an empty report", || {
         let r = status.report();
         r.degraded.is_empty() && r.version.as_ref().map(|v| v.minor) == Some(36)

@@ -290,29 +290,43 @@ fn counters_kept(slices: &[Value]) {
 
 /// The report of a missing feature: an ERROR line, the gauge, a `/readyz` note and an Event.
 async fn reported(run: &Run, gate: &str, saying: &str) {
-    let ready = run.readyz().await;
-    let note = ready
-        .lines()
-        .find(|l| l.starts_with("note: ") && l.contains(gate))
-        .unwrap_or_else(|| panic!("no note about {gate}: {ready}"));
-    assert!(note.contains(saying), "{note}");
-    let metrics = run.metrics();
-    let line = format!("kubedev_api_feature_unavailable{{feature=\"{gate}\"}} 1");
-    assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
-    let log = run.log();
-    assert!(
-        log.lines().any(|l| l.contains("ERROR") && l.contains(gate)),
-        "no ERROR naming {gate} in {}",
-        run.log_path().display()
-    );
-    let events = run.api.objects(Resource::Events);
-    assert!(
-        events.iter().any(|e| e["reason"] == "FeatureUnavailable"
-            && e["type"] == "Warning"
-            && e["regarding"]["name"] == NODE
-            && e["note"].as_str().unwrap_or("").contains(gate)),
-        "no FeatureUnavailable Event about {gate}: {events:#?}"
-    );
+    // The report follows the publisher and the class applier asynchronously: wait for each
+    // part of it (the Event is recorded last).
+    common::eventually(WAIT, || {
+        let ready = common::http_get(run.port, "/readyz").1;
+        let note = ready
+            .lines()
+            .find(|l| l.starts_with("note: ") && l.contains(gate))
+            .map(str::to_owned);
+        let metrics = run.metrics();
+        let line = format!("kubedev_api_feature_unavailable{{feature=\"{gate}\"}} 1");
+        let logged = run
+            .log()
+            .lines()
+            .any(|l| l.contains("ERROR") && l.contains(gate));
+        let events = run.api.objects(Resource::Events);
+        let event = events.iter().any(|e| {
+            e["reason"] == "FeatureUnavailable"
+                && e["type"] == "Warning"
+                && e["regarding"]["name"] == NODE
+                && e["note"].as_str().unwrap_or("").contains(gate)
+        });
+        std::future::ready(match note {
+            None => Err(format!("no note about {gate}: {ready}")),
+            Some(n) if !n.contains(saying) => Err(format!("the note does not say {saying:?}: {n}")),
+            Some(_) if !metrics.contains(&line) => Err(format!("{line} missing:\n{metrics}")),
+            Some(_) if !logged => Err(format!(
+                "no ERROR naming {gate} in {}",
+                run.log_path().display()
+            )),
+            Some(_) if !event => Err(format!(
+                "no FeatureUnavailable Event about {gate}: {events:#?}"
+            )),
+            Some(_) => Ok(()),
+        })
+    })
+    .await;
+    run.readyz().await;
 }
 
 /// Nothing reported: no note, no gauge at 1.
