@@ -42,6 +42,13 @@ impl ApiFeature {
         ApiFeature::ExtendedResource,
     ];
 
+    /// The features whose fields are in ResourceSlices (what the dry-run probe asks about).
+    pub const IN_SLICES: [ApiFeature; 3] = [
+        ApiFeature::PartitionableDevices,
+        ApiFeature::DeviceTaints,
+        ApiFeature::ConsumableCapacity,
+    ];
+
     /// The Kubernetes feature gate that enables it.
     pub fn gate(self) -> &'static str {
         match self {
@@ -124,6 +131,12 @@ impl ServerVersion {
         } else {
             CounterLayout::SeparateSlices
         }
+    }
+
+    /// Whether the gates of [`ApiFeature::IN_SLICES`] are off by default in this release
+    /// (alpha before 1.36).
+    pub fn slice_gates_off_by_default(&self) -> bool {
+        (self.major, self.minor) <= (1, 35)
     }
 
     /// Whether kubedev supports this release (1.34 and later: the first with

@@ -1111,11 +1111,7 @@ impl Worker {
                     // needs no feature gate, and say why.
                     let why = crate::error::brief(&e);
                     warn!(version = %version, error = %why, "the API server refused kubedev's dry-run ResourceSlice; publishing without gated fields");
-                    for f in [
-                        ApiFeature::PartitionableDevices,
-                        ApiFeature::DeviceTaints,
-                        ApiFeature::ConsumableCapacity,
-                    ] {
+                    for f in ApiFeature::IN_SLICES {
                         unavailable.insert(f);
                         found.insert(
                             f,
@@ -1133,12 +1129,8 @@ impl Worker {
                     // and let the comparison of every write correct it.
                     let why = crate::error::brief(&e);
                     warn!(version = %version, error = %why, "the API server refused kubedev's dry-run ResourceSlice; assuming the release's default feature gates");
-                    if (version.major, version.minor) <= (1, 35) {
-                        for f in [
-                            ApiFeature::PartitionableDevices,
-                            ApiFeature::DeviceTaints,
-                            ApiFeature::ConsumableCapacity,
-                        ] {
+                    if version.slice_gates_off_by_default() {
+                        for f in ApiFeature::IN_SLICES {
                             unavailable.insert(f);
                             found.insert(
                                 f,
