@@ -54,9 +54,36 @@ pub(crate) fn run_with_env(
         .status()
         .with_context(|| format!("starting {program}"))?;
     if !status.success() {
-        bail!("`{program} {}` failed ({status})", args.join(" "));
+        bail!(
+            "`{program} {}` failed ({status}){}",
+            args.join(" "),
+            disk_note(&target_dir(root))
+        );
     }
     Ok(())
+}
+
+/// Below this much free space a failed build is most likely the disk, not the code.
+const LOW_DISK_BYTES: u64 = 4 << 30;
+
+/// Free space on the file system holding `dir` (or its nearest existing parent), in bytes.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let existing = dir.ancestors().find(|d| d.exists())?;
+    let stat = rustix::fs::statvfs(existing).ok()?;
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// A sentence to add to a failure when the target directory's disk is nearly full.
+fn disk_note(target: &Path) -> String {
+    match free_bytes(target) {
+        Some(free) if free < LOW_DISK_BYTES => format!(
+            "; only {} MiB are free on the disk of {}: a linker or compiler that fails \
+             here has most likely run out of space",
+            free >> 20,
+            target.display()
+        ),
+        _ => String::new(),
+    }
 }
 
 fn has_nextest(root: &Path) -> bool {
@@ -70,7 +97,13 @@ fn has_nextest(root: &Path) -> bool {
 /// fmt check, codegen check, clippy with warnings denied, then every test.
 pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
-    let step = |name: &str| eprintln!("\n==> {name} ({:.0?} so far)", started.elapsed());
+    let target = target_dir(root);
+    let step = |name: &str| {
+        let free = free_bytes(&target).map_or_else(String::new, |b| {
+            format!(", {:.1} GiB free", b as f64 / f64::from(1u32 << 30))
+        });
+        eprintln!("\n==> {name} ({:.0?} so far{free})", started.elapsed());
+    };
 
     step("rustfmt");
     run(root, "cargo", &["fmt", "--all", "--check"])?;
