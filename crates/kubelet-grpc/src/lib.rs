@@ -22,7 +22,6 @@
 
 pub mod authority;
 pub mod device_plugin;
-mod dir_watch;
 pub mod dra;
 mod error;
 pub mod pod_resources;

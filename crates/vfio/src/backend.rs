@@ -6,10 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use tokio::sync::mpsc;
 
+use kubedev_core::dirwatch::{DirEvent, DirWatch};
 use kubedev_core::{
     AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceNode,
     DeviceRef, DeviceSource, Health, HostFs, Pool, PoolName, PrepareError, PreparedDevice,
@@ -403,77 +402,57 @@ impl DeviceSource for VfioBackend {
                 return Ok(());
             }
         };
-        let inotify = Inotify::init().map_err(|e| unavailable(format!("inotify: {e}")))?;
-        let dir_mask =
-            WatchMask::CREATE | WatchMask::DELETE | WatchMask::MOVED_FROM | WatchMask::MOVED_TO;
-        let mut stream = inotify
-            .into_event_stream([0u8; 4096])
-            .map_err(|e| unavailable(format!("inotify: {e}")))?;
-        let dev_wd = stream
-            .watches()
-            .add(&dev, dir_mask | WatchMask::ONLYDIR)
-            .map_err(|e| unavailable(format!("watching {}: {e}", dev.display())))?;
-        let add_vfio = |stream: &inotify::EventStream<[u8; 4096]>| -> Option<WatchDescriptor> {
+        let mut w = DirWatch::try_new().map_err(|e| unavailable(format!("inotify: {e}")))?;
+        w.try_watch(&dev).map_err(|e| unavailable(e.to_string()))?;
+        let watch_vfio = |w: &mut DirWatch| -> Option<PathBuf> {
             let p = host.resolve("/dev/vfio").ok()?;
-            match stream.watches().add(&p, dir_mask | WatchMask::ONLYDIR) {
-                Ok(wd) => Some(wd),
+            match w.try_watch(&p) {
+                Ok(()) => Some(p),
                 Err(e) => {
-                    tracing::warn!(path = %p.display(), error = %e, "cannot watch /dev/vfio");
+                    tracing::warn!(error = %e, "cannot watch /dev/vfio");
                     None
                 }
             }
         };
-        let mut vfio_wd: Option<WatchDescriptor> = add_vfio(&stream);
+        let mut vfio = watch_vfio(&mut w);
         // Changes between discovery and now.
         if !self.send(&events, self.inner.recheck(|_| true)).await {
             return Ok(());
         }
         loop {
             let ev = tokio::select! {
-                ev = stream.next() => ev,
+                ev = w.next() => ev,
                 // Nobody listens any more.
                 () = events.closed() => return Ok(()),
-                () = self.inner.rebound.notified() => {
-                    if !self.send(&events, self.inner.recheck(|_| true)).await {
-                        return Ok(());
-                    }
-                    continue;
+                () = self.inner.rebound.notified() => DirEvent::Rescan,
+            };
+            let Some((dir, name)) = ev.entry() else {
+                // Events lost, or a driver rebound: look at every device.
+                if !self.send(&events, self.inner.recheck(|_| true)).await {
+                    return Ok(());
                 }
+                continue;
             };
-            let ev = match ev {
-                None => return Ok(()),
-                Some(Ok(ev)) => ev,
-                Some(Err(e)) => return Err(unavailable(format!("inotify: {e}"))),
-            };
+            let created = matches!(ev, DirEvent::Created { .. });
+            let name = name.to_str();
             let mut rediscover = false;
-            let changed = if ev.mask.contains(EventMask::Q_OVERFLOW) {
-                self.inner.recheck(|_| true)
-            } else if ev.wd == dev_wd {
-                if ev.name.as_deref().and_then(|n| n.to_str()) != Some("vfio") {
+            let changed = if dir == dev {
+                if name != Some("vfio") {
                     continue;
                 }
-                if ev.mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
-                    vfio_wd = add_vfio(&stream);
+                if created {
+                    vfio = watch_vfio(&mut w);
                     rediscover = true;
                 }
                 self.inner.recheck(|_| true)
-            } else if Some(&ev.wd) == vfio_wd.as_ref()
-                && ev.name.as_deref().and_then(|n| n.to_str()) == Some("vfio")
-            {
+            } else if Some(dir) == vfio.as_deref() && name == Some("vfio") {
                 // The container node: every device depends on it.
                 self.inner.recheck(|_| true)
-            } else if Some(&ev.wd) == vfio_wd.as_ref() {
-                let Some(group) = ev
-                    .name
-                    .as_deref()
-                    .and_then(|n| n.to_str())
-                    .and_then(|n| n.parse::<u32>().ok())
-                else {
+            } else if Some(dir) == vfio.as_deref() {
+                let Some(group) = name.and_then(|n| n.parse::<u32>().ok()) else {
                     continue;
                 };
-                if ev.mask.intersects(EventMask::CREATE | EventMask::MOVED_TO)
-                    && !self.inner.knows_group(group)
-                {
+                if created && !self.inner.knows_group(group) {
                     rediscover = true;
                 }
                 self.inner.recheck(|o| o.group() == group)

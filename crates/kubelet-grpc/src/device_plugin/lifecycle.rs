@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use kubedev_core::dirwatch::{DirEvent, DirWatch};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -13,7 +14,6 @@ use super::{
     PluginStatus,
 };
 use crate::Error;
-use crate::dir_watch::{DirEvent, DirWatch};
 use crate::pb::deviceplugin::v1beta1 as api;
 use crate::uds::{SocketGuard, bind_private, dial, error_chain};
 
@@ -124,7 +124,7 @@ pub(super) async fn run(
         .file_name()
         .map(|f| f.to_os_string())
         .unwrap_or_else(|| KUBELET_SOCKET.into());
-    let mut watch = match DirWatch::new(&config.plugin_dir) {
+    let mut watch = match DirWatch::watching(&config.plugin_dir) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!(%resource, error = %e, "cannot watch for kubelet restarts; relying on retries");
@@ -205,7 +205,7 @@ pub(super) async fn run(
                     None => std::future::pending().await,
                 }
             } => match ev {
-                DirEvent::Created(name) if name == kubelet_name => {
+                DirEvent::Created { name, .. } if name == kubelet_name => {
                     let same = registered_with.is_some()
                         && registered_with == socket_ino(&config.kubelet_socket_path())
                         && status.borrow().registered;
@@ -215,7 +215,7 @@ pub(super) async fn run(
                         next_try = Some(Instant::now());
                     }
                 }
-                DirEvent::Deleted(name) if name == socket_name => {
+                DirEvent::Deleted { name, .. } if name == socket_name => {
                     // The kubelet removes plugin sockets when it restarts. The loop's top serves
                     // again if the socket now missing is the one we serve (not an older one
                     // already replaced), and registers when the kubelet's socket is back.
