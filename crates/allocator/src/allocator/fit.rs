@@ -1,0 +1,175 @@
+//! Whether one device can serve a request: consumable capacity (the request rounded by the
+//! device's policy, against what earlier shares took) and taints the request does not tolerate.
+
+use kubedev_core::Quantity;
+
+use crate::api::DeviceToleration;
+use crate::model::Dev;
+
+/// Whether a capacity request fits a device.
+#[derive(Debug)]
+pub(crate) enum CapFit {
+    /// Consumption per device capacity (same order as `Dev::capacity`).
+    Fits(Vec<Quantity>),
+    NoFit,
+}
+
+fn ceil_int(q: &Quantity) -> Result<i64, String> {
+    q.value()
+        .ok_or_else(|| format!("quantity {q} does not fit an int64"))
+}
+
+/// The consumption of one capacity: the request rounded by the policy, or the policy's
+/// default, or the whole capacity.
+fn consumed_amount(
+    requested: Option<&Quantity>,
+    total: &Quantity,
+    policy: Option<&crate::model::Policy>,
+) -> Result<Quantity, String> {
+    let Some(req) = requested else {
+        return Ok(policy.and_then(|p| p.default).unwrap_or(*total));
+    };
+    let Some(p) = policy else {
+        return Ok(*req);
+    };
+    if let Some(r) = &p.range
+        && let Some(min) = &r.min
+    {
+        if req < min {
+            return Ok(*min);
+        }
+        let Some(step) = &r.step else {
+            return Ok(*req);
+        };
+        let (ri, si, mi) = (ceil_int(req)?, ceil_int(step)?, ceil_int(min)?);
+        if si <= 0 {
+            return Ok(*req);
+        }
+        let added = ri - mi;
+        let mut n = added / si;
+        if added % si != 0 {
+            n += 1;
+        }
+        let v = n
+            .checked_mul(si)
+            .and_then(|x| x.checked_add(mi))
+            .ok_or_else(|| {
+                format!("capacity request {req} cannot be rounded up to the next step")
+            })?;
+        return Ok(Quantity::from_i64(v, step.format()));
+    }
+    if !p.valid_values.is_empty() {
+        for v in &p.valid_values {
+            if req <= v {
+                return Ok(*v);
+            }
+        }
+    }
+    Ok(*req)
+}
+
+fn violates_policy(consumed: &Quantity, policy: Option<&crate::model::Policy>) -> bool {
+    let Some(p) = policy else {
+        return false;
+    };
+    if p.default.as_ref() == Some(consumed) {
+        return false;
+    }
+    if let Some(r) = &p.range {
+        if r.max.as_ref().is_some_and(|m| consumed > m) {
+            return true;
+        }
+        if let Some(step) = &r.step {
+            let min = r.min.unwrap_or_default();
+            match (consumed.value(), step.value(), min.value()) {
+                (Some(c), Some(s), Some(m)) if s != 0 => return (c - m) % s != 0,
+                _ => return true,
+            }
+        }
+        return false;
+    }
+    if !p.valid_values.is_empty() {
+        return !p.valid_values.iter().any(|v| v == consumed);
+    }
+    false
+}
+
+/// The scheduler's capacity check for one device: resolves requested names (bare names
+/// belong to the driver), computes the consumption of every capacity and checks the policy
+/// and what earlier shares (`allocating`) already took.
+pub(crate) fn capacity_fit(
+    dev: &Dev<'_>,
+    requests: Option<&[(&str, Quantity)]>,
+    allocating: Option<&[Quantity]>,
+) -> Result<CapFit, String> {
+    let mut resolved: Vec<Option<Quantity>> = vec![None; dev.capacity.len()];
+    for (name, q) in requests.unwrap_or(&[]) {
+        let idx = dev
+            .capacity
+            .iter()
+            .position(|c| c.key == *name)
+            .or_else(|| match name.split_once('/') {
+                Some((domain, id)) if domain == dev.driver => {
+                    dev.capacity.iter().position(|c| c.key == id)
+                }
+                Some(_) => None,
+                None => dev.capacity.iter().position(|c| {
+                    c.key.len() == dev.driver.len() + 1 + name.len()
+                        && c.key.starts_with(dev.driver)
+                        && c.key.ends_with(name)
+                        && c.key.as_bytes()[dev.driver.len()] == b'/'
+                }),
+            });
+        let Some(idx) = idx else {
+            return Ok(CapFit::NoFit);
+        };
+        if resolved[idx].is_some() {
+            return Err(format!("capacity {name} requested twice"));
+        }
+        resolved[idx] = Some(*q);
+    }
+    let mut consumed = Vec::with_capacity(dev.capacity.len());
+    for (i, cap) in dev.capacity.iter().enumerate() {
+        let c = consumed_amount(resolved[i].as_ref(), &cap.value, cap.policy.as_ref())?;
+        if c.sign() < 0 {
+            return Err(format!("capacity {}: capacity value is negative", cap.key));
+        }
+        consumed.push(c);
+    }
+    for (i, cap) in dev.capacity.iter().enumerate() {
+        if violates_policy(&consumed[i], cap.policy.as_ref()) {
+            return Ok(CapFit::NoFit);
+        }
+        let mut total = consumed[i];
+        if let Some(a) = allocating.and_then(|a| a.get(i)) {
+            match total.checked_add(a) {
+                Some(t) => total = t,
+                None => return Ok(CapFit::NoFit),
+            }
+        }
+        if total > cap.value {
+            return Ok(CapFit::NoFit);
+        }
+    }
+    Ok(CapFit::Fits(consumed))
+}
+
+pub(crate) fn tolerates(t: &DeviceToleration, taint: &crate::api::DeviceTaint) -> bool {
+    if !t.effect.is_empty() && t.effect != taint.effect {
+        return false;
+    }
+    if !t.key.is_empty() && t.key != taint.key {
+        return false;
+    }
+    match t.operator.as_str() {
+        "" | "Equal" => t.value == taint.value,
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+pub(crate) fn taint_blocks(dev: &Dev<'_>, tolerations: &[DeviceToleration]) -> bool {
+    dev.taints
+        .iter()
+        .any(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
+}

@@ -1,0 +1,453 @@
+//! Planning: the scheduler's per-claim checks in its order, each request's (or subrequest's)
+//! candidates, the check that skips a search that cannot succeed, and the selection policy's
+//! reordering of candidates.
+
+use std::collections::HashMap;
+
+use kubedev_core::Quantity;
+
+use super::{
+    AllocateOptions, CapFit, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
+    MAX_DEVICES_PER_CLAIM, Mode, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fit,
+    claim_display, taint_blocks,
+};
+use crate::api::{DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim};
+use crate::error::AllocationError;
+use crate::model::{AttrKey, Dev, NodeView, PoolState};
+use crate::policy::{
+    PolicyConstraint, PolicyConstraintKind, PolicyDevice, PolicyRequest, SelectionPolicy,
+};
+
+/// The per-claim checks and candidate lists of [`Allocator::plan`](super::Allocator::plan).
+pub(super) fn plan_claims<'c>(
+    view: &mut NodeView<'_>,
+    classes: &[DeviceClass],
+    class_index: &HashMap<&str, usize>,
+    claims: &'c [ResourceClaim],
+    options: &AllocateOptions<'_>,
+) -> Result<(Vec<ClaimPlan<'c>>, u64), AllocationError> {
+    if claims.len() > MAX_CLAIMS {
+        return Err(AllocationError::TooManyClaims {
+            count: claims.len(),
+            limit: MAX_CLAIMS,
+        });
+    }
+    let class = |name: &str| class_index.get(name).copied();
+    let mut plans = Vec::with_capacity(claims.len());
+    let mut evaluations = 0u64;
+    for claim in claims {
+        let display = claim_display(claim);
+        let mut requests = Vec::with_capacity(claim.spec.devices.requests.len());
+        let mut min_total = 0usize;
+        for r in &claim.spec.devices.requests {
+            let mut subs = Vec::new();
+            let first_available = !r.first_available.is_empty();
+            if first_available {
+                for s in &r.first_available {
+                    let p = SubSpec {
+                        name: &s.name,
+                        base: &r.name,
+                        sub: Some(&s.name),
+                        class_name: &s.device_class_name,
+                        class: class(&s.device_class_name),
+                        selectors: &s.selectors,
+                        mode: s.allocation_mode.as_deref(),
+                        count: s.count,
+                        admin: false,
+                        tolerations: &s.tolerations,
+                        capacity: s.capacity.as_ref(),
+                    };
+                    subs.push(plan_sub(view, classes, &display, p, &mut evaluations)?);
+                }
+                min_total += subs.iter().map(|s| s.num_devices).min().unwrap_or(0);
+            } else {
+                let Some(e) = &r.exactly else {
+                    return Err(AllocationError::EmptyRequest {
+                        claim: display,
+                        request: r.name.clone(),
+                    });
+                };
+                let p = SubSpec {
+                    name: &r.name,
+                    base: &r.name,
+                    sub: None,
+                    class_name: &e.device_class_name,
+                    class: class(&e.device_class_name),
+                    selectors: &e.selectors,
+                    mode: e.allocation_mode.as_deref(),
+                    count: e.count,
+                    admin: e.admin_access.unwrap_or(false),
+                    tolerations: &e.tolerations,
+                    capacity: e.capacity.as_ref(),
+                };
+                let sp = plan_sub(view, classes, &display, p, &mut evaluations)?;
+                min_total += sp.num_devices;
+                subs.push(sp);
+            }
+            requests.push(RequestPlan {
+                first_available,
+                subs,
+            });
+        }
+        if min_total > MAX_DEVICES_PER_CLAIM {
+            return Err(AllocationError::TooManyDevices {
+                claim: display,
+                count: min_total,
+                limit: MAX_DEVICES_PER_CLAIM,
+            });
+        }
+        let mut constraints = Vec::new();
+        for (i, c) in claim.spec.devices.constraints.iter().enumerate() {
+            let (kind, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
+                (Some(a), _) => (ConstraintKind::Match, a.as_str()),
+                (None, Some(a)) => (ConstraintKind::Distinct, a.as_str()),
+                (None, None) => {
+                    return Err(AllocationError::EmptyConstraint {
+                        claim: display,
+                        index: i,
+                    });
+                }
+            };
+            constraints.push(Constraint {
+                kind,
+                attribute,
+                requests: &c.requests,
+                slot: view.attr_slot(attribute),
+            });
+        }
+        for rp in &mut requests {
+            for sp in &mut rp.subs {
+                sp.match_constraints = constraints
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.kind == ConstraintKind::Match && c.applies(sp.base, sp.sub))
+                    .map(|(i, _)| i)
+                    .collect();
+                if let Some(policy) = options.policy {
+                    apply_policy(
+                        view,
+                        policy,
+                        options.fail_closed,
+                        &display,
+                        &constraints,
+                        sp,
+                    )?;
+                }
+            }
+        }
+        plans.push(ClaimPlan {
+            claim,
+            display,
+            requests,
+            constraints,
+        });
+    }
+    Ok((plans, evaluations))
+}
+
+/// Whether some request cannot be satisfied whatever the other requests get: too few
+/// candidates, no group of candidates sharing a matchAttribute value, too few distinct values,
+/// or an `All` request over a device that is in use or tainted. Then the claims do not fit and
+/// the search is skipped. Only used when the search could not end in an error instead
+/// (no selector errors, no `All` request in a claim with constraints), so the outcome is the
+/// one the full search would reach.
+pub(super) fn statically_impossible(view: &NodeView<'_>, plans: &[ClaimPlan<'_>]) -> bool {
+    let mut possible_errors = false;
+    for cp in plans {
+        for rp in &cp.requests {
+            for sp in &rp.subs {
+                if !sp.errors.is_empty()
+                    || (matches!(sp.mode, Mode::All) && !cp.constraints.is_empty())
+                {
+                    possible_errors = true;
+                }
+            }
+        }
+    }
+    if possible_errors {
+        return false;
+    }
+    plans.iter().any(|cp| {
+        cp.requests
+            .iter()
+            .any(|rp| rp.subs.iter().all(|sp| !sub_possible(view, cp, sp)))
+    })
+}
+
+fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bool {
+    let usable = |dev: &Dev<'_>| (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations);
+    match sp.mode {
+        Mode::All => {
+            !sp.all_devices.is_empty()
+                && sp
+                    .all_devices
+                    .iter()
+                    .all(|&d| usable(&view.devices[d as usize]))
+        }
+        Mode::Exact(_) => {
+            let n = sp.num_devices;
+            if n == 0 {
+                return true;
+            }
+            let count = sp
+                .cands
+                .iter()
+                .filter(|&&(d, _)| usable(&view.devices[d as usize]))
+                .count();
+            if count < n {
+                return false;
+            }
+            for c in cp.constraints.iter().filter(|c| c.applies(sp.base, sp.sub)) {
+                let values = &view.attr_values[c.slot];
+                let mut groups: Vec<(AttrKey<'_>, usize)> = Vec::new();
+                for &(d, _) in &sp.cands {
+                    if !usable(&view.devices[d as usize]) {
+                        continue;
+                    }
+                    if let Some(v) = values[d as usize] {
+                        match groups.iter_mut().find(|(k, _)| *k == v) {
+                            Some(g) => g.1 += 1,
+                            None => groups.push((v, 1)),
+                        }
+                    }
+                }
+                let enough = match c.kind {
+                    ConstraintKind::Match => groups.iter().any(|&(_, k)| k >= n),
+                    ConstraintKind::Distinct => groups.len() >= n,
+                };
+                if !enough {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+}
+
+/// Asks the policy about one `ExactCount` subplan: reorders its candidates and leaves out
+/// the ones it rejects. Candidates whose selectors failed stay where they are (the search
+/// must still reach their error, as the scheduler would). On a failure the default order
+/// stands, or with `fail_closed` the allocation is refused.
+fn apply_policy(
+    view: &NodeView<'_>,
+    policy: &dyn SelectionPolicy,
+    fail_closed: bool,
+    claim: &str,
+    constraints: &[Constraint<'_>],
+    sp: &mut SubPlan<'_>,
+) -> Result<(), AllocationError> {
+    if !matches!(sp.mode, Mode::Exact(_)) || sp.cands.is_empty() {
+        return Ok(());
+    }
+    let devices: Vec<PolicyDevice<'_>> = sp
+        .cands
+        .iter()
+        .map(|&(d, _)| {
+            let dev = &view.devices[d as usize];
+            PolicyDevice::new(dev.driver, dev.pool_name, dev.device).with_allocated(dev.allocated)
+        })
+        .collect();
+    let in_force: Vec<PolicyConstraint<'_>> = constraints
+        .iter()
+        .filter(|c| c.applies(sp.base, sp.sub))
+        .map(|c| {
+            let kind = match c.kind {
+                ConstraintKind::Match => PolicyConstraintKind::MatchAttribute,
+                ConstraintKind::Distinct => PolicyConstraintKind::DistinctAttribute,
+            };
+            PolicyConstraint::new(kind, c.attribute)
+        })
+        .collect();
+    let request =
+        PolicyRequest::new(claim, &sp.full_name, sp.num_devices).with_constraints(&in_force);
+    let outcome = policy.order(&request, &devices).and_then(|o| {
+        o.check(devices.len())
+            .map(|()| o)
+            .map_err(|message| crate::PolicyFailure::new(policy.name(), "bad-output", message))
+    });
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(failure) if fail_closed => {
+            return Err(AllocationError::Policy {
+                claim: claim.to_string(),
+                request: sp.full_name.clone(),
+                failure: Box::new(failure),
+            });
+        }
+        Err(_) => return Ok(()),
+    };
+    let old = std::mem::take(&mut sp.cands);
+    let mut reason: Vec<Option<String>> = vec![None; old.len()];
+    for r in outcome.rejected {
+        reason[r.index] = Some(r.reason);
+    }
+    let order = outcome.order.unwrap_or_else(|| (0..old.len()).collect());
+    sp.cands = Vec::with_capacity(old.len());
+    for i in order {
+        let (d, err) = old[i];
+        match reason[i].take() {
+            Some(why) if err.is_none() => sp.policy_rejected.push((d, why)),
+            _ => sp.cands.push((d, err)),
+        }
+    }
+    Ok(())
+}
+
+struct SubSpec<'c> {
+    name: &'c str,
+    base: &'c str,
+    sub: Option<&'c str>,
+    class_name: &'c str,
+    class: Option<usize>,
+    selectors: &'c [DeviceSelector],
+    mode: Option<&'c str>,
+    count: Option<i64>,
+    admin: bool,
+    tolerations: &'c [DeviceToleration],
+    capacity: Option<&'c crate::api::CapacityRequirements>,
+}
+
+fn plan_sub<'c>(
+    view: &mut NodeView<'_>,
+    classes: &[DeviceClass],
+    claim: &str,
+    s: SubSpec<'c>,
+    evaluations: &mut u64,
+) -> Result<SubPlan<'c>, AllocationError> {
+    let full_name = match s.sub {
+        Some(sub) => format!("{}/{}", s.base, sub),
+        None => s.base.to_string(),
+    };
+    for (i, sel) in s.selectors.iter().enumerate() {
+        if sel.cel.is_none() {
+            return Err(AllocationError::EmptySelector {
+                claim: claim.to_string(),
+                request: s.name.to_string(),
+                index: i,
+            });
+        }
+    }
+    if s.class_name.is_empty() {
+        return Err(AllocationError::MissingClassName {
+            claim: claim.to_string(),
+            request: s.name.to_string(),
+        });
+    }
+    let Some(class) = s.class else {
+        return Err(AllocationError::ClassNotFound {
+            claim: claim.to_string(),
+            request: s.name.to_string(),
+            class: s.class_name.to_string(),
+        });
+    };
+    for (i, sel) in classes[class].spec.selectors.iter().enumerate() {
+        if sel.cel.is_none() {
+            return Err(AllocationError::EmptySelector {
+                claim: claim.to_string(),
+                request: s.name.to_string(),
+                index: i,
+            });
+        }
+    }
+    let capacity = match s.capacity {
+        None => None,
+        Some(req) => {
+            let mut out = Vec::with_capacity(req.requests.len());
+            for (name, q) in &req.requests {
+                let q =
+                    Quantity::parse(q.as_str()).map_err(|e| AllocationError::CapacityRequest {
+                        claim: claim.to_string(),
+                        request: s.name.to_string(),
+                        message: format!("capacity request {name}: {e}"),
+                    })?;
+                out.push((name.as_str(), q));
+            }
+            Some(out)
+        }
+    };
+    let mut plan = SubPlan {
+        full_name,
+        base: s.base,
+        sub: s.sub,
+        class,
+        selectors: s.selectors,
+        admin: s.admin,
+        tolerations: s.tolerations,
+        capacity,
+        mode: Mode::Exact(0),
+        num_devices: 0,
+        all_devices: Vec::new(),
+        cands: Vec::new(),
+        errors: Vec::new(),
+        match_constraints: Vec::new(),
+        policy_rejected: Vec::new(),
+    };
+    match s.mode.unwrap_or("ExactCount") {
+        "ExactCount" => {
+            let n = match s.count {
+                None | Some(0) => 1,
+                Some(n) => usize::try_from(n).unwrap_or(0),
+            };
+            plan.mode = Mode::Exact(n);
+            plan.num_devices = n;
+            let set = SelectorSet::new(view, classes, claim, class, s.selectors);
+            for d in 0..view.devices.len() {
+                match set.verdict(view, d, evaluations) {
+                    Verdict::Match => plan.cands.push((d as u32, None)),
+                    Verdict::Error(e) => {
+                        plan.cands.push((d as u32, Some(plan.errors.len())));
+                        plan.errors.push(e);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        "All" => {
+            plan.mode = Mode::All;
+            let set = SelectorSet::new(view, classes, claim, class, s.selectors);
+            for pi in 0..view.pools.len() {
+                let pool = &view.pools[pi];
+                match &pool.state {
+                    PoolState::Incomplete => {
+                        return Err(AllocationError::AllIncompletePool {
+                            claim: claim.to_string(),
+                            request: s.name.to_string(),
+                            pool: pool.id(),
+                        });
+                    }
+                    PoolState::Invalid(_) => {
+                        return Err(AllocationError::AllInvalidPool {
+                            claim: claim.to_string(),
+                            request: s.name.to_string(),
+                            pool: pool.id(),
+                        });
+                    }
+                    PoolState::Usable => {}
+                }
+                for d in pool.devices.clone() {
+                    match set.verdict(view, d, evaluations) {
+                        Verdict::Match => {
+                            let dev = &view.devices[d];
+                            if let Ok(CapFit::Fits(_)) =
+                                capacity_fit(dev, plan.capacity.as_deref(), None)
+                            {
+                                plan.all_devices.push(d as u32);
+                            }
+                        }
+                        Verdict::Error(e) => return Err(e),
+                        _ => {}
+                    }
+                }
+            }
+            plan.num_devices = plan.all_devices.len();
+        }
+        other => {
+            return Err(AllocationError::UnsupportedMode {
+                claim: claim.to_string(),
+                request: s.name.to_string(),
+                mode: other.to_string(),
+            });
+        }
+    }
+    Ok(plan)
+}
