@@ -1,0 +1,209 @@
+//! Parsing: the Kubernetes quantity grammar, suffixes and the two adjustments (rounding to
+//! the nano, capping binary-suffix values).
+
+use std::str::FromStr;
+
+use super::digits::{digits_value, increment, mul_small, strip_trailing_zeros};
+use super::{BINARY_CAP, Format, MAX_DIGITS, MAX_SUFFIX_EXPONENT, NANO, Quantity, QuantityError};
+
+impl Quantity {
+    /// Parses a quantity as Kubernetes does (see the type's documentation for the rules).
+    pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
+        let bytes = input.as_bytes();
+        if bytes.is_empty() {
+            return Err(QuantityError::Empty);
+        }
+        let mut pos = 0;
+        let negative = match bytes[0] {
+            b'-' => {
+                pos = 1;
+                true
+            }
+            b'+' => {
+                pos = 1;
+                false
+            }
+            _ => false,
+        };
+        let int_start = pos;
+        while pos < bytes.len() && bytes[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        let int_part = &bytes[int_start..pos];
+        let mut frac_part: &[u8] = &[];
+        if pos < bytes.len() && bytes[pos] == b'.' {
+            pos += 1;
+            let frac_start = pos;
+            while pos < bytes.len() && bytes[pos].is_ascii_digit() {
+                pos += 1;
+            }
+            frac_part = &bytes[frac_start..pos];
+        }
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(QuantityError::NoDigits {
+                input: input.to_owned(),
+            });
+        }
+        // Only ASCII bytes were skipped, so `pos` is on a character boundary.
+        let suffix = input.get(pos..).unwrap_or_default();
+        let (multiplier, format) = interpret_suffix(input, suffix)?;
+
+        let out_of_range = || QuantityError::OutOfRange {
+            input: input.to_owned(),
+        };
+        let mut digits: Vec<u8> = int_part
+            .iter()
+            .chain(frac_part)
+            .map(|b| b - b'0')
+            .skip_while(|d| *d == 0)
+            .collect();
+        let frac_len = i64::try_from(frac_part.len()).map_err(|_| out_of_range())?;
+        let mut exponent = match multiplier {
+            Multiplier::Decimal(e) => e.checked_sub(frac_len).ok_or_else(out_of_range)?,
+            Multiplier::Binary(bits) => {
+                digits = mul_small(&digits, 1u64 << bits);
+                -frac_len
+            }
+        };
+        if digits.is_empty() {
+            return Ok(Quantity {
+                mantissa: 0,
+                exponent: 0,
+                format,
+            });
+        }
+        exponent = strip_trailing_zeros(&mut digits, exponent).ok_or_else(out_of_range)?;
+
+        // Keep the value to the nano, rounding a finer non-zero value away from zero.
+        if exponent < NANO {
+            let dropped = NANO - exponent;
+            match usize::try_from(dropped) {
+                Ok(dropped) if dropped < digits.len() => {
+                    let keep = digits.len() - dropped;
+                    let inexact = digits[keep..].iter().any(|d| *d != 0);
+                    digits.truncate(keep);
+                    if inexact {
+                        increment(&mut digits);
+                    }
+                }
+                _ => digits = vec![1],
+            }
+            exponent = strip_trailing_zeros(&mut digits, NANO).ok_or_else(out_of_range)?;
+        }
+
+        let mut format = format;
+        if matches!(multiplier, Multiplier::Binary(_)) {
+            // Digits before the decimal point; the value is below 10^whole.
+            let whole = digits.len() as i64 + exponent;
+            let capped = whole > 19 || {
+                // At most 28 digits of nanos, so this fits.
+                let nanos = digits_value(&digits)
+                    .zip(10u128.checked_pow((exponent - NANO) as u32))
+                    .and_then(|(m, p)| m.checked_mul(p));
+                nanos.is_none_or(|n| n > BINARY_CAP * 1_000_000_000)
+            };
+            if capped {
+                let cap = BINARY_CAP as i128;
+                return Ok(Quantity {
+                    mantissa: if negative { -cap } else { cap },
+                    exponent: 0,
+                    format,
+                });
+            }
+            if whole <= 0 {
+                // Below one, a binary suffix would only confuse: Kubernetes switches.
+                format = Format::DecimalSI;
+            }
+        }
+
+        if digits.len() > MAX_DIGITS {
+            return Err(QuantityError::TooManyDigits {
+                input: input.to_owned(),
+            });
+        }
+        let magnitude = digits_value(&digits).ok_or_else(|| QuantityError::TooManyDigits {
+            input: input.to_owned(),
+        })?;
+        Quantity::from_parts(negative, magnitude, exponent, format).ok_or_else(out_of_range)
+    }
+}
+
+/// What a suffix multiplies the number by.
+#[derive(Debug, Clone, Copy)]
+enum Multiplier {
+    /// 10^n
+    Decimal(i64),
+    /// 2^n
+    Binary(u32),
+}
+
+fn interpret_suffix(input: &str, suffix: &str) -> Result<(Multiplier, Format), QuantityError> {
+    let decimal = |e| Ok((Multiplier::Decimal(e), Format::DecimalSI));
+    let binary = |e| Ok((Multiplier::Binary(e), Format::BinarySI));
+    match suffix {
+        "" => return decimal(0),
+        "n" => return decimal(-9),
+        "u" => return decimal(-6),
+        "m" => return decimal(-3),
+        "k" => return decimal(3),
+        "M" => return decimal(6),
+        "G" => return decimal(9),
+        "T" => return decimal(12),
+        "P" => return decimal(15),
+        "E" => return decimal(18),
+        "Ki" => return binary(10),
+        "Mi" => return binary(20),
+        "Gi" => return binary(30),
+        "Ti" => return binary(40),
+        "Pi" => return binary(50),
+        "Ei" => return binary(60),
+        _ => {}
+    }
+    if let Some(character) = suffix.chars().find(|c| {
+        !matches!(
+            c,
+            'e' | 'E' | 'i' | 'n' | 'u' | 'm' | 'k' | 'K' | 'M' | 'G' | 'T' | 'P' | '+' | '-' | '0'
+                ..='9'
+        )
+    }) {
+        return Err(QuantityError::UnexpectedCharacter {
+            input: input.to_owned(),
+            character,
+        });
+    }
+    let unknown = || QuantityError::UnknownSuffix {
+        input: input.to_owned(),
+        suffix: suffix.to_owned(),
+    };
+    let rest = suffix.strip_prefix(['e', 'E']).ok_or_else(unknown)?;
+    let (negative, digits) = match rest.as_bytes().first() {
+        Some(b'-') => (true, &rest[1..]),
+        Some(b'+') => (false, &rest[1..]),
+        _ => (false, rest),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(unknown());
+    }
+    let mut value: i64 = 0;
+    for b in digits.bytes() {
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(i64::from(b - b'0')))
+            .filter(|v| *v <= MAX_SUFFIX_EXPONENT)
+            .ok_or_else(|| QuantityError::ExponentOutOfRange {
+                input: input.to_owned(),
+            })?;
+    }
+    Ok((
+        Multiplier::Decimal(if negative { -value } else { value }),
+        Format::DecimalExponent,
+    ))
+}
+
+impl FromStr for Quantity {
+    type Err = QuantityError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Quantity::parse(s)
+    }
+}
