@@ -338,7 +338,7 @@ fn check_uid(expected: &ClaimRef, found: &res::ResourceClaim) -> Result<(), Erro
         return Err(Error::ClaimUidMismatch {
             namespace: expected.namespace.clone(),
             name: expected.name.clone(),
-            expected: expected.uid.clone(),
+            expected: expected.uid.to_string(),
             actual,
         });
     }
@@ -356,7 +356,7 @@ pub(crate) fn allocated_claim(
         return Err(Error::ClaimNotAllocated {
             namespace: expected.namespace.clone(),
             name: expected.name.clone(),
-            uid: expected.uid.clone(),
+            uid: expected.uid.to_string(),
         });
     };
     let content = |message: String| Error::ClaimContent {
@@ -510,7 +510,7 @@ mod tests {
     }
 
     fn claim_ref() -> ClaimRef {
-        ClaimRef::new("uid-1", "team-a", "train")
+        ClaimRef::new("uid-1".parse().unwrap(), "team-a", "train")
     }
 
     fn claim(status: serde_json::Value) -> res::ResourceClaim {
@@ -615,7 +615,7 @@ mod tests {
     #[test]
     fn a_different_uid_is_named() {
         let mut other = claim_ref();
-        other.uid = "uid-0".into();
+        other.uid = "uid-0".parse().unwrap();
         let err = allocated_claim(&driver(), &other, &allocated()).unwrap_err();
         assert_eq!(
             err.to_string(),
@@ -835,7 +835,7 @@ mod client_tests {
     }
 
     fn claim_ref(uid: &str, name: &str) -> ClaimRef {
-        ClaimRef::new(uid, "team-a", name)
+        ClaimRef::new(uid.parse().unwrap(), "team-a", name)
     }
 
     fn driver() -> DriverName {

@@ -186,6 +186,22 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether the same request can succeed later without anything changing in the claim: false
+    /// for a claim that is gone, replaced, not allocated, badly named or holding something this
+    /// driver cannot use; true for failed requests and everything else.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(
+            self,
+            Error::InvalidClaimName { .. }
+                | Error::ClaimNotFound { .. }
+                | Error::ClaimUidMismatch { .. }
+                | Error::ClaimNotAllocated { .. }
+                | Error::ClaimContent { .. }
+                | Error::InvalidNodeName { .. }
+                | Error::InvalidInventory { .. }
+        )
+    }
+
     /// The HTTP status code of the API server's answer, for API failures.
     pub fn http_status(&self) -> Option<u16> {
         match self {

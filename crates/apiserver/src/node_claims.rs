@@ -45,8 +45,9 @@ fn reserved_claim(reader: &ClaimReader, claim: &res::ResourceClaim) -> Option<Al
         return None;
     }
     let meta = &claim.metadata;
+    // Kubernetes UIDs always make valid claim UIDs; anything else cannot be prepared here.
     let reference = ClaimRef::new(
-        meta.uid.clone()?,
+        kubedev_core::ClaimUid::new(meta.uid.clone()?).ok()?,
         meta.namespace.clone()?,
         meta.name.clone()?,
     );

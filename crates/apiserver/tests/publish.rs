@@ -606,7 +606,7 @@ mod claims {
     const NS: &str = "team-a";
 
     fn claim_ref(uid: &str) -> ClaimRef {
-        ClaimRef::new(uid, NS, "train")
+        ClaimRef::new(uid.parse().unwrap(), NS, "train")
     }
 
     async fn server_with_claim(status: Value) -> (ApiServer, String) {

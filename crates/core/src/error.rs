@@ -139,6 +139,20 @@ pub enum PrepareError {
     Other(String),
 }
 
+impl PrepareError {
+    /// Whether preparing again can succeed without anything changing in the claim or the
+    /// configuration: a device that is unhealthy or busy, a host operation that failed, or an
+    /// unclassified error may pass; an unknown device or an invalid configuration cannot.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            PrepareError::UnknownDevice { .. } | PrepareError::Config { .. } => false,
+            PrepareError::Unhealthy { .. } | PrepareError::Host { .. } | PrepareError::Other(_) => {
+                true
+            }
+        }
+    }
+}
+
 /// Publishing an inventory failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

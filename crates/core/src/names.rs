@@ -182,6 +182,36 @@ macro_rules! string_name {
                 &self.0
             }
         }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
+            }
+        }
+
+        impl PartialEq<String> for $name {
+            fn eq(&self, other: &String) -> bool {
+                &self.0 == other
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                self == &other.0
+            }
+        }
+
+        impl PartialEq<$name> for &str {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
     };
 }
 
@@ -220,6 +250,48 @@ string_name!(
     "counter name",
     check_dns_label
 );
+
+/// Longest claim UID accepted. Kubernetes UIDs have 36 characters; the bound keeps file names
+/// that contain one well below the 255-byte limit.
+pub const MAX_CLAIM_UID_LEN: usize = 128;
+
+string_name!(
+    /// A ResourceClaim's UID as the kubelet passes it. Kubernetes UIDs (36-character UUIDs)
+    /// always pass; the rules — letters, digits, '_', '-', '.' and ':', starting and ending
+    /// with a letter or digit, no "..", at most [`MAX_CLAIM_UID_LEN`] characters — keep a UID
+    /// safe inside CDI device names and file names.
+    ClaimUid,
+    "claim UID",
+    check_claim_uid
+);
+
+fn check_claim_uid(s: &str) -> Result<(), String> {
+    if s.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if s.len() > MAX_CLAIM_UID_LEN {
+        return Err(format!(
+            "must be no more than {MAX_CLAIM_UID_LEN} characters"
+        ));
+    }
+    if let Some(c) = s
+        .chars()
+        .find(|&c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+    {
+        return Err(format!(
+            "contains {c:?}; only letters, digits, '_', '-', '.' and ':' are allowed"
+        ));
+    }
+    if !s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        || !s.ends_with(|c: char| c.is_ascii_alphanumeric())
+    {
+        return Err("must start and end with a letter or digit".into());
+    }
+    if s.contains("..") {
+        return Err("must not contain \"..\"".into());
+    }
+    Ok(())
+}
 
 fn check_pool_name(s: &str) -> Result<(), String> {
     if s.is_empty() {
@@ -380,6 +452,39 @@ mod tests {
             assert!(err.to_string().contains(why), "{bad:?}: {err}");
             assert!(err.to_string().contains("device name"));
         }
+    }
+
+    #[test]
+    fn claim_uids_are_safe_in_file_and_cdi_device_names() {
+        let longest = "a".repeat(MAX_CLAIM_UID_LEN);
+        for ok in [
+            "7f3d2c1e-0b4a-4a47-9d2e-3c6f1b2a9e10",
+            "uid-1",
+            "a",
+            "ns:claim.1",
+            longest.as_str(),
+        ] {
+            assert_eq!(ClaimUid::new(ok).unwrap().as_str(), ok);
+        }
+        let long = "a".repeat(MAX_CLAIM_UID_LEN + 1);
+        for (bad, why) in [
+            ("", "empty"),
+            ("../x", "'/'"),
+            ("a/b", "'/'"),
+            ("..", "start and end"),
+            ("a..b", "\"..\""),
+            ("-a", "start and end"),
+            ("a b", "' '"),
+            ("a\0b", "'\\0'"),
+            ("\u{fc}", "'\u{fc}'"),
+            (long.as_str(), "128"),
+        ] {
+            let err = ClaimUid::new(bad).unwrap_err();
+            assert!(err.to_string().contains(why), "{bad:?}: {err}");
+            assert!(err.to_string().contains("claim UID"), "{err}");
+        }
+        // A checkpoint or request holding a bad UID does not decode.
+        assert!(serde_json::from_str::<ClaimUid>("\"a/b\"").is_err());
     }
 
     #[test]

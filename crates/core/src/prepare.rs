@@ -5,14 +5,14 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::{ContainerEdits, DeviceRef, PrepareError};
+use crate::{ClaimUid, ContainerEdits, DeviceRef, PrepareError};
 
 /// The ResourceClaim a DRA prepare is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ClaimRef {
     /// The claim's UID (unique for the claim's lifetime).
-    pub uid: String,
+    pub uid: ClaimUid,
     /// Namespace.
     pub namespace: String,
     /// Name.
@@ -21,13 +21,9 @@ pub struct ClaimRef {
 
 impl ClaimRef {
     /// The claim `namespace/name` with `uid`.
-    pub fn new(
-        uid: impl Into<String>,
-        namespace: impl Into<String>,
-        name: impl Into<String>,
-    ) -> Self {
+    pub fn new(uid: ClaimUid, namespace: impl Into<String>, name: impl Into<String>) -> Self {
         ClaimRef {
-            uid: uid.into(),
+            uid,
             namespace: namespace.into(),
             name: name.into(),
         }

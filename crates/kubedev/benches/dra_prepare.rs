@@ -29,7 +29,10 @@ struct Claims;
 
 #[async_trait]
 impl ClaimSource for Claims {
-    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
+    async fn allocated_devices(
+        &self,
+        claim: &ClaimRef,
+    ) -> Result<Vec<AllocatedDevice>, kubedev_kubelet_grpc::dra::ClaimError> {
         let n: usize = claim.name.trim_start_matches('c').parse().unwrap_or(0);
         Ok(vec![
             AllocatedDevice::new(DeviceRef {

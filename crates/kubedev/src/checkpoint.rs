@@ -649,7 +649,7 @@ impl CheckpointStore {
             for change in changes {
                 let r = match change {
                     Change::Start { claim, devices } => {
-                        let uid = claim.uid.clone();
+                        let uid = claim.uid.to_string();
                         claims.insert(
                             uid,
                             ClaimRecord {
@@ -1044,7 +1044,7 @@ mod tests {
     }
 
     fn claim(uid: &str) -> ClaimRef {
-        ClaimRef::new(uid, "default", format!("claim-{uid}"))
+        ClaimRef::new(uid.parse().unwrap(), "default", format!("claim-{uid}"))
     }
 
     fn allocated(device: &str) -> AllocatedDevice {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use kubedev_apiserver::{ClaimReader, NodeEvents, PublisherTask, SlicePublisher, connect};
 use kubedev_core::{AllocatedDevice, ClaimRef};
+use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
 
 use crate::config::DraSpec;
 use crate::dra_driver::ClaimSource;
@@ -14,12 +15,18 @@ struct ApiClaims(ClaimReader);
 
 #[async_trait]
 impl ClaimSource for ApiClaims {
-    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
-        self.0
-            .get(claim)
-            .await
-            .map(|a| a.devices())
-            .map_err(|e| e.to_string())
+    async fn allocated_devices(
+        &self,
+        claim: &ClaimRef,
+    ) -> Result<Vec<AllocatedDevice>, ClaimError> {
+        self.0.get(claim).await.map(|a| a.devices()).map_err(|e| {
+            let retry = if e.is_retryable() {
+                Retry::Retryable
+            } else {
+                Retry::Permanent
+            };
+            ClaimError::new("claim_lookup", retry, e.to_string())
+        })
     }
 
     async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {

@@ -16,7 +16,7 @@ use crate::cdi::SpecCheck;
 use crate::checkpoint::{Change, CheckpointStore, ClaimState, LoadOutcome};
 use async_trait::async_trait;
 use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, Inventory, PreparedDevice};
-use kubedev_kubelet_grpc::dra::{DraHandler, PreparedClaimDevice};
+use kubedev_kubelet_grpc::dra::{ClaimError, DraHandler, PreparedClaimDevice, Retry};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backends::Backends;
@@ -30,7 +30,8 @@ pub trait ClaimSource: Send + Sync + 'static {
     /// The devices allocated to `claim` for this driver, with their requests, share IDs and
     /// opaque configuration. Errors say why the claim cannot be prepared (not found, UID
     /// mismatch, not allocated, nothing for this driver).
-    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String>;
+    async fn allocated_devices(&self, claim: &ClaimRef)
+    -> Result<Vec<AllocatedDevice>, ClaimError>;
 
     /// Every claim the cluster says is allocated devices of this driver and reserved for a
     /// consumer, with those devices: what recovery rebuilds from when the checkpoint was lost.
@@ -155,22 +156,10 @@ impl Drop for Starting<'_> {
     }
 }
 
-/// A failed prepare or unprepare: a short reason for metrics and the message for the kubelet.
-#[derive(Debug)]
-struct Failure {
-    reason: &'static str,
-    message: String,
-}
-
-impl Failure {
-    fn new(reason: &'static str, message: String) -> Self {
-        Failure { reason, message }
-    }
-}
-
-/// Wraps a message as a failure with `reason`.
-fn at(reason: &'static str) -> impl Fn(String) -> Failure {
-    move |message| Failure { reason, message }
+/// Wraps a message as a failure with `reason` that the kubelet's next call may not meet: the
+/// checkpoint, the CDI directory or an internal task failed.
+fn retryable(reason: &'static str) -> impl Fn(String) -> ClaimError {
+    move |message| ClaimError::retryable(reason, message)
 }
 
 impl std::fmt::Debug for DraDriver {
@@ -188,6 +177,17 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| format!("internal task failed: {e}"))?
+}
+
+/// A backend's failure for the kubelet: permanent when the backend says preparing again cannot
+/// succeed (an unknown device, an invalid configuration).
+fn backend_error(e: &kubedev_core::PrepareError, message: String) -> ClaimError {
+    let retry = if e.is_retryable() {
+        Retry::Retryable
+    } else {
+        Retry::Permanent
+    };
+    ClaimError::new("backend", retry, message)
 }
 
 /// The base request name: `gpu/large` (a FirstAvailable subrequest) → `gpu`.
@@ -307,16 +307,16 @@ impl DraDriver {
         &self,
         operation: &str,
         started: std::time::Instant,
-        result: Result<T, Failure>,
-    ) -> Result<T, String> {
+        result: Result<T, ClaimError>,
+    ) -> Result<T, ClaimError> {
         if let Some(m) = &self.metrics {
             m.observe_operation(
                 operation,
                 started.elapsed(),
-                result.as_ref().err().map(|f| f.reason),
+                result.as_ref().err().map(|f| (f.reason(), f.retry())),
             );
         }
-        result.map_err(|f| f.message)
+        result
     }
 
     /// Persists one checkpoint change (possibly together with concurrent ones).
@@ -383,7 +383,7 @@ impl DraDriver {
                 ClaimState::PrepareStarted if elsewhere => {
                     // The daemon instance we replace (rolling update) is in the middle of it.
                     tracing::info!(claim = %r.claim, owner = ?r.owner, "leaving a prepare another running instance started");
-                    rec.left_to_other_instance.push(uid);
+                    rec.left_to_other_instance.push(uid.to_string());
                 }
                 ClaimState::PrepareStarted => {
                     tracing::warn!(claim = %r.claim, "rolling back a prepare interrupted by a crash");
@@ -393,23 +393,25 @@ impl DraDriver {
                         .map_err(|e| format!("rolling back claim {}: {e}", r.claim))?;
                     let cdi = self.cdi.clone();
                     let u = uid.clone();
-                    blocking(move || cdi.remove_claim(&u).map_err(|e| e.to_string())).await?;
-                    let u = uid.clone();
-                    self.with_store(move |s| s.remove(&u).map_err(|e| e.to_string()))
+                    blocking(move || cdi.remove_claim(u.as_str()).map_err(|e| e.to_string()))
                         .await?;
-                    rec.rolled_back.push(uid);
+                    let u = uid.clone();
+                    self.with_store(move |s| s.remove(u.as_str()).map_err(|e| e.to_string()))
+                        .await?;
+                    rec.rolled_back.push(uid.to_string());
                 }
                 _ => {
                     let cdi = self.cdi.clone();
                     let u = uid.clone();
                     let prepared = r.prepared.clone();
                     let check = blocking(move || {
-                        cdi.ensure_claim(&u, &prepared).map_err(|e| e.to_string())
+                        cdi.ensure_claim(u.as_str(), &prepared)
+                            .map_err(|e| e.to_string())
                     })
                     .await?;
                     if let SpecCheck::Repaired { found } = check {
                         tracing::warn!(claim = %r.claim, found = %found, "rewrote a missing or damaged CDI spec");
-                        rec.cdi_repaired.push((uid, found));
+                        rec.cdi_repaired.push((uid.to_string(), found));
                     }
                 }
             }
@@ -517,30 +519,31 @@ impl DraDriver {
                 }
             };
         for (claim, devices) in listed {
-            if let Err(e) = crate::cdi::validate_claim_uid(&claim.uid) {
-                rec.rebuild_failed.push((claim.uid.clone(), e.to_string()));
-                continue;
-            }
             if !devices
                 .iter()
                 .any(|d| self.backends.owner(&d.device.pool).is_some())
             {
                 continue;
             }
-            let lock = self.lock_for(&claim.uid);
+            let lock = self.lock_for(claim.uid.as_str());
             let _held = lock.lock().await;
             match self.prepare_locked(&claim).await {
-                Ok(_) => rec.rebuilt.push(claim.uid.clone()),
-                Err(f) => rec.rebuild_failed.push((claim.uid.clone(), f.message)),
+                Ok(_) => rec.rebuilt.push(claim.uid.to_string()),
+                Err(f) => rec
+                    .rebuild_failed
+                    .push((claim.uid.to_string(), f.to_string())),
             }
         }
         true
     }
 
-    async fn prepare_locked(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, Failure> {
+    async fn prepare_locked(
+        &self,
+        claim: &ClaimRef,
+    ) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         let existing = {
             let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            store.get(&claim.uid).cloned()
+            store.get(claim.uid.as_str()).cloned()
         };
         if let Some(r) = existing
             && r.state == ClaimState::PrepareCompleted
@@ -550,31 +553,27 @@ impl DraDriver {
             let cdi = self.cdi.clone();
             let (uid, prepared) = (claim.uid.clone(), r.prepared.clone());
             let (check, ids) = blocking(move || {
-                cdi.ensure_claim_ids(&uid, &prepared)
+                cdi.ensure_claim_ids(uid.as_str(), &prepared)
                     .map_err(|e| e.to_string())
             })
             .await
-            .map_err(at("cdi"))?;
+            .map_err(retryable("cdi"))?;
             if let SpecCheck::Repaired { found } = check {
                 tracing::warn!(claim = %claim, found = %found, "rewrote a missing or damaged CDI spec");
             }
             return Ok(Self::answer(&r.prepared, ids));
         }
 
-        let devices = self
-            .claims
-            .allocated_devices(claim)
-            .await
-            .map_err(at("claim_lookup"))?;
+        let devices = self.claims.allocated_devices(claim).await?;
         if devices.is_empty() {
-            return Err(Failure::new(
+            return Err(ClaimError::permanent(
                 "not_allocated",
                 format!("claim {claim} has no devices allocated by this driver"),
             ));
         }
         for d in &devices {
             if self.backends.owner(&d.device.pool).is_none() {
-                return Err(Failure::new(
+                return Err(ClaimError::permanent(
                     "not_on_node",
                     format!("claim {claim}: device {} is not on this node", d.device),
                 ));
@@ -583,7 +582,7 @@ impl DraDriver {
         let taken = self
             .take_exclusive(claim, &devices)
             .map_err(|(device, other)| {
-                Failure::new(
+                ClaimError::retryable(
                     "device_in_use",
                     format!(
                         "claim {claim}: device {device} does not allow multiple allocations and is \
@@ -599,7 +598,7 @@ impl DraDriver {
             .await;
         // Recorded (or failed): from here the checkpoint speaks for these devices.
         drop(taken);
-        started.map_err(at("checkpoint"))?;
+        started.map_err(retryable("checkpoint"))?;
         failpoint::reached("after-prepare-started").await;
 
         let prepared = match self
@@ -610,21 +609,19 @@ impl DraDriver {
             Ok(p) => p,
             Err(e) => {
                 self.commit(Change::Remove {
-                    uid: claim.uid.clone(),
+                    uid: claim.uid.to_string(),
                 })
                 .await
-                .map_err(at("checkpoint"))?;
-                return Err(Failure::new(
-                    "backend",
-                    format!("preparing claim {claim}: {e}"),
-                ));
+                .map_err(retryable("checkpoint"))?;
+                return Err(backend_error(&e, format!("preparing claim {claim}: {e}")));
             }
         };
         failpoint::reached("after-device-prepare").await;
 
         let cdi = self.cdi.clone();
         let (uid, p) = (claim.uid.clone(), prepared.clone());
-        let written = blocking(move || cdi.write_claim(&uid, &p).map_err(|e| e.to_string())).await;
+        let written =
+            blocking(move || cdi.write_claim(uid.as_str(), &p).map_err(|e| e.to_string())).await;
         let written = match written {
             Ok(w) => w,
             Err(e) => {
@@ -632,11 +629,11 @@ impl DraDriver {
                     tracing::error!(claim = %claim, error = %u, "rolling back after a CDI failure failed");
                 }
                 self.commit(Change::Remove {
-                    uid: claim.uid.clone(),
+                    uid: claim.uid.to_string(),
                 })
                 .await
-                .map_err(at("checkpoint"))?;
-                return Err(Failure::new(
+                .map_err(retryable("checkpoint"))?;
+                return Err(ClaimError::retryable(
                     "cdi",
                     format!("writing the CDI spec of claim {claim}: {e}"),
                 ));
@@ -651,43 +648,43 @@ impl DraDriver {
             .and_then(|f| f.file_name())
             .map(|f| f.to_string_lossy().into_owned());
         self.commit(Change::Complete {
-            uid: claim.uid.clone(),
+            uid: claim.uid.to_string(),
             prepared: prepared.clone(),
             cdi_file: file_name,
         })
         .await
-        .map_err(at("checkpoint"))?;
+        .map_err(retryable("checkpoint"))?;
         tracing::info!(claim = %claim, devices = prepared.len(), "prepared");
         Ok(Self::answer(&prepared, written.device_ids))
     }
 
-    async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), Failure> {
+    async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let record = {
             let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            store.get(&claim.uid).cloned()
+            store.get(claim.uid.as_str()).cloned()
         };
         if let Some(r) = &record {
             failpoint::reached("during-unprepare").await;
             self.backends
                 .unprepare(&r.claim, &r.devices)
                 .await
-                .map_err(|e| Failure::new("backend", format!("unpreparing claim {claim}: {e}")))?;
+                .map_err(|e| backend_error(&e, format!("unpreparing claim {claim}: {e}")))?;
         }
         let cdi = self.cdi.clone();
         let uid = claim.uid.clone();
         blocking(move || {
-            cdi.remove_claim(&uid)
+            cdi.remove_claim(uid.as_str())
                 .map(|_| ())
                 .map_err(|e| e.to_string())
         })
         .await
-        .map_err(at("checkpoint"))?;
+        .map_err(retryable("checkpoint"))?;
         if record.is_some() {
             self.commit(Change::Remove {
-                uid: claim.uid.clone(),
+                uid: claim.uid.to_string(),
             })
             .await
-            .map_err(at("checkpoint"))?;
+            .map_err(retryable("checkpoint"))?;
             tracing::info!(claim = %claim, "unprepared");
         }
         Ok(())
@@ -696,13 +693,11 @@ impl DraDriver {
 
 #[async_trait]
 impl DraHandler for DraDriver {
-    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("prepare", claim = %claim);
         let result = async {
-            crate::cdi::validate_claim_uid(&claim.uid)
-                .map_err(|e| Failure::new("invalid_claim", e.to_string()))?;
-            let lock = self.lock_for(&claim.uid);
+            let lock = self.lock_for(claim.uid.as_str());
             let _held = lock.lock().await;
             self.prepare_locked(claim).await
         }
@@ -711,13 +706,11 @@ impl DraHandler for DraDriver {
         self.observe("prepare", started, result)
     }
 
-    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("unprepare", claim = %claim);
         let result = async {
-            crate::cdi::validate_claim_uid(&claim.uid)
-                .map_err(|e| Failure::new("invalid_claim", e.to_string()))?;
-            let lock = self.lock_for(&claim.uid);
+            let lock = self.lock_for(claim.uid.as_str());
             let _held = lock.lock().await;
             self.unprepare_locked(claim).await
         }

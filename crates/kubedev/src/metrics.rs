@@ -24,6 +24,9 @@ pub struct ErrorLabels {
     pub operation: String,
     /// A short reason, e.g. `backend`, `cdi`, `checkpoint`, `claim_lookup`.
     pub reason: String,
+    /// `retryable` (the kubelet's next call may succeed) or `permanent` (only a change to the
+    /// claim or the configuration helps).
+    pub retry: String,
 }
 
 /// Labels of a device count.
@@ -302,17 +305,24 @@ impl Metrics {
     }
 
     /// Records one prepare or unprepare.
-    pub fn observe_operation(&self, operation: &str, took: Duration, error: Option<&str>) {
+    /// `error` is the failure's reason and whether it is retryable.
+    pub fn observe_operation(
+        &self,
+        operation: &str,
+        took: Duration,
+        error: Option<(&str, kubedev_kubelet_grpc::dra::Retry)>,
+    ) {
         self.operation_seconds
             .get_or_create(&OperationLabels {
                 operation: operation.to_string(),
             })
             .observe(took.as_secs_f64());
-        if let Some(reason) = error {
+        if let Some((reason, retry)) = error {
             self.operation_errors
                 .get_or_create(&ErrorLabels {
                     operation: operation.to_string(),
                     reason: reason.to_string(),
+                    retry: retry.as_str().to_string(),
                 })
                 .inc();
         }
@@ -379,7 +389,11 @@ mod tests {
     fn encodes_what_was_recorded() {
         let m = Metrics::new();
         m.observe_operation("prepare", Duration::from_millis(3), None);
-        m.observe_operation("prepare", Duration::from_millis(5), Some("backend"));
+        m.observe_operation(
+            "prepare",
+            Duration::from_millis(5),
+            Some(("backend", kubedev_kubelet_grpc::dra::Retry::Permanent)),
+        );
         m.devices
             .get_or_create(&DeviceLabels {
                 api: "dra".into(),
@@ -395,7 +409,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "kubedev_dra_operation_errors_total{operation=\"prepare\",reason=\"backend\"} 1"
+                "kubedev_dra_operation_errors_total{operation=\"prepare\",reason=\"backend\",retry=\"permanent\"} 1"
             ),
             "{text}"
         );

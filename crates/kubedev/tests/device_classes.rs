@@ -97,7 +97,11 @@ async fn a_claim_with_a_bad_name_is_that_claims_error_and_never_reaches_the_api_
     let spec = cfg.dra(Path::new("c.yaml"), |_| None).unwrap().unwrap();
     let (services, task) = kubedev::cluster::connect_cluster(&spec).await.unwrap();
     let claim = |namespace: &str, name: &str| {
-        ClaimRef::new("0b7c1f6e-0000-4000-8000-000000000001", namespace, name)
+        ClaimRef::new(
+            "0b7c1f6e-0000-4000-8000-000000000001".parse().unwrap(),
+            namespace,
+            name,
+        )
     };
 
     // What the DRA driver's prepare gets back from the claim lookup, and so what the kubelet
@@ -107,6 +111,8 @@ async fn a_claim_with_a_bad_name_is_that_claims_error_and_never_reaches_the_api_
         .allocated_devices(&claim("default", "../../../api/v1/nodes/x"))
         .await
         .unwrap_err();
+    assert!(!err.is_retryable(), "a bad name stays bad: {err}");
+    let err = err.to_string();
     assert!(
         err.starts_with(
             "ResourceClaim name \"../../../api/v1/nodes/x\" (namespace default, UID \
@@ -118,7 +124,8 @@ async fn a_claim_with_a_bad_name_is_that_claims_error_and_never_reaches_the_api_
         .claims
         .allocated_devices(&claim("Default", "train"))
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(
         err.starts_with("ResourceClaim namespace \"Default\" (name \"train\", UID "),
         "{err}"
@@ -132,7 +139,11 @@ async fn a_claim_with_a_bad_name_is_that_claims_error_and_never_reaches_the_api_
         .allocated_devices(&claim("default", "train"))
         .await
         .unwrap_err();
-    assert!(err.contains("not found"), "{err}");
+    assert!(
+        !err.is_retryable(),
+        "a claim that is gone stays gone: {err}"
+    );
+    assert!(err.to_string().contains("not found"), "{err}");
     assert_eq!(api.request_count(Verb::Get, Resource::ResourceClaims), 1);
     task.stop().await;
 }

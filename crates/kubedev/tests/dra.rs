@@ -255,3 +255,57 @@ async fn device_plugin_resources_and_dra_never_share_a_device() {
     );
     daemon.stop().await;
 }
+
+/// Each failed claim tells the kubelet whether its retries can succeed: a device of another
+/// node or one the backend does not know is permanent; a device held by another claim is not.
+#[tokio::test]
+async fn failures_say_whether_the_kubelets_retries_can_succeed() {
+    let claims = Arc::new(Claims::default());
+    claims.allocate(
+        "uid-elsewhere",
+        "gpus",
+        &[common::device("node-b", "gpu-1")],
+    );
+    allocate(&claims, "uid-unknown", &["gpu-7"]);
+    allocate(&claims, "uid-first", &["gpu-0"]);
+    allocate(&claims, "uid-second", &["gpu-0"]);
+    let d = start_in(tempfile::tempdir().unwrap(), claims).await;
+    let permanent = "(permanent: retrying cannot succeed until the claim or the driver's \
+                     configuration changes)";
+    let out = d
+        .dra
+        .kubelet
+        .prepare(
+            DRIVER,
+            &[
+                ClaimId::new("default", "elsewhere", "uid-elsewhere"),
+                ClaimId::new("default", "unknown", "uid-unknown"),
+                ClaimId::new("default", "first", "uid-first"),
+            ],
+        )
+        .await
+        .unwrap();
+    let elsewhere = out["uid-elsewhere"].as_ref().unwrap_err();
+    assert!(
+        elsewhere.contains("node-b/gpu-1 is not on this node") && elsewhere.ends_with(permanent),
+        "{elsewhere}"
+    );
+    let unknown = out["uid-unknown"].as_ref().unwrap_err();
+    assert!(
+        unknown.contains("gpu-7") && unknown.ends_with(permanent),
+        "{unknown}"
+    );
+    assert!(out["uid-first"].is_ok(), "{out:?}");
+    let out = d
+        .dra
+        .kubelet
+        .prepare(DRIVER, &[ClaimId::new("default", "second", "uid-second")])
+        .await
+        .unwrap();
+    let busy = out["uid-second"].as_ref().unwrap_err();
+    assert!(
+        busy.contains("already prepared for claim default/first") && !busy.contains("permanent"),
+        "{busy}"
+    );
+    d.stop().await;
+}

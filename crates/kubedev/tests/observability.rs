@@ -141,7 +141,7 @@ devicePlugin:
         "kubedev_kubelet_registrations_total{api=\"device-plugin\",resource=\"example.com/gpu\"} 1",
         "kubedev_kubelet_registrations_total{api=\"dra\",resource=\"devices.example.com\"} 1",
         "kubedev_dra_operation_duration_seconds_count{operation=\"prepare\"} 2",
-        "kubedev_dra_operation_errors_total{operation=\"prepare\",reason=\"claim_lookup\"} 1",
+        "kubedev_dra_operation_errors_total{operation=\"prepare\",reason=\"claim_lookup\",retry=\"permanent\"} 1",
         "kubedev_device_held{api=\"device-plugin\",resource=\"example.com/gpu\",device=\"gpu-1\",namespace=\"ml\",pod=\"trainer\",container=\"main\"} 1",
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");

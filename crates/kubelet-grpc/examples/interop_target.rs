@@ -23,7 +23,7 @@ use kubedev_kubelet_grpc::device_plugin::{
     PreferenceRequest,
 };
 use kubedev_kubelet_grpc::dra::{
-    DeviceHealthReport, DraHandler, DraPlugin, DraPluginConfig, PreparedClaimDevice,
+    ClaimError, DeviceHealthReport, DraHandler, DraPlugin, DraPluginConfig, PreparedClaimDevice,
 };
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -37,11 +37,11 @@ struct Dra {
 
 #[async_trait]
 impl DraHandler for Dra {
-    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         if claim.name.starts_with("unallocated") {
-            return Err(format!(
-                "claim {} is not allocated to this node",
-                claim.name
+            return Err(ClaimError::permanent(
+                "not_allocated",
+                format!("claim {} is not allocated to this node", claim.name),
             ));
         }
         self.prepared
@@ -57,7 +57,7 @@ impl DraHandler for Dra {
         }])
     }
 
-    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         self.unprepared.lock().unwrap().push(claim.uid.to_string());
         Ok(())
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use kubedev_core::{ClaimRef, DriverName, Health};
 use kubedev_kubelet_grpc::dra::{
-    DeviceHealthReport, DraHandler, DraPlugin, DraPluginConfig, DraPluginHandle,
+    ClaimError, DeviceHealthReport, DraHandler, DraPlugin, DraPluginConfig, DraPluginHandle,
     PreparedClaimDevice,
 };
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
@@ -27,15 +27,24 @@ struct Handler {
 
 #[async_trait]
 impl DraHandler for Handler {
-    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String> {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         tokio::time::sleep(self.delay).await;
         if claim.name.starts_with("bad") {
-            return Err(format!("claim {} is not allocated", claim.name));
+            return Err(ClaimError::permanent(
+                "not_allocated",
+                format!("claim {} is not allocated", claim.name),
+            ));
+        }
+        if claim.name.starts_with("busy") {
+            return Err(ClaimError::retryable(
+                "device_in_use",
+                format!("claim {}: its device is busy", claim.name),
+            ));
         }
         self.prepared
             .lock()
             .unwrap()
-            .insert(claim.uid.clone(), claim.clone());
+            .insert(claim.uid.to_string(), claim.clone());
         Ok(vec![PreparedClaimDevice {
             request_names: vec!["gpu".into()],
             pool: "node-a".into(),
@@ -45,8 +54,8 @@ impl DraHandler for Handler {
         }])
     }
 
-    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String> {
-        self.unprepared.lock().unwrap().push(claim.uid.clone());
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+        self.unprepared.lock().unwrap().push(claim.uid.to_string());
         Ok(())
     }
 }
@@ -127,6 +136,7 @@ async fn prepare_unprepare_in(versions: &[&str]) {
     );
     let err = out["uid-b"].as_ref().unwrap_err();
     assert!(err.contains("bad-b"), "{err}");
+    assert!(err.contains("(permanent: retrying cannot succeed"), "{err}");
     let c = out["uid-c"].as_ref().unwrap();
     if versions[0] == "v1.DRAPlugin" {
         assert_eq!(c[0].share_id.as_deref(), Some("s1"));
@@ -172,6 +182,30 @@ async fn malformed_claims_fail_alone() {
             .contains("claims[0].namespace")
     );
     assert!(out["uid-y"].is_ok());
+}
+
+#[tokio::test]
+async fn the_kubelet_learns_which_failures_retrying_cannot_fix() {
+    let f = fixture(&["v1.DRAPlugin"], Handler::default()).await;
+    let claims = [
+        ClaimId::new("default", "busy-a", "uid-a"),
+        ClaimId::new("default", "bad-b", "uid-b"),
+        // Not a UID the driver can put in a file or CDI device name.
+        ClaimId::new("default", "c", "../../etc"),
+    ];
+    let out = f.kubelet.prepare(DRIVER, &claims).await.unwrap();
+    assert_eq!(
+        out["uid-a"].as_ref().unwrap_err(),
+        "claim busy-a: its device is busy",
+        "a retryable failure is the message alone"
+    );
+    assert!(out["uid-b"].as_ref().unwrap_err().ends_with(
+        "(permanent: retrying cannot succeed until the claim or the driver's configuration changes)"
+    ));
+    let bad_uid = out["../../etc"].as_ref().unwrap_err();
+    assert!(bad_uid.contains("claims[2].uid"), "{bad_uid}");
+    assert!(bad_uid.contains("permanent"), "{bad_uid}");
+    assert!(f.handler.prepared.lock().unwrap().is_empty());
 }
 
 #[tokio::test]

@@ -565,7 +565,7 @@ impl Inner {
             });
         }
         let mut rec = existing.unwrap_or_else(|| MigRecord {
-            claim_uid: claim.uid.clone(),
+            claim_uid: claim.uid.to_string(),
             device: device.to_string(),
             gpu_uuid: gpu.uuid.clone(),
             profile_index: profile.index,

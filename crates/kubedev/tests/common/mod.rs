@@ -20,6 +20,7 @@ use kubedev_core::{
     AllocatedDevice, ClaimRef, DeviceName, DeviceRef, Inventory, PoolName, PublishError, Publisher,
     WriteCounts,
 };
+use kubedev_kubelet_grpc::dra::ClaimError;
 use kubedev_testkit::kubelet::{DraKubelet, KubeletEmulator};
 use tokio_util::sync::CancellationToken;
 
@@ -48,13 +49,18 @@ impl Claims {
 
 #[async_trait]
 impl ClaimSource for Claims {
-    async fn allocated_devices(&self, claim: &ClaimRef) -> Result<Vec<AllocatedDevice>, String> {
+    async fn allocated_devices(
+        &self,
+        claim: &ClaimRef,
+    ) -> Result<Vec<AllocatedDevice>, ClaimError> {
         self.0
             .lock()
             .expect("claims lock")
-            .get(&claim.uid)
+            .get(claim.uid.as_str())
             .cloned()
-            .ok_or_else(|| format!("claim {claim} is not allocated"))
+            .ok_or_else(|| {
+                ClaimError::permanent("not_allocated", format!("claim {claim} is not allocated"))
+            })
     }
 }
 

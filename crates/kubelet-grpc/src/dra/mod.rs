@@ -5,6 +5,7 @@
 //! kubelet expects. Each claim of a `NodePrepareResources` call is handed to the
 //! [`DraHandler`] concurrently; its failure goes in that claim's entry, never in the call's status.
 
+mod claim_error;
 mod health;
 mod registration;
 mod service;
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::uds::{SocketGuard, bind_private, error_chain, fit_socket_path};
+pub use claim_error::{ClaimError, Retry};
 
 /// The kubelet's default plugin registry directory.
 pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
@@ -52,11 +54,12 @@ pub struct PreparedClaimDevice {
 #[async_trait]
 pub trait DraHandler: Send + Sync + 'static {
     /// Prepares one claim. Called concurrently for different claims; the handler serialises work
-    /// on the same claim UID. Idempotent. The error text goes to the kubelet.
-    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, String>;
+    /// on the same claim UID. Idempotent. The error's [`ClaimError::kubelet_message`] goes to the
+    /// kubelet in that claim's entry.
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError>;
 
     /// Unprepares one claim; an unknown claim is success. Idempotent.
-    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), String>;
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError>;
 }
 
 /// One device's health for the health stream.
@@ -333,7 +336,7 @@ fn spawn_server(
 }
 
 /// The per-claim answers of one prepare call, keyed by claim UID.
-pub(crate) type PrepareResults = BTreeMap<String, Result<Vec<PreparedClaimDevice>, String>>;
+pub(crate) type PrepareResults = BTreeMap<String, Result<Vec<PreparedClaimDevice>, ClaimError>>;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
-use kubedev_core::ClaimRef;
+use kubedev_core::{ClaimRef, ClaimUid};
 use tonic::{Request, Response, Status};
 
-use super::{DraHandler, PrepareResults, PreparedClaimDevice};
+use super::{ClaimError, DraHandler, PrepareResults, PreparedClaimDevice};
 use crate::pb::dra::{v1, v1beta1};
 
 pub(super) struct Service {
@@ -16,8 +16,9 @@ pub(super) struct Service {
 }
 
 /// Checks one claim reference from the kubelet; the error names the field.
-fn claim_ref(i: usize, namespace: &str, uid: &str, name: &str) -> Result<ClaimRef, String> {
-    let missing = |f: &str| format!("claims[{i}].{f} is empty");
+fn claim_ref(i: usize, namespace: &str, uid: &str, name: &str) -> Result<ClaimRef, ClaimError> {
+    let invalid = |message: String| ClaimError::permanent("invalid_request", message);
+    let missing = |f: &str| invalid(format!("claims[{i}].{f} is empty"));
     if uid.is_empty() {
         return Err(missing("uid"));
     }
@@ -27,28 +28,21 @@ fn claim_ref(i: usize, namespace: &str, uid: &str, name: &str) -> Result<ClaimRe
     if name.is_empty() {
         return Err(missing("name"));
     }
-    Ok(ClaimRef::new(
-        uid.to_string(),
-        namespace.to_string(),
-        name.to_string(),
-    ))
+    let uid = ClaimUid::new(uid).map_err(|e| invalid(format!("claims[{i}].uid: {e}")))?;
+    Ok(ClaimRef::new(uid, namespace, name))
 }
 
 impl Service {
-    async fn prepare(&self, claims: Vec<(String, Result<ClaimRef, String>)>) -> PrepareResults {
+    async fn prepare(&self, claims: Vec<(String, Result<ClaimRef, ClaimError>)>) -> PrepareResults {
         let handler = &self.handler;
-        let driver = &self.driver;
         let results = join_all(claims.into_iter().map(|(uid, c)| async move {
-            let r = match c {
-                Ok(claim) => {
-                    let r = handler.prepare(&claim).await;
-                    if let Err(e) = &r {
-                        tracing::warn!(%driver, claim = %claim, error = %e, "prepare failed");
-                    }
-                    r
-                }
-                Err(e) => Err(e),
+            let r = match &c {
+                Ok(claim) => handler.prepare(claim).await,
+                Err(e) => Err(e.clone()),
             };
+            if let Err(e) = &r {
+                self.log_failure("prepare", &uid, &c, e);
+            }
             (uid, r)
         }))
         .await;
@@ -57,18 +51,42 @@ impl Service {
 
     async fn unprepare(
         &self,
-        claims: Vec<(String, Result<ClaimRef, String>)>,
-    ) -> BTreeMap<String, Result<(), String>> {
+        claims: Vec<(String, Result<ClaimRef, ClaimError>)>,
+    ) -> BTreeMap<String, Result<(), ClaimError>> {
         let handler = &self.handler;
         let results = join_all(claims.into_iter().map(|(uid, c)| async move {
-            let r = match c {
-                Ok(claim) => handler.unprepare(&claim).await,
-                Err(e) => Err(e),
+            let r = match &c {
+                Ok(claim) => handler.unprepare(claim).await,
+                Err(e) => Err(e.clone()),
             };
+            if let Err(e) = &r {
+                self.log_failure("unprepare", &uid, &c, e);
+            }
             (uid, r)
         }))
         .await;
         results.into_iter().collect()
+    }
+
+    /// One WARN line per failed claim, naming the claim (or the UID the kubelet sent, when the
+    /// reference itself was refused) and whether retrying can help.
+    fn log_failure(
+        &self,
+        operation: &str,
+        uid: &str,
+        claim: &Result<ClaimRef, ClaimError>,
+        error: &ClaimError,
+    ) {
+        let driver = &self.driver;
+        let retry = error.retry();
+        match claim {
+            Ok(claim) => {
+                tracing::warn!(%driver, %claim, %error, %retry, "{operation} failed");
+            }
+            Err(_) => {
+                tracing::warn!(%driver, claim_uid = %uid, %error, %retry, "{operation} refused: malformed claim reference");
+            }
+        }
     }
 }
 
@@ -110,7 +128,7 @@ macro_rules! dra_plugin_service {
                     .map(|(uid, r)| {
                         let (devices, error) = match r {
                             Ok(devs) => (devs.into_iter().map($device).collect(), String::new()),
-                            Err(error) => (Vec::new(), error),
+                            Err(error) => (Vec::new(), error.kubelet_message()),
                         };
                         (uid, $api::NodePrepareResourceResponse { devices, error })
                     })
@@ -129,7 +147,7 @@ macro_rules! dra_plugin_service {
                 let claims = claims
                     .into_iter()
                     .map(|(uid, r)| {
-                        let error = r.err().unwrap_or_default();
+                        let error = r.err().map(|e| e.kubelet_message()).unwrap_or_default();
                         (uid, $api::NodeUnprepareResourceResponse { error })
                     })
                     .collect();
@@ -145,7 +163,7 @@ macro_rules! dra_plugin_service {
 fn claims_of<C>(
     claims: &[C],
     fields: impl Fn(&C) -> (&String, &String, &String),
-) -> Vec<(String, Result<ClaimRef, String>)> {
+) -> Vec<(String, Result<ClaimRef, ClaimError>)> {
     claims
         .iter()
         .enumerate()

@@ -24,7 +24,7 @@ fn alloc(device: &str) -> AllocatedDevice {
 }
 
 fn claim(uid: &str) -> ClaimRef {
-    ClaimRef::new(uid, "default", format!("claim-{uid}"))
+    ClaimRef::new(uid.parse().unwrap(), "default", format!("claim-{uid}"))
 }
 
 /// The capability node minor of `gpu<g>/gi<i>/access` (and `ci<c>`) in the fake host's list.

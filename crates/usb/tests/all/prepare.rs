@@ -93,6 +93,6 @@ async fn unknown_and_unhealthy_devices_are_errors_that_name_them() {
         "{msg}"
     );
     // Unprepare changes nothing and always succeeds.
-    let claim = kubedev_core::ClaimRef::new("u", "n", "c");
+    let claim = kubedev_core::ClaimRef::new("u".parse().unwrap(), "n", "c");
     b.unprepare(&claim, &[alloc("key-9-9")]).await.unwrap();
 }

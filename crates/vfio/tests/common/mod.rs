@@ -60,7 +60,7 @@ pub fn alloc(device: &str) -> AllocatedDevice {
 
 /// A claim.
 pub fn claim() -> ClaimRef {
-    ClaimRef::new("uid-1", "default", "vm-claim")
+    ClaimRef::new("uid-1".parse().unwrap(), "default", "vm-claim")
 }
 
 thread_local! {
