@@ -16,6 +16,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
+use kubedev_core::ratelimit::TokenBucket;
 use kubedev_core::{DriverName, Inventory, PublishError, Publisher};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
@@ -30,7 +31,7 @@ use crate::features::{
     ApiCapabilities, ApiFeature, ApiStatus, CounterLayout, ServerVersion, dropped_from_slice,
 };
 use crate::plan::{Accepted, Identity, content_key, desired_spec, plan};
-use crate::ratelimit::{Backoff, TokenBucket};
+use crate::ratelimit::{Backoff, request_limit};
 use crate::retry::{FailureLog, FailureReport, RetrySchedule, jitter_unit};
 
 /// How long our own writes override the watch cache when the watch has not shown them yet.
@@ -704,7 +705,7 @@ async fn run(shared: Arc<Shared>, settings: Settings, mut stop: watch::Receiver<
         accepted_rev: 0,
         owner: None,
         node_checked: None,
-        limiter: TokenBucket::new(settings.qps, settings.burst),
+        limiter: request_limit(settings.qps, settings.burst),
         backoff: Backoff::new(settings.backoff_initial, settings.backoff_max),
         conflicts_in_row: 0,
         probed: None,

@@ -1,54 +1,17 @@
-//! A token bucket for API requests and an exponential backoff for failures.
+//! The publisher's pacing: its request rate limit, on kubedev-core's token bucket, and an
+//! exponential backoff for failures.
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use kubedev_core::ratelimit::TokenBucket;
 
-/// Allows `rate` requests per second on average and bursts of up to `burst`.
-#[derive(Debug)]
-pub(crate) struct TokenBucket {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    /// A full bucket. A rate of zero or less (or not a number) means no limit.
-    pub(crate) fn new(rate: f64, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        TokenBucket {
-            rate,
-            burst,
-            tokens: burst,
-            last: Instant::now(),
-        }
-    }
-
-    fn unlimited(&self) -> bool {
-        self.rate.is_nan() || self.rate <= 0.0 || self.rate.is_infinite()
-    }
-
-    fn refill(&mut self, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        self.last = now;
-    }
-
-    /// Waits until a request may be made, and takes its token.
-    pub(crate) async fn acquire(&mut self) {
-        if self.unlimited() {
-            return;
-        }
-        self.refill(Instant::now());
-        if self.tokens < 1.0 {
-            let wait = Duration::from_secs_f64((1.0 - self.tokens) / self.rate);
-            tokio::time::sleep(wait).await;
-            self.refill(Instant::now());
-        }
-        // After the wait the bucket holds (almost exactly) one token; rounding must not make
-        // the next caller wait for a sliver.
-        self.tokens = (self.tokens - 1.0).max(0.0);
+/// The limit on API requests: `qps` per second on average, bursts of up to `burst` (at least
+/// one). A `qps` of zero or less (or not a number, or infinite) means no limit.
+pub(crate) fn request_limit(qps: f64, burst: u32) -> TokenBucket {
+    if qps.is_finite() && qps > 0.0 {
+        TokenBucket::new(qps, f64::from(burst.max(1)))
+    } else {
+        TokenBucket::unlimited()
     }
 }
 
@@ -89,43 +52,13 @@ impl Backoff {
 
 #[cfg(test)]
 mod tests {
+    use tokio::time::Instant;
+
     use super::*;
 
     #[tokio::test(start_paused = true)]
-    async fn bursts_then_paces() {
-        let mut bucket = TokenBucket::new(10.0, 3);
-        let start = Instant::now();
-        for _ in 0..3 {
-            bucket.acquire().await;
-        }
-        assert_eq!(start.elapsed(), Duration::ZERO, "a burst of three is free");
-        for _ in 0..10 {
-            bucket.acquire().await;
-        }
-        let elapsed = start.elapsed();
-        assert!(
-            elapsed >= Duration::from_millis(999) && elapsed <= Duration::from_millis(1010),
-            "ten more at 10/s take a second, took {elapsed:?}"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn refills_while_idle_up_to_the_burst() {
-        let mut bucket = TokenBucket::new(1.0, 2);
-        bucket.acquire().await;
-        bucket.acquire().await;
-        tokio::time::sleep(Duration::from_secs(100)).await;
-        let start = Instant::now();
-        bucket.acquire().await;
-        bucket.acquire().await;
-        assert_eq!(start.elapsed(), Duration::ZERO);
-        bucket.acquire().await;
-        assert_eq!(start.elapsed(), Duration::from_secs(1));
-    }
-
-    #[tokio::test(start_paused = true)]
     async fn zero_rate_is_unlimited() {
-        let mut bucket = TokenBucket::new(0.0, 1);
+        let mut bucket = request_limit(0.0, 1);
         let start = Instant::now();
         for _ in 0..1000 {
             bucket.acquire().await;

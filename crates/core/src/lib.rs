@@ -30,6 +30,7 @@ mod names;
 mod prepare;
 mod publish;
 mod quantity;
+pub mod ratelimit;
 pub mod safefs;
 mod source;
 pub mod static_backend;

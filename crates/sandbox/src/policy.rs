@@ -15,7 +15,7 @@ use kubedev_allocator::{
 use crate::encode::{Message, encode_input};
 use crate::error::PolicyError;
 use crate::input::{Candidate, Constraint, ConstraintKind, CounterUsage, PolicyInput};
-use crate::ratelimit::TokenBucket;
+use crate::ratelimit::{TokenBucket, failure_warning_limit, guest_log_limit};
 use crate::sandbox::{Compiled, LogSink, Sandbox, strip_policy};
 
 /// A policy module loaded into a [`Sandbox`]: call it with [`WasmPolicy::evaluate`], or hand
@@ -160,8 +160,8 @@ impl WasmPolicy {
                 calls: AtomicU64::new(0),
                 failures: AtomicU64::new(0),
                 last_error: Mutex::new(None),
-                log_bucket: Arc::new(Mutex::new(TokenBucket::new(20.0, 5.0))),
-                warn_bucket: Mutex::new(TokenBucket::new(3.0, 0.1)),
+                log_bucket: Arc::new(Mutex::new(guest_log_limit())),
+                warn_bucket: Mutex::new(failure_warning_limit()),
             }),
         }
     }

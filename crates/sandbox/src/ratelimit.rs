@@ -1,49 +1,13 @@
-//! A token bucket that keeps guest logs and failure warnings from flooding the host's log.
+//! How much the sandbox lets policies write to the host's log, on kubedev-core's token bucket.
 
-use std::time::Instant;
+pub(crate) use kubedev_core::ratelimit::TokenBucket;
 
-/// Allows `burst` events at once and `per_second` on average.
-#[derive(Debug)]
-pub(crate) struct TokenBucket {
-    tokens: f64,
-    burst: f64,
-    per_second: f64,
-    last: Instant,
+/// Guest `kubedev.log` lines passed on to `tracing`, per policy: 20 at once, 5 a second.
+pub(crate) fn guest_log_limit() -> TokenBucket {
+    TokenBucket::new(5.0, 20.0)
 }
 
-impl TokenBucket {
-    pub(crate) fn new(burst: f64, per_second: f64) -> Self {
-        TokenBucket {
-            tokens: burst,
-            burst,
-            per_second,
-            last: Instant::now(),
-        }
-    }
-
-    /// Takes one token if there is one.
-    pub(crate) fn take(&mut self) -> bool {
-        let now = Instant::now();
-        let elapsed = now.duration_since(self.last).as_secs_f64();
-        self.last = now;
-        self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::TokenBucket;
-
-    #[test]
-    fn allows_the_burst_then_refuses() {
-        let mut b = TokenBucket::new(3.0, 0.0);
-        assert!(b.take() && b.take() && b.take());
-        assert!(!b.take());
-    }
+/// Warnings about a policy's failed calls, per policy: 3 at once, one every 10 seconds.
+pub(crate) fn failure_warning_limit() -> TokenBucket {
+    TokenBucket::new(0.1, 3.0)
 }
