@@ -45,8 +45,8 @@ pub use model::{
     Health, HealthState, Inventory, Pool, Taint, TaintEffect,
 };
 pub use names::{
-    CounterName, DeviceName, DriverName, ExtendedResourceName, NameError, PoolName, QualifiedName,
-    check_dns_label, check_dns_subdomain,
+    ClaimUid, CounterName, DeviceName, DriverName, ExtendedResourceName, MAX_CLAIM_UID_LEN,
+    NameError, PoolName, QualifiedName, check_dns_label, check_dns_subdomain,
 };
 pub use prepare::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice, Preparer};
 pub use publish::{Publisher, SyncState, WriteCounts};
