@@ -52,7 +52,7 @@ mod imp {
             let refs: Vec<DeviceRef> = request
                 .available
                 .iter()
-                .map(|id| resource.device_ref(id))
+                .map(|id| request.device(id).map(|d| d.device.clone()))
                 .collect::<Option<_>>()?;
             let mut candidates = Vec::with_capacity(refs.len());
             for r in &refs {

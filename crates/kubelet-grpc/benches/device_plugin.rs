@@ -37,12 +37,19 @@ impl DevicePluginHandler for Handler {
     }
 }
 
+/// The inventory device `name` of the pool `node-a`.
+fn device_ref(name: &str) -> kubedev_core::DeviceRef {
+    kubedev_core::DeviceRef {
+        pool: kubedev_core::PoolName::new("node-a").unwrap(),
+        device: kubedev_core::DeviceName::new(name).unwrap(),
+    }
+}
+
 fn devices(n: usize) -> Vec<PluginDevice> {
     (0..n)
-        .map(|i| PluginDevice {
-            id: format!("dev-{i}"),
-            health: Health::healthy(),
-            numa_node: Some((i % 2) as i64),
+        .map(|i| {
+            PluginDevice::new(format!("dev-{i}"), device_ref(&format!("dev-{i}")))
+                .with_numa_node(Some((i % 2) as i64))
         })
         .collect()
 }

@@ -147,17 +147,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plugin_dir = dir.join("device-plugins");
     std::fs::create_dir_all(&plugin_dir)?;
     let plugin = Arc::new(Plugin::default());
+    let device = |name: &str| kubedev_core::DeviceRef {
+        pool: kubedev_core::PoolName::new("node-a").unwrap(),
+        device: kubedev_core::DeviceName::new(name).unwrap(),
+    };
     let (_devices_tx, devices) = watch::channel(vec![
-        PluginDevice {
-            id: "dev-0".into(),
-            health: Health::healthy(),
-            numa_node: Some(0),
-        },
-        PluginDevice {
-            id: "dev-1".into(),
-            health: Health::healthy(),
-            numa_node: Some(1),
-        },
+        PluginDevice::new("dev-0", device("dev-0")).with_numa_node(Some(0)),
+        PluginDevice::new("dev-1", device("dev-1")).with_numa_node(Some(1)),
     ]);
     let dp_config = DevicePluginConfig::new(resource.clone())
         .plugin_dir(&plugin_dir)

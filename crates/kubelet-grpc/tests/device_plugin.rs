@@ -66,12 +66,19 @@ impl DevicePluginHandler for Handler {
     }
 }
 
+/// The inventory device `name` of the pool `node-a`.
+fn device_ref(name: &str) -> kubedev_core::DeviceRef {
+    kubedev_core::DeviceRef {
+        pool: kubedev_core::PoolName::new("node-a").unwrap(),
+        device: kubedev_core::DeviceName::new(name).unwrap(),
+    }
+}
+
 fn devices(n: usize) -> Vec<PluginDevice> {
     (0..n)
-        .map(|i| PluginDevice {
-            id: format!("dev-{i}"),
-            health: Health::healthy(),
-            numa_node: Some((i % 2) as i64),
+        .map(|i| {
+            PluginDevice::new(format!("dev-{i}"), device_ref(&format!("dev-{i}")))
+                .with_numa_node(Some((i % 2) as i64))
         })
         .collect()
 }
@@ -166,11 +173,7 @@ async fn snapshots_follow_health_and_inventory_changes() {
     // A hot-plugged device appears, a removed one disappears: full snapshots each time.
     f.devices.send_modify(|d| {
         d.remove(0);
-        d.push(PluginDevice {
-            id: "dev-9".into(),
-            health: Health::healthy(),
-            numa_node: None,
-        });
+        d.push(PluginDevice::new("dev-9", device_ref("dev-9")));
     });
     let st = f
         .kubelet
@@ -402,10 +405,9 @@ async fn rejected_registration_is_retried_not_fatal() {
 async fn oversized_snapshot_is_refused_with_a_clear_error() {
     let f = fixture(1).await;
     let many: Vec<PluginDevice> = (0..30_000)
-        .map(|i| PluginDevice {
-            id: format!("{i:0>150}"),
-            health: Health::healthy(),
-            numa_node: Some(0),
+        .map(|i| {
+            PluginDevice::new(format!("{i:0>150}"), device_ref(&format!("d{i}")))
+                .with_numa_node(Some(0))
         })
         .collect();
     f.devices.send_replace(many);

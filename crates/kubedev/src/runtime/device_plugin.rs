@@ -76,19 +76,12 @@ impl DevicePluginCdi {
 #[async_trait]
 impl DevicePluginHandler for ResourceHandler {
     async fn allocate(&self, devices: &[PluginDevice]) -> Result<Allocation, PrepareError> {
-        let mut allocated = Vec::with_capacity(devices.len());
+        let mut allocated: Vec<AllocatedDevice> = Vec::with_capacity(devices.len());
         for d in devices {
-            let r = self
-                .resource
-                .device_ref(&d.id)
-                .ok_or_else(|| PrepareError::UnknownDevice {
-                    device: d.id.clone(),
-                })?;
             // Replicas of one time-sliced device are one device to prepare.
-            if allocated.iter().any(|a: &AllocatedDevice| a.device == r) {
-                continue;
+            if !allocated.iter().any(|a| a.device == d.device) {
+                allocated.push(AllocatedDevice::new(d.device.clone()));
             }
-            allocated.push(AllocatedDevice::new(r));
         }
         let consumer = Consumer::Container {
             resource: self.resource.name().to_string(),
@@ -115,16 +108,7 @@ impl DevicePluginHandler for ResourceHandler {
     }
 
     async fn pre_start(&self, devices: &[PluginDevice]) -> Result<(), PrepareError> {
-        let refs = devices
-            .iter()
-            .map(|d| {
-                self.resource
-                    .device_ref(&d.id)
-                    .ok_or_else(|| PrepareError::UnknownDevice {
-                        device: d.id.clone(),
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let refs: Vec<DeviceRef> = devices.iter().map(|d| d.device.clone()).collect();
         self.backends.pre_start(&refs).await
     }
 

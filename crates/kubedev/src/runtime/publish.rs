@@ -83,10 +83,7 @@ pub(super) async fn publish_all(
         for r in p.resources() {
             let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
             for d in r.subscribe().borrow().iter() {
-                let pool = r
-                    .device_ref(&d.id)
-                    .map(|x| x.pool.to_string())
-                    .unwrap_or_default();
+                let pool = d.device.pool.to_string();
                 *counts
                     .entry((pool, d.health.state.to_string()))
                     .or_default() += 1;

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kubedev_core::{ContainerEdits, ExtendedResourceName, Health, PrepareError};
+use kubedev_core::{ContainerEdits, DeviceRef, ExtendedResourceName, Health, PrepareError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -42,10 +42,37 @@ pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 pub struct PluginDevice {
     /// The device ID the kubelet allocates by.
     pub id: String,
+    /// The inventory device this ID stands for (several IDs stand for one device when it is
+    /// shared by time-slicing).
+    pub device: DeviceRef,
     /// Health; anything but healthy is reported as `Unhealthy`.
     pub health: Health,
     /// NUMA node, reported as topology.
     pub numa_node: Option<i64>,
+}
+
+impl PluginDevice {
+    /// A healthy device with ID `id` standing for `device`, with no NUMA node.
+    pub fn new(id: impl Into<String>, device: DeviceRef) -> Self {
+        PluginDevice {
+            id: id.into(),
+            device,
+            health: Health::healthy(),
+            numa_node: None,
+        }
+    }
+
+    /// The same device with `health`.
+    pub fn with_health(mut self, health: Health) -> Self {
+        self.health = health;
+        self
+    }
+
+    /// The same device on NUMA node `node`.
+    pub fn with_numa_node(mut self, node: Option<i64>) -> Self {
+        self.numa_node = node;
+        self
+    }
 }
 
 /// What one container gets for its devices.
@@ -61,7 +88,7 @@ pub struct Allocation {
 #[async_trait]
 pub trait DevicePluginHandler: Send + Sync + 'static {
     /// Container edits for one container given `devices` (already checked to be known and
-    /// healthy). Called again with the same devices when the kubelet re-offers them, and must
+    /// healthy; each names the inventory device it stands for). Called again with the same devices when the kubelet re-offers them, and must
     /// give the same answer.
     async fn allocate(&self, devices: &[PluginDevice]) -> Result<Allocation, PrepareError>;
 

@@ -63,11 +63,13 @@ impl<'a> PreferenceRequest<'a> {
         })
     }
 
+    /// What the server knows of the device with ID `id`, if it serves one.
+    pub fn device(&self, id: &str) -> Option<&'a PluginDevice> {
+        self.devices.iter().find(|d| d.id == id)
+    }
+
     fn numa_of(&self, id: &str) -> Option<i64> {
-        self.devices
-            .iter()
-            .find(|d| d.id == id)
-            .and_then(|d| d.numa_node)
+        self.device(id).and_then(|d| d.numa_node)
     }
 }
 
@@ -150,7 +152,6 @@ pub fn default_preference(req: &PreferenceRequest<'_>) -> Vec<String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use kubedev_core::Health;
     use proptest::prelude::*;
 
     fn devs(numa: &[Option<i64>]) -> (Vec<String>, Vec<PluginDevice>) {
@@ -158,10 +159,12 @@ mod tests {
         let devices = ids
             .iter()
             .zip(numa)
-            .map(|(id, n)| PluginDevice {
-                id: id.clone(),
-                health: Health::healthy(),
-                numa_node: *n,
+            .map(|(id, n)| {
+                let device = kubedev_core::DeviceRef {
+                    pool: kubedev_core::PoolName::new("node").unwrap(),
+                    device: kubedev_core::DeviceName::new(id).unwrap(),
+                };
+                PluginDevice::new(id, device).with_numa_node(*n)
             })
             .collect();
         (ids, devices)

@@ -11,13 +11,12 @@ use tokio::sync::watch;
 
 use super::PluginDevice;
 
-/// The devices of one extended resource, and where each device ID points in the inventory.
+/// The devices of one extended resource, each naming the inventory device it stands for.
 #[derive(Debug)]
 pub struct ResourceDevices {
     name: ExtendedResourceName,
     filter: Box<dyn DeviceFilter>,
     tx: watch::Sender<Vec<PluginDevice>>,
-    refs: Mutex<BTreeMap<String, DeviceRef>>,
     /// Devices the selector failed on at the last publish, so each failure is logged once.
     failing: Mutex<std::collections::BTreeSet<String>>,
     /// How many times each device is advertised (time-slicing); 1 = once, under its name.
@@ -33,15 +32,6 @@ impl ResourceDevices {
     /// A receiver of the resource's device list, for [`super::DevicePlugin::start`].
     pub fn subscribe(&self) -> watch::Receiver<Vec<PluginDevice>> {
         self.tx.subscribe()
-    }
-
-    /// The inventory device behind a device ID, as of the last publish.
-    pub fn device_ref(&self, id: &str) -> Option<DeviceRef> {
-        self.refs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .cloned()
     }
 }
 
@@ -81,7 +71,6 @@ impl DevicePluginPublisher {
             name,
             filter,
             tx,
-            refs: Mutex::new(BTreeMap::new()),
             failing: Mutex::default(),
             replicas: replicas.max(1),
         });
@@ -104,7 +93,7 @@ impl DevicePluginPublisher {
     fn devices_of(
         r: &ResourceDevices,
         inventory: &Inventory,
-    ) -> Result<(Vec<PluginDevice>, BTreeMap<String, DeviceRef>), PublishError> {
+    ) -> Result<Vec<PluginDevice>, PublishError> {
         let mut list = Vec::new();
         let mut refs: BTreeMap<String, DeviceRef> = BTreeMap::new();
         let mut failing = r.failing.lock().unwrap_or_else(|e| e.into_inner());
@@ -142,15 +131,15 @@ impl DevicePluginPublisher {
                     )));
                 }
                 refs.insert(id.clone(), here.clone());
-                list.push(PluginDevice {
-                    id,
-                    health: dev.health.clone(),
-                    numa_node: dev.numa_node,
-                });
+                list.push(
+                    PluginDevice::new(id, here.clone())
+                        .with_health(dev.health.clone())
+                        .with_numa_node(dev.numa_node),
+                );
             }
         }
         *failing = now_failing;
-        Ok((list, refs))
+        Ok(list)
     }
 }
 
@@ -162,8 +151,7 @@ impl Publisher for DevicePluginPublisher {
         for r in &self.resources {
             updates.push(Self::devices_of(r, inventory)?);
         }
-        for (r, (list, refs)) in self.resources.iter().zip(updates) {
-            *r.refs.lock().unwrap_or_else(|e| e.into_inner()) = refs;
+        for (r, list) in self.resources.iter().zip(updates) {
             r.tx.send_if_modified(|cur| {
                 if *cur == list {
                     false
@@ -224,13 +212,13 @@ mod tests {
         let ids: Vec<_> = list.iter().map(|d| d.id.as_str()).collect();
         assert_eq!(ids, ["a0::0", "a0::1", "a0::2", "a1::0", "a1::1", "a1::2"]);
         // Every replica points at its device and shares its health.
-        assert_eq!(r.device_ref("a0::2").unwrap().to_string(), "node/a0");
+        assert_eq!(list[2].device.to_string(), "node/a0");
+        assert_eq!(list[3].device.to_string(), "node/a1");
         assert!(
             list.iter()
                 .filter(|d| d.id.starts_with("a0"))
                 .all(|d| !d.health.is_healthy())
         );
-        assert!(r.device_ref("a0").is_none());
     }
 
     #[tokio::test]
@@ -249,7 +237,7 @@ mod tests {
             .map(|d| d.id.clone())
             .collect();
         assert_eq!(ids, ["a0", "a1"]);
-        assert_eq!(r.device_ref("a1").unwrap().to_string(), "node/a1");
+        assert_eq!(rx.borrow()[1].device.to_string(), "node/a1");
         // Same inventory: no change notification.
         p.publish(&inventory(Health::healthy())).await.unwrap();
         assert!(!rx.has_changed().unwrap());
