@@ -31,8 +31,10 @@ mod prepare;
 mod publish;
 mod quantity;
 pub mod ratelimit;
+mod rescan;
 pub mod safefs;
 mod source;
+mod stateless;
 pub mod static_backend;
 mod version;
 
@@ -51,5 +53,7 @@ pub use names::{
 pub use prepare::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice, Preparer};
 pub use publish::{Publisher, SyncState, WriteCounts};
 pub use quantity::{Format, Quantity, QuantityError};
+pub use rescan::watch_by_rescan;
 pub use source::{DeviceSource, SourceEvent};
+pub use stateless::StatelessPreparer;
 pub use version::{Version, VersionError};

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::{
-    AllocatedDevice, AttributeValue, ClaimRef, Consumer, ContainerEdits, Device, DeviceName,
-    DeviceNode, DeviceRef, DeviceSource, Health, Mount, Pool, PoolName, PrepareError,
-    PreparedDevice, Preparer, QualifiedName, Quantity, SourceError, SourceEvent,
+    AttributeValue, ContainerEdits, Device, DeviceName, DeviceNode, DeviceRef, DeviceSource,
+    Health, Mount, Pool, PoolName, PrepareError, QualifiedName, Quantity, SourceError, SourceEvent,
+    StatelessPreparer, watch_by_rescan,
 };
 
 /// One device of the static backend, as written in configuration.
@@ -123,7 +123,60 @@ impl StaticBackend {
         Pool::new(self.config.pool.clone(), devices)
     }
 
-    fn edits_for(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
+    /// Health events for the devices with a presence path whose health is not the one last
+    /// reported.
+    fn health_changes(&self) -> Vec<SourceEvent> {
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        let watched = self
+            .config
+            .devices
+            .iter()
+            .filter(|d| d.presence_path.is_some());
+        watched
+            .filter_map(|d| {
+                let now = Self::health_of(d);
+                let prev = reported.insert(d.name.clone(), now.clone());
+                (prev.as_ref() != Some(&now)).then(|| SourceEvent::Health {
+                    device: DeviceRef {
+                        pool: self.config.pool.clone(),
+                        device: d.name.clone(),
+                    },
+                    health: now,
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl DeviceSource for StaticBackend {
+    fn name(&self) -> &str {
+        "static"
+    }
+
+    async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
+        Ok(vec![self.pool()])
+    }
+
+    /// Checks the presence paths every `pollIntervalMs`.
+    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
+        if !self
+            .config
+            .devices
+            .iter()
+            .any(|d| d.presence_path.is_some())
+        {
+            return Ok(());
+        }
+        let period = Duration::from_millis(self.config.poll_interval_ms.max(10));
+        watch_by_rescan(events, period, Vec::new, || async { self.health_changes() }).await
+    }
+}
+
+impl StatelessPreparer for StaticBackend {
+    /// The configured nodes, env and mounts, and the device's name in
+    /// [`STATIC_VISIBLE_DEVICES`].
+    fn device_edits(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
         let unknown = || PrepareError::UnknownDevice {
             device: device.to_string(),
         };
@@ -155,93 +208,11 @@ impl StaticBackend {
     }
 }
 
-#[async_trait]
-impl DeviceSource for StaticBackend {
-    fn name(&self) -> &str {
-        "static"
-    }
-
-    async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
-        Ok(vec![self.pool()])
-    }
-
-    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
-        let watched: Vec<&StaticDevice> = self
-            .config
-            .devices
-            .iter()
-            .filter(|d| d.presence_path.is_some())
-            .collect();
-        if watched.is_empty() {
-            return Ok(());
-        }
-        let mut tick =
-            tokio::time::interval(Duration::from_millis(self.config.poll_interval_ms.max(10)));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            for d in &watched {
-                let now = Self::health_of(d);
-                let changed = {
-                    let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
-                    let prev = reported.insert(d.name.clone(), now.clone());
-                    prev.as_ref() != Some(&now)
-                };
-                if changed {
-                    let ev = SourceEvent::Health {
-                        device: DeviceRef {
-                            pool: self.config.pool.clone(),
-                            device: d.name.clone(),
-                        },
-                        health: now,
-                    };
-                    if events.send(ev).await.is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl Preparer for StaticBackend {
-    async fn prepare(
-        &self,
-        _consumer: &Consumer,
-        devices: &[AllocatedDevice],
-    ) -> Result<Vec<PreparedDevice>, PrepareError> {
-        devices
-            .iter()
-            .map(|a| {
-                Ok(PreparedDevice {
-                    device: a.clone(),
-                    edits: self.edits_for(&a.device)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn unprepare(
-        &self,
-        _claim: &ClaimRef,
-        _devices: &[AllocatedDevice],
-    ) -> Result<(), PrepareError> {
-        Ok(())
-    }
-
-    async fn planned_edits(
-        &self,
-        device: &DeviceRef,
-    ) -> Result<Option<ContainerEdits>, PrepareError> {
-        self.edits_for(device).map(Some)
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::{AllocatedDevice, Consumer, Preparer};
 
     fn config(dir: &std::path::Path) -> StaticConfig {
         let yaml = serde_json::json!({

@@ -63,9 +63,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kubedev_core::{
-    AllocatedDevice, AttributeValue, BackendContext, ClaimRef, Consumer, ContainerEdits, Device,
-    DeviceName, DeviceNode, DeviceRef, DeviceSource, Health, HostFs, Mount, Pool, PoolName,
-    PrepareError, PreparedDevice, Preparer, QualifiedName, SourceError, SourceEvent,
+    AttributeValue, BackendContext, ContainerEdits, Device, DeviceName, DeviceNode, DeviceRef,
+    DeviceSource, Health, HostFs, Mount, Pool, PoolName, PrepareError, QualifiedName, SourceError,
+    SourceEvent, StatelessPreparer, watch_by_rescan,
 };
 use rustix::fs::{Mode, OFlags};
 use tokio::sync::mpsc;
@@ -78,7 +78,6 @@ pub use error::HostError;
 pub use misc::{MISC_CAPACITY, parse_misc_capacity};
 
 use config::{Entry, Kind, Slots};
-use kubedev_core::dirwatch::DirWatch;
 
 /// The backend's name in logs and configuration.
 pub const BACKEND_NAME: &str = "host";
@@ -458,59 +457,26 @@ impl DeviceSource for HostBackend {
             return Ok(());
         }
         let dirs = self.watch_dirs();
-        let mut w = DirWatch::new();
-        loop {
-            for d in &dirs {
-                if let Ok(real) = self.host.resolve(d) {
-                    w.watch(&real);
-                }
-            }
-            for ev in self.check() {
-                if events.send(ev).await.is_err() {
-                    return Ok(());
-                }
-            }
-            w.wait(self.resync).await;
-            if events.is_closed() {
-                return Ok(());
-            }
-        }
+        let real_dirs = || {
+            dirs.iter()
+                .filter_map(|d| self.host.resolve(d).ok())
+                .collect()
+        };
+        watch_by_rescan(events, self.resync, real_dirs, || async { self.check() }).await
     }
 }
 
-#[async_trait]
-impl Preparer for HostBackend {
-    async fn prepare(
-        &self,
-        _consumer: &Consumer,
-        devices: &[AllocatedDevice],
-    ) -> Result<Vec<PreparedDevice>, PrepareError> {
-        let mut out = Vec::with_capacity(devices.len());
-        for a in devices {
-            let i = self.find(&a.device)?;
-            out.push(PreparedDevice::new(
-                a.clone(),
-                self.edits_for(&a.device, i, true)?,
-            ));
-        }
-        Ok(out)
-    }
-
-    /// The same edits as `prepare`, without setting a socket's ownership or label.
-    async fn planned_edits(
-        &self,
-        device: &DeviceRef,
-    ) -> Result<Option<ContainerEdits>, PrepareError> {
+/// `unprepare` has nothing to undo: a socket's ownership and label stay, since other
+/// containers may share the socket.
+impl StatelessPreparer for HostBackend {
+    fn device_edits(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
         let i = self.find(device)?;
-        self.edits_for(device, i, false).map(Some)
+        self.edits_for(device, i, true)
     }
 
-    async fn unprepare(
-        &self,
-        _claim: &ClaimRef,
-        _devices: &[AllocatedDevice],
-    ) -> Result<(), PrepareError> {
-        // Ownership and labels stay: other containers may share the socket.
-        Ok(())
+    /// The same edits, without setting a socket's ownership or label.
+    fn planned_device_edits(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
+        let i = self.find(device)?;
+        self.edits_for(device, i, false)
     }
 }

@@ -67,16 +67,15 @@ pub mod factory;
 pub mod groups;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use kubedev_core::hostfs::HostFs;
 use kubedev_core::{
-    AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceNode,
-    DeviceRef, DeviceSource, Health, Pool, PoolName, PrepareError, PreparedDevice, Preparer,
-    SourceError, SourceEvent,
+    BackendContext, ContainerEdits, DeviceName, DeviceNode, DeviceRef, DeviceSource, Health, Pool,
+    PoolName, PrepareError, SourceError, SourceEvent, StatelessPreparer, watch_by_rescan,
 };
 use tokio::sync::mpsc;
 
@@ -86,7 +85,6 @@ pub use error::UsbError;
 pub use groups::ATTRIBUTE_DOMAIN;
 
 use groups::Instance;
-use kubedev_core::dirwatch::DirWatch;
 
 /// The backend's name in logs and configuration.
 pub const BACKEND_NAME: &str = "usb";
@@ -227,19 +225,17 @@ impl UsbBackend {
         out
     }
 
-    fn watch_dirs(&self, w: &mut DirWatch) {
-        for dir in ["/dev/bus", DEV_BUS_USB] {
-            if let Ok(p) = self.host.resolve(dir) {
-                w.watch(&p);
-            }
-        }
-        if let Ok(buses) = self.host.list_dir(DEV_BUS_USB) {
-            for bus in buses {
-                if let Ok(p) = self.host.resolve(Path::new(DEV_BUS_USB).join(bus)) {
-                    w.watch(&p);
-                }
-            }
-        }
+    /// The directories to watch, as real paths: `/dev/bus`, `/dev/bus/usb` and its buses.
+    fn watch_dirs(&self) -> Vec<PathBuf> {
+        let buses = self.host.list_dir(DEV_BUS_USB).unwrap_or_default();
+        let buses = buses
+            .into_iter()
+            .map(|bus| Path::new(DEV_BUS_USB).join(bus));
+        ["/dev/bus".into(), DEV_BUS_USB.into()]
+            .into_iter()
+            .chain(buses)
+            .filter_map(|dir: PathBuf| self.host.resolve(dir).ok())
+            .collect()
     }
 
     fn edits_for(&self, device: &DeviceRef) -> Result<Option<ContainerEdits>, PrepareError> {
@@ -284,68 +280,26 @@ impl DeviceSource for UsbBackend {
     }
 
     async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
-        let mut w = DirWatch::new();
         let resync = Duration::from_secs(self.config.resync_seconds.max(1));
-        loop {
-            self.watch_dirs(&mut w);
-            for ev in self.check() {
-                if events.send(ev).await.is_err() {
-                    return Ok(());
-                }
-            }
-            w.wait(resync).await;
-            if events.is_closed() {
-                return Ok(());
-            }
-        }
+        let check = || async { self.check() };
+        watch_by_rescan(events, resync, || self.watch_dirs(), check).await
     }
 }
 
-#[async_trait]
-impl Preparer for UsbBackend {
-    async fn prepare(
-        &self,
-        _consumer: &Consumer,
-        devices: &[AllocatedDevice],
-    ) -> Result<Vec<PreparedDevice>, PrepareError> {
-        let mut out = Vec::with_capacity(devices.len());
-        for a in devices {
-            let mut edits = self.edits_for(&a.device)?;
-            if edits.is_none() {
-                // Not seen by the last discovery (or none ran yet): look again once.
-                self.refresh()
-                    .map_err(|e| PrepareError::Other(format!("rediscovering USB devices: {e}")))?;
-                edits = self.edits_for(&a.device)?;
-            }
-            let edits = edits.ok_or_else(|| PrepareError::UnknownDevice {
-                device: a.device.to_string(),
-            })?;
-            out.push(PreparedDevice::new(a.clone(), edits));
+/// Preparing changes nothing on the host: `unprepare` has nothing to undo, and `cdi generate`
+/// gets the same edits as `prepare`.
+impl StatelessPreparer for UsbBackend {
+    /// The nodes of the instance's devices and its resource's variable listing them.
+    fn device_edits(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
+        let mut edits = self.edits_for(device)?;
+        if edits.is_none() {
+            // Not seen by the last discovery (or none ran yet): look again once.
+            self.refresh()
+                .map_err(|e| PrepareError::Other(format!("rediscovering USB devices: {e}")))?;
+            edits = self.edits_for(device)?;
         }
-        Ok(out)
-    }
-
-    async fn unprepare(
-        &self,
-        _claim: &ClaimRef,
-        _devices: &[AllocatedDevice],
-    ) -> Result<(), PrepareError> {
-        // Preparing changes nothing on the host.
-        Ok(())
-    }
-
-    /// The same edits as `prepare` (which changes nothing on the host either).
-    async fn planned_edits(
-        &self,
-        device: &DeviceRef,
-    ) -> Result<Option<ContainerEdits>, PrepareError> {
-        let allocated = AllocatedDevice::new(device.clone());
-        let consumer = Consumer::Container {
-            resource: String::new(),
-        };
-        let mut prepared = self
-            .prepare(&consumer, std::slice::from_ref(&allocated))
-            .await?;
-        Ok(prepared.pop().map(|p| p.edits))
+        edits.ok_or_else(|| PrepareError::UnknownDevice {
+            device: device.to_string(),
+        })
     }
 }

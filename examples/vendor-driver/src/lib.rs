@@ -7,9 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
 use kubedev_core::{
-    AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, Device, DeviceName,
-    DeviceNode, DeviceRef, DeviceSource, Health, HostFs, Mount, Pool, PoolName, PrepareError,
-    PreparedDevice, Preparer, SourceError, SourceEvent,
+    BackendContext, ContainerEdits, Device, DeviceName, DeviceNode, DeviceRef, DeviceSource,
+    Health, HostFs, Mount, Pool, PoolName, PrepareError, SourceError, SourceEvent,
+    StatelessPreparer, watch_by_rescan,
 };
 use serde::Deserialize;
 use tokio::sync::{Mutex, mpsc};
@@ -73,20 +73,18 @@ impl FpgaBackend {
         }
     }
 
-    /// A card's node, its name in `FPGA_CARDS`, the bitstreams; the host is left unchanged.
-    fn edits(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
-        let (id, card) = (device.to_string(), &device.device);
-        if device.pool != self.pool || !self.cards().contains(card) {
-            return Err(PrepareError::UnknownDevice { device: id });
+    /// Health events for the cards discovered whose health is not the one last reported.
+    async fn health_changes(&self) -> Vec<SourceEvent> {
+        let mut changes = Vec::new();
+        for (card, reported) in self.known.lock().await.iter_mut() {
+            let health = self.health(card);
+            if *reported != health {
+                *reported = health.clone();
+                let device = DeviceRef { pool: self.pool.clone(), device: card.clone() };
+                changes.push(SourceEvent::Health { device, health });
+            }
         }
-        if let Some(reason) = self.health(card).reason {
-            return Err(PrepareError::Unhealthy { device: id, reason });
-        }
-        let mut edits = ContainerEdits::default();
-        edits.device_nodes.push(DeviceNode::new(format!("/dev/{card}"), "rw"));
-        edits.env.insert("FPGA_CARDS".into(), card.to_string());
-        edits.mounts.extend(self.bitstreams.iter().map(|dir| Mount::bind(dir, dir, true)));
-        Ok(edits)
+        changes
     }
 }
 
@@ -110,41 +108,27 @@ impl DeviceSource for FpgaBackend {
 
     /// Polls the `state` of every card discovered; a change (a card gone too) is a health event.
     async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
-        loop {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let cards: Vec<DeviceName> = self.known.lock().await.keys().cloned().collect();
-            for card in cards {
-                let health = self.health(&card);
-                let old = self.known.lock().await.insert(card.clone(), health.clone());
-                if old.is_some_and(|old| old != health) {
-                    let device = DeviceRef { pool: self.pool.clone(), device: card };
-                    if events.send(SourceEvent::Health { device, health }).await.is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
+        let every = Duration::from_millis(200);
+        watch_by_rescan(events, every, Vec::new, || self.health_changes()).await
     }
 }
 
-#[async_trait]
-impl Preparer for FpgaBackend {
-    async fn prepare(
-        &self,
-        _: &Consumer,
-        devices: &[AllocatedDevice],
-    ) -> Result<Vec<PreparedDevice>, PrepareError> {
-        let edits = |a: &AllocatedDevice| self.edits(&a.device);
-        devices.iter().map(|a| Ok(PreparedDevice::new(a.clone(), edits(a)?))).collect()
-    }
-
-    /// Nothing to undo; succeeds for claims never prepared, as the contract asks.
-    async fn unprepare(&self, _: &ClaimRef, _: &[AllocatedDevice]) -> Result<(), PrepareError> {
-        Ok(())
-    }
-
-    /// What `cdi generate` writes: known without preparing, since prepare changes nothing.
-    async fn planned_edits(&self, d: &DeviceRef) -> Result<Option<ContainerEdits>, PrepareError> {
-        self.edits(d).map(Some)
+/// Preparing changes nothing on the host: `unprepare` has nothing to undo, and `cdi generate`
+/// writes the same edits as `prepare` gives.
+impl StatelessPreparer for FpgaBackend {
+    /// A card's node, its name in `FPGA_CARDS`, the bitstreams; the host is left unchanged.
+    fn device_edits(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
+        let (id, card) = (device.to_string(), &device.device);
+        if device.pool != self.pool || !self.cards().contains(card) {
+            return Err(PrepareError::UnknownDevice { device: id });
+        }
+        if let Some(reason) = self.health(card).reason {
+            return Err(PrepareError::Unhealthy { device: id, reason });
+        }
+        let mut edits = ContainerEdits::default();
+        edits.device_nodes.push(DeviceNode::new(format!("/dev/{card}"), "rw"));
+        edits.env.insert("FPGA_CARDS".into(), card.to_string());
+        edits.mounts.extend(self.bitstreams.iter().map(|dir| Mount::bind(dir, dir, true)));
+        Ok(edits)
     }
 }
