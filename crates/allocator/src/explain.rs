@@ -216,6 +216,8 @@ impl<'a> Allocator<'a> {
     }
 }
 
+/// Explains one request (or subrequest): every device of the node with the first reason it
+/// is rejected, the shortfall notes, and a one-line summary.
 fn explain_sub(
     view: &mut NodeView<'_>,
     classes: &[DeviceClass],
@@ -223,98 +225,155 @@ fn explain_sub(
     sp: &SubPlan<'_>,
     policy: Option<&str>,
 ) -> RequestExplanation {
+    let (rejected, usable) = classify_devices(view, classes, cp, sp, policy);
+    let wanted = match sp.mode {
+        Mode::All => "all".to_string(),
+        Mode::Exact(n) => n.to_string(),
+    };
+    let need = match sp.mode {
+        Mode::All => usable.len().max(1),
+        Mode::Exact(n) => n,
+    };
+    let notes = shortfall_notes(view, cp, sp, &usable, need);
+    let mut re = RequestExplanation {
+        request: sp.full_name.clone(),
+        wanted,
+        considered: view.devices.len(),
+        usable: usable.len(),
+        rejected,
+        notes,
+        summary: String::new(),
+    };
+    re.summary = summarize(cp, sp, &re, policy);
+    re
+}
+
+/// Checks every device of the node against the request: the rejected devices with their
+/// first reason, and the indices of the usable ones.
+fn classify_devices(
+    view: &mut NodeView<'_>,
+    classes: &[DeviceClass],
+    cp: &ClaimPlan<'_>,
+    sp: &SubPlan<'_>,
+    policy: Option<&str>,
+) -> (Vec<Rejection>, Vec<usize>) {
     let mut rejected = Vec::new();
     let mut usable = Vec::new();
     let mut evaluations = 0;
     let set = SelectorSet::new(view, classes, &cp.display, sp.class, sp.selectors);
     for d in 0..view.devices.len() {
         let verdict = set.verdict(view, d, &mut evaluations);
-        let dev = &view.devices[d];
         let reason = match verdict {
             Verdict::Selector { class, index } => {
-                let (owner, list): (String, &[crate::api::DeviceSelector]) = if class {
-                    (
-                        format!("class {}", classes[sp.class].metadata.name),
-                        &classes[sp.class].spec.selectors,
-                    )
-                } else {
-                    (format!("claim {}", cp.display), sp.selectors)
-                };
-                Some(Reason::Selector {
-                    owner,
-                    index,
-                    expression: list
-                        .get(index)
-                        .and_then(|s| s.cel.as_ref())
-                        .map(|c| c.expression.clone())
-                        .unwrap_or_default(),
-                })
+                Some(selector_reason(classes, cp, sp, class, index))
             }
             Verdict::Node => Some(Reason::NodeMismatch),
             Verdict::Error(e) => Some(Reason::SelectorError {
                 message: e.to_string(),
             }),
-            Verdict::Match => {
-                if dev.allocated && !sp.admin {
-                    Some(Reason::InUse)
-                } else if taint_blocks(dev, sp.tolerations) {
-                    let t = dev.taints.iter().find(|t| {
-                        !sp.tolerations
-                            .iter()
-                            .any(|x| crate::allocator::tolerates(x, t))
-                    });
-                    t.map(|t| Reason::TaintNotTolerated {
-                        key: t.key.clone(),
-                        value: t.value.clone(),
-                        effect: t.effect.clone(),
-                    })
-                } else if let Some((set, counter)) = counters_short(view, d) {
-                    Some(Reason::CountersExhausted {
-                        counter_set: set,
-                        counter,
-                    })
-                } else if !matches!(
-                    capacity_fit(dev, sp.capacity.as_deref(), None),
-                    Ok(CapFit::Fits(_))
-                ) {
-                    Some(Reason::CapacityInsufficient)
-                } else if let Some(c) = cp
-                    .constraints
-                    .iter()
-                    .filter(|c| c.applies(sp.base, sp.sub))
-                    .find(|c| dev.constraint_attr(c.attribute).is_none())
-                {
-                    Some(Reason::ConstraintConflict {
-                        attribute: c.attribute.to_string(),
-                    })
-                } else {
-                    sp.policy_rejected
-                        .iter()
-                        .find(|(r, _)| *r as usize == d)
-                        .map(|(_, why)| Reason::PolicyRejected {
-                            policy: policy.unwrap_or("policy").to_string(),
-                            message: why.clone(),
-                        })
-                }
-            }
+            Verdict::Match => fit_reason(view, cp, sp, d, policy),
         };
         match reason {
             Some(reason) => rejected.push(Rejection {
-                device: dev.id(),
+                device: view.devices[d].id(),
                 reason,
             }),
             None => usable.push(d),
         }
     }
-    let wanted = match sp.mode {
-        Mode::All => "all".to_string(),
-        Mode::Exact(n) => n.to_string(),
+    (rejected, usable)
+}
+
+/// The rejection by the failing selector `index` of the class (`class`) or of the request.
+fn selector_reason(
+    classes: &[DeviceClass],
+    cp: &ClaimPlan<'_>,
+    sp: &SubPlan<'_>,
+    class: bool,
+    index: usize,
+) -> Reason {
+    let (owner, list): (String, &[crate::api::DeviceSelector]) = if class {
+        (
+            format!("class {}", classes[sp.class].metadata.name),
+            &classes[sp.class].spec.selectors,
+        )
+    } else {
+        (format!("claim {}", cp.display), sp.selectors)
     };
+    Reason::Selector {
+        owner,
+        index,
+        expression: list
+            .get(index)
+            .and_then(|s| s.cel.as_ref())
+            .map(|c| c.expression.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// Why a device whose selectors match cannot serve the request (in use, tainted, counters,
+/// capacity, a constraint attribute, the policy), or `None` when it is usable.
+fn fit_reason(
+    view: &NodeView<'_>,
+    cp: &ClaimPlan<'_>,
+    sp: &SubPlan<'_>,
+    d: usize,
+    policy: Option<&str>,
+) -> Option<Reason> {
+    let dev = &view.devices[d];
+    if dev.allocated && !sp.admin {
+        Some(Reason::InUse)
+    } else if taint_blocks(dev, sp.tolerations) {
+        let t = dev.taints.iter().find(|t| {
+            !sp.tolerations
+                .iter()
+                .any(|x| crate::allocator::tolerates(x, t))
+        });
+        t.map(|t| Reason::TaintNotTolerated {
+            key: t.key.clone(),
+            value: t.value.clone(),
+            effect: t.effect.clone(),
+        })
+    } else if let Some((set, counter)) = counters_short(view, d) {
+        Some(Reason::CountersExhausted {
+            counter_set: set,
+            counter,
+        })
+    } else if !matches!(
+        capacity_fit(dev, sp.capacity.as_deref(), None),
+        Ok(CapFit::Fits(_))
+    ) {
+        Some(Reason::CapacityInsufficient)
+    } else if let Some(c) = cp
+        .constraints
+        .iter()
+        .filter(|c| c.applies(sp.base, sp.sub))
+        .find(|c| dev.constraint_attr(c.attribute).is_none())
+    {
+        Some(Reason::ConstraintConflict {
+            attribute: c.attribute.to_string(),
+        })
+    } else {
+        sp.policy_rejected
+            .iter()
+            .find(|(r, _)| *r as usize == d)
+            .map(|(_, why)| Reason::PolicyRejected {
+                policy: policy.unwrap_or("policy").to_string(),
+                message: why.clone(),
+            })
+    }
+}
+
+/// What the usable devices lack together: too few for an `All` request or for the count
+/// needed, and constraints no group of them satisfies.
+fn shortfall_notes(
+    view: &NodeView<'_>,
+    cp: &ClaimPlan<'_>,
+    sp: &SubPlan<'_>,
+    usable: &[usize],
+    need: usize,
+) -> Vec<String> {
     let mut notes = Vec::new();
-    let need = match sp.mode {
-        Mode::All => usable.len().max(1),
-        Mode::Exact(n) => n,
-    };
     if matches!(sp.mode, Mode::All) && usable.len() < sp.all_devices.len() {
         notes.push(format!(
             "all {} matching devices must be usable, {} are",
@@ -327,7 +386,7 @@ fn explain_sub(
     }
     for c in cp.constraints.iter().filter(|c| c.applies(sp.base, sp.sub)) {
         let mut groups: HashMap<_, usize> = HashMap::new();
-        for &d in &usable {
+        for &d in usable {
             if let Some(v) = view.devices[d].constraint_attr(c.attribute) {
                 *groups.entry(v).or_default() += 1;
             }
@@ -353,10 +412,22 @@ fn explain_sub(
             }
         }
     }
+    notes
+}
+
+/// The one-line summary of a request: devices considered, rejections counted by reason (the
+/// most frequent selector and the first policy reasons shown), usable and wanted, then the
+/// notes.
+fn summarize(
+    cp: &ClaimPlan<'_>,
+    sp: &SubPlan<'_>,
+    re: &RequestExplanation,
+    policy: Option<&str>,
+) -> String {
     let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut selector_texts: BTreeMap<String, usize> = BTreeMap::new();
     let mut policy_texts: Vec<String> = Vec::new();
-    for r in &rejected {
+    for r in &re.rejected {
         *counts.entry(r.reason.kind()).or_default() += 1;
         match &r.reason {
             Reason::Selector { expression, .. } => {
@@ -368,7 +439,7 @@ fn explain_sub(
             _ => {}
         }
     }
-    let mut parts = vec![format!("{} devices", view.devices.len())];
+    let mut parts = vec![format!("{} devices", re.considered)];
     for (kind, n) in &counts {
         if *kind == "rejected by selector" {
             let top = selector_texts
@@ -391,26 +462,18 @@ fn explain_sub(
             parts.push(format!("{n} {kind}"));
         }
     }
-    parts.push(format!("{} usable, {wanted} wanted", usable.len()));
+    parts.push(format!("{} usable, {} wanted", re.usable, re.wanted));
     let mut summary = format!(
         "claim {} request {}: {}",
         cp.display,
         sp.full_name,
         parts.join(", ")
     );
-    if !notes.is_empty() {
+    if !re.notes.is_empty() {
         summary.push_str("; ");
-        summary.push_str(&notes.join("; "));
+        summary.push_str(&re.notes.join("; "));
     }
-    RequestExplanation {
-        request: sp.full_name.clone(),
-        wanted,
-        considered: view.devices.len(),
-        usable: usable.len(),
-        rejected,
-        notes,
-        summary,
-    }
+    summary
 }
 
 /// A counter that allocated devices left too small for this device on its own.
