@@ -441,6 +441,9 @@ pub(crate) fn build_node_view<'a>(
     Ok(view)
 }
 
+/// Prepares the devices of one usable pool for the node: checks device and counter set
+/// names, flattens the counter sets, subtracts what allocated devices consume, and appends
+/// the pool's candidate devices to the view. An error makes the pool invalid.
 fn prepare_pool<'a>(
     view: &mut NodeView<'a>,
     pi: usize,
@@ -465,38 +468,88 @@ fn prepare_pool<'a>(
         .filter(|s| s.spec.shared_counters.is_empty() || !s.spec.devices.is_empty())
         .collect();
 
-    let mut names = HashSet::new();
+    check_device_names(&device_slices)?;
+    let mut prep = PoolPrep {
+        pi,
+        driver,
+        pool_name,
+        allocated,
+        counters: CounterSets::flatten(&counter_slices)?,
+    };
+    prep.subtract_allocated(relevant, others, &device_slices)?;
+    let overdrawn = prep.counters.available.iter().any(|q| q.sign() < 0);
+
     for s in &device_slices {
+        for d in &s.spec.devices {
+            let dev = prep.device(node, s, d)?;
+            view.devices.push(dev);
+        }
+    }
+    let pool = &mut view.pools[pi];
+    pool.devices = start..view.devices.len();
+    pool.counter_names = prep.counters.names;
+    pool.available = prep.counters.available;
+    pool.overdrawn = overdrawn;
+    Ok(())
+}
+
+/// Fails on a device name that two devices of the pool's slices share.
+fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
+    let mut names = HashSet::new();
+    for s in device_slices {
         for d in &s.spec.devices {
             if !names.insert(d.name.as_str()) {
                 return Err(format!("duplicate device name {}", d.name));
             }
         }
     }
-    // Counter sets, flattened.
-    let mut counter_names: Vec<(&'a str, &'a str)> = Vec::new();
-    let mut available: Vec<Quantity> = Vec::new();
-    let mut sets: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
-    for s in &counter_slices {
-        for set in &s.spec.shared_counters {
-            if sets.contains_key(set.name.as_str()) {
-                return Err(format!("duplicate counter set name {}", set.name));
+    Ok(())
+}
+
+/// The counter sets of a pool, flattened: `(set, counter)` names, what is available of each,
+/// and per set the flat index of each of its counters.
+struct CounterSets<'a> {
+    names: Vec<(&'a str, &'a str)>,
+    available: Vec<Quantity>,
+    index: HashMap<&'a str, HashMap<&'a str, usize>>,
+}
+
+impl<'a> CounterSets<'a> {
+    /// Flattens the counter sets of `counter_slices`; a set name may be used once.
+    fn flatten(counter_slices: &[&'a ResourceSlice]) -> Result<CounterSets<'a>, String> {
+        let mut counter_names: Vec<(&'a str, &'a str)> = Vec::new();
+        let mut available: Vec<Quantity> = Vec::new();
+        let mut sets: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
+        for s in counter_slices {
+            for set in &s.spec.shared_counters {
+                if sets.contains_key(set.name.as_str()) {
+                    return Err(format!("duplicate counter set name {}", set.name));
+                }
+                let mut m = HashMap::new();
+                for (cname, c) in &set.counters {
+                    m.insert(cname.as_str(), counter_names.len());
+                    counter_names.push((set.name.as_str(), cname.as_str()));
+                    available.push(parse_q(c.value.as_str(), &|| {
+                        format!("counter {cname} in counter set {}", set.name)
+                    })?);
+                }
+                sets.insert(set.name.as_str(), m);
             }
-            let mut m = HashMap::new();
-            for (cname, c) in &set.counters {
-                m.insert(cname.as_str(), counter_names.len());
-                counter_names.push((set.name.as_str(), cname.as_str()));
-                available.push(parse_q(c.value.as_str(), &|| {
-                    format!("counter {cname} in counter set {}", set.name)
-                })?);
-            }
-            sets.insert(set.name.as_str(), m);
         }
+        Ok(CounterSets {
+            names: counter_names,
+            available,
+            index: sets,
+        })
     }
-    let consumption = |d: &Device| -> Result<Vec<(usize, Quantity)>, String> {
+
+    /// What device `d` consumes: flat counter index and amount; fails on an unknown counter
+    /// set or counter, or an amount that does not parse.
+    fn consumption(&self, d: &Device) -> Result<Vec<(usize, Quantity)>, String> {
         let mut out = Vec::new();
         for cc in &d.consumes_counters {
-            let set = sets
+            let set = self
+                .index
                 .get(cc.counter_set.as_str())
                 .ok_or_else(|| format!("counter set {} not found", cc.counter_set))?;
             for (cname, c) in &cc.counters {
@@ -515,82 +568,104 @@ fn prepare_pool<'a>(
             }
         }
         Ok(out)
-    };
-    // Validate the consumption of every device of the pool and subtract what allocated
-    // devices consume. Candidates are parsed once, below.
-    let is_candidate_slice = |s: &ResourceSlice| device_slices.iter().any(|x| std::ptr::eq(*x, s));
-    for s in relevant.iter().chain(others.iter()) {
-        let candidate_slice = is_candidate_slice(s);
-        for d in &s.spec.devices {
-            let is_allocated = allocated.contains(&(driver, pool_name, d.name.as_str()));
-            if candidate_slice && !is_allocated {
-                continue;
-            }
-            let used = consumption(d)?;
-            if is_allocated {
-                for (idx, q) in used {
-                    available[idx] = available[idx].checked_sub(&q).ok_or_else(|| {
-                        format!("counter arithmetic overflow on device {}", d.name)
-                    })?;
-                }
-            }
-        }
     }
-    let overdrawn = available.iter().any(|q| q.sign() < 0);
+}
 
-    for s in &device_slices {
-        let per_device = s.spec.per_device_node_selection.unwrap_or(false);
-        for d in &s.spec.devices {
-            let node_ok = if per_device {
-                node_matches(
-                    node,
-                    d.node_name.as_deref(),
-                    d.all_nodes.unwrap_or(false),
-                    d.node_selector.as_ref(),
-                )
-            } else {
-                Ok(true)
-            };
-            let mut capacity = Vec::with_capacity(d.capacity.len());
-            let mut capacity_error = None;
-            for (name, c) in &d.capacity {
-                match (Quantity::parse(c.value.as_str()), parse_policy(c, name)) {
-                    (Ok(value), Ok(policy)) => capacity.push(Capacity {
-                        key: name.as_str(),
-                        value,
-                        policy,
-                    }),
-                    (Err(e), _) => capacity_error = Some(format!("capacity {name}: {e}")),
-                    (_, Err(e)) => capacity_error = Some(e),
+/// The pool being prepared: its index in the view, driver and name, the allocated devices,
+/// and its flattened counter sets.
+struct PoolPrep<'a, 'x> {
+    pi: usize,
+    driver: &'a str,
+    pool_name: &'a str,
+    allocated: &'x HashSet<(&'x str, &'x str, &'x str)>,
+    counters: CounterSets<'a>,
+}
+
+impl<'a> PoolPrep<'a, '_> {
+    /// Whether device `d` of this pool is listed as allocated.
+    fn is_allocated(&self, d: &Device) -> bool {
+        self.allocated
+            .contains(&(self.driver, self.pool_name, d.name.as_str()))
+    }
+
+    /// Validates the consumption of every device of the pool and subtracts what allocated
+    /// devices consume. Candidates are parsed once, in [`PoolPrep::device`].
+    fn subtract_allocated(
+        &mut self,
+        relevant: &[&'a ResourceSlice],
+        others: &[&'a ResourceSlice],
+        device_slices: &[&ResourceSlice],
+    ) -> Result<(), String> {
+        let is_candidate_slice =
+            |s: &ResourceSlice| device_slices.iter().any(|x| std::ptr::eq(*x, s));
+        for s in relevant.iter().chain(others.iter()) {
+            let candidate_slice = is_candidate_slice(s);
+            for d in &s.spec.devices {
+                let is_allocated = self.is_allocated(d);
+                if candidate_slice && !is_allocated {
+                    continue;
+                }
+                let used = self.counters.consumption(d)?;
+                if is_allocated {
+                    for (idx, q) in used {
+                        let available = &mut self.counters.available;
+                        available[idx] = available[idx].checked_sub(&q).ok_or_else(|| {
+                            format!("counter arithmetic overflow on device {}", d.name)
+                        })?;
+                    }
                 }
             }
-            view.devices.push(Dev {
-                pool: pi,
-                slice: s,
-                device: d,
-                driver,
-                pool_name,
-                allocated: allocated.contains(&(driver, pool_name, d.name.as_str())),
-                node_ok,
-                ctx: std::cell::OnceCell::new(),
-                plain_capacity: capacity.iter().all(|c| c.policy.is_none()),
-                capacity_error,
-                counters: consumption(d)?,
-                capacity,
-                taints: d
-                    .taints
-                    .iter()
-                    .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-                    .collect(),
-                multi: d.allow_multiple_allocations.unwrap_or(false),
-                binds_to_node: d.binds_to_node.unwrap_or(false),
-            });
         }
+        Ok(())
     }
-    let pool = &mut view.pools[pi];
-    pool.devices = start..view.devices.len();
-    pool.counter_names = counter_names;
-    pool.available = available;
-    pool.overdrawn = overdrawn;
-    Ok(())
+
+    /// Prepares candidate device `d` of slice `s`: per-device node selection, parsed
+    /// capacities (or the first that does not parse), counter consumption, blocking taints.
+    fn device(&self, node: &Node, s: &'a ResourceSlice, d: &'a Device) -> Result<Dev<'a>, String> {
+        let per_device = s.spec.per_device_node_selection.unwrap_or(false);
+        let node_ok = if per_device {
+            node_matches(
+                node,
+                d.node_name.as_deref(),
+                d.all_nodes.unwrap_or(false),
+                d.node_selector.as_ref(),
+            )
+        } else {
+            Ok(true)
+        };
+        let mut capacity = Vec::with_capacity(d.capacity.len());
+        let mut capacity_error = None;
+        for (name, c) in &d.capacity {
+            match (Quantity::parse(c.value.as_str()), parse_policy(c, name)) {
+                (Ok(value), Ok(policy)) => capacity.push(Capacity {
+                    key: name.as_str(),
+                    value,
+                    policy,
+                }),
+                (Err(e), _) => capacity_error = Some(format!("capacity {name}: {e}")),
+                (_, Err(e)) => capacity_error = Some(e),
+            }
+        }
+        Ok(Dev {
+            pool: self.pi,
+            slice: s,
+            device: d,
+            driver: self.driver,
+            pool_name: self.pool_name,
+            allocated: self.is_allocated(d),
+            node_ok,
+            ctx: std::cell::OnceCell::new(),
+            plain_capacity: capacity.iter().all(|c| c.policy.is_none()),
+            capacity_error,
+            counters: self.counters.consumption(d)?,
+            capacity,
+            taints: d
+                .taints
+                .iter()
+                .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                .collect(),
+            multi: d.allow_multiple_allocations.unwrap_or(false),
+            binds_to_node: d.binds_to_node.unwrap_or(false),
+        })
+    }
 }
