@@ -1,0 +1,209 @@
+//! Mapping one core device to its `resource.k8s.io/v1` form: attributes (with the NUMA node),
+//! capacity, counter consumptions and taints (with the unhealthy taint), each checked against the
+//! API's per-device limits.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1 as res;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
+use kubedev_core::{AttributeValue, Device, DriverName, HealthState, Pool, TaintEffect};
+
+use super::{
+    MAX_ATTRIBUTES_AND_CAPACITIES, MAX_CONSUMPTIONS_PER_DEVICE, MAX_COUNTERS_PER_CONSUMPTION,
+    MAX_TAINTS, NUMA_NODE_ATTRIBUTE, invalid,
+};
+use crate::Error;
+
+pub(super) fn counters(
+    map: &BTreeMap<kubedev_core::CounterName, kubedev_core::Quantity>,
+) -> BTreeMap<String, res::Counter> {
+    map.iter()
+        .map(|(name, value)| {
+            (
+                name.to_string(),
+                res::Counter {
+                    value: K8sQuantity(value.to_string()),
+                },
+            )
+        })
+        .collect()
+}
+
+fn attribute(
+    pool: &Pool,
+    device: &Device,
+    name: &str,
+    value: &AttributeValue,
+) -> Result<res::DeviceAttribute, Error> {
+    value.validate().map_err(|e| {
+        invalid(
+            pool,
+            format!("device {}: attribute {name}: {e}", device.name),
+        )
+    })?;
+    let mut out = res::DeviceAttribute::default();
+    match value {
+        AttributeValue::Int(v) => out.int = Some(*v),
+        AttributeValue::Bool(v) => out.bool = Some(*v),
+        AttributeValue::String(v) => out.string = Some(v.clone()),
+        AttributeValue::Version(v) => out.version = Some(v.to_string()),
+        other => {
+            return Err(invalid(
+                pool,
+                format!(
+                    "device {}: attribute {name} has type {}, which ResourceSlices cannot carry",
+                    device.name,
+                    other.type_name()
+                ),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn taint_effect(effect: TaintEffect) -> &'static str {
+    match effect {
+        TaintEffect::NoSchedule => "NoSchedule",
+        TaintEffect::NoExecute => "NoExecute",
+        TaintEffect::None => "None",
+    }
+}
+
+/// The key of the taint put on unhealthy devices under
+/// [`UnhealthyDevices::Taint`](super::UnhealthyDevices::Taint).
+pub(crate) fn unhealthy_taint_key(driver: &DriverName) -> String {
+    format!("{driver}/unhealthy")
+}
+
+/// Maps one device. The attribute `resource.kubernetes.io/numaNode` is added from
+/// `numa_node` when the device does not set it itself and there is room for it.
+pub(crate) fn map_device(
+    pool: &Pool,
+    device: &Device,
+    driver: &DriverName,
+) -> Result<res::Device, Error> {
+    let mut attributes = BTreeMap::new();
+    for (name, value) in &device.attributes {
+        attributes.insert(
+            name.to_string(),
+            attribute(pool, device, name.as_str(), value)?,
+        );
+    }
+    let mut capacity = BTreeMap::new();
+    for (name, cap) in &device.capacity {
+        capacity.insert(
+            name.to_string(),
+            res::DeviceCapacity {
+                value: K8sQuantity(cap.value.to_string()),
+                request_policy: None,
+            },
+        );
+    }
+    if let Some(numa) = device.numa_node
+        && !attributes.contains_key(NUMA_NODE_ATTRIBUTE)
+        && attributes.len() + capacity.len() < MAX_ATTRIBUTES_AND_CAPACITIES
+    {
+        attributes.insert(
+            NUMA_NODE_ATTRIBUTE.to_owned(),
+            res::DeviceAttribute {
+                int: Some(numa),
+                ..Default::default()
+            },
+        );
+    }
+    let total = attributes.len() + capacity.len();
+    if total > MAX_ATTRIBUTES_AND_CAPACITIES {
+        return Err(invalid(
+            pool,
+            format!(
+                "device {} has {total} attributes and capacities; at most {MAX_ATTRIBUTES_AND_CAPACITIES} are allowed",
+                device.name
+            ),
+        ));
+    }
+
+    if device.consumes_counters.len() > MAX_CONSUMPTIONS_PER_DEVICE {
+        return Err(invalid(
+            pool,
+            format!(
+                "device {} consumes from {} counter sets; at most {MAX_CONSUMPTIONS_PER_DEVICE} are allowed",
+                device.name,
+                device.consumes_counters.len()
+            ),
+        ));
+    }
+    let mut consumes = Vec::with_capacity(device.consumes_counters.len());
+    for c in &device.consumes_counters {
+        if c.counters.len() > MAX_COUNTERS_PER_CONSUMPTION {
+            return Err(invalid(
+                pool,
+                format!(
+                    "device {} consumes {} counters from set {}; at most {MAX_COUNTERS_PER_CONSUMPTION} are allowed",
+                    device.name,
+                    c.counters.len(),
+                    c.counter_set
+                ),
+            ));
+        }
+        if consumes
+            .iter()
+            .any(|e: &res::DeviceCounterConsumption| e.counter_set == c.counter_set.as_str())
+        {
+            return Err(invalid(
+                pool,
+                format!(
+                    "device {} consumes from counter set {} twice",
+                    device.name, c.counter_set
+                ),
+            ));
+        }
+        consumes.push(res::DeviceCounterConsumption {
+            // Compatibility groups (1.37) are not written: older API servers drop them.
+            compatibility_groups: None,
+            counter_set: c.counter_set.to_string(),
+            counters: counters(&c.counters),
+        });
+    }
+
+    let mut taints: Vec<res::DeviceTaint> = device
+        .taints
+        .iter()
+        .map(|t| res::DeviceTaint {
+            key: t.key.clone(),
+            value: (!t.value.is_empty()).then(|| t.value.clone()),
+            effect: taint_effect(t.effect).to_owned(),
+            time_added: None,
+        })
+        .collect();
+    if device.health.state == HealthState::Unhealthy {
+        let key = unhealthy_taint_key(driver);
+        if !taints.iter().any(|t| t.key == key) {
+            taints.push(res::DeviceTaint {
+                key,
+                value: None,
+                effect: "NoSchedule".to_owned(),
+                time_added: None,
+            });
+        }
+    }
+    if taints.len() > MAX_TAINTS {
+        return Err(invalid(
+            pool,
+            format!(
+                "device {} has {} taints; at most {MAX_TAINTS} are allowed",
+                device.name,
+                taints.len()
+            ),
+        ));
+    }
+
+    Ok(res::Device {
+        name: device.name.to_string(),
+        attributes: (!attributes.is_empty()).then_some(attributes),
+        capacity: (!capacity.is_empty()).then_some(capacity),
+        consumes_counters: (!consumes.is_empty()).then_some(consumes),
+        taints: (!taints.is_empty()).then_some(taints),
+        allow_multiple_allocations: device.allow_multiple_allocations.then_some(true),
+        ..Default::default()
+    })
+}
