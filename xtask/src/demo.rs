@@ -130,52 +130,113 @@ pub(crate) fn demo(root: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn story(bin: &Path) -> anyhow::Result<()> {
-    let tmp = tempfile::Builder::new().prefix("kubedev-demo").tempdir()?;
-    let dp_dir = tmp.path().join("device-plugins");
-    let health_dir = tmp.path().join("health");
-    std::fs::create_dir_all(&dp_dir)?;
-    std::fs::create_dir_all(&health_dir)?;
-    for i in 0..4 {
-        std::fs::write(health_dir.join(format!("gpu-{i}")), "")?;
+/// The demo's working directory and emulators: device-plugin and health directories, the
+/// DRA root with its kubeconfig, the API-server emulator with the node, the DRA kubelet
+/// emulator, and the daemon's configuration file. Fields drop in the reverse order of
+/// creation, the directory last.
+struct Setup {
+    dra_kubelet: DraKubelet,
+    api: ApiServer,
+    config_path: PathBuf,
+    dra_root: PathBuf,
+    health_dir: PathBuf,
+    dp_dir: PathBuf,
+    tmp: tempfile::TempDir,
+}
+
+impl Setup {
+    /// Creates the directories (a presence file per GPU, a boot id), starts the API-server
+    /// and DRA kubelet emulators and writes the configuration.
+    async fn new() -> anyhow::Result<Setup> {
+        let tmp = tempfile::Builder::new().prefix("kubedev-demo").tempdir()?;
+        let dp_dir = tmp.path().join("device-plugins");
+        let health_dir = tmp.path().join("health");
+        std::fs::create_dir_all(&dp_dir)?;
+        std::fs::create_dir_all(&health_dir)?;
+        for i in 0..4 {
+            std::fs::write(health_dir.join(format!("gpu-{i}")), "")?;
+        }
+        let dra_root = tmp.path().join("dra");
+        std::fs::create_dir_all(&dra_root)?;
+        std::fs::write(
+            dra_root.join("boot_id"),
+            "d3m0b007-0000-4000-8000-000000000001\n",
+        )?;
+        let api = ApiServer::start().await?;
+        api.write_kubeconfig(&dra_root.join("kubeconfig"))?;
+        api.put_raw(
+            Resource::Nodes,
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+        )?;
+        let dra_kubelet = DraKubelet::start(dra_root.join("plugins_registry"))?;
+        let config_path = tmp.path().join("kubedev.yaml");
+        std::fs::write(&config_path, config(&dp_dir, &health_dir, &dra_root))?;
+        Ok(Setup {
+            dra_kubelet,
+            api,
+            config_path,
+            dra_root,
+            health_dir,
+            dp_dir,
+            tmp,
+        })
     }
-    let dra_root = tmp.path().join("dra");
-    std::fs::create_dir_all(&dra_root)?;
-    std::fs::write(
-        dra_root.join("boot_id"),
-        "d3m0b007-0000-4000-8000-000000000001\n",
-    )?;
-    let api = ApiServer::start().await?;
-    api.write_kubeconfig(&dra_root.join("kubeconfig"))?;
-    api.put_raw(
-        Resource::Nodes,
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
-    )?;
-    let dra_kubelet = DraKubelet::start(dra_root.join("plugins_registry"))?;
-    let config_path = tmp.path().join("kubedev.yaml");
-    std::fs::write(&config_path, config(&dp_dir, &health_dir, &dra_root))?;
+}
+
+/// Runs the story: the device-plugin steps, the DRA steps, a clean stop, then the hardware
+/// backends.
+async fn story(bin: &Path) -> anyhow::Result<()> {
+    let setup = Setup::new().await?;
     let mut step = 0;
 
     println!(
         "kubedev demo — one daemon, both kubelet APIs, against an emulated kubelet and API server"
     );
-    println!("working directory: {}", tmp.path().display());
+    println!("working directory: {}", setup.tmp.path().display());
 
     say(
         &mut step,
         "The kubelet emulator listens on kubelet.sock in the device-plugin directory.",
     );
-    let mut kubelet = KubeletEmulator::start(&dp_dir).await?;
+    let mut kubelet = KubeletEmulator::start(&setup.dp_dir).await?;
     println!("    {}", kubelet.socket_path().display());
 
+    let mut daemon = start_daemon(&mut step, bin, &setup.config_path, &kubelet).await?;
+    show_capacity(&mut step, &kubelet).await?;
+    allocate_gpus(&mut step, &kubelet).await?;
+    fail_and_recover(&mut step, &kubelet, &setup.health_dir).await?;
+    restart_kubelet(&mut step, &mut kubelet).await?;
+
+    dra_story(&mut step, &setup.api, &setup.dra_kubelet, &setup.dra_root).await?;
+
+    stop_daemon(&mut step, &mut daemon, &setup).await?;
+    kubelet.stop().await;
+    let Setup {
+        dra_kubelet,
+        api,
+        tmp,
+        ..
+    } = setup;
+    dra_kubelet.stop().await;
+    api.shutdown().await;
+    hardware_story(&mut step, bin, tmp.path()).await
+}
+
+/// Starts `kubedev run` with the static backend and waits until it registers its resource.
+async fn start_daemon(
+    step: &mut u32,
+    bin: &Path,
+    config_path: &Path,
+    kubelet: &KubeletEmulator,
+) -> anyhow::Result<Daemon> {
     say(
-        &mut step,
+        step,
         "kubedev starts with the static backend: 4 GPUs for the device plugin, 2 NICs for DRA.",
     );
     let t0 = Instant::now();
     let child = Command::new(bin)
         .args(["run", "--config"])
-        .arg(&config_path)
+        .arg(config_path)
         .env(
             "RUST_LOG",
             std::env::var("KUBEDEV_DEMO_LOG").unwrap_or_else(|_| "warn".into()),
@@ -183,7 +244,7 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
         .stdin(Stdio::null())
         .spawn()
         .context("starting kubedev")?;
-    let mut daemon = Daemon(child);
+    let daemon = Daemon(child);
     ensure!(
         kubelet.wait_registrations(1, WAIT).await,
         "kubedev did not register its resource: {:?}",
@@ -196,9 +257,13 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
             r.version, r.resource, r.endpoint
         );
     }
+    Ok(daemon)
+}
 
+/// Waits until the kubelet knows the capacity and allocatable of each resource.
+async fn show_capacity(step: &mut u32, kubelet: &KubeletEmulator) -> anyhow::Result<()> {
     say(
-        &mut step,
+        step,
         "The kubelet opened ListAndWatch and now knows capacity and allocatable.",
     );
     for res in [GPU] {
@@ -208,9 +273,14 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
             .with_context(|| format!("no devices for {res}"))?;
         println!("    {res}: {}", show(&st));
     }
+    Ok(())
+}
 
+/// GetPreferredAllocation packs 2 GPUs on one NUMA node, Allocate returns their container
+/// edits, and an unknown device is refused.
+async fn allocate_gpus(step: &mut u32, kubelet: &KubeletEmulator) -> anyhow::Result<()> {
     say(
-        &mut step,
+        step,
         "A pod asks for 2 GPUs: GetPreferredAllocation packs them on one NUMA node.",
     );
     let all: Vec<String> = (0..4).map(|i| format!("gpu-{i}")).collect();
@@ -225,7 +295,7 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
     );
 
     say(
-        &mut step,
+        step,
         "Allocate returns the container edits for those devices.",
     );
     let ids: Vec<&str> = preferred.iter().map(String::as_str).collect();
@@ -248,9 +318,18 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
             .unwrap_or_else(|| "accepted?!".into())
     );
     ensure!(err.is_some(), "unknown device was accepted");
+    Ok(())
+}
 
+/// gpu-1's presence file disappears and comes back: the kubelet sees it Unhealthy, then
+/// healthy again.
+async fn fail_and_recover(
+    step: &mut u32,
+    kubelet: &KubeletEmulator,
+    health_dir: &Path,
+) -> anyhow::Result<()> {
     say(
-        &mut step,
+        step,
         "gpu-1 fails (its presence file disappears): the kubelet sees it Unhealthy.",
     );
     std::fs::remove_file(health_dir.join("gpu-1"))?;
@@ -260,19 +339,20 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
         .context("the kubelet never saw gpu-1 fail")?;
     println!("    {GPU}: {}", show(&st));
 
-    say(
-        &mut step,
-        "gpu-1 comes back: health recovers without a restart.",
-    );
+    say(step, "gpu-1 comes back: health recovers without a restart.");
     std::fs::write(health_dir.join("gpu-1"), "")?;
     let st = kubelet
         .wait_for(GPU, WAIT, |r| r.allocatable == 4)
         .await
         .context("gpu-1 never recovered")?;
     println!("    {GPU}: {}", show(&st));
+    Ok(())
+}
 
+/// The kubelet restarts and wipes its sockets; kubedev registers again and serves all 4 GPUs.
+async fn restart_kubelet(step: &mut u32, kubelet: &mut KubeletEmulator) -> anyhow::Result<()> {
     say(
-        &mut step,
+        step,
         "The kubelet restarts and wipes every socket; kubedev serves and registers again.",
     );
     let since = kubelet.uptime();
@@ -289,11 +369,13 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
         .await
         .context("no devices after the restart")?;
     println!("    {GPU}: {}", show(&st));
+    Ok(())
+}
 
-    dra_story(&mut step, &api, &dra_kubelet, &dra_root).await?;
-
+/// SIGTERM: the daemon exits cleanly and leaves no device-plugin or registration socket.
+async fn stop_daemon(step: &mut u32, daemon: &mut Daemon, setup: &Setup) -> anyhow::Result<()> {
     say(
-        &mut step,
+        step,
         "SIGTERM: kubedev stops serving and removes its sockets.",
     );
     let pid = rustix::process::Pid::from_raw(i32::try_from(daemon.0.id())?)
@@ -310,12 +392,12 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     ensure!(status.success(), "kubedev exited with {status}");
-    let left: Vec<String> = std::fs::read_dir(&dp_dir)?
+    let left: Vec<String> = std::fs::read_dir(&setup.dp_dir)?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n != "kubelet.sock")
         .collect();
-    let reg_left: Vec<_> = std::fs::read_dir(dra_root.join("plugins_registry"))?
+    let reg_left: Vec<_> = std::fs::read_dir(setup.dra_root.join("plugins_registry"))?
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
@@ -325,10 +407,7 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
     );
     println!("    kubedev exited ({status}); sockets left behind: {left:?}");
     ensure!(left.is_empty(), "sockets left behind: {left:?}");
-    kubelet.stop().await;
-    dra_kubelet.stop().await;
-    api.shutdown().await;
-    hardware_story(&mut step, bin, tmp.path()).await
+    Ok(())
 }
 
 /// The hardware backends: NVIDIA GPUs of a DGX A100 (through the NVML stand-in library) and
