@@ -458,6 +458,53 @@ fn check_rendering(kubedev: &Path, rendered: &str, scratch: &Path) -> anyhow::Re
 /// The checks of one rendering that need no daemon binary: types, configuration paths, names,
 /// DeviceClasses, access and the pod.
 fn check_objects(objects: &[Object]) -> Vec<String> {
+    let mut problems = check_types(objects);
+
+    let of_kind = |kind: &'static str| objects.iter().filter(move |o| o.kind == kind);
+    let (Some(ds), Some(cm)) = (of_kind("DaemonSet").next(), of_kind("ConfigMap").next()) else {
+        problems.push("the rendering needs one DaemonSet and one ConfigMap".into());
+        return problems;
+    };
+    if of_kind("DaemonSet").count() != 1 || of_kind("ConfigMap").count() != 1 {
+        problems.push("the rendering needs exactly one DaemonSet and one ConfigMap".into());
+    }
+    let ds_at = format!("{}: {}", ds.source, ds.id);
+    let pod = ds
+        .value
+        .pointer("/spec/template/spec")
+        .unwrap_or(&Value::Null);
+
+    let config = match daemon_config(cm) {
+        Ok(config) => config,
+        Err(problem) => {
+            problems.push(problem);
+            return problems;
+        }
+    };
+    // The configuration's paths inside the mounts, the container, the --config file.
+    problems.extend(
+        check_daemon_pod(&config, pod, cm)
+            .into_iter()
+            .map(|p| format!("{ds_at}: {p}")),
+    );
+    // Names the objects use for each other.
+    problems.extend(check_references(objects, pod, &ds_at, cm));
+    // RBAC and the admission policy.
+    problems.extend(access::check(objects, &config, pod));
+    // The pod's confinement, host paths, image, tolerations and metrics exposure.
+    let template = ds.value.pointer("/spec/template").unwrap_or(&Value::Null);
+    problems.extend(
+        pod::check(objects, &config, template)
+            .into_iter()
+            .map(|p| format!("{ds_at}: {p}")),
+    );
+    problems.extend(check_device_classes(objects, &config));
+    problems
+}
+
+/// Every object is rendered once and is the Kubernetes type its apiVersion and kind name,
+/// losing no field; returns the problems.
+fn check_types(objects: &[Object]) -> Vec<String> {
     let mut problems = Vec::new();
     let mut seen = BTreeMap::new();
     for o in objects {
@@ -470,56 +517,37 @@ fn check_objects(objects: &[Object]) -> Vec<String> {
             Err(e) => problems.push(format!("{at}: does not parse as {}: {e}", o.kind)),
         }
     }
+    problems
+}
 
-    let of_kind = |kind: &'static str| objects.iter().filter(move |o| o.kind == kind);
-    let (Some(ds), Some(cm)) = (of_kind("DaemonSet").next(), of_kind("ConfigMap").next()) else {
-        problems.push("the rendering needs one DaemonSet and one ConfigMap".into());
-        return problems;
-    };
-    if of_kind("DaemonSet").count() != 1 || of_kind("ConfigMap").count() != 1 {
-        problems.push("the rendering needs exactly one DaemonSet and one ConfigMap".into());
-    }
-    let ds_at = format!("{}: {}", ds.source, ds.id);
+/// The daemon's configuration: the ConfigMap's `config.yaml`, parsed; or the problem.
+fn daemon_config(cm: &Object) -> Result<Value, String> {
     let cm_at = format!("{}: {}", cm.source, cm.id);
-    let pod = ds
-        .value
-        .pointer("/spec/template/spec")
-        .unwrap_or(&Value::Null);
-
-    // The configuration's paths inside the mounts.
     let Some(config) = cm
         .value
         .pointer("/data/config.yaml")
         .and_then(Value::as_str)
     else {
-        problems.push(format!("{cm_at}: has no data.config.yaml"));
-        return problems;
+        return Err(format!("{cm_at}: has no data.config.yaml"));
     };
-    let config: Value = match serde_saphyr::from_str(config) {
-        Ok(v) => v,
-        Err(e) => {
-            problems.push(format!("{cm_at}: config.yaml is not YAML: {e}"));
-            return problems;
-        }
-    };
-    problems.extend(
-        check_mounts(&config, pod)
-            .into_iter()
-            .map(|p| format!("{ds_at}: {p}")),
-    );
+    serde_saphyr::from_str(config).map_err(|e| format!("{cm_at}: config.yaml is not YAML: {e}"))
+}
 
-    problems.extend(
-        check_container(&config, pod)
-            .into_iter()
-            .map(|p| format!("{ds_at}: {p}")),
-    );
-    problems.extend(
-        check_config_file(pod, &cm.name, cm.value.get("data"))
-            .into_iter()
-            .map(|p| format!("{ds_at}: {p}")),
-    );
+/// The daemon's pod against its configuration: the configuration's paths inside the mounts,
+/// the container's environment and probes, and the `--config` file a mounted key of `cm`;
+/// returns the problems.
+fn check_daemon_pod(config: &Value, pod: &Value, cm: &Object) -> Vec<String> {
+    let mut problems = check_mounts(config, pod);
+    problems.extend(check_container(config, pod));
+    problems.extend(check_config_file(pod, &cm.name, cm.value.get("data")));
+    problems
+}
 
-    // Names the objects use for each other.
+/// The names the objects use for each other: the DaemonSet (at `ds_at`, running `pod`)
+/// mounts a volume of ConfigMap `cm` and runs as the rendered ServiceAccount; returns the
+/// problems.
+fn check_references(objects: &[Object], pod: &Value, ds_at: &str, cm: &Object) -> Vec<String> {
+    let mut problems = Vec::new();
     let volume_cm = pod
         .get("volumes")
         .and_then(Value::as_array)
@@ -537,7 +565,7 @@ fn check_objects(objects: &[Object]) -> Vec<String> {
         .get("serviceAccountName")
         .and_then(Value::as_str)
         .unwrap_or("default");
-    for sa in of_kind("ServiceAccount") {
+    for sa in objects.iter().filter(|o| o.kind == "ServiceAccount") {
         if sa.name != sa_name {
             problems.push(format!(
                 "{}: {}: the DaemonSet runs as {sa_name:?}, not as this account",
@@ -545,19 +573,15 @@ fn check_objects(objects: &[Object]) -> Vec<String> {
             ));
         }
     }
-    let dra = config.pointer("/dra/enabled") == Some(&Value::Bool(true));
-    // RBAC and the admission policy.
-    problems.extend(access::check(objects, &config, pod));
-    // The pod's confinement, host paths, image, tolerations and metrics exposure.
-    let template = ds.value.pointer("/spec/template").unwrap_or(&Value::Null);
-    problems.extend(
-        pod::check(objects, &config, template)
-            .into_iter()
-            .map(|p| format!("{ds_at}: {p}")),
-    );
+    problems
+}
 
-    // DeviceClasses: only in DRA mode, selectors that compile and name the driver, names that
-    // are not also classes the daemon applies itself (the two would fight over the object).
+/// DeviceClasses: only in DRA mode, selectors that compile and name the driver, names that
+/// are not also classes the daemon applies itself (the two would fight over the object);
+/// returns the problems.
+fn check_device_classes(objects: &[Object], config: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let dra = config.pointer("/dra/enabled") == Some(&Value::Bool(true));
     let driver = config
         .pointer("/dra/driverName")
         .and_then(Value::as_str)
@@ -569,7 +593,7 @@ fn check_objects(objects: &[Object]) -> Vec<String> {
         .flatten()
         .filter_map(|c| c.get("name").and_then(Value::as_str))
         .collect();
-    for class in of_kind("DeviceClass") {
+    for class in objects.iter().filter(|o| o.kind == "DeviceClass") {
         let at = format!("{}: {}", class.source, class.id);
         if !dra {
             problems.push(format!("{at}: rendered while DRA is off"));
@@ -580,36 +604,44 @@ fn check_objects(objects: &[Object]) -> Vec<String> {
                  own it"
             ));
         }
-        let selectors = class
-            .value
-            .pointer("/spec/selectors")
-            .and_then(Value::as_array);
-        let expressions: Vec<&str> = selectors
-            .into_iter()
-            .flatten()
-            .filter_map(|s| s.pointer("/cel/expression").and_then(Value::as_str))
-            .collect();
-        if expressions.is_empty() {
-            problems.push(format!("{at}: has no CEL selector"));
+        problems.extend(
+            check_class_selectors(class, driver)
+                .into_iter()
+                .map(|p| format!("{at}: {p}")),
+        );
+    }
+    problems
+}
+
+/// A DeviceClass's CEL selectors: there is one, each compiles, together they take exactly
+/// their backend's sample devices, and one tests the driver; returns the problems.
+fn check_class_selectors(class: &Object, driver: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let selectors = class
+        .value
+        .pointer("/spec/selectors")
+        .and_then(Value::as_array);
+    let expressions: Vec<&str> = selectors
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.pointer("/cel/expression").and_then(Value::as_str))
+        .collect();
+    if expressions.is_empty() {
+        problems.push("has no CEL selector".to_string());
+    }
+    let mut programs = Vec::new();
+    for e in &expressions {
+        match kubedev_allocator::cel::compile(e) {
+            Ok(p) => programs.push(p),
+            Err(err) => problems.push(format!("selector {e:?} does not compile: {err}")),
         }
-        let mut programs = Vec::new();
-        for e in &expressions {
-            match kubedev_allocator::cel::compile(e) {
-                Ok(p) => programs.push(p),
-                Err(err) => problems.push(format!("{at}: selector {e:?} does not compile: {err}")),
-            }
-        }
-        if programs.len() == expressions.len() {
-            problems.extend(
-                check_class_selects(&class.name, driver, &programs)
-                    .into_iter()
-                    .map(|p| format!("{at}: {p}")),
-            );
-        }
-        let wanted = format!("device.driver == \"{driver}\"");
-        if !expressions.iter().any(|e| e.contains(&wanted)) {
-            problems.push(format!("{at}: no selector tests {wanted}"));
-        }
+    }
+    if programs.len() == expressions.len() {
+        problems.extend(check_class_selects(&class.name, driver, &programs));
+    }
+    let wanted = format!("device.driver == \"{driver}\"");
+    if !expressions.iter().any(|e| e.contains(&wanted)) {
+        problems.push(format!("no selector tests {wanted}"));
     }
     problems
 }
