@@ -200,39 +200,98 @@ fn judge(
     }
 }
 
+/// The daemon as the RBAC checks see it: DRA mode or not, the DeviceClasses it applies, the
+/// ServiceAccount it runs as, and its DaemonSet (for messages).
+struct Daemon {
+    dra: bool,
+    classes: BTreeSet<String>,
+    sa: String,
+    ds_at: String,
+}
+
+impl Daemon {
+    /// Reads the daemon from the rendering, its configuration and its pod spec.
+    fn of(objects: &[Object], config: &Value, pod: &Value) -> Daemon {
+        let dra = config.pointer("/dra/enabled") == Some(&Value::Bool(true));
+        let classes: BTreeSet<String> = config
+            .pointer("/dra/deviceClasses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.get("name").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect();
+        let (_, sa) = daemon_user(pod);
+        let ds_at = objects
+            .iter()
+            .find(|o| o.kind == "DaemonSet")
+            .map(|o| format!("{}: {}", o.source, o.id))
+            .unwrap_or_else(|| "DaemonSet".into());
+        Daemon {
+            dra,
+            classes,
+            sa,
+            ds_at,
+        }
+    }
+}
+
+/// Roles by (kind, namespace, name).
+type Roles<'o> = BTreeMap<(&'o str, &'o str, &'o str), &'o Object>;
+
 /// The RBAC checks; see the module docs.
 fn check_rbac(objects: &[Object], config: &Value, pod: &Value) -> Vec<String> {
-    let mut problems = Vec::new();
-    let dra = config.pointer("/dra/enabled") == Some(&Value::Bool(true));
-    let classes: BTreeSet<String> = config
-        .pointer("/dra/deviceClasses")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.get("name").and_then(Value::as_str))
-        .map(str::to_string)
-        .collect();
-    let (_, sa) = daemon_user(pod);
-    let ds_at = objects
-        .iter()
-        .find(|o| o.kind == "DaemonSet")
-        .map(|o| format!("{}: {}", o.source, o.id))
-        .unwrap_or_else(|| "DaemonSet".into());
+    let daemon = Daemon::of(objects, config, pod);
+    let mut problems = check_token(&daemon, pod);
+    let (roles, role_problems) = check_roles(objects, &daemon);
+    problems.extend(role_problems);
 
-    match (dra, pod.get("automountServiceAccountToken")) {
-        (true, Some(Value::Bool(false))) => problems.push(format!(
-            "{ds_at}: DRA mode talks to the API server, but the pod mounts no service-account \
-             token"
-        )),
-        (false, Some(Value::Bool(false))) | (true, _) => {}
-        (false, _) => problems.push(format!(
-            "{ds_at}: device-plugin mode uses no API, but the pod mounts a service-account token \
-             (automountServiceAccountToken: false)"
-        )),
+    let mut grants: Vec<Grant> = Vec::new();
+    let mut bound: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
+    for b in objects
+        .iter()
+        .filter(|o| o.kind == "ClusterRoleBinding" || o.kind == "RoleBinding")
+    {
+        problems.extend(check_binding(b, &roles, &daemon, &mut grants, &mut bound));
+    }
+    for (key, role) in &roles {
+        if !bound.contains(key) {
+            problems.push(format!(
+                "{}: {}: bound to nobody: the daemon never gets these permissions",
+                role.source, role.id
+            ));
+        }
     }
 
-    // Roles by (kind, namespace, name).
-    let mut roles: BTreeMap<(&str, &str, &str), &Object> = BTreeMap::new();
+    if !daemon.dra {
+        return problems;
+    }
+    problems.extend(check_required(&daemon, &grants));
+    problems
+}
+
+/// The pod mounts a service-account token in DRA mode and none in device-plugin mode;
+/// returns the problems.
+fn check_token(daemon: &Daemon, pod: &Value) -> Vec<String> {
+    let ds_at = &daemon.ds_at;
+    match (daemon.dra, pod.get("automountServiceAccountToken")) {
+        (true, Some(Value::Bool(false))) => vec![format!(
+            "{ds_at}: DRA mode talks to the API server, but the pod mounts no service-account \
+             token"
+        )],
+        (false, Some(Value::Bool(false))) | (true, _) => Vec::new(),
+        (false, _) => vec![format!(
+            "{ds_at}: device-plugin mode uses no API, but the pod mounts a service-account token \
+             (automountServiceAccountToken: false)"
+        )],
+    }
+}
+
+/// The rendered ClusterRoles and Roles, by (kind, namespace, name), and their problems: none
+/// in device-plugin mode, no aggregation either way.
+fn check_roles<'o>(objects: &'o [Object], daemon: &Daemon) -> (Roles<'o>, Vec<String>) {
+    let mut problems = Vec::new();
+    let mut roles: Roles<'o> = BTreeMap::new();
     for o in objects
         .iter()
         .filter(|o| o.kind == "ClusterRole" || o.kind == "Role")
@@ -247,7 +306,7 @@ fn check_rbac(objects: &[Object], config: &Value, pod: &Value) -> Vec<String> {
             ""
         };
         roles.insert((o.kind.as_str(), ns, o.name.as_str()), o);
-        if !dra {
+        if !daemon.dra {
             problems.push(format!(
                 "{at}: rendered in device-plugin mode, which uses no API"
             ));
@@ -269,158 +328,204 @@ fn check_rbac(objects: &[Object], config: &Value, pod: &Value) -> Vec<String> {
             }
         }
     }
+    (roles, problems)
+}
 
-    let mut grants: Vec<Grant> = Vec::new();
-    let mut bound: BTreeSet<(&str, &str, &str)> = BTreeSet::new();
-    for b in objects
-        .iter()
-        .filter(|o| o.kind == "ClusterRoleBinding" || o.kind == "RoleBinding")
+/// One ClusterRoleBinding or RoleBinding: rendered only in DRA mode, binding only the
+/// daemon's account, to a rendered role whose rules grant only what the daemon uses. The
+/// role bound is added to `bound`, what it grants to `grants`; returns the problems.
+fn check_binding<'o>(
+    b: &'o Object,
+    roles: &Roles<'o>,
+    daemon: &Daemon,
+    grants: &mut Vec<Grant>,
+    bound: &mut BTreeSet<(&'o str, &'o str, &'o str)>,
+) -> Vec<String> {
+    let at = format!("{}: {}", b.source, b.id);
+    let mut problems = Vec::new();
+    if !daemon.dra {
+        problems.push(format!(
+            "{at}: rendered in device-plugin mode, which uses no API"
+        ));
+    }
+    let (scope, ns) = if b.kind == "RoleBinding" {
+        let ns = b
+            .value
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        (Scope::Namespace(ns.to_string()), ns)
+    } else {
+        (Scope::Cluster, "")
+    };
+    problems.extend(check_subjects(b, &at, &daemon.sa));
+    let role = match bound_role(b, ns, &at, roles) {
+        Ok((key, role)) => {
+            bound.insert(key);
+            role
+        }
+        Err(problem) => {
+            problems.push(problem);
+            return problems;
+        }
+    };
+    let role_at = format!("{}: {}", role.source, role.id);
+    for (i, rule) in role
+        .value
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
     {
-        let at = format!("{}: {}", b.source, b.id);
-        if !dra {
-            problems.push(format!(
-                "{at}: rendered in device-plugin mode, which uses no API"
-            ));
-        }
-        let (scope, ns) = if b.kind == "RoleBinding" {
-            let ns = b
-                .value
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            (Scope::Namespace(ns.to_string()), ns)
-        } else {
-            (Scope::Cluster, "")
-        };
-        let mut binds_daemon = false;
-        for s in b
-            .value
-            .get("subjects")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let field = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or_default();
-            if field("kind") == "ServiceAccount"
-                && field("name") == sa
-                && field("namespace") == NAMESPACE
-            {
-                binds_daemon = true;
-            } else {
-                problems.push(format!(
-                    "{at}: also binds {} {}/{}, not only the daemon's ServiceAccount",
-                    field("kind"),
-                    field("namespace"),
-                    field("name")
-                ));
-            }
-        }
-        if !binds_daemon {
-            problems.push(format!(
-                "{at}: does not bind ServiceAccount {NAMESPACE}/{sa}, which the DaemonSet runs as"
-            ));
-        }
-        let ref_kind = b
-            .value
-            .pointer("/roleRef/kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let ref_name = b
-            .value
-            .pointer("/roleRef/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let key = match ref_kind {
-            "ClusterRole" => ("ClusterRole", "", ref_name),
-            "Role" if b.kind == "RoleBinding" => ("Role", ns, ref_name),
-            other => {
-                problems.push(format!("{at}: refers to a {other:?}, which it cannot bind"));
-                continue;
-            }
-        };
-        let Some((&key, role)) = roles.get_key_value(&key) else {
-            problems.push(format!(
-                "{at}: binds {ref_kind} {ref_name:?}, which is not rendered"
-            ));
-            continue;
-        };
-        bound.insert(key);
-        let role_at = format!("{}: {}", role.source, role.id);
-        for (i, rule) in role
-            .value
-            .get("rules")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let rule_at = format!("{role_at}: rules[{i}]");
-            if !strings(rule, "nonResourceURLs").is_empty() {
-                problems.push(format!(
-                    "{rule_at}: grants non-resource URLs, which the daemon does not use"
-                ));
-            }
-            let (groups, resources, verbs, names) = (
-                strings(rule, "apiGroups"),
-                strings(rule, "resources"),
-                strings(rule, "verbs"),
-                strings(rule, "resourceNames"),
-            );
-            let mut wildcard = false;
-            for (field, values) in [
-                ("apiGroups", &groups),
-                ("resources", &resources),
-                ("verbs", &verbs),
-                ("resourceNames", &names),
-            ] {
-                if let Some(w) = values.iter().find(|v| v.contains('*')) {
-                    wildcard = true;
-                    problems.push(format!(
-                        "{rule_at}: {field} holds the wildcard {w:?}; name exactly what the \
-                         daemon uses"
-                    ));
-                }
-            }
-            if wildcard {
-                continue;
-            }
-            let names: Option<BTreeSet<String>> =
-                (!names.is_empty()).then(|| names.iter().map(|n| (*n).to_string()).collect());
-            for g in &groups {
-                for r in &resources {
-                    for v in &verbs {
-                        if let Err(why) = judge(&scope, g, r, v, names.as_ref(), &classes) {
-                            problems.push(format!(
-                                "{rule_at}: grants {v} on {} {scope} (bound by {}): {why}",
-                                resource_name(g, r),
-                                b.id
-                            ));
-                        }
-                        grants.push(Grant {
-                            scope: scope.clone(),
-                            group: (*g).to_string(),
-                            resource: (*r).to_string(),
-                            verb: (*v).to_string(),
-                            names: names.clone(),
-                        });
-                    }
-                }
-            }
-        }
+        let rule_at = format!("{role_at}: rules[{i}]");
+        problems.extend(check_rule(
+            rule,
+            &rule_at,
+            &scope,
+            b,
+            &daemon.classes,
+            grants,
+        ));
     }
-    for (key, role) in &roles {
-        if !bound.contains(key) {
-            problems.push(format!(
-                "{}: {}: bound to nobody: the daemon never gets these permissions",
-                role.source, role.id
-            ));
-        }
-    }
+    problems
+}
 
-    if !dra {
+/// The binding's subjects: the daemon's ServiceAccount `sa`, and nobody else; returns the
+/// problems.
+fn check_subjects(b: &Object, at: &str, sa: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut binds_daemon = false;
+    for s in b
+        .value
+        .get("subjects")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let field = |k: &str| s.get(k).and_then(Value::as_str).unwrap_or_default();
+        if field("kind") == "ServiceAccount"
+            && field("name") == sa
+            && field("namespace") == NAMESPACE
+        {
+            binds_daemon = true;
+        } else {
+            problems.push(format!(
+                "{at}: also binds {} {}/{}, not only the daemon's ServiceAccount",
+                field("kind"),
+                field("namespace"),
+                field("name")
+            ));
+        }
+    }
+    if !binds_daemon {
+        problems.push(format!(
+            "{at}: does not bind ServiceAccount {NAMESPACE}/{sa}, which the DaemonSet runs as"
+        ));
+    }
+    problems
+}
+
+/// The rendered role the binding's roleRef names (a Role only from a RoleBinding in namespace
+/// `ns`), with its key; or the problem.
+fn bound_role<'o>(
+    b: &'o Object,
+    ns: &'o str,
+    at: &str,
+    roles: &Roles<'o>,
+) -> Result<((&'o str, &'o str, &'o str), &'o Object), String> {
+    let ref_kind = b
+        .value
+        .pointer("/roleRef/kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let ref_name = b
+        .value
+        .pointer("/roleRef/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let key = match ref_kind {
+        "ClusterRole" => ("ClusterRole", "", ref_name),
+        "Role" if b.kind == "RoleBinding" => ("Role", ns, ref_name),
+        other => return Err(format!("{at}: refers to a {other:?}, which it cannot bind")),
+    };
+    roles
+        .get_key_value(&key)
+        .map(|(&key, &role)| (key, role))
+        .ok_or_else(|| format!("{at}: binds {ref_kind} {ref_name:?}, which is not rendered"))
+}
+
+/// One rule of a bound role (binding `b`, in `scope`): no non-resource URL, no wildcard, and
+/// each verb on each resource one the daemon uses; what it grants is added to `grants`;
+/// returns the problems.
+fn check_rule(
+    rule: &Value,
+    rule_at: &str,
+    scope: &Scope,
+    b: &Object,
+    classes: &BTreeSet<String>,
+    grants: &mut Vec<Grant>,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !strings(rule, "nonResourceURLs").is_empty() {
+        problems.push(format!(
+            "{rule_at}: grants non-resource URLs, which the daemon does not use"
+        ));
+    }
+    let (groups, resources, verbs, names) = (
+        strings(rule, "apiGroups"),
+        strings(rule, "resources"),
+        strings(rule, "verbs"),
+        strings(rule, "resourceNames"),
+    );
+    let mut wildcard = false;
+    for (field, values) in [
+        ("apiGroups", &groups),
+        ("resources", &resources),
+        ("verbs", &verbs),
+        ("resourceNames", &names),
+    ] {
+        if let Some(w) = values.iter().find(|v| v.contains('*')) {
+            wildcard = true;
+            problems.push(format!(
+                "{rule_at}: {field} holds the wildcard {w:?}; name exactly what the \
+                 daemon uses"
+            ));
+        }
+    }
+    if wildcard {
         return problems;
     }
-    // What the daemon needs must all be granted, in the scope it needs it.
+    let names: Option<BTreeSet<String>> =
+        (!names.is_empty()).then(|| names.iter().map(|n| (*n).to_string()).collect());
+    for g in &groups {
+        for r in &resources {
+            for v in &verbs {
+                if let Err(why) = judge(scope, g, r, v, names.as_ref(), classes) {
+                    problems.push(format!(
+                        "{rule_at}: grants {v} on {} {scope} (bound by {}): {why}",
+                        resource_name(g, r),
+                        b.id
+                    ));
+                }
+                grants.push(Grant {
+                    scope: scope.clone(),
+                    group: (*g).to_string(),
+                    resource: (*r).to_string(),
+                    verb: (*v).to_string(),
+                    names: names.clone(),
+                });
+            }
+        }
+    }
+    problems
+}
+
+/// What the daemon needs in DRA mode must all be granted, in the scope it needs it: every
+/// required use, and the DeviceClass verbs on each class it applies; returns the problems.
+fn check_required(daemon: &Daemon, grants: &[Grant]) -> Vec<String> {
+    let ds_at = &daemon.ds_at;
+    let mut problems = Vec::new();
     let granted = |scope: &Scope, group: &str, resource: &str, verb: &str, name: Option<&str>| {
         grants.iter().any(|g| {
             &g.scope == scope
@@ -449,7 +554,7 @@ fn check_rbac(objects: &[Object], config: &Value, pod: &Value) -> Vec<String> {
             }
         }
     }
-    for class in &classes {
+    for class in &daemon.classes {
         for v in DEVICE_CLASS_VERBS {
             if !granted(
                 &Scope::Cluster,
