@@ -1,0 +1,119 @@
+//! This driver's part of a fetched ResourceClaim's allocation: its device results (pool, device,
+//! request, share ID, tolerations, consumed capacity) and its opaque configurations, class ones
+//! first, each device given the parameters that apply to its request.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1 as res;
+use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
+use kubedev_core::{
+    AllocatedDevice, ClaimRef, DeviceName, DeviceRef, DriverName, PoolName, Quantity,
+};
+
+use super::reader::check_uid;
+use super::{AllocatedClaim, ConfigSource, DeviceResult, DeviceToleration, OpaqueConfig};
+use crate::Error;
+
+/// This driver's part of an allocated claim. Pure, so every rule is unit-tested.
+pub(crate) fn allocated_claim(
+    driver: &DriverName,
+    expected: &ClaimRef,
+    found: &res::ResourceClaim,
+) -> Result<AllocatedClaim, Error> {
+    check_uid(expected, found)?;
+    let Some(allocation) = found.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
+        return Err(Error::ClaimNotAllocated {
+            namespace: expected.namespace.clone(),
+            name: expected.name.clone(),
+            uid: expected.uid.to_string(),
+        });
+    };
+    let content = |message: String| Error::ClaimContent {
+        claim: expected.to_string(),
+        message,
+    };
+    let empty = res::DeviceAllocationResult::default();
+    let devices = allocation.devices.as_ref().unwrap_or(&empty);
+
+    let mut config = Vec::new();
+    for (i, entry) in devices.config.iter().flatten().enumerate() {
+        let Some(opaque) = entry.opaque.as_ref() else {
+            continue;
+        };
+        if opaque.driver != driver.as_str() {
+            continue;
+        }
+        let source = match entry.source.as_str() {
+            "FromClass" => ConfigSource::Class,
+            "FromClaim" => ConfigSource::Claim,
+            other => {
+                return Err(content(format!(
+                    "config[{i}] has source {other:?}; expected FromClass or FromClaim"
+                )));
+            }
+        };
+        let RawExtension(parameters) = &opaque.parameters;
+        config.push(OpaqueConfig {
+            source,
+            requests: entry.requests.clone().unwrap_or_default(),
+            parameters: parameters.clone(),
+        });
+    }
+    // Class configuration first, then the claim's, each in its own order: later entries take
+    // precedence, so a user can refine what the class sets but not the other way round.
+    config.sort_by_key(|c| match c.source {
+        ConfigSource::Class => 0,
+        ConfigSource::Claim => 1,
+    });
+
+    let mut results = Vec::new();
+    for (i, result) in devices.results.iter().flatten().enumerate() {
+        if result.driver != driver.as_str() {
+            continue;
+        }
+        let pool = PoolName::new(result.pool.clone())
+            .map_err(|e| content(format!("results[{i}]: {e}")))?;
+        let device = DeviceName::new(result.device.clone())
+            .map_err(|e| content(format!("results[{i}]: {e}")))?;
+        let mut consumed_capacity = BTreeMap::new();
+        for (name, q) in result.consumed_capacity.iter().flatten() {
+            let value = Quantity::parse(&q.0)
+                .map_err(|e| content(format!("results[{i}]: consumed capacity {name}: {e}")))?;
+            consumed_capacity.insert(name.clone(), value);
+        }
+        let applicable = config
+            .iter()
+            .filter(|c| c.applies_to(&result.request))
+            .map(|c| c.parameters.clone())
+            .collect();
+        results.push(DeviceResult {
+            device: {
+                let mut v = AllocatedDevice::new(DeviceRef { pool, device });
+                v.admin_access = result.admin_access.unwrap_or(false);
+                v.request = result.request.clone();
+                v.share_id = result.share_id.clone();
+                v.config = applicable;
+                v
+            },
+            admin_access: result.admin_access.unwrap_or(false),
+            tolerations: result
+                .tolerations
+                .iter()
+                .flatten()
+                .map(|t| DeviceToleration {
+                    key: t.key.clone(),
+                    operator: t.operator.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                    toleration_seconds: t.toleration_seconds,
+                })
+                .collect(),
+            consumed_capacity,
+        });
+    }
+    Ok(AllocatedClaim {
+        claim: expected.clone(),
+        results,
+        config,
+    })
+}

@@ -1,0 +1,171 @@
+//! `ClaimReader`: fetching a ResourceClaim (its names checked before they reach a request path,
+//! its UID checked against the one asked for) and writing this driver's device status with
+//! conditional, retried merge patches.
+
+use std::fmt;
+
+use k8s_openapi::api::resource::v1 as res;
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use kubedev_core::{ClaimRef, DriverName};
+
+use super::status::{DeviceStatus, merge_device_status};
+use super::{AllocatedClaim, allocated_claim};
+use crate::Error;
+use crate::error::api_code;
+
+/// Reads ResourceClaims for prepare and writes this driver's device status.
+#[derive(Clone)]
+pub struct ClaimReader {
+    pub(crate) client: Client,
+    pub(crate) driver: DriverName,
+}
+
+impl fmt::Debug for ClaimReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClaimReader")
+            .field("driver", &self.driver)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How many times a status write is tried when it keeps conflicting.
+const STATUS_ATTEMPTS: u32 = 5;
+
+impl ClaimReader {
+    /// A reader for `driver`, talking through `client`.
+    pub fn new(client: Client, driver: DriverName) -> Self {
+        ClaimReader { client, driver }
+    }
+
+    fn api(&self, namespace: &str) -> Api<res::ResourceClaim> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    async fn fetch(&self, claim: &ClaimRef) -> Result<res::ResourceClaim, Error> {
+        match self.api(&claim.namespace).get(&claim.name).await {
+            Ok(found) => Ok(found),
+            Err(error) if api_code(&error) == Some(404) => Err(Error::ClaimNotFound {
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+            }),
+            Err(error) => Err(Error::Claim {
+                operation: "reading",
+                namespace: claim.namespace.clone(),
+                name: claim.name.clone(),
+                error: Box::new(error),
+            }),
+        }
+    }
+
+    /// Fetches the claim, checks it is the one asked for (same UID) and allocated, and returns
+    /// this driver's part of the allocation. A name or namespace that breaks Kubernetes' naming
+    /// rules is refused before any request.
+    pub async fn get(&self, claim: &ClaimRef) -> Result<AllocatedClaim, Error> {
+        check_claim_names(claim)?;
+        let found = self.fetch(claim).await?;
+        allocated_claim(&self.driver, claim, &found)
+    }
+
+    /// Writes `devices` into the claim's `status.devices` (a merge patch of the status
+    /// subresource, conditional on the claim's resourceVersion and UID): entries of this driver
+    /// for the same device and share ID are replaced, everything else is kept. A condition keeps
+    /// its transition time when its status did not change. Conflicts are retried after
+    /// re-reading the claim. A name or namespace that breaks Kubernetes' naming rules is refused
+    /// before any request.
+    pub async fn set_device_status(
+        &self,
+        claim: &ClaimRef,
+        devices: &[DeviceStatus],
+    ) -> Result<(), Error> {
+        check_claim_names(claim)?;
+        let api = self.api(&claim.namespace);
+        for _ in 0..STATUS_ATTEMPTS {
+            let found = self.fetch(claim).await?;
+            check_uid(claim, &found)?;
+            let mut entries = found.status.and_then(|s| s.devices).unwrap_or_default();
+            merge_device_status(&mut entries, &self.driver, devices, Timestamp::now());
+            // A merge patch of the status alone: the spec (and any status field this client's
+            // API types do not know) is left as the server has it. The resourceVersion and UID
+            // make it conditional on the claim being the one just read.
+            let patch = serde_json::json!({
+                "metadata": {
+                    "uid": found.metadata.uid,
+                    "resourceVersion": found.metadata.resource_version,
+                },
+                "status": {"devices": entries},
+            });
+            match api
+                .patch_status(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(error) if api_code(&error) == Some(409) => continue,
+                Err(error) if api_code(&error) == Some(404) => {
+                    return Err(Error::ClaimNotFound {
+                        namespace: claim.namespace.clone(),
+                        name: claim.name.clone(),
+                    });
+                }
+                Err(error) => {
+                    return Err(Error::Claim {
+                        operation: "writing the status of",
+                        namespace: claim.namespace.clone(),
+                        name: claim.name.clone(),
+                        error: Box::new(error),
+                    });
+                }
+            }
+        }
+        Err(Error::ClaimConflict {
+            claim: claim.to_string(),
+            attempts: STATUS_ATTEMPTS,
+        })
+    }
+}
+
+/// The rule a ResourceClaim's name follows (Kubernetes object names).
+const NAME_RULE: &str = "DNS subdomain (at most 253 lowercase letters, digits, '-' or '.', \
+     starting and ending with a letter or digit)";
+
+/// The rule a namespace follows.
+const NAMESPACE_RULE: &str = "DNS label (at most 63 lowercase letters, digits or '-', \
+     starting and ending with a letter or digit)";
+
+/// Checks the claim's namespace (a DNS label) and name (a DNS subdomain) before they become part
+/// of a request path: a name such as `../../api/v1/nodes/x` must never reach the URL.
+fn check_claim_names(claim: &ClaimRef) -> Result<(), Error> {
+    if let Err(reason) = kubedev_core::check_dns_label(&claim.namespace) {
+        return Err(Error::InvalidClaimName {
+            field: "namespace",
+            value: claim.namespace.clone(),
+            claim: format!("name {:?}, UID {}", claim.name, claim.uid),
+            rule: NAMESPACE_RULE,
+            reason,
+        });
+    }
+    if let Err(reason) = kubedev_core::check_dns_subdomain(&claim.name, 253) {
+        return Err(Error::InvalidClaimName {
+            field: "name",
+            value: claim.name.clone(),
+            claim: format!("namespace {}, UID {}", claim.namespace, claim.uid),
+            rule: NAME_RULE,
+            reason,
+        });
+    }
+    Ok(())
+}
+
+pub(super) fn check_uid(expected: &ClaimRef, found: &res::ResourceClaim) -> Result<(), Error> {
+    let actual = found.metadata.uid.clone().unwrap_or_default();
+    if actual != expected.uid {
+        return Err(Error::ClaimUidMismatch {
+            namespace: expected.namespace.clone(),
+            name: expected.name.clone(),
+            expected: expected.uid.to_string(),
+            actual,
+        });
+    }
+    Ok(())
+}
