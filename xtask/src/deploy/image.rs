@@ -485,7 +485,6 @@ pub(super) fn check_dockerfile(
     ws: &Workspace,
     chart: &Chart,
 ) -> (Vec<String>, Option<Built>) {
-    let mut problems = Vec::new();
     let Some(runtime) = df.stages.last() else {
         return (vec![format!("{DOCKERFILE} has no stage")], None);
     };
@@ -494,6 +493,42 @@ pub(super) fn check_dockerfile(
     // The runtime base.
     let base_ref = image_ref(&runtime.image);
     let base = BASES.iter().find(|b| b.name == base_ref.name);
+    let mut problems = check_base(runtime, &base_ref, base);
+    // The user: root, because of the host paths.
+    problems.extend(check_user(runtime, &base_ref));
+
+    // Installed files and PATH.
+    let (installed, copy_problems) = Installed::of(runtime, base);
+    problems.extend(copy_problems);
+    let (binary, binary_problems) = chart_binary(chart, &installed, &rt_at);
+    problems.extend(binary_problems);
+
+    // ENTRYPOINT + CMD: what `docker run` does is what the chart runs.
+    problems.extend(check_entrypoint(
+        runtime,
+        chart,
+        &installed,
+        binary.as_deref(),
+    ));
+    // EXPOSE: the metrics port.
+    problems.extend(check_expose(runtime, chart));
+    // Labels.
+    problems.extend(check_labels(runtime, ws, chart));
+
+    // The builder: the stage the binary comes from.
+    let Some(binary) = binary else {
+        return (problems, None);
+    };
+    let (builder_problems, built) = check_built(df, ws, &installed, &binary, &base_ref, base);
+    problems.extend(builder_problems);
+    (problems, built)
+}
+
+/// The runtime base: written out, and one deploy-check knows the libraries of; returns the
+/// problems.
+fn check_base(runtime: &Stage, base_ref: &ImageRef, base: Option<&Base>) -> Vec<String> {
+    let rt_at = at(runtime.line);
+    let mut problems = Vec::new();
     if runtime.image.contains('$') {
         problems.push(format!(
             "{rt_at}: the runtime image {:?} is a variable; write it out so deploy-check can \
@@ -508,8 +543,13 @@ pub(super) fn check_dockerfile(
             BASES.iter().map(|b| b.name).collect::<Vec<_>>()
         ));
     }
+    problems
+}
 
-    // The user: root, because of the host paths.
+/// The user the image runs as: root (uid 0), because of the host paths; the last USER
+/// counts, else the base's user. Returns the problems.
+fn check_user(runtime: &Stage, base_ref: &ImageRef) -> Vec<String> {
+    let rt_at = at(runtime.line);
     let user = runtime.last("USER").map(|i| (i.line, i.args.clone()));
     let nonroot_base = base_ref
         .tag
@@ -519,89 +559,127 @@ pub(super) fn check_dockerfile(
         Some((line, u)) => {
             let name = u.split(':').next().unwrap_or_default().trim();
             if name != "0" && name != "root" {
-                problems.push(format!(
+                return vec![format!(
                     "{}: USER {u} — the daemon must run as root (uid 0): it creates sockets \
                          in the kubelet's host directories and opens device nodes, and the chart \
                          runs it with runAsUser 0",
                     at(line)
-                ));
+                )];
             }
+            Vec::new()
         }
-        None if nonroot_base => problems.push(format!(
+        None if nonroot_base => vec![format!(
             "{rt_at}: {} runs as a non-root user and no USER 0 follows; the daemon must run \
                  as root",
             runtime.image
-        )),
-        None => {}
+        )],
+        None => Vec::new(),
     }
+}
 
-    // Installed files and PATH.
-    let mut installed: BTreeMap<String, Copy> = BTreeMap::new();
-    for i in runtime.all("COPY").chain(runtime.all("ADD")) {
-        match copy(i) {
-            Ok(c) => {
-                let dest = if c.dest.ends_with('/') && c.sources.len() == 1 {
-                    let file = c.sources[0].rsplit('/').next().unwrap_or_default();
-                    format!("{}{file}", c.dest)
-                } else {
-                    c.dest.clone()
-                };
-                installed.insert(join("/", &dest), c);
+/// What the runtime stage installs, by absolute path, and its PATH.
+struct Installed {
+    files: BTreeMap<String, Copy>,
+    path: String,
+}
+
+impl Installed {
+    /// The runtime stage's COPY and ADD destinations and its PATH (the base's, as ENV
+    /// changes it); with the COPY and ADD instructions that do not parse, as problems.
+    fn of(runtime: &Stage, base: Option<&Base>) -> (Installed, Vec<String>) {
+        let mut problems = Vec::new();
+        let mut files: BTreeMap<String, Copy> = BTreeMap::new();
+        for i in runtime.all("COPY").chain(runtime.all("ADD")) {
+            match copy(i) {
+                Ok(c) => {
+                    let dest = if c.dest.ends_with('/') && c.sources.len() == 1 {
+                        let file = c.sources[0].rsplit('/').next().unwrap_or_default();
+                        format!("{}{file}", c.dest)
+                    } else {
+                        c.dest.clone()
+                    };
+                    files.insert(join("/", &dest), c);
+                }
+                Err(e) => problems.push(e),
             }
-            Err(e) => problems.push(e),
         }
-    }
-    let mut path = base.map_or(STANDARD_PATH, |b| b.path).to_string();
-    for i in runtime.all("ENV") {
-        if let Ok(pairs) = pairs(&i.args) {
-            for (k, v) in pairs {
-                if k == "PATH" {
-                    path = v
-                        .unwrap_or_default()
-                        .replace("${PATH}", &path)
-                        .replace("$PATH", &path);
+        let mut path = base.map_or(STANDARD_PATH, |b| b.path).to_string();
+        for i in runtime.all("ENV") {
+            if let Ok(pairs) = pairs(&i.args) {
+                for (k, v) in pairs {
+                    if k == "PATH" {
+                        path = v
+                            .unwrap_or_default()
+                            .replace("${PATH}", &path)
+                            .replace("$PATH", &path);
+                    }
                 }
             }
         }
+        (Installed { files, path }, problems)
     }
-    let resolve_program = |program: &str| -> Option<String> {
+
+    /// The installed file `program` runs: itself when it is a path, else the first match in
+    /// a directory on PATH.
+    fn resolve(&self, program: &str) -> Option<String> {
         if program.contains('/') {
-            installed.contains_key(program).then(|| program.to_string())
+            self.files
+                .contains_key(program)
+                .then(|| program.to_string())
         } else {
-            path.split(':')
+            self.path
+                .split(':')
                 .map(|dir| join(dir, program))
-                .find(|p| installed.contains_key(p))
+                .find(|p| self.files.contains_key(p))
         }
-    };
-    let chart_program = chart.command.first().cloned();
-    let binary = match &chart_program {
-        None => {
-            problems.push(
+    }
+}
+
+/// The installed file the chart's command runs, when the runtime stage installs it; with the
+/// problems.
+fn chart_binary(
+    chart: &Chart,
+    installed: &Installed,
+    rt_at: &str,
+) -> (Option<String>, Vec<String>) {
+    let Some(program) = chart.command.first() else {
+        return (
+            None,
+            vec![
                 "the chart's daemon container sets no command; it must name the kubedev \
                      binary"
                     .into(),
-            );
-            None
-        }
-        Some(program) => {
-            let found = resolve_program(program);
-            if found.is_none() {
-                problems.push(format!(
-                    "{rt_at}: the chart runs {program:?}, but the runtime stage installs no \
-                         such file{} (PATH {path}; installed: {:?})",
-                    if program.contains('/') {
-                        ""
-                    } else {
-                        " in a directory on its PATH"
-                    },
-                    installed.keys().collect::<Vec<_>>()
-                ));
-            }
-            found
-        }
+            ],
+        );
     };
+    let found = installed.resolve(program);
+    if found.is_some() {
+        return (found, Vec::new());
+    }
+    let problem = format!(
+        "{rt_at}: the chart runs {program:?}, but the runtime stage installs no \
+             such file{} (PATH {}; installed: {:?})",
+        if program.contains('/') {
+            ""
+        } else {
+            " in a directory on its PATH"
+        },
+        installed.path,
+        installed.files.keys().collect::<Vec<_>>()
+    );
+    (None, vec![problem])
+}
 
-    // ENTRYPOINT + CMD: what `docker run` does is what the chart runs.
+/// ENTRYPOINT and CMD in exec form, together the chart's command and args (the program
+/// resolving to `binary`); returns the problems.
+fn check_entrypoint(
+    runtime: &Stage,
+    chart: &Chart,
+    installed: &Installed,
+    binary: Option<&str>,
+) -> Vec<String> {
+    let rt_at = at(runtime.line);
+    let mut problems = Vec::new();
     let exec = |keyword: &str| -> Option<Vec<String>> {
         runtime.last(keyword).and_then(|i| exec_form(&i.args))
     };
@@ -620,11 +698,11 @@ pub(super) fn check_dockerfile(
             ));
         }
     }
-    if let (Some(binary), Some(program), false) = (&binary, &chart_program, shell_form) {
-        let entry_program = entrypoint.first().and_then(|p| resolve_program(p));
+    if let (Some(binary), Some(program), false) = (binary, chart.command.first(), shell_form) {
+        let entry_program = entrypoint.first().and_then(|p| installed.resolve(p));
         let image_args: Vec<&String> = entrypoint.iter().skip(1).chain(&cmd).collect();
         let chart_args: Vec<&String> = chart.command.iter().skip(1).chain(&chart.args).collect();
-        if entry_program.as_deref() != Some(binary.as_str()) || image_args != chart_args {
+        if entry_program.as_deref() != Some(binary) || image_args != chart_args {
             problems.push(format!(
                 "{rt_at}: ENTRYPOINT {entrypoint:?} + CMD {cmd:?} differ from the chart's \
                      command {:?} + args {:?} (the chart runs {program} = {binary})",
@@ -632,28 +710,39 @@ pub(super) fn check_dockerfile(
             ));
         }
     }
+    problems
+}
 
-    // EXPOSE: the metrics port.
-    if let Some(port) = chart.metrics_port {
-        let exposed: BTreeSet<u64> = runtime
-            .all("EXPOSE")
-            .flat_map(|i| {
-                i.args
-                    .split_whitespace()
-                    .map(str::to_string)
-                    .collect::<Vec<_>>()
-            })
-            .filter_map(|p| p.split('/').next().and_then(|n| n.parse().ok()))
-            .collect();
-        if !exposed.contains(&port) {
-            problems.push(format!(
-                "{rt_at}: the runtime stage does not EXPOSE {port}, the chart's metrics port \
-                     (exposed: {exposed:?})"
-            ));
-        }
+/// The runtime stage EXPOSEs the chart's metrics port; returns the problems.
+fn check_expose(runtime: &Stage, chart: &Chart) -> Vec<String> {
+    let Some(port) = chart.metrics_port else {
+        return Vec::new();
+    };
+    let exposed: BTreeSet<u64> = runtime
+        .all("EXPOSE")
+        .flat_map(|i| {
+            i.args
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|p| p.split('/').next().and_then(|n| n.parse().ok()))
+        .collect();
+    if exposed.contains(&port) {
+        return Vec::new();
     }
+    vec![format!(
+        "{}: the runtime stage does not EXPOSE {port}, the chart's metrics port \
+             (exposed: {exposed:?})",
+        at(runtime.line)
+    )]
+}
 
-    // Labels.
+/// The OCI labels (source, licenses, description) are the workspace's, and the chart's
+/// appVersion is the kubedev crate's version; returns the problems.
+fn check_labels(runtime: &Stage, ws: &Workspace, chart: &Chart) -> Vec<String> {
+    let rt_at = at(runtime.line);
+    let mut problems = Vec::new();
     let mut labels = BTreeMap::new();
     for i in runtime.all("LABEL") {
         match pairs(&i.args) {
@@ -692,35 +781,46 @@ pub(super) fn check_dockerfile(
             chart.app_version, ws.version
         ));
     }
+    problems
+}
 
-    // The builder: the stage the binary comes from.
-    let Some(binary) = binary else {
-        return (problems, None);
-    };
-    let Some(installer) = installed.get(&binary) else {
-        return (problems, None);
+/// The builder stage `binary` is copied from (not the build context), checked; returns the
+/// problems and what it builds.
+fn check_built(
+    df: &Dockerfile,
+    ws: &Workspace,
+    installed: &Installed,
+    binary: &str,
+    base_ref: &ImageRef,
+    base: Option<&'static Base>,
+) -> (Vec<String>, Option<Built>) {
+    let Some(installer) = installed.files.get(binary) else {
+        return (Vec::new(), None);
     };
     let Some(from) = installer.from.as_deref() else {
-        problems.push(format!(
-            "{}: {binary} is copied from the build context, not built in a builder stage",
-            at(installer.line)
-        ));
-        return (problems, None);
+        return (
+            vec![format!(
+                "{}: {binary} is copied from the build context, not built in a builder stage",
+                at(installer.line)
+            )],
+            None,
+        );
     };
     let Some(builder) = df.stage(from) else {
-        problems.push(format!(
-            "{}: COPY --from={from} names no stage of {DOCKERFILE}",
-            at(installer.line)
-        ));
-        return (problems, None);
+        return (
+            vec![format!(
+                "{}: COPY --from={from} names no stage of {DOCKERFILE}",
+                at(installer.line)
+            )],
+            None,
+        );
     };
-    let (builder_problems, features) = check_builder(
+    let (problems, features) = check_builder(
         builder,
         &installer.sources[0],
         ws,
-        base_ref_debian(&base_ref, base),
+        base_ref_debian(base_ref, base),
     );
-    problems.extend(builder_problems);
     (problems, features.map(|features| Built { features, base }))
 }
 
@@ -743,49 +843,85 @@ fn check_builder(
     ws: &Workspace,
     runtime_debian: Option<u32>,
 ) -> (Vec<String>, Option<BTreeSet<String>>) {
-    let mut problems = Vec::new();
+    let b_at = at(builder.line);
+    let mut problems = check_builder_image(builder, ws, runtime_debian);
+
+    // ARG FEATURES and its default.
+    let Some(default) = features_arg(builder) else {
+        problems.push(format!(
+            "{b_at}: the builder stage declares no ARG FEATURES (the cargo features to \
+                 build)"
+        ));
+        return (problems, None);
+    };
+
+    // The build step.
+    let Some((build, workdir)) = build_step(builder) else {
+        problems.push(format!("{b_at}: the builder stage runs no `cargo build`"));
+        return (problems, None);
+    };
+    problems.extend(check_build_command(&build, artifact));
+    problems.extend(check_build_caches(&build, &workdir));
+
+    // What the default FEATURES builds.
+    let (requested, feature_problems) = default_features(&default, ws, &b_at);
+    problems.extend(feature_problems);
+    (problems, Some(resolve(&ws.features, requested)))
+}
+
+/// The builder image: the official Rust image, tagged with the workspace's rust-version or
+/// newer and the runtime's Debian release; returns the problems.
+fn check_builder_image(
+    builder: &Stage,
+    ws: &Workspace,
+    runtime_debian: Option<u32>,
+) -> Vec<String> {
     let b_at = at(builder.line);
     let image = image_ref(&builder.image);
     if image.name != "rust" {
-        problems.push(format!(
+        return vec![format!(
             "{b_at}: the builder image is {}, not the official Rust image (rust:<version>-…)",
             builder.image
-        ));
-    } else {
-        let tag = image.tag.as_deref().unwrap_or("latest");
-        let wanted = version(&ws.rust_version);
-        match (tag.split('-').next().and_then(version), wanted) {
-            (Some(have), Some(want)) if have >= want => {}
-            (Some(_), Some(_)) => problems.push(format!(
-                "{b_at}: the builder image {} is older than the workspace's rust-version {}",
-                builder.image, ws.rust_version
-            )),
-            (None, _) => problems.push(format!(
-                "{b_at}: the builder image tag {tag:?} names no Rust version \
-                     (major.minor, e.g. rust:{}-slim-bookworm); the build would float",
-                ws.rust_version
-            )),
-            (_, None) => problems.push(format!(
-                "the kubedev crate's rust-version {:?} is not major.minor[.patch]",
-                ws.rust_version
-            )),
-        }
-        match (debian_of_tag(tag), runtime_debian) {
-            (Some(b), Some(r)) if b == r => {}
-            (Some(b), Some(r)) => problems.push(format!(
-                "{b_at}: the builder is Debian {b} but the runtime image is Debian {r}; a \
-                     binary linked against a newer glibc than the runtime's does not start"
-            )),
-            (None, _) => problems.push(format!(
-                "{b_at}: the builder tag {tag:?} names no Debian release (bookworm, \
-                     trixie); pin it to the runtime image's release"
-            )),
-            // An unknown runtime image is reported with the runtime stage.
-            (_, None) => {}
-        }
+        )];
     }
+    let mut problems = Vec::new();
+    let tag = image.tag.as_deref().unwrap_or("latest");
+    let wanted = version(&ws.rust_version);
+    match (tag.split('-').next().and_then(version), wanted) {
+        (Some(have), Some(want)) if have >= want => {}
+        (Some(_), Some(_)) => problems.push(format!(
+            "{b_at}: the builder image {} is older than the workspace's rust-version {}",
+            builder.image, ws.rust_version
+        )),
+        (None, _) => problems.push(format!(
+            "{b_at}: the builder image tag {tag:?} names no Rust version \
+                 (major.minor, e.g. rust:{}-slim-bookworm); the build would float",
+            ws.rust_version
+        )),
+        (_, None) => problems.push(format!(
+            "the kubedev crate's rust-version {:?} is not major.minor[.patch]",
+            ws.rust_version
+        )),
+    }
+    match (debian_of_tag(tag), runtime_debian) {
+        (Some(b), Some(r)) if b == r => {}
+        (Some(b), Some(r)) => problems.push(format!(
+            "{b_at}: the builder is Debian {b} but the runtime image is Debian {r}; a \
+                 binary linked against a newer glibc than the runtime's does not start"
+        )),
+        (None, _) => problems.push(format!(
+            "{b_at}: the builder tag {tag:?} names no Debian release (bookworm, \
+                 trixie); pin it to the runtime image's release"
+        )),
+        // An unknown runtime image is reported with the runtime stage.
+        (_, None) => {}
+    }
+    problems
+}
 
-    // ARG FEATURES and its default.
+/// The default of the builder stage's `ARG FEATURES` (empty when it has none), or `None`
+/// when the stage declares no such argument.
+fn features_arg(builder: &Stage) -> Option<String> {
     let mut default = None;
     for i in builder.all("ARG") {
         if let Ok(pairs) = pairs(&i.args) {
@@ -796,15 +932,11 @@ fn check_builder(
             }
         }
     }
-    let Some(default) = default else {
-        problems.push(format!(
-            "{b_at}: the builder stage declares no ARG FEATURES (the cargo features to \
-                 build)"
-        ));
-        return (problems, None);
-    };
+    default
+}
 
-    // The build step.
+/// The builder stage's last RUN of `cargo build`, with the WORKDIR it runs in.
+fn build_step(builder: &Stage) -> Option<(Run<'_>, String)> {
     let mut workdir = "/".to_string();
     let mut build = None;
     for i in &builder.body {
@@ -816,10 +948,13 @@ fn check_builder(
             _ => {}
         }
     }
-    let Some((build, workdir)) = build else {
-        problems.push(format!("{b_at}: the builder stage runs no `cargo build`"));
-        return (problems, None);
-    };
+    build
+}
+
+/// The build command: `--release --locked -p kubedev`, `$FEATURES` with
+/// `--no-default-features`, and the binary copied to `artifact`; returns the problems.
+fn check_build_command(build: &Run<'_>, artifact: &str) -> Vec<String> {
+    let mut problems = Vec::new();
     let r_at = at(build.line);
     let tokens: Vec<&str> = build
         .command
@@ -858,6 +993,13 @@ fn check_builder(
                  target/release/kubedev there"
         ));
     }
+    problems
+}
+
+/// BuildKit cache mounts for the cargo registry and the target directory (beneath
+/// `workdir`); returns the problems.
+fn check_build_caches(build: &Run<'_>, workdir: &str) -> Vec<String> {
+    let r_at = at(build.line);
     let caches: BTreeSet<String> = build
         .mounts
         .iter()
@@ -866,15 +1008,16 @@ fn check_builder(
             m.get("target")
                 .or_else(|| m.get("dst"))
                 .or_else(|| m.get("destination"))
-                .map(|t| join(&workdir, t).trim_end_matches('/').to_string())
+                .map(|t| join(workdir, t).trim_end_matches('/').to_string())
         })
         .collect();
+    let mut problems = Vec::new();
     for (dir, what) in [
         (
             "/usr/local/cargo/registry".to_string(),
             "the cargo registry",
         ),
-        (join(&workdir, "target"), "the target directory"),
+        (join(workdir, "target"), "the target directory"),
     ] {
         if !caches.contains(&dir) {
             problems.push(format!(
@@ -883,8 +1026,12 @@ fn check_builder(
             ));
         }
     }
+    problems
+}
 
-    // What the default FEATURES builds.
+/// The features the FEATURES default requests (`default` when empty), each a feature of the
+/// kubedev crate; with the problems.
+fn default_features(default: &str, ws: &Workspace, b_at: &str) -> (Vec<String>, Vec<String>) {
     let requested: Vec<String> = if default.trim().is_empty() {
         vec!["default".into()]
     } else {
@@ -894,6 +1041,7 @@ fn check_builder(
             .map(str::to_string)
             .collect()
     };
+    let mut problems = Vec::new();
     for f in &requested {
         if !ws.features.contains_key(f) {
             problems.push(format!(
@@ -903,7 +1051,7 @@ fn check_builder(
             ));
         }
     }
-    (problems, Some(resolve(&ws.features, requested)))
+    (requested, problems)
 }
 
 /// The cargo features a rendered configuration needs: one per enabled backend that is not
