@@ -1,0 +1,336 @@
+//! One policy call: the store data and its resource limits, the `kubedev.log` import, and the
+//! ABI-version and select calls under fuel, memory and wall-clock limits.
+
+use std::sync::{Arc, Mutex};
+
+use wasmtime::{Caller, ModuleExport, ResourceLimiter, Store, TypedFunc};
+
+use super::{Compiled, LOG_FUEL, MAX_TABLE_ELEMENTS, SandboxInner, TICK, VERSION_CALL_FUEL, chain};
+use crate::abi::{self, EXPORT_ALLOC, EXPORT_INPUTS, EXPORT_MEMORY, EXPORT_VERSION, RawDecision};
+use crate::encode::Message;
+use crate::error::{CallContext, HostFault, PolicyError, classify};
+use crate::inputs::MAX_DECLARATION_BYTES;
+use crate::ratelimit::TokenBucket;
+
+/// Store data of one call.
+pub(crate) struct Host {
+    memory_limit: usize,
+    peak_memory: usize,
+    memory_denied: Option<usize>,
+    pub(crate) log: LogSink,
+}
+
+/// Where `kubedev.log` lines go: captured for the caller and, rate-limited, to `tracing`.
+pub(crate) struct LogSink {
+    pub(crate) policy: Arc<str>,
+    pub(crate) lines_left: u32,
+    pub(crate) line_bytes: usize,
+    pub(crate) lines: Vec<String>,
+    pub(crate) dropped: u32,
+    pub(crate) bucket: Arc<Mutex<TokenBucket>>,
+}
+
+impl LogSink {
+    fn line(&mut self, bytes: &[u8]) {
+        if self.lines_left == 0 {
+            self.dropped = self.dropped.saturating_add(1);
+            return;
+        }
+        self.lines_left -= 1;
+        let mut cut = bytes.len().min(self.line_bytes);
+        // Cut on a character boundary when the text is UTF-8.
+        while cut < bytes.len() && cut > 0 && (bytes[cut] & 0xC0) == 0x80 {
+            cut -= 1;
+        }
+        let text = String::from_utf8_lossy(&bytes[..cut]).into_owned();
+        let allowed = self.bucket.lock().map(|mut b| b.take()).unwrap_or(false);
+        if allowed {
+            tracing::debug!(target: "kubedev_sandbox::guest", policy = %self.policy, "{text}");
+        }
+        self.lines.push(text);
+    }
+}
+
+impl ResourceLimiter for Host {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.memory_limit {
+            self.memory_denied = Some(desired);
+            return Err(wasmtime::Error::new(HostFault::Memory {
+                requested: desired,
+            }));
+        }
+        self.peak_memory = self.peak_memory.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        1
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+}
+
+/// The `kubedev.log(ptr, len)` import.
+pub(super) fn host_log(mut caller: Caller<'_, Host>, ptr: i32, len: i32) -> wasmtime::Result<()> {
+    let (ptr, len) = (ptr as u32 as usize, len as u32 as usize);
+    let fuel = caller.get_fuel()?;
+    caller.set_fuel(fuel.saturating_sub(LOG_FUEL + len as u64))?;
+    let Some(wasmtime::Extern::Memory(mem)) = caller.get_export(EXPORT_MEMORY) else {
+        return Err(wasmtime::Error::new(HostFault::Contract(
+            "kubedev.log called by a module without memory".into(),
+        )));
+    };
+    let (data, host) = mem.data_and_store_mut(&mut caller);
+    let size = data.len();
+    let Some(bytes) = ptr.checked_add(len).and_then(|end| data.get(ptr..end)) else {
+        return Err(wasmtime::Error::new(HostFault::Contract(format!(
+            "kubedev.log({ptr}, {len}) reads outside the memory of {size} bytes"
+        ))));
+    };
+    host.log.line(bytes);
+    Ok(())
+}
+
+/// The result of one successful call.
+#[derive(Debug)]
+pub(crate) struct CallOutput {
+    pub(crate) decision: RawDecision,
+    pub(crate) fuel_used: u64,
+    pub(crate) memory_bytes: usize,
+    pub(crate) log: Vec<String>,
+}
+
+impl SandboxInner {
+    fn new_store(&self, log: LogSink, fuel: u64) -> Result<Store<Host>, wasmtime::Error> {
+        let mut store = Store::new(
+            &self.engine,
+            Host {
+                memory_limit: self.limits.memory_bytes,
+                peak_memory: 0,
+                memory_denied: None,
+                log,
+            },
+        );
+        store.limiter(|h: &mut Host| -> &mut dyn ResourceLimiter { h });
+        store.set_fuel(fuel)?;
+        let ticks = self.limits.timeout.as_nanos().div_ceil(TICK.as_nanos()) + 1;
+        store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
+        Ok(store)
+    }
+
+    fn context(&self, store: &Store<Host>, fuel: u64) -> CallContext {
+        CallContext {
+            fuel,
+            memory_limit: self.limits.memory_bytes,
+            timeout: self.limits.timeout,
+            max_instances: self.limits.max_concurrent_calls,
+            memory_denied: store.data().memory_denied,
+        }
+    }
+
+    /// Calls the ABI-version export and, if the module has one, the input declaration;
+    /// returns the version and the declaration's text.
+    pub(super) fn call_version(
+        &self,
+        policy: &str,
+        compiled: &Compiled,
+    ) -> Result<(i32, Option<String>), PolicyError> {
+        let _active = self.ticker.enter();
+        let log = LogSink {
+            policy: Arc::from(policy),
+            lines_left: 0,
+            line_bytes: 0,
+            lines: Vec::new(),
+            dropped: 0,
+            bucket: Arc::new(Mutex::new(TokenBucket::new(0.0, 0.0))),
+        };
+        let fuel = VERSION_CALL_FUEL.min(self.limits.fuel);
+        let mut store = self
+            .new_store(log, fuel)
+            .map_err(|e| PolicyError::Runtime {
+                policy: policy.to_string(),
+                message: chain(&e),
+            })?;
+        let fault = |m: String| wasmtime::Error::new(HostFault::Contract(m));
+        let result = (|| {
+            let instance = compiled.pre.instantiate(&mut store)?;
+            let f: TypedFunc<(), i32> = typed(&instance, &mut store, &compiled.version)
+                .map_err(|e| e.context(format!("calling {EXPORT_VERSION}")))?;
+            let version = f
+                .call(&mut store, ())
+                .map_err(|e| e.context(format!("calling {EXPORT_VERSION}")))?;
+            let Some(export) = &compiled.declaration else {
+                return Ok((version, None));
+            };
+            let f: TypedFunc<(), i64> = typed(&instance, &mut store, export)?;
+            let packed = f
+                .call(&mut store, ())
+                .map_err(|e| e.context(format!("calling {EXPORT_INPUTS}")))?
+                as u64;
+            let (ptr, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+            if len > MAX_DECLARATION_BYTES {
+                return Err(fault(format!(
+                    "{EXPORT_INPUTS} declares {len} bytes, the limit is {MAX_DECLARATION_BYTES}"
+                )));
+            }
+            let memory = match instance.get_module_export(&mut store, &compiled.memory) {
+                Some(wasmtime::Extern::Memory(m)) => m,
+                _ => return Err(fault(format!("{EXPORT_MEMORY:?} is missing"))),
+            };
+            let data = memory.data(&store);
+            let bytes = ptr
+                .checked_add(len)
+                .and_then(|e| data.get(ptr..e))
+                .ok_or_else(|| {
+                    fault(format!(
+                        "{EXPORT_INPUTS} points at {len} bytes at {ptr}, outside the memory of {} bytes",
+                        data.len()
+                    ))
+                })?;
+            let text = std::str::from_utf8(bytes)
+                .map_err(|e| fault(format!("{EXPORT_INPUTS} is not UTF-8: {e}")))?;
+            Ok((version, Some(text.to_string())))
+        })();
+        result.map_err(|e| classify(policy, &e, &self.context(&store, fuel)))
+    }
+
+    /// Runs one `kubedev_select` call on a fresh instance.
+    pub(crate) fn call_select(
+        &self,
+        compiled: &Compiled,
+        input: &Message,
+        candidates: usize,
+        log: LogSink,
+    ) -> Result<CallOutput, PolicyError> {
+        let policy = log.policy.clone();
+        let limits = &self.limits;
+        let bad_output = |reason: String| PolicyError::BadOutput {
+            policy: policy.to_string(),
+            reason,
+        };
+        let len = match i32::try_from(input.len()) {
+            Ok(l) if input.len() <= limits.memory_bytes => l,
+            _ => {
+                return Err(PolicyError::InputTooLarge {
+                    policy: policy.to_string(),
+                    size: input.len(),
+                    limit: limits.memory_bytes,
+                });
+            }
+        };
+        let _active = self.ticker.enter();
+        let fuel = limits.fuel;
+        let mut store = self
+            .new_store(log, fuel)
+            .map_err(|e| PolicyError::Runtime {
+                policy: policy.to_string(),
+                message: chain(&e),
+            })?;
+        let wasm = |store: &mut Store<Host>, e: wasmtime::Error| {
+            classify(&policy, &e, &self.context(store, fuel))
+        };
+        let instance = match compiled.pre.instantiate(&mut store) {
+            Ok(i) => i,
+            Err(e) => return Err(wasm(&mut store, e)),
+        };
+        let memory = match instance.get_module_export(&mut store, &compiled.memory) {
+            Some(wasmtime::Extern::Memory(m)) => m,
+            _ => return Err(bad_output(format!("{EXPORT_MEMORY:?} is missing"))),
+        };
+        let alloc: TypedFunc<i32, i32> = match typed(&instance, &mut store, &compiled.alloc) {
+            Ok(f) => f,
+            Err(e) => return Err(wasm(&mut store, e)),
+        };
+        let select: TypedFunc<(i32, i32), i64> =
+            match typed(&instance, &mut store, &compiled.select) {
+                Ok(f) => f,
+                Err(e) => return Err(wasm(&mut store, e)),
+            };
+        let ptr = match alloc.call(&mut store, len) {
+            Ok(p) => p as u32 as usize,
+            Err(e) => return Err(wasm(&mut store, e)),
+        };
+        if ptr == 0 {
+            return Err(bad_output(format!(
+                "{EXPORT_ALLOC}({len}) returned 0 (no memory for the input)"
+            )));
+        }
+        let written = memory
+            .write(&mut store, ptr, &input.records)
+            .and_then(|()| memory.write(&mut store, ptr + input.records.len(), &input.strings));
+        if written.is_err() {
+            return Err(bad_output(format!(
+                "{EXPORT_ALLOC}({len}) returned {ptr}, but {len} bytes from there are outside the memory of {} bytes",
+                memory.data_size(&store)
+            )));
+        }
+        let packed = match select.call(&mut store, (ptr as i32, len)) {
+            Ok(p) => p as u64,
+            Err(e) => return Err(wasm(&mut store, e)),
+        };
+        let (out_ptr, out_len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+        if out_len > limits.max_output_bytes {
+            return Err(bad_output(format!(
+                "output of {out_len} bytes is over the limit of {} bytes",
+                limits.max_output_bytes
+            )));
+        }
+        let data = memory.data(&store);
+        let Some(bytes) = out_ptr
+            .checked_add(out_len)
+            .and_then(|e| data.get(out_ptr..e))
+        else {
+            return Err(bad_output(format!(
+                "output at {out_ptr} of {out_len} bytes is outside the memory of {} bytes",
+                data.len()
+            )));
+        };
+        let decision = abi::decode_output(bytes, candidates).map_err(bad_output)?;
+        let fuel_used = fuel - store.get_fuel().unwrap_or(0);
+        let memory_bytes = store.data().peak_memory.max(memory.data_size(&store));
+        let log = std::mem::take(&mut store.data_mut().log.lines);
+        Ok(CallOutput {
+            decision,
+            fuel_used,
+            memory_bytes,
+            log,
+        })
+    }
+}
+
+fn typed<P, R>(
+    instance: &wasmtime::Instance,
+    store: &mut Store<Host>,
+    export: &ModuleExport,
+) -> wasmtime::Result<TypedFunc<P, R>>
+where
+    P: wasmtime::WasmParams,
+    R: wasmtime::WasmResults,
+{
+    match instance.get_module_export(&mut *store, export) {
+        Some(wasmtime::Extern::Func(f)) => f.typed::<P, R>(&*store),
+        _ => Err(wasmtime::Error::new(HostFault::Contract(
+            "a contract export is missing from the instance".into(),
+        ))),
+    }
+}
