@@ -1,0 +1,367 @@
+//! `CheckpointStore`: the checkpoint of one plugin data directory held in memory, every change a
+//! read-modify-write of the file under the node lock, and this boot's ID read to tell a stale
+//! checkpoint.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
+use kubedev_core::{atomic_file, safefs};
+
+use super::file::{FileState, encode, move_aside, read_checkpoint};
+use super::{
+    CHECKPOINT_FILE, Change, CheckpointError, ClaimRecord, ClaimState, INSTANCES_DIR,
+    InstanceLease, LoadOutcome, NodeLock,
+};
+
+/// Longest boot ID accepted (Linux writes a 36-character UUID).
+const MAX_BOOT_ID_LEN: usize = 256;
+
+/// The checkpoint's mode: it names claims and devices, so only the owner reads it.
+const CHECKPOINT_MODE: u32 = 0o600;
+
+/// The checkpoint of one plugin data directory, loaded in memory and persisted on every change.
+///
+/// All methods are synchronous and may block on the file system and on [`NodeLock`]; from async
+/// code keep the store behind a mutex and call it in `spawn_blocking`.
+#[derive(Debug)]
+pub struct CheckpointStore {
+    dir: PathBuf,
+    path: PathBuf,
+    boot_id: String,
+    claims: BTreeMap<String, ClaimRecord>,
+    lease: InstanceLease,
+}
+
+impl CheckpointStore {
+    /// Opens (or creates) the checkpoint in `dir`, reading this boot's ID from `boot_id_path`
+    /// (normally [`DEFAULT_BOOT_ID_PATH`](super::DEFAULT_BOOT_ID_PATH)).
+    ///
+    /// A checkpoint from another boot is dropped and a corrupt one moved aside; the outcome says
+    /// which happened. Temporary files left by an interrupted write are removed.
+    pub fn open(
+        dir: impl AsRef<Path>,
+        boot_id_path: impl AsRef<Path>,
+    ) -> Result<(CheckpointStore, LoadOutcome), CheckpointError> {
+        let dir = dir.as_ref().to_owned();
+        safefs::create_private_dir_all(&dir).map_err(|source| CheckpointError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let boot_id = read_boot_id(boot_id_path.as_ref())?;
+        let lease = InstanceLease::acquire(&dir)?;
+        let mut store = CheckpointStore {
+            path: dir.join(CHECKPOINT_FILE),
+            dir,
+            boot_id,
+            claims: BTreeMap::new(),
+            lease,
+        };
+        let _lock = NodeLock::acquire(&store.dir)?;
+        // Every checkpoint write happens under the lock we hold, so any temporary file is left
+        // over from a crash. Failing to remove one only leaves garbage behind.
+        let _ = atomic_file::remove_stale_temps(&store.dir, CHECKPOINT_FILE, Duration::ZERO);
+        let (outcome, claims, rewrite) = store.read_locked()?;
+        if rewrite {
+            store.persist(&claims)?;
+        }
+        store.claims = claims;
+        Ok((store, outcome))
+    }
+
+    /// Re-reads the file, picking up changes another daemon instance made.
+    pub fn reload(&mut self) -> Result<LoadOutcome, CheckpointError> {
+        let _lock = NodeLock::acquire(&self.dir)?;
+        let (outcome, claims, rewrite) = self.read_locked()?;
+        if rewrite {
+            self.persist(&claims)?;
+        }
+        self.claims = claims;
+        Ok(outcome)
+    }
+
+    /// The checkpoint file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// This instance's lease id, recorded as the owner of the prepares it starts.
+    pub fn instance(&self) -> &str {
+        self.lease.id()
+    }
+
+    /// Whether `record` is a prepare another, still running instance has started and not
+    /// finished (during a rolling update): recovery must leave it alone. A prepare without an
+    /// owner, or whose owner is gone, is not.
+    pub fn in_progress_elsewhere(&self, record: &ClaimRecord) -> bool {
+        record.state == ClaimState::PrepareStarted
+            && record
+                .owner
+                .as_deref()
+                .is_some_and(|o| o != self.lease.id() && InstanceLease::is_held(&self.dir, o))
+    }
+
+    /// Whether another daemon instance using this directory is running (holds its lease), as
+    /// during a rolling update. Leases of instances that are gone are removed on the way.
+    pub fn other_instances_alive(&self) -> bool {
+        let Ok(entries) = fs::read_dir(self.dir.join(INSTANCES_DIR)) else {
+            return false;
+        };
+        let mut alive = false;
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            if id != self.lease.id() && InstanceLease::is_held(&self.dir, id) {
+                alive = true;
+            }
+        }
+        alive
+    }
+
+    /// Re-reads the file and runs `f` on the claims while still holding the node lock, so no
+    /// other instance changes the checkpoint until `f` returns (e.g. while CDI files that no
+    /// claim owns are removed). `f` must not call this store.
+    pub fn with_fresh_claims<T>(
+        &mut self,
+        f: impl FnOnce(&BTreeMap<String, ClaimRecord>) -> T,
+    ) -> Result<T, CheckpointError> {
+        let _lock = NodeLock::acquire(&self.dir)?;
+        let (_, claims, rewrite) = self.read_locked()?;
+        if rewrite {
+            self.persist(&claims)?;
+        }
+        self.claims = claims;
+        Ok(f(&self.claims))
+    }
+
+    /// This boot's ID, as recorded in the checkpoint.
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
+    /// All claims, by UID.
+    pub fn claims(&self) -> &BTreeMap<String, ClaimRecord> {
+        &self.claims
+    }
+
+    /// The claim with this UID, if recorded.
+    pub fn get(&self, uid: &str) -> Option<&ClaimRecord> {
+        self.claims.get(uid)
+    }
+
+    /// Claims whose prepare started but did not complete: what recovery must roll back.
+    pub fn started_claims(&self) -> Vec<ClaimRecord> {
+        self.claims
+            .values()
+            .filter(|r| r.state == ClaimState::PrepareStarted)
+            .cloned()
+            .collect()
+    }
+
+    /// Records that `claim`'s prepare started, with the devices allocated to it. Persisted
+    /// before it returns. A record for the same UID is replaced.
+    pub fn start_prepare(
+        &mut self,
+        claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<(), CheckpointError> {
+        self.apply_one(Change::Start {
+            claim: claim.clone(),
+            devices: devices.to_vec(),
+        })
+    }
+
+    /// Records that the claim's prepare completed with `prepared` devices and the CDI spec file
+    /// `cdi_file` (a file name in the CDI directory; `None` when no file was needed). Persisted
+    /// before it returns. Fails if the claim was never started.
+    pub fn complete_prepare(
+        &mut self,
+        uid: &str,
+        prepared: &[PreparedDevice],
+        cdi_file: Option<&str>,
+    ) -> Result<(), CheckpointError> {
+        self.apply_one(Change::Complete {
+            uid: uid.to_owned(),
+            prepared: prepared.to_vec(),
+            cdi_file: cdi_file.map(str::to_owned),
+        })
+    }
+
+    /// Forgets the claim (after unprepare or a rollback). Persisted before it returns. Returns
+    /// whether the claim was recorded; removing an unknown claim succeeds.
+    pub fn remove(&mut self, uid: &str) -> Result<bool, CheckpointError> {
+        let existed = self.claims.contains_key(uid);
+        self.apply_one(Change::Remove {
+            uid: uid.to_owned(),
+        })?;
+        Ok(existed)
+    }
+
+    fn apply_one(&mut self, change: Change) -> Result<(), CheckpointError> {
+        self.apply(vec![change])?.pop().unwrap_or(Ok(()))
+    }
+
+    /// Applies several changes with one read-modify-write of the file (one fsync), in order, and
+    /// returns one result per change: a change that cannot apply (completing an unknown claim)
+    /// fails alone. The outer error means nothing was persisted. This is what lets concurrent
+    /// prepares share a write (group commit).
+    pub fn apply(
+        &mut self,
+        changes: Vec<Change>,
+    ) -> Result<Vec<Result<(), CheckpointError>>, CheckpointError> {
+        let path = self.path.clone();
+        let owner = self.lease.id().to_owned();
+        let mut results = Vec::with_capacity(changes.len());
+        self.mutate(|claims| {
+            let mut changed = false;
+            for change in changes {
+                let r = match change {
+                    Change::Start { claim, devices } => {
+                        let uid = claim.uid.to_string();
+                        claims.insert(
+                            uid,
+                            ClaimRecord {
+                                claim,
+                                state: ClaimState::PrepareStarted,
+                                devices,
+                                prepared: Vec::new(),
+                                cdi_file: None,
+                                owner: Some(owner.clone()),
+                            },
+                        );
+                        Ok(())
+                    }
+                    Change::Complete {
+                        uid,
+                        prepared,
+                        cdi_file,
+                    } => match claims.get_mut(&uid) {
+                        Some(record) => {
+                            record.state = ClaimState::PrepareCompleted;
+                            record.prepared = prepared;
+                            record.cdi_file = cdi_file;
+                            Ok(())
+                        }
+                        None => Err(CheckpointError::UnknownClaim {
+                            uid,
+                            path: path.clone(),
+                        }),
+                    },
+                    Change::Remove { uid } => {
+                        changed |= claims.remove(&uid).is_some();
+                        results.push(Ok(()));
+                        continue;
+                    }
+                };
+                changed |= r.is_ok();
+                results.push(r);
+            }
+            Ok(changed)
+        })?;
+        Ok(results)
+    }
+
+    /// Read-modify-write under the node lock: re-read the file (another instance may have
+    /// changed it), apply `change`, write the result if anything changed.
+    fn mutate(
+        &mut self,
+        change: impl FnOnce(&mut BTreeMap<String, ClaimRecord>) -> Result<bool, CheckpointError>,
+    ) -> Result<(), CheckpointError> {
+        let _lock = NodeLock::acquire(&self.dir)?;
+        let (_, mut claims, rewrite) = self.read_locked()?;
+        let changed = change(&mut claims)?;
+        if changed || rewrite {
+            self.persist(&claims)?;
+        }
+        self.claims = claims;
+        Ok(())
+    }
+
+    /// Reads the file; the caller holds the node lock. Returns what was found, the claims to go
+    /// on with and whether the file must be rewritten. When the file cannot be used (missing,
+    /// corrupt, another boot), the claims this store already holds are kept: they were recorded
+    /// during this boot.
+    fn read_locked(
+        &self,
+    ) -> Result<(LoadOutcome, BTreeMap<String, ClaimRecord>, bool), CheckpointError> {
+        Ok(match read_checkpoint(&self.path)? {
+            FileState::Missing => (LoadOutcome::Created, self.claims.clone(), true),
+            FileState::Corrupt(reason) => {
+                let moved_to = move_aside(&self.path)?;
+                (
+                    LoadOutcome::Corrupt { moved_to, reason },
+                    self.claims.clone(),
+                    true,
+                )
+            }
+            FileState::Valid(payload) if payload.boot_id != self.boot_id => (
+                LoadOutcome::BootChanged {
+                    previous: payload.boot_id,
+                    current: self.boot_id.clone(),
+                    dropped: payload.claims.len(),
+                },
+                self.claims.clone(),
+                true,
+            ),
+            FileState::Valid(payload) => (
+                LoadOutcome::Loaded {
+                    claims: payload.claims.len(),
+                },
+                payload.claims,
+                false,
+            ),
+        })
+    }
+
+    /// Writes `claims` atomically; the caller holds the node lock.
+    fn persist(&self, claims: &BTreeMap<String, ClaimRecord>) -> Result<(), CheckpointError> {
+        let bytes = encode(&self.boot_id, claims).map_err(|source| CheckpointError::Serialize {
+            path: self.path.clone(),
+            source,
+        })?;
+        atomic_file::replace(&self.path, CHECKPOINT_MODE, |f| f.write_all(&bytes))?;
+        Ok(())
+    }
+}
+
+pub(super) fn read_boot_id(path: &Path) -> Result<String, CheckpointError> {
+    let invalid = |reason: &str| CheckpointError::InvalidBootId {
+        path: path.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let raw = match safefs::read_regular(path, MAX_BOOT_ID_LEN as u64 + 1) {
+        Ok(Some(raw)) => raw,
+        Ok(None) => {
+            return Err(CheckpointError::ReadBootId {
+                path: path.to_owned(),
+                source: io::Error::from(io::ErrorKind::NotFound),
+            });
+        }
+        Err(e @ safefs::SafeOpenError::NotAFile { .. }) => {
+            return Err(CheckpointError::NotAFile(e));
+        }
+        Err(safefs::SafeOpenError::Io { source, .. }) => {
+            return Err(CheckpointError::ReadBootId {
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let text = String::from_utf8(raw).map_err(|_| invalid("not UTF-8"))?;
+    let id = text.trim();
+    if id.is_empty() {
+        return Err(invalid("empty"));
+    }
+    if id.len() > MAX_BOOT_ID_LEN {
+        return Err(invalid("longer than 256 bytes"));
+    }
+    if id.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(invalid("contains whitespace or control characters"));
+    }
+    Ok(id.to_owned())
+}
