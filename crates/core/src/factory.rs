@@ -3,24 +3,8 @@
 //!
 //! The daemon's runtime knows no backend by name: every backend, built in or a vendor's, is a
 //! factory registered with it. [`typed`] makes one from a serde configuration type and a
-//! constructor:
-//!
-//! ```
-//! use kubedev_core::factory::{BackendFactory as _, BuildContext, SectionError, typed};
-//! use kubedev_core::static_backend::{StaticBackend, StaticConfig};
-//!
-//! let factory = typed("static", |config: StaticConfig, _ctx: &BuildContext| {
-//!     StaticBackend::new(config).map_err(|e| SectionError::new("", e.to_string()))
-//! });
-//! let section = serde_json::json!({"pool": "node-a", "devices": [{"name": "dev-0"}]});
-//! assert!(factory.check(&section).is_ok());
-//! // An empty section (`static:` in YAML) is the section with its defaults.
-//! assert!(factory.check(&serde_json::Value::Null).unwrap_err().message.contains("pool"));
-//! let bad = serde_json::json!({"pool": "node-a", "devicez": []});
-//! let err = factory.check(&bad).unwrap_err();
-//! assert_eq!(err.field, "devicez"); // the field serde refused, for the line in the message
-//! assert!(err.message.contains("unknown field"));
-//! ```
+//! constructor; the runtime crate's `static` backend (`kubedev::static_backend`) is built that
+//! way, and its module documentation shows it.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -222,36 +206,4 @@ where
     fn own_pool(&self) -> bool {
         self.own_pool
     }
-}
-
-impl Section for crate::static_backend::StaticConfig {
-    fn validate(&self) -> Result<(), SectionError> {
-        for (i, d) in self.devices.iter().enumerate() {
-            if let Some(j) = self.devices[..i].iter().position(|o| o.name == d.name) {
-                return Err(SectionError::new(
-                    format!("devices[{i}].name"),
-                    format!(
-                        "{:?} is also the name of devices[{j}]; device names must be unique",
-                        d.name.as_str()
-                    ),
-                ));
-            }
-        }
-        crate::static_backend::StaticBackend::new(self.clone())
-            .map(|_| ())
-            .map_err(|e| SectionError::new("", e.to_string()))
-    }
-}
-
-/// The factory of the `static` backend (devices listed in the configuration, see
-/// [`crate::static_backend`]); it names its pool itself.
-pub fn static_factory() -> impl BackendFactory {
-    typed(
-        "static",
-        |config: crate::static_backend::StaticConfig, _ctx: &BuildContext| {
-            crate::static_backend::StaticBackend::new(config)
-                .map_err(|e| SectionError::new("", e.to_string()))
-        },
-    )
-    .names_its_pools()
 }

@@ -35,7 +35,6 @@ mod rescan;
 pub mod safefs;
 mod source;
 mod stateless;
-pub mod static_backend;
 mod version;
 
 pub use attribute::{AttributeError, AttributeValue};

@@ -9,7 +9,7 @@
 //!     // The built-in backends and one of the vendor's own (here: the static one again).
 //!     Daemon::builder()
 //!         .builtin_backends()
-//!         .backend(kubedev_core::factory::static_factory())
+//!         .backend(kubedev::static_backend::factory())
 //!         .main()
 //! }
 //! ```

@@ -18,6 +18,7 @@ mod policy;
 pub mod registry;
 pub mod runtime;
 pub mod selector;
+pub mod static_backend;
 mod table;
 #[cfg(test)]
 mod test_dir;

@@ -5,7 +5,7 @@
 //! use kubedev::registry::Registry;
 //!
 //! // The backends this kubedev was built with, and a vendor's own beside them:
-//! let registry = Registry::builtin().backend(kubedev_core::factory::static_factory());
+//! let registry = Registry::builtin().backend(kubedev::static_backend::factory());
 //! assert!(registry.kinds().any(|k| k == "static"));
 //! ```
 
@@ -49,7 +49,7 @@ impl Registry {
     /// `host` whose cargo feature is on (the others are known by name, so a configuration
     /// naming them gets an error saying which feature to build with).
     pub fn builtin() -> Self {
-        let r = Registry::new().backend(kubedev_core::factory::static_factory());
+        let r = Registry::new().backend(crate::static_backend::factory());
         #[cfg(feature = "nvidia")]
         let r = r.backend(kubedev_nvidia::factory::factory());
         #[cfg(not(feature = "nvidia"))]

@@ -14,7 +14,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::{
+use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
+
+use kubedev_core::{
     AttributeValue, ContainerEdits, Device, DeviceName, DeviceNode, DeviceRef, DeviceSource,
     Health, Mount, Pool, PoolName, PrepareError, QualifiedName, Quantity, SourceError, SourceEvent,
     StatelessPreparer, watch_by_rescan,
@@ -208,11 +210,39 @@ impl StatelessPreparer for StaticBackend {
     }
 }
 
+impl Section for StaticConfig {
+    fn validate(&self) -> Result<(), SectionError> {
+        for (i, d) in self.devices.iter().enumerate() {
+            if let Some(j) = self.devices[..i].iter().position(|o| o.name == d.name) {
+                return Err(SectionError::new(
+                    format!("devices[{i}].name"),
+                    format!(
+                        "{:?} is also the name of devices[{j}]; device names must be unique",
+                        d.name.as_str()
+                    ),
+                ));
+            }
+        }
+        StaticBackend::new(self.clone())
+            .map(|_| ())
+            .map_err(|e| SectionError::new("", e.to_string()))
+    }
+}
+
+/// The factory of the `static` backend (devices listed in the configuration); it names its
+/// pool itself.
+pub fn factory() -> impl BackendFactory {
+    typed("static", |config: StaticConfig, _ctx: &BuildContext| {
+        StaticBackend::new(config).map_err(|e| SectionError::new("", e.to_string()))
+    })
+    .names_its_pools()
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::{AllocatedDevice, Consumer, Preparer};
+    use kubedev_core::{AllocatedDevice, Consumer, Preparer};
 
     fn config(dir: &std::path::Path) -> StaticConfig {
         let yaml = serde_json::json!({
@@ -264,15 +294,11 @@ mod tests {
     #[tokio::test]
     async fn prepare_gives_nodes_env_and_rejects_unknown_devices() {
         let b = StaticBackend::new(config(std::path::Path::new("/nonexistent"))).unwrap();
-        let alloc = |name: &str| AllocatedDevice {
-            admin_access: false,
-            device: DeviceRef {
+        let alloc = |name: &str| {
+            AllocatedDevice::new(DeviceRef {
                 pool: PoolName::new("node-a").unwrap(),
                 device: DeviceName::new(name).unwrap(),
-            },
-            request: String::new(),
-            share_id: None,
-            config: vec![],
+            })
         };
         let consumer = Consumer::Container {
             resource: "example.com/dev".into(),
