@@ -4,6 +4,11 @@
 //! and candidates), `selectors` (CEL selectors per request), `fit` (capacity and taints) and
 //! `search` (the search and the results) do the work.
 
+mod fit;
+mod plan;
+mod search;
+mod selectors;
+
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
@@ -17,15 +22,10 @@ use crate::error::AllocationError;
 use crate::model::{NodeView, PoolState, build_node_view};
 use crate::policy::SelectionPolicy;
 use crate::scenario::split_device_id;
-
-mod fit;
-mod plan;
-mod search;
-mod selectors;
-
-pub(crate) use fit::{CapFit, capacity_fit, taint_blocks, tolerates};
 use plan::{plan_claims, statically_impossible};
 use search::Search;
+
+pub(crate) use fit::{CapFit, capacity_fit, taint_blocks, tolerates};
 pub(crate) use selectors::SelectorSet;
 
 /// Most devices one claim can get (the API's `AllocationResultsMaxSize`).

@@ -17,16 +17,16 @@
 //! digits, an exponent from -9 up), so `1Ki == 1024`, `1000m == 1` and `0.5Gi == 512Mi`, and
 //! comparison, equality and hashing are exact.
 
+mod canonical;
+mod digits;
+mod parse;
+
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-mod canonical;
-mod digits;
-mod parse;
 
 use digits::decimal_len;
 

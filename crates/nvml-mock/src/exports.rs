@@ -11,6 +11,15 @@
 // The names are NVML's.
 #![allow(non_snake_case)]
 
+mod compute_instance;
+mod device;
+mod events;
+mod gpu_instance;
+mod lookup;
+mod mig;
+mod system;
+mod topology;
+
 use std::ffi::{CStr, c_char, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -21,15 +30,6 @@ use nvml_wrapper_sys::bindings as sys;
 use crate::codes::*;
 use crate::machine::{Gpu, Machine};
 use crate::state::{Handle, Mock, Nv};
-
-mod compute_instance;
-mod device;
-mod events;
-mod gpu_instance;
-mod lookup;
-mod mig;
-mod system;
-mod topology;
 
 type Ret = sys::nvmlReturn_t;
 

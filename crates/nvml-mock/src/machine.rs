@@ -3,12 +3,12 @@
 //! See the crate documentation for the format. [`Machine::load`] reads and validates a file;
 //! the library calls it when NVML is initialised.
 
+mod validate;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-
-mod validate;
 
 /// Why a machine file could not be used.
 #[derive(Debug, thiserror::Error)]

@@ -1,21 +1,21 @@
 //! The running mock: GPUs, MIG instances with placement accounting, event sets and the control
 //! file. Pure Rust with NVML return codes as errors; the exported C functions translate pointers.
 
+mod events;
+mod mig;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 
 use crate::codes::*;
 use crate::machine::{Machine, MigState, TopologyLevel, XidEvent, parse_bus_id, parse_cpu_list};
+use events::{ControlTail, EventSetRt};
+
+pub(crate) use events::WaitOutcome;
+pub(crate) use mig::{Ci, CiProfile, Gi, MigRt, ci_placements, ci_profile_for_slices};
 
 /// Result with an NVML return code as error.
 pub(crate) type Nv<T> = Result<T, u32>;
-
-mod events;
-mod mig;
-
-pub(crate) use events::WaitOutcome;
-use events::{ControlTail, EventSetRt};
-pub(crate) use mig::{Ci, CiProfile, Gi, MigRt, ci_placements, ci_profile_for_slices};
 
 /// What an opaque NVML handle stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,16 +5,16 @@
 //! This module resolves names to [`Func`] and dispatches calls; each family's evaluation is in
 //! its submodule.
 
-use std::sync::Arc;
-
-use super::eval::{EvalError, Meter};
-use super::value::Value;
-
 mod kubernetes;
 mod lists;
 mod optional;
 mod standard;
 mod strings;
+
+use std::sync::Arc;
+
+use super::eval::{EvalError, Meter};
+use super::value::Value;
 
 /// A resolved function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

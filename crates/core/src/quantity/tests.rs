@@ -1,4 +1,5 @@
-//! Tests of quantities: parsing, rounding, canonical printing, arithmetic, comparison, serde, and the cases Kubernetes' own tests pin.
+//! Tests of quantities: parsing, rounding, canonical printing, arithmetic, comparison, serde,
+//! and the cases Kubernetes' own tests pin.
 
 use super::*;
 
