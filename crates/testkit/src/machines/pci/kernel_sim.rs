@@ -32,7 +32,8 @@ pub struct PciKernelSim {
 }
 
 impl PciKernelSim {
-    /// Starts simulating on the root at `root` (the path of a [`HostRoot`]).
+    /// Starts simulating on the root at `root` (the path of a
+    /// [`HostRoot`](crate::hostroot::HostRoot)).
     pub fn start(root: &Path) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let root = root.to_path_buf();
