@@ -40,6 +40,14 @@
 //! (pinned, and the binary's SHA-256 checked) and cached under `target/tools/` (the `helm`
 //! module).
 
+mod access;
+mod container;
+mod helm;
+mod image;
+mod objects;
+mod pod;
+mod start;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -454,14 +462,6 @@ fn daemon_of(rendered: &str) -> Option<(Value, Value)> {
         .and_then(Value::as_str)?;
     Some((container, serde_saphyr::from_str(config).ok()?))
 }
-
-mod access;
-mod container;
-mod helm;
-mod image;
-mod objects;
-mod pod;
-mod start;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

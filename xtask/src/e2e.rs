@@ -37,6 +37,10 @@
 //! timing was. `KUBEDEV_E2E_VERBOSE=1` prints what every crash round sent and what its kill
 //! hit (a failing scenario always prints it).
 
+mod dp;
+mod dra;
+mod dra_rounds;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -246,10 +250,6 @@ fn draw_delay(rng: &mut fastrand::Rng, max: Duration) -> Duration {
     let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
     Duration::from_micros(rng.u64(0..=max))
 }
-
-mod dp;
-mod dra;
-mod dra_rounds;
 
 /// Runs every scenario and prints the table; fails when one failed.
 pub(crate) fn e2e(root: &Path) -> anyhow::Result<()> {

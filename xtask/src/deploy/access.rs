@@ -12,6 +12,9 @@
 //!   the daemon's account write only slices of its own node (the token's
 //!   `authentication.kubernetes.io/node-name`) and driver, while leaving other accounts alone.
 
+mod admission;
+mod rbac;
+
 use serde_json::Value;
 
 use super::{NAMESPACE, Object};
@@ -112,6 +115,3 @@ pub(super) fn check(objects: &[Object], config: &Value, pod: &Value) -> Vec<Stri
     problems.extend(admission::check_admission(objects, config, pod));
     problems
 }
-
-mod admission;
-mod rbac;

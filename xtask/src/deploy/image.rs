@@ -6,6 +6,11 @@
 //! `runtime` (with the libraries the binary needs), the builder stage and the features it
 //! builds in `builder`, the build context in `context`.
 
+mod builder;
+mod context;
+mod dockerfile;
+mod runtime;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -244,11 +249,6 @@ pub(super) fn check(
     }
     Ok(problems)
 }
-
-mod builder;
-mod context;
-mod dockerfile;
-mod runtime;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
