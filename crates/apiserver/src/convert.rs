@@ -55,18 +55,63 @@ pub const NUMA_NODE_ATTRIBUTE: &str = "numaNode";
 
 /// What the publisher does with devices whose health is `Unhealthy`.
 ///
-/// Devices with `Unknown` health are published as they are.
+/// A published unhealthy device carries the taint `<driver>/unhealthy` with the health reason
+/// in its value (made a label value: `Xid-79-GPU-has-fallen-off-the-bus`), effect `NoExecute`
+/// when the backend says the device is unusable for the workloads already on it
+/// ([`kubedev_core::Health::evict`]) and `NoSchedule` otherwise. The taint goes as soon as the
+/// device is healthy again. Devices with `Unknown` health are published as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum UnhealthyDevices {
-    /// Leave them out of the ResourceSlices, so nothing new is allocated on them (the default:
-    /// safe on every cluster, including those where device taints are disabled).
+    /// Taint them where the API server keeps device taints (`DRADeviceTaints` on: by default
+    /// from Kubernetes 1.36), leave them out where it does not (the default).
     #[default]
+    Auto,
+    /// Leave them out of the ResourceSlices, so nothing new is allocated on them (safe on every
+    /// cluster, but the cluster does not see why a device went away).
     Omit,
-    /// Publish them with a `NoSchedule` taint `<driver>/unhealthy`. Needs the
-    /// `DRADeviceTaints` feature on the cluster; where it is off the API server drops taints
-    /// and the device would look usable, so the publisher logs a warning when that happens.
+    /// Publish them tainted. Needs `DRADeviceTaints` on the cluster; where it is off the API
+    /// server would drop the taint and the device would look usable, so kubedev leaves them
+    /// out instead and reports the feature as unavailable.
     Taint,
+    /// Publish them tainted while a claim prepared on this node holds them (so the cluster sees
+    /// why, and a `NoExecute` taint evicts their pods), and leave them out once none does
+    /// (decided at each publish).
+    TaintWhileInUse,
+}
+
+impl UnhealthyDevices {
+    /// What this policy does on a server that keeps device taints (`taints_kept`) or not:
+    /// `Auto` becomes `Taint` or `Omit`; the others stay.
+    pub fn resolve(self, taints_kept: bool) -> UnhealthyDevices {
+        match self {
+            UnhealthyDevices::Auto if taints_kept => UnhealthyDevices::Taint,
+            UnhealthyDevices::Auto => UnhealthyDevices::Omit,
+            other => other,
+        }
+    }
+}
+
+/// `inventory` without the unhealthy devices `policy` (resolved: not `Auto`) does not publish:
+/// all of them under `Omit`, those no claim on this node holds under `TaintWhileInUse`.
+pub(crate) fn unhealthy_left_out(
+    inventory: &Inventory,
+    policy: UnhealthyDevices,
+    in_use: &crate::degrade::InUse,
+) -> Inventory {
+    let mut out = inventory.clone();
+    for pool in &mut out.pools {
+        let name = pool.name.to_string();
+        pool.devices.retain(|d| {
+            d.health.state != HealthState::Unhealthy
+                || match policy {
+                    UnhealthyDevices::Omit | UnhealthyDevices::Auto => false,
+                    UnhealthyDevices::Taint => true,
+                    UnhealthyDevices::TaintWhileInUse => in_use(&name, d.name.as_str()),
+                }
+        });
+    }
+    out
 }
 
 /// The content of one ResourceSlice, without the pool's generation and slice count.
@@ -125,7 +170,9 @@ fn desired_pool(
 ) -> Result<DesiredPool, Error> {
     let mut devices = Vec::with_capacity(pool.devices.len());
     for device in &pool.devices {
-        if device.health.state == HealthState::Unhealthy && unhealthy == UnhealthyDevices::Omit {
+        if device.health.state == HealthState::Unhealthy
+            && unhealthy.resolve(false) == UnhealthyDevices::Omit
+        {
             continue;
         }
         devices.push(map_device(pool, device, driver)?);

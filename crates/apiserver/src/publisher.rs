@@ -111,8 +111,11 @@ impl Shared {
         inventory: &Inventory,
     ) -> Result<(Vec<DesiredPool>, BTreeMap<ApiFeature, String>), Error> {
         let caps = self.api.caps();
-        let (adapted, actions) = adapt(inventory, &caps, &*self.api.in_use());
-        let pools = desired_pools_in(&adapted, &self.driver, self.unhealthy, caps.layout)?;
+        let in_use = self.api.in_use();
+        let unhealthy = self.unhealthy.resolve(caps.keeps(ApiFeature::DeviceTaints));
+        let published = crate::convert::unhealthy_left_out(inventory, unhealthy, &*in_use);
+        let (adapted, actions) = adapt(&published, &caps, &*in_use);
+        let pools = desired_pools_in(&adapted, &self.driver, UnhealthyDevices::Taint, caps.layout)?;
         Ok((pools, actions))
     }
 
@@ -259,7 +262,8 @@ impl SlicePublisher {
         self
     }
 
-    /// What to do with unhealthy devices (default: leave them out).
+    /// What to do with unhealthy devices (default: taint them where the API server keeps
+    /// device taints, leave them out where it does not).
     pub fn with_unhealthy_devices(mut self, policy: UnhealthyDevices) -> Self {
         self.unhealthy = policy;
         self.reshape()

@@ -41,6 +41,11 @@ pub struct Health {
     /// A human-readable reason, e.g. "Xid 79: GPU has fallen off the bus".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Whether an unhealthy device is unusable even for the workloads already running on it
+    /// (an NVIDIA Xid that needs a GPU reset, a device that is gone), so they should be
+    /// stopped: published in a ResourceSlice as a `NoExecute` taint rather than `NoSchedule`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub evict: bool,
 }
 
 impl Health {
@@ -49,11 +54,21 @@ impl Health {
         Health::default()
     }
 
-    /// An unhealthy device, with the reason.
+    /// An unhealthy device, with the reason: nothing new should be placed on it.
     pub fn unhealthy(reason: impl Into<String>) -> Self {
         Health {
             state: HealthState::Unhealthy,
             reason: Some(reason.into()),
+            evict: false,
+        }
+    }
+
+    /// An unhealthy device that the workloads already using it cannot keep using either (see
+    /// [`Health::evict`]), with the reason.
+    pub fn unusable(reason: impl Into<String>) -> Self {
+        Health {
+            evict: true,
+            ..Health::unhealthy(reason)
         }
     }
 
@@ -62,6 +77,7 @@ impl Health {
         Health {
             state: HealthState::Unknown,
             reason: Some(reason.into()),
+            evict: false,
         }
     }
 

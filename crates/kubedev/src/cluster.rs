@@ -46,7 +46,8 @@ impl ClaimSource for ApiClaims {
 /// must be stopped when the daemon stops.
 pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices, PublisherTask)> {
     let client = connect(spec.kubeconfig.as_deref()).await?;
-    let publisher = SlicePublisher::new(client.clone(), spec.driver.clone(), &spec.node_name)?;
+    let publisher = SlicePublisher::new(client.clone(), spec.driver.clone(), &spec.node_name)?
+        .with_unhealthy_devices(spec.unhealthy_devices);
     let api = publisher.api_status();
     if !spec.device_classes.is_empty() {
         tokio::spawn(kubedev_apiserver::apply_device_classes_until_done(

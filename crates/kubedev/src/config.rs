@@ -183,6 +183,9 @@ pub struct DraSection {
     /// Serve the resource health stream.
     #[serde(default = "yes")]
     pub health: bool,
+    /// What the ResourceSlices show of an unhealthy device (default `auto`).
+    #[serde(default)]
+    pub unhealthy_devices: UnhealthyDevicesConfig,
     /// The file holding the node's boot ID.
     #[serde(default = "default_boot_id")]
     pub boot_id_path: PathBuf,
@@ -190,6 +193,37 @@ pub struct DraSection {
     /// daemon may apply the same ones).
     #[serde(default)]
     pub device_classes: Vec<DeviceClassConfig>,
+}
+
+/// What the ResourceSlices show of an unhealthy device (`dra.unhealthyDevices`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UnhealthyDevicesConfig {
+    /// `taint` where the API server keeps device taints (Kubernetes 1.36 and later by
+    /// default), `omit` where it does not.
+    #[default]
+    Auto,
+    /// Published with the taint `<driver>/unhealthy` (`NoSchedule`, or `NoExecute` when the
+    /// device is unusable for the workloads on it), the reason in its value; removed when the
+    /// device recovers.
+    Taint,
+    /// Left out of the ResourceSlices.
+    Omit,
+    /// Tainted while a claim on this node holds it, left out once none does.
+    TaintWhileInUse,
+}
+
+impl From<UnhealthyDevicesConfig> for kubedev_apiserver::UnhealthyDevices {
+    fn from(c: UnhealthyDevicesConfig) -> Self {
+        match c {
+            UnhealthyDevicesConfig::Auto => kubedev_apiserver::UnhealthyDevices::Auto,
+            UnhealthyDevicesConfig::Taint => kubedev_apiserver::UnhealthyDevices::Taint,
+            UnhealthyDevicesConfig::Omit => kubedev_apiserver::UnhealthyDevices::Omit,
+            UnhealthyDevicesConfig::TaintWhileInUse => {
+                kubedev_apiserver::UnhealthyDevices::TaintWhileInUse
+            }
+        }
+    }
 }
 
 /// A DeviceClass the driver publishes: `device.driver == "<driverName>"` plus `cel`, and
@@ -232,6 +266,7 @@ impl Default for DraSection {
             state_dir: None,
             pod_uid: None,
             health: true,
+            unhealthy_devices: UnhealthyDevicesConfig::default(),
             boot_id_path: default_boot_id(),
             device_classes: Vec::new(),
         }
@@ -259,6 +294,8 @@ pub struct DraSpec {
     pub pod_uid: Option<String>,
     /// Health streaming on.
     pub health: bool,
+    /// What the ResourceSlices show of an unhealthy device.
+    pub unhealthy_devices: kubedev_apiserver::UnhealthyDevices,
     /// Boot ID file.
     pub boot_id_path: PathBuf,
     /// DeviceClasses to apply.
@@ -511,6 +548,7 @@ impl Config {
             cdi_dir: d.cdi_dir.clone(),
             pod_uid,
             health: d.health,
+            unhealthy_devices: d.unhealthy_devices.into(),
             boot_id_path: d.boot_id_path.clone(),
         }))
     }

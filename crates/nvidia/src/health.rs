@@ -1,7 +1,9 @@
 //! GPU health as a small state machine over Xid events and NVML probes.
 //!
-//! - An Xid that is not ignored makes the GPU unhealthy with the Xid in the reason.
-//! - A GPU whose probe reports "GPU lost" is unhealthy.
+//! - An Xid that is not ignored makes the GPU unhealthy with the Xid in the reason; an Xid after
+//!   which the GPU needs a reset (see [`needs_reset`]) makes it unusable for the workloads already
+//!   on it too ([`Health::unusable`], published as a `NoExecute` taint).
+//! - A GPU whose probe reports "GPU lost" is unusable.
 //! - A GPU that answers its probe again, and has had no Xid for the recheck period, is healthy
 //!   again (a lost GPU that answers again recovers at once).
 //!
@@ -57,6 +59,14 @@ pub(crate) fn xid_reason(xid: Option<u64>) -> String {
     }
 }
 
+/// Whether the GPU needs a reset after Xid `x` before any workload can use it again (NVIDIA's
+/// Xid catalog: double-bit and uncontained ECC errors, row-remapping and page-retirement
+/// events, NVLink errors, a GPU that fell off the bus, GSP errors, unrecovered ECC errors). An
+/// Xid without a code is not assumed to need one.
+pub(crate) fn needs_reset(x: u64) -> bool {
+    matches!(x, 48 | 63 | 64 | 74 | 79 | 95 | 119 | 120 | 140)
+}
+
 fn xid_meaning(x: u64) -> &'static str {
     match x {
         48 => "double-bit ECC error",
@@ -68,6 +78,7 @@ fn xid_meaning(x: u64) -> &'static str {
         94 => "contained ECC error",
         95 => "uncontained ECC error",
         119 | 120 => "GSP error",
+        140 => "unrecovered ECC error",
         _ => "critical error reported by the driver",
     }
 }
@@ -131,11 +142,12 @@ impl HealthTracker {
         if let Some(g) = gi {
             reason = format!("{reason} (GPU instance {g})");
         }
-        self.set(
-            (gpu.to_owned(), gi),
-            Health::unhealthy(reason),
-            Some(Cause::Xid { last: now }),
-        )
+        let health = if xid.is_some_and(needs_reset) {
+            Health::unusable(reason)
+        } else {
+            Health::unhealthy(reason)
+        };
+        self.set((gpu.to_owned(), gi), health, Some(Cause::Xid { last: now }))
     }
 
     /// The result of probing GPU `gpu`: lost marks the GPU unhealthy; an answer heals the GPU
@@ -145,7 +157,7 @@ impl HealthTracker {
         match probe {
             Probe::Lost(why) => self.set(
                 (gpu.to_owned(), None),
-                Health::unhealthy(format!("GPU lost: {why}")),
+                Health::unusable(format!("GPU lost: {why}")),
                 Some(Cause::Lost),
             ),
             Probe::Failed(_) => false,
@@ -179,6 +191,25 @@ mod tests {
 
     fn tracker() -> HealthTracker {
         HealthTracker::new(BTreeSet::from([13, 31, 43]), Duration::from_secs(60))
+    }
+
+    #[test]
+    fn xids_that_need_a_reset_make_the_gpu_unusable_for_running_work() {
+        let mut t = tracker();
+        let t0 = Instant::now();
+        t.on_xid("GPU-a", None, Some(79), t0);
+        let h = t.health("GPU-a", None);
+        assert!(h.evict, "{h:?}");
+        assert!(t.health("GPU-a", Some(1)).evict, "its MIG devices too");
+        // A contained ECC error stops the applications it hit; the GPU itself goes on.
+        t.on_xid("GPU-b", None, Some(94), t0);
+        let h = t.health("GPU-b", None);
+        assert!(!h.is_healthy() && !h.evict, "{h:?}");
+        t.on_probe("GPU-c", &Probe::Lost("GPU is lost".into()), t0);
+        assert!(t.health("GPU-c", None).evict);
+        // Recovery clears it.
+        t.on_probe("GPU-c", &Probe::Answers, t0);
+        assert_eq!(t.health("GPU-c", None), Health::healthy());
     }
 
     #[test]

@@ -75,6 +75,44 @@ pub(crate) fn unhealthy_taint_key(driver: &DriverName) -> String {
     format!("{driver}/unhealthy")
 }
 
+/// The taint an unhealthy device is published with: `<driver>/unhealthy`, the reason as its
+/// value, `NoExecute` when the device is unusable for running workloads.
+pub(crate) fn unhealthy_taint(
+    driver: &DriverName,
+    health: &kubedev_core::Health,
+) -> res::DeviceTaint {
+    let value = taint_value(health.reason.as_deref().unwrap_or_default());
+    res::DeviceTaint {
+        key: unhealthy_taint_key(driver),
+        value: (!value.is_empty()).then_some(value),
+        effect: if health.evict {
+            "NoExecute"
+        } else {
+            "NoSchedule"
+        }
+        .to_owned(),
+        time_added: None,
+    }
+}
+
+/// `reason` as a Kubernetes label value (what a taint value must be): at most 63 characters,
+/// letters, digits, '-', '_' and '.', starting and ending with a letter or digit; every other
+/// run of characters becomes one '-'.
+pub(crate) fn taint_value(reason: &str) -> String {
+    let mut out = String::with_capacity(reason.len().min(63));
+    for c in reason.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '_' | '.') {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.truncate(63);
+    out.trim_end_matches(|c: char| !c.is_ascii_alphanumeric())
+        .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_owned()
+}
+
 /// Maps one device. The attribute `resource.kubernetes.io/numaNode` is added from
 /// `numa_node` when the device does not set it itself and there is room for it.
 pub(crate) fn map_device(
@@ -176,14 +214,9 @@ pub(crate) fn map_device(
         })
         .collect();
     if device.health.state == HealthState::Unhealthy {
-        let key = unhealthy_taint_key(driver);
-        if !taints.iter().any(|t| t.key == key) {
-            taints.push(res::DeviceTaint {
-                key,
-                value: None,
-                effect: "NoSchedule".to_owned(),
-                time_added: None,
-            });
+        let taint = unhealthy_taint(driver, &device.health);
+        if !taints.iter().any(|t| t.key == taint.key) {
+            taints.push(taint);
         }
     }
     if taints.len() > MAX_TAINTS {

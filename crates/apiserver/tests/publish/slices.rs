@@ -229,8 +229,14 @@ async fn a_thousand_devices_are_published() {
     task.stop().await;
 }
 
+/// The taints of device `i` of the first slice, as stored.
+fn taints_of(server: &ApiServer, i: usize) -> Value {
+    slices(server)[0]["spec"]["devices"][i]["taints"].clone()
+}
+
 #[tokio::test]
-async fn unhealthy_devices_are_left_out_or_tainted() {
+async fn unhealthy_devices_are_tainted_with_their_reason_and_the_taint_goes_when_they_recover() {
+    // The default on a server that keeps device taints (1.36 and later): taint.
     let (server, _) = server_with_node().await;
     let publisher = publisher(&server);
     let task = publisher.start().unwrap();
@@ -241,24 +247,89 @@ async fn unhealthy_devices_are_left_out_or_tainted() {
         .await
         .unwrap();
     publisher.wait_synced(WAIT).await.unwrap();
-    assert_eq!(device_names(&slices(&server)[0]), vec!["gpu-0"]);
-    task.stop().await;
-
-    let server = server_with_node().await.0;
-    let publisher = publisher_with(&server, UnhealthyDevices::Taint);
-    let task = publisher.start().unwrap();
+    assert_eq!(device_names(&slices(&server)[0]), vec!["gpu-0", "gpu-1"]);
+    assert_eq!(taints_of(&server, 0), Value::Null);
+    assert_eq!(
+        taints_of(&server, 1),
+        json!([{"key": "gpu.example.com/unhealthy", "value": "fell-off-the-bus", "effect": "NoSchedule"}])
+    );
+    // Unusable for running workloads too: NoExecute, and the new reason.
+    let mut gone = plain(1);
+    gone.health = Health::unusable("Xid 79: GPU has fallen off the bus");
     publisher
-        .publish(&inventory(vec![plain(0), sick]))
+        .publish(&inventory(vec![plain(0), gone]))
         .await
         .unwrap();
     publisher.wait_synced(WAIT).await.unwrap();
-    let all = slices(&server);
-    assert_eq!(device_names(&all[0]), vec!["gpu-0", "gpu-1"]);
     assert_eq!(
-        all[0]["spec"]["devices"][1]["taints"][0]["key"],
-        "gpu.example.com/unhealthy"
+        taints_of(&server, 1),
+        json!([{"key": "gpu.example.com/unhealthy", "value": "Xid-79-GPU-has-fallen-off-the-bus", "effect": "NoExecute"}])
     );
+    // Healthy again: the taint is gone.
+    publisher
+        .publish(&inventory(vec![plain(0), plain(1)]))
+        .await
+        .unwrap();
+    publisher.wait_synced(WAIT).await.unwrap();
+    assert_eq!(taints_of(&server, 1), Value::Null);
     task.stop().await;
+
+    // Configured to leave them out.
+    let server = server_with_node().await.0;
+    let publisher = publisher_with(&server, UnhealthyDevices::Omit);
+    let task = publisher.start().unwrap();
+    publisher
+        .publish(&inventory(vec![plain(0), sick.clone()]))
+        .await
+        .unwrap();
+    publisher.wait_synced(WAIT).await.unwrap();
+    assert_eq!(device_names(&slices(&server)[0]), vec!["gpu-0"]);
+    task.stop().await;
+}
+
+/// Where the API server drops device taints (1.35 by default), the default leaves unhealthy
+/// devices out without calling it a missing feature; asking for taints there leaves them out
+/// too, and says that the feature is missing.
+#[tokio::test]
+async fn without_device_taints_unhealthy_devices_are_left_out() {
+    let mut sick = plain(1);
+    sick.health = Health::unhealthy("fell off the bus");
+    for (policy, reported) in [
+        (UnhealthyDevices::Auto, false),
+        (UnhealthyDevices::Taint, true),
+    ] {
+        let server = ApiServer::builder()
+            .kubernetes(KubeRelease::V1_35)
+            .start()
+            .await
+            .unwrap();
+        server
+            .put_raw(
+                Resource::Nodes,
+                json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
+            )
+            .unwrap();
+        let publisher = publisher_with(&server, policy);
+        let status = publisher.api_status();
+        let task = publisher.start().unwrap();
+        publisher
+            .publish(&inventory(vec![plain(0), sick.clone()]))
+            .await
+            .unwrap();
+        publisher.wait_synced(WAIT).await.unwrap();
+        assert_eq!(
+            device_names(&slices(&server)[0]),
+            vec!["gpu-0"],
+            "{policy:?}"
+        );
+        let report = status.report();
+        assert_eq!(
+            report.degraded.contains_key(&ApiFeature::DeviceTaints),
+            reported,
+            "{policy:?}: {report:?}"
+        );
+        task.stop().await;
+    }
 }
 
 fn publisher_with(server: &ApiServer, policy: UnhealthyDevices) -> SlicePublisher {

@@ -6,6 +6,8 @@
 // Every test file is its own crate and uses only some of these items.
 #![allow(dead_code)]
 
+pub(crate) mod process;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -59,7 +61,7 @@ impl ClaimSource for Claims {
             .get(claim.uid.as_str())
             .cloned()
             .ok_or_else(|| {
-                ClaimError::permanent("not_allocated", format!("claim {claim} is not allocated"))
+                ClaimError::permanent("claim_lookup", format!("claim {claim} is not allocated"))
             })
     }
 }
