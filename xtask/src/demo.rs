@@ -50,7 +50,9 @@ fn config(dp_dir: &Path, health_dir: &Path, dra_root: &Path) -> String {
         numaNode: 0
         deviceNodes: ["/dev/null"]
         env: {{NIC_MODE: rdma}}
-"#
+        presencePath: {health}/nic-{i}
+"#,
+            health = health_dir.display()
         )
     };
     format!(
@@ -156,6 +158,9 @@ impl Setup {
         for i in 0..4 {
             std::fs::write(health_dir.join(format!("gpu-{i}")), "")?;
         }
+        for i in 0..2 {
+            std::fs::write(health_dir.join(format!("nic-{i}")), "")?;
+        }
         let dra_root = tmp.path().join("dra");
         std::fs::create_dir_all(&dra_root)?;
         std::fs::write(
@@ -208,6 +213,7 @@ async fn story(bin: &Path) -> anyhow::Result<()> {
     restart_kubelet(&mut step, &mut kubelet).await?;
 
     dra_story(&mut step, &setup.api, &setup.dra_kubelet, &setup.dra_root).await?;
+    dra_health(&mut step, &setup.api, &setup.health_dir).await?;
 
     stop_daemon(&mut step, &mut daemon, &setup).await?;
     kubelet.stop().await;
@@ -647,7 +653,14 @@ async fn dra_story(
 
     say(
         step,
-        "DRA: the pod is gone; unprepare removes the CDI spec.",
+        "DRA: kubedev reports the prepared device in the claim's status (status.devices).",
+    );
+    let status = claim_status(api, |d| d.as_array().is_some_and(|a| !a.is_empty())).await?;
+    println!("    {status}");
+
+    say(
+        step,
+        "DRA: the pod is gone; unprepare removes the CDI spec and the claim's device status.",
     );
     let un = kubelet.unprepare(DRIVER, std::slice::from_ref(&id)).await?;
     ensure!(
@@ -656,5 +669,78 @@ async fn dra_story(
     );
     ensure!(!cdi[0].exists(), "CDI file still there");
     println!("    {} removed", cdi[0].display());
+    let status = claim_status(api, |d| d.as_array().is_none_or(|a| a.is_empty())).await?;
+    println!("    status.devices: {status}");
+    Ok(())
+}
+
+/// The demo claim's `status.devices` once `done` holds for it.
+async fn claim_status(
+    api: &ApiServer,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> anyhow::Result<serde_json::Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let claim = api
+            .get(Resource::ResourceClaims, Some("default"), "fast-nic")
+            .context("the demo claim is gone")?;
+        let devices = &claim["status"]["devices"];
+        if done(devices) {
+            return Ok(devices.clone());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the claim's device status never settled: {devices}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The published taints of DRA device `device` once `done` holds for them.
+async fn slice_taints(
+    api: &ApiServer,
+    device: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> anyhow::Result<serde_json::Value> {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let taints = api
+            .objects(Resource::ResourceSlices)
+            .into_iter()
+            .filter(|s| s["spec"]["driver"] == DRIVER)
+            .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+            .find(|d| d["name"] == device)
+            .map(|d| d["taints"].clone());
+        if let Some(t) = taints.filter(|t| done(t)) {
+            return Ok(t);
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the taints of {device} never settled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A DRA device fails: its ResourceSlice entry carries a taint saying why; it recovers and the
+/// taint goes.
+async fn dra_health(step: &mut u32, api: &ApiServer, health_dir: &Path) -> anyhow::Result<()> {
+    say(
+        step,
+        "DRA: nic-1 fails (its presence file disappears): its ResourceSlice entry gets a taint saying why.",
+    );
+    let t = Instant::now();
+    std::fs::remove_file(health_dir.join("nic-1"))?;
+    let taints = slice_taints(api, "nic-1", |t| t.is_array()).await?;
+    println!("    taints {taints} ({:.0?} later)", t.elapsed());
+
+    say(
+        step,
+        "DRA: nic-1 comes back: kubedev removes the taint, and the scheduler may use it again.",
+    );
+    let t = Instant::now();
+    std::fs::write(health_dir.join("nic-1"), "")?;
+    slice_taints(api, "nic-1", serde_json::Value::is_null).await?;
+    println!("    no taints ({:.0?} later)", t.elapsed());
     Ok(())
 }

@@ -49,7 +49,7 @@ pub use names::{
     ClaimUid, CounterName, DeviceName, DriverName, ExtendedResourceName, MAX_CLAIM_UID_LEN,
     NameError, PoolName, QualifiedName, check_dns_label, check_dns_subdomain,
 };
-pub use prepare::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice, Preparer};
+pub use prepare::{AllocatedDevice, ClaimRef, Consumer, NetworkData, PreparedDevice, Preparer};
 pub use publish::{Publisher, SyncState, WriteCounts};
 pub use quantity::{Format, Quantity, QuantityError};
 pub use rescan::watch_by_rescan;

@@ -120,12 +120,76 @@ pub struct PreparedDevice {
     pub device: AllocatedDevice,
     /// The container edits for this device alone.
     pub edits: ContainerEdits,
+    /// What the backend tells the cluster about the prepared device, written as the device's
+    /// `data` in the ResourceClaim's `status.devices` (e.g. a PCI address, a GPU UUID and MIG
+    /// instance); a JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_data: Option<serde_json::Value>,
+    /// The network interface the device is, for `status.devices[].networkData`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkData>,
 }
 
 impl PreparedDevice {
     /// `device`, prepared into `edits`.
     pub fn new(device: AllocatedDevice, edits: ContainerEdits) -> Self {
-        PreparedDevice { device, edits }
+        PreparedDevice {
+            device,
+            edits,
+            status_data: None,
+            network: None,
+        }
+    }
+
+    /// With `data` for the claim's status (a JSON object).
+    pub fn with_status_data(mut self, data: serde_json::Value) -> Self {
+        self.status_data = Some(data);
+        self
+    }
+
+    /// With the network interface the device is.
+    pub fn with_network(mut self, network: NetworkData) -> Self {
+        self.network = Some(network);
+        self
+    }
+}
+
+/// A prepared device as a network interface, as `resource.k8s.io/v1` `NetworkDeviceData` has
+/// it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct NetworkData {
+    /// The interface name in the pod's network namespace (at most 256 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interface_name: Option<String>,
+    /// Its addresses in CIDR notation (`10.0.0.5/24`), at most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ips: Vec<String>,
+    /// Its hardware (MAC) address (at most 128 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware_address: Option<String>,
+}
+
+impl NetworkData {
+    /// The interface `name`, without addresses.
+    pub fn interface(name: impl Into<String>) -> Self {
+        NetworkData {
+            interface_name: Some(name.into()),
+            ..Default::default()
+        }
+    }
+
+    /// With the addresses `ips` (CIDR notation).
+    pub fn with_ips(mut self, ips: Vec<String>) -> Self {
+        self.ips = ips;
+        self
+    }
+
+    /// With the hardware address `mac`.
+    pub fn with_hardware_address(mut self, mac: impl Into<String>) -> Self {
+        self.hardware_address = Some(mac.into());
+        self
     }
 }
 

@@ -13,8 +13,9 @@ use crate::{
 ///
 /// The [`Preparer`] it gets:
 ///
-/// - `prepare` answers every allocated device with `device_edits`, in order; the first error
-///   (an unknown device, an unhealthy one) fails the prepare.
+/// - `prepare` answers every allocated device with `device_edits` (and
+///   [`device_status_data`](Self::device_status_data) for the claim's status), in order; the
+///   first error (an unknown device, an unhealthy one) fails the prepare.
 /// - `unprepare` succeeds at once, for any claim, prepared or not.
 /// - `planned_edits` (what `kubedev cdi generate` writes) is
 ///   [`planned_device_edits`](Self::planned_device_edits): `device_edits` unless the backend
@@ -49,6 +50,13 @@ pub trait StatelessPreparer: Send + Sync + 'static {
     fn planned_device_edits(&self, device: &DeviceRef) -> Result<ContainerEdits, PrepareError> {
         self.device_edits(device)
     }
+
+    /// What a prepared `device` tells the cluster in its claim's status
+    /// ([`PreparedDevice::status_data`]); nothing by default.
+    fn device_status_data(&self, device: &DeviceRef) -> Option<serde_json::Value> {
+        let _ = device;
+        None
+    }
 }
 
 #[async_trait]
@@ -61,10 +69,11 @@ impl<T: StatelessPreparer> Preparer for T {
         devices
             .iter()
             .map(|a| {
-                Ok(PreparedDevice::new(
-                    a.clone(),
-                    self.device_edits(&a.device)?,
-                ))
+                let prepared = PreparedDevice::new(a.clone(), self.device_edits(&a.device)?);
+                Ok(match self.device_status_data(&a.device) {
+                    Some(data) => prepared.with_status_data(data),
+                    None => prepared,
+                })
             })
             .collect()
     }

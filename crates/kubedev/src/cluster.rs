@@ -3,15 +3,20 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use kubedev_apiserver::DeviceStatus;
 use kubedev_apiserver::{ClaimReader, NodeEvents, PublisherTask, SlicePublisher, connect};
-use kubedev_core::{AllocatedDevice, ClaimRef};
+use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
 
 use crate::config::DraSpec;
 use crate::dra_driver::ClaimSource;
 use crate::runtime::ClusterServices;
 
-struct ApiClaims(ClaimReader);
+/// Claims through the API server; `status` says whether their device status is written.
+struct ApiClaims {
+    reader: ClaimReader,
+    status: bool,
+}
 
 #[async_trait]
 impl ClaimSource for ApiClaims {
@@ -19,18 +24,47 @@ impl ClaimSource for ApiClaims {
         &self,
         claim: &ClaimRef,
     ) -> Result<Vec<AllocatedDevice>, ClaimError> {
-        self.0.get(claim).await.map(|a| a.devices()).map_err(|e| {
-            let retry = if e.is_retryable() {
-                Retry::Retryable
-            } else {
-                Retry::Permanent
-            };
-            ClaimError::new("claim_lookup", retry, e.to_string())
-        })
+        self.reader
+            .get(claim)
+            .await
+            .map(|a| a.devices())
+            .map_err(|e| {
+                let retry = if e.is_retryable() {
+                    Retry::Retryable
+                } else {
+                    Retry::Permanent
+                };
+                ClaimError::new("claim_lookup", retry, e.to_string())
+            })
+    }
+
+    async fn report_prepared(
+        &self,
+        claim: &ClaimRef,
+        prepared: &[PreparedDevice],
+    ) -> Result<(), String> {
+        if !self.status {
+            return Ok(());
+        }
+        let devices: Vec<DeviceStatus> = prepared.iter().map(DeviceStatus::prepared).collect();
+        self.reader
+            .set_device_status(claim, &devices)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), String> {
+        if !self.status {
+            return Ok(());
+        }
+        self.reader
+            .clear_device_status(claim)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
-        self.0
+        self.reader
             .reserved_claims()
             .await
             .map(|list| {
@@ -73,7 +107,10 @@ pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices,
     }
     let events = NodeEvents::new(client.clone(), spec.node_name.to_string(), instance);
     let services = ClusterServices {
-        claims: Arc::new(ApiClaims(ClaimReader::new(client, spec.driver.clone()))),
+        claims: Arc::new(ApiClaims {
+            reader: ClaimReader::new(client, spec.driver.clone()),
+            status: spec.claim_status,
+        }),
         slices: Arc::new(publisher),
         events: Some(events),
         api: Some(api),

@@ -186,6 +186,10 @@ pub struct DraSection {
     /// What the ResourceSlices show of an unhealthy device (default `auto`).
     #[serde(default)]
     pub unhealthy_devices: UnhealthyDevicesConfig,
+    /// Write a prepared claim's devices into its `status.devices` and clear them on unprepare
+    /// (needs `patch` on `resourceclaims/status`).
+    #[serde(default = "yes")]
+    pub claim_status: bool,
     /// The file holding the node's boot ID.
     #[serde(default = "default_boot_id")]
     pub boot_id_path: PathBuf,
@@ -267,6 +271,7 @@ impl Default for DraSection {
             pod_uid: None,
             health: true,
             unhealthy_devices: UnhealthyDevicesConfig::default(),
+            claim_status: true,
             boot_id_path: default_boot_id(),
             device_classes: Vec::new(),
         }
@@ -296,6 +301,8 @@ pub struct DraSpec {
     pub health: bool,
     /// What the ResourceSlices show of an unhealthy device.
     pub unhealthy_devices: kubedev_apiserver::UnhealthyDevices,
+    /// Whether prepared claims' device status is written.
+    pub claim_status: bool,
     /// Boot ID file.
     pub boot_id_path: PathBuf,
     /// DeviceClasses to apply.
@@ -549,6 +556,7 @@ impl Config {
             pod_uid,
             health: d.health,
             unhealthy_devices: d.unhealthy_devices.into(),
+            claim_status: d.claim_status,
             boot_id_path: d.boot_id_path.clone(),
         }))
     }

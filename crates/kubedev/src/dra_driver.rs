@@ -20,6 +20,7 @@ use kubedev_kubelet_grpc::dra::{ClaimError, DraHandler, PreparedClaimDevice, Ret
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backends::Backends;
+use crate::claim_status::{StatusChange, StatusWriter};
 use crate::failpoint;
 use crate::metrics::Metrics;
 use tracing::Instrument as _;
@@ -38,6 +39,25 @@ pub trait ClaimSource: Send + Sync + 'static {
     /// `Err` says why the source cannot tell (then nothing may be judged orphaned).
     async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
         Err("this claim source cannot list the cluster's claims".into())
+    }
+
+    /// Reports `prepared`, the claim's devices as the backend prepared them, in the claim's
+    /// status (`status.devices`: `Ready`, the backend's data). Called in the background after
+    /// each successful prepare; by default nothing is reported.
+    async fn report_prepared(
+        &self,
+        claim: &ClaimRef,
+        prepared: &[PreparedDevice],
+    ) -> Result<(), String> {
+        let _ = (claim, prepared);
+        Ok(())
+    }
+
+    /// Takes this driver's devices out of the claim's status after an unprepare; by default
+    /// nothing is reported.
+    async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), String> {
+        let _ = claim;
+        Ok(())
     }
 }
 
@@ -134,6 +154,8 @@ pub struct DraDriver {
     /// Exclusive devices of prepares checked but not yet recorded in the checkpoint, so two
     /// claims prepared at the same time cannot both take one.
     starting: Mutex<HashMap<kubedev_core::DeviceRef, ClaimRef>>,
+    /// Claims' device status, written in the background.
+    status: StatusWriter,
 }
 
 /// Exclusive devices a prepare holds until its start is recorded; given back on drop (also when
@@ -210,6 +232,7 @@ impl DraDriver {
         tokio::spawn(committer(store.clone(), rx));
         DraDriver {
             backends,
+            status: StatusWriter::start(claims.clone()),
             claims,
             store,
             commits,
@@ -561,6 +584,8 @@ impl DraDriver {
             if let SpecCheck::Repaired { found } = check {
                 tracing::warn!(claim = %claim, found = %found, "rewrote a missing or damaged CDI spec");
             }
+            self.status
+                .send(StatusChange::Prepared(claim.clone(), r.prepared.clone()));
             return Ok(Self::answer(&r.prepared, ids));
         }
 
@@ -655,7 +680,10 @@ impl DraDriver {
         .await
         .map_err(retryable("checkpoint"))?;
         tracing::info!(claim = %claim, devices = prepared.len(), "prepared");
-        Ok(Self::answer(&prepared, written.device_ids))
+        let answer = Self::answer(&prepared, written.device_ids);
+        self.status
+            .send(StatusChange::Prepared(claim.clone(), prepared));
+        Ok(answer)
     }
 
     async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
@@ -687,6 +715,7 @@ impl DraDriver {
             .map_err(retryable("checkpoint"))?;
             tracing::info!(claim = %claim, "unprepared");
         }
+        self.status.send(StatusChange::Unprepared(claim.clone()));
         Ok(())
     }
 }

@@ -5,6 +5,7 @@ pub mod backends;
 pub mod cdi;
 pub mod cdi_generate;
 pub mod checkpoint;
+mod claim_status;
 pub mod cli;
 pub mod cluster;
 pub mod config;

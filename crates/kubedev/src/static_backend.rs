@@ -208,6 +208,16 @@ impl StatelessPreparer for StaticBackend {
             .collect();
         Ok(edits)
     }
+
+    /// The device's configured device nodes, for the claim's status.
+    fn device_status_data(&self, device: &DeviceRef) -> Option<serde_json::Value> {
+        let d = self
+            .config
+            .devices
+            .iter()
+            .find(|d| d.name == device.device)?;
+        Some(serde_json::json!({"deviceNodes": d.device_nodes}))
+    }
 }
 
 impl Section for StaticConfig {

@@ -437,6 +437,12 @@ impl Inner {
             }
             let kind = d.built.kinds.get(&a.device.device).ok_or_else(unknown)?;
             let gpu = d.machine.gpus.get(kind.gpu()).ok_or_else(unknown)?;
+            let mut data = serde_json::json!({"gpuUUID": gpu.uuid});
+            if let DeviceKind::Mig { instance, .. } = kind {
+                data["migUUID"] = serde_json::json!(instance.uuid);
+                data["gpuInstance"] = instance.gi_id.into();
+                data["computeInstance"] = instance.ci_id.into();
+            }
             let edits = match kind {
                 DeviceKind::Gpu { .. } | DeviceKind::Mig { .. } => {
                     self.existing_edits(kind, gpu, &minors, &a.device)?
@@ -460,10 +466,13 @@ impl Inner {
                             *placement,
                         )
                         .map_err(|e| PrepareError::Other(format!("device {}: {e}", a.device)))?;
+                    data["migUUID"] = serde_json::json!(uuid);
+                    data["gpuInstance"] = gi.into();
+                    data["computeInstance"] = ci.into();
                     mig_edits(&self.ctx.host, &minors, gpu.minor, &uuid, gi, ci)
                 }
             };
-            out.push(PreparedDevice::new(a.clone(), edits));
+            out.push(PreparedDevice::new(a.clone(), edits).with_status_data(data));
         }
         Ok(out)
     }

@@ -34,6 +34,24 @@ pub enum Offered {
     Mdev(MdevUnit),
 }
 
+/// What a prepared device tells the cluster in its claim's status: the IOMMU group and the PCI
+/// addresses of its functions, or for an mdev its UUID, type and parent, which is what a VM
+/// launcher (KubeVirt's DRA path) needs to find the device.
+fn status_data(o: &Offered) -> serde_json::Value {
+    match o {
+        Offered::Pci(u) => serde_json::json!({
+            "iommuGroup": u.group,
+            "pciAddresses": u.functions.iter().map(|f| f.address.to_string()).collect::<Vec<_>>(),
+        }),
+        Offered::Mdev(m) => serde_json::json!({
+            "iommuGroup": m.group,
+            "mdevUUID": m.instance.uuid,
+            "mdevType": m.instance.type_name,
+            "parentPCIAddress": m.instance.parent.to_string(),
+        }),
+    }
+}
+
 impl Offered {
     /// The IOMMU group.
     pub fn group(&self) -> u32 {
@@ -255,10 +273,10 @@ impl Inner {
             Consumer::Container { resource } => resource.as_str(),
             _ => o.resource(),
         };
-        Ok(PreparedDevice::new(
-            a.clone(),
-            self.edits_for(&o, &device, resource)?,
-        ))
+        Ok(
+            PreparedDevice::new(a.clone(), self.edits_for(&o, &device, resource)?)
+                .with_status_data(status_data(&o)),
+        )
     }
 
     /// The edits `prepare` gives a DRA claim for `device`, without binding anything: `None`

@@ -79,13 +79,52 @@ impl ClaimReader {
         claim: &ClaimRef,
         devices: &[DeviceStatus],
     ) -> Result<(), Error> {
+        self.update_device_status(claim, |entries| {
+            merge_device_status(entries, &self.driver, devices, Timestamp::now());
+            true
+        })
+        .await
+    }
+
+    /// Removes every entry of this driver from the claim's `status.devices` (after unprepare),
+    /// as [`set_device_status`](Self::set_device_status) writes them; a claim without any is
+    /// left alone. A claim that is gone is success: there is nothing left to clear.
+    pub async fn clear_device_status(&self, claim: &ClaimRef) -> Result<(), Error> {
+        let driver = self.driver.as_str().to_owned();
+        match self
+            .update_device_status(claim, |entries| {
+                let before = entries.len();
+                entries.retain(|e| e.driver != driver);
+                entries.len() != before
+            })
+            .await
+        {
+            Err(Error::ClaimNotFound { .. } | Error::ClaimUidMismatch { .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Reads the claim, lets `change` edit its `status.devices` (returning whether it changed
+    /// anything) and writes them back conditionally, under this driver's field manager;
+    /// conflicts are retried after re-reading.
+    async fn update_device_status(
+        &self,
+        claim: &ClaimRef,
+        mut change: impl FnMut(&mut Vec<res::AllocatedDeviceStatus>) -> bool,
+    ) -> Result<(), Error> {
         check_claim_names(claim)?;
         let api = self.api(&claim.namespace);
+        let params = PatchParams {
+            field_manager: Some(self.field_manager()),
+            ..PatchParams::default()
+        };
         for _ in 0..STATUS_ATTEMPTS {
             let found = self.fetch(claim).await?;
             check_uid(claim, &found)?;
             let mut entries = found.status.and_then(|s| s.devices).unwrap_or_default();
-            merge_device_status(&mut entries, &self.driver, devices, Timestamp::now());
+            if !change(&mut entries) {
+                return Ok(());
+            }
             // A merge patch of the status alone: the spec (and any status field this client's
             // API types do not know) is left as the server has it. The resourceVersion and UID
             // make it conditional on the claim being the one just read.
@@ -97,7 +136,7 @@ impl ClaimReader {
                 "status": {"devices": entries},
             });
             match api
-                .patch_status(&claim.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch_status(&claim.name, &params, &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => return Ok(()),
@@ -122,6 +161,14 @@ impl ClaimReader {
             claim: claim.to_string(),
             attempts: STATUS_ATTEMPTS,
         })
+    }
+
+    /// The field manager of this driver's status writes: `kubedev-<driver>`, within the 128
+    /// characters the API server allows.
+    fn field_manager(&self) -> String {
+        let mut name = format!("kubedev-{}", self.driver);
+        name.truncate(128);
+        name
     }
 }
 

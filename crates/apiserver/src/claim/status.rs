@@ -6,7 +6,7 @@ use k8s_openapi::api::resource::v1 as res;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use k8s_openapi::jiff::Timestamp;
-use kubedev_core::{DeviceRef, DriverName};
+use kubedev_core::{DeviceRef, DriverName, NetworkData, PreparedDevice};
 
 /// The status of a condition: `True`, `False` or `Unknown`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,8 @@ pub struct DeviceStatus {
     pub conditions: Vec<DeviceCondition>,
     /// Driver-specific data.
     pub data: Option<serde_json::Value>,
+    /// The network interface the device is.
+    pub network: Option<NetworkData>,
 }
 
 impl DeviceStatus {
@@ -88,6 +90,17 @@ impl DeviceStatus {
                 "the device is prepared for the claim",
             )],
             data: None,
+            network: None,
+        }
+    }
+
+    /// The status of a device a backend prepared: `Ready`, with the backend's data and network
+    /// interface.
+    pub fn prepared(device: &PreparedDevice) -> Self {
+        DeviceStatus {
+            data: device.status_data.clone(),
+            network: device.network.clone(),
+            ..DeviceStatus::ready(device.device.device.clone(), device.device.share_id.clone())
         }
     }
 }
@@ -136,7 +149,14 @@ pub(crate) fn merge_device_status(
             share_id: status.share_id.clone(),
             conditions: (!conditions.is_empty()).then_some(conditions),
             data: status.data.clone().map(RawExtension),
-            network_data: previous.and_then(|p| p.network_data),
+            network_data: match &status.network {
+                Some(n) => Some(res::NetworkDeviceData {
+                    interface_name: n.interface_name.clone(),
+                    ips: (!n.ips.is_empty()).then(|| n.ips.clone()),
+                    hardware_address: n.hardware_address.clone(),
+                }),
+                None => previous.and_then(|p| p.network_data),
+            },
         });
     }
 }

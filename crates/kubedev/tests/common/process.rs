@@ -108,7 +108,10 @@ impl Env {
         let child = Daemon(
             cmd.args(["run", "--config"])
                 .arg(self.root.path().join("kubedev.yaml"))
-                .env("RUST_LOG", "error")
+                .env(
+                    "RUST_LOG",
+                    std::env::var("KUBEDEV_TEST_LOG").unwrap_or("error".into()),
+                )
                 .env("RUST_BACKTRACE", "0")
                 .env(kubedev::failpoint::ENV, failpoints)
                 .stdin(Stdio::null())

@@ -10,7 +10,9 @@ use crate::apiserver::status::{ApiError, quote};
 
 impl Store {
     /// Stores an object as given, bypassing validation and concurrency checks, as if another
-    /// client had written it. Server-owned fields are filled in when missing.
+    /// client had written it. Server-owned fields are filled in when missing, and defaults are
+    /// applied as the API server applies them to every object it stores (so a later update
+    /// through the API sees the same spec).
     pub(crate) fn put_raw(&self, resource: Resource, mut object: Value) -> Result<Value, ApiError> {
         let name = meta_str(&object, "name").to_owned();
         if name.is_empty() {
@@ -25,6 +27,7 @@ impl Store {
         }
         let key = Key::new(resource.namespaced().then_some(namespace.as_str()), &name);
         set_type_meta(resource, &mut object);
+        crate::apiserver::validation::apply_defaults(resource, &mut object);
         let mut inner = self.lock();
         let old = inner
             .objects
