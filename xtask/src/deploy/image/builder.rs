@@ -267,7 +267,7 @@ pub(super) fn needed_features(config: &Value) -> Result<Vec<(String, &'static st
                     return Err(format!(
                         "config.yaml enables backends.{other}, and deploy-check does not know \
                              which cargo feature it needs; add it to needed_features in \
-                             xtask/src/deploy.rs"
+                             xtask/src/deploy/image/builder.rs"
                     ));
                 }
             };

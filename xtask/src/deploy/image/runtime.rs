@@ -141,7 +141,7 @@ fn check_base(runtime: &Stage, base_ref: &ImageRef, base: Option<&Base>) -> Vec<
     } else if base.is_none() {
         problems.push(format!(
             "{rt_at}: deploy-check does not know which libraries the runtime image {} \
-                 provides; use one of {:?} or add it to BASES in xtask/src/deploy.rs",
+                 provides; use one of {:?} or add it to BASES in xtask/src/deploy/image/runtime.rs",
             base_ref.name,
             BASES.iter().map(|b| b.name).collect::<Vec<_>>()
         ));
@@ -502,7 +502,7 @@ pub(super) fn check_libraries(base: &Base, binary: &str, linkage: &Linkage) -> V
         .map(|lib| {
             format!(
                 "{binary} needs {lib}, which the runtime image {} does not provide; use a \
-                     base that has it (or add it to BASES in xtask/src/deploy.rs if it does)",
+                     base that has it (or add it to BASES in xtask/src/deploy/image/runtime.rs if it does)",
                 base.name
             )
         })
