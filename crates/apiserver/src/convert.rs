@@ -128,20 +128,22 @@ pub(crate) struct DesiredPool {
     pub(crate) slices: Vec<DesiredSlice>,
 }
 
-/// Maps and chunks every pool of `inventory` in the 1.35+ layout.
+/// Maps and chunks every pool of `inventory` in the 1.35+ layout, leaving out the unhealthy
+/// devices `unhealthy` leaves out when no claim holds any device.
 pub(crate) fn desired_pools(
     inventory: &Inventory,
     driver: &DriverName,
     unhealthy: UnhealthyDevices,
 ) -> Result<Vec<DesiredPool>, Error> {
-    desired_pools_in(inventory, driver, unhealthy, CounterLayout::SeparateSlices)
+    let published = unhealthy_left_out(inventory, unhealthy.resolve(false), &|_, _| false);
+    desired_pools_in(&published, driver, CounterLayout::SeparateSlices)
 }
 
-/// Maps and chunks every pool of `inventory` with shared counters laid out as `layout` says.
+/// Maps and chunks every pool of `inventory` with shared counters laid out as `layout` says;
+/// every device is published (an unhealthy one with its taint).
 pub(crate) fn desired_pools_in(
     inventory: &Inventory,
     driver: &DriverName,
-    unhealthy: UnhealthyDevices,
     layout: CounterLayout,
 ) -> Result<Vec<DesiredPool>, Error> {
     inventory.validate().map_err(|e| Error::InvalidInventory {
@@ -151,7 +153,7 @@ pub(crate) fn desired_pools_in(
     inventory
         .pools
         .iter()
-        .map(|pool| desired_pool(pool, driver, unhealthy, layout))
+        .map(|pool| desired_pool(pool, driver, layout))
         .collect()
 }
 
@@ -165,16 +167,10 @@ fn invalid(pool: &Pool, message: String) -> Error {
 fn desired_pool(
     pool: &Pool,
     driver: &DriverName,
-    unhealthy: UnhealthyDevices,
     layout: CounterLayout,
 ) -> Result<DesiredPool, Error> {
     let mut devices = Vec::with_capacity(pool.devices.len());
     for device in &pool.devices {
-        if device.health.state == HealthState::Unhealthy
-            && unhealthy.resolve(false) == UnhealthyDevices::Omit
-        {
-            continue;
-        }
         devices.push(map_device(pool, device, driver)?);
     }
 

@@ -115,7 +115,7 @@ impl Shared {
         let unhealthy = self.unhealthy.resolve(caps.keeps(ApiFeature::DeviceTaints));
         let published = crate::convert::unhealthy_left_out(inventory, unhealthy, &*in_use);
         let (adapted, actions) = adapt(&published, &caps, &*in_use);
-        let pools = desired_pools_in(&adapted, &self.driver, UnhealthyDevices::Taint, caps.layout)?;
+        let pools = desired_pools_in(&adapted, &self.driver, caps.layout)?;
         Ok((pools, actions))
     }
 

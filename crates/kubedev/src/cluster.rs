@@ -29,12 +29,11 @@ impl ClaimSource for ApiClaims {
             .await
             .map(|a| a.devices())
             .map_err(|e| {
-                let retry = if e.is_retryable() {
-                    Retry::Retryable
-                } else {
-                    Retry::Permanent
-                };
-                ClaimError::new("claim_lookup", retry, e.to_string())
+                ClaimError::new(
+                    "claim_lookup",
+                    Retry::from_retryable(e.is_retryable()),
+                    e.to_string(),
+                )
             })
     }
 

@@ -204,12 +204,7 @@ async fn blocking<T: Send + 'static>(
 /// A backend's failure for the kubelet: permanent when the backend says preparing again cannot
 /// succeed (an unknown device, an invalid configuration).
 fn backend_error(e: &kubedev_core::PrepareError, message: String) -> ClaimError {
-    let retry = if e.is_retryable() {
-        Retry::Retryable
-    } else {
-        Retry::Permanent
-    };
-    ClaimError::new("backend", retry, message)
+    ClaimError::new("backend", Retry::from_retryable(e.is_retryable()), message)
 }
 
 /// The base request name: `gpu/large` (a FirstAvailable subrequest) → `gpu`.

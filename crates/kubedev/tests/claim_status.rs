@@ -5,10 +5,8 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::process::{DRIVER, Env, NODE, WAIT, stop};
-use kubedev_testkit::apiserver::Resource;
+use kubedev_testkit::apiserver::{Resource, Verb};
 use kubedev_testkit::kubelet::ClaimId;
 use serde_json::{Value, json};
 
@@ -21,19 +19,19 @@ fn device_status(env: &Env, name: &str) -> Value {
 }
 
 async fn until(env: &Env, name: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    loop {
+    common::eventually(WAIT, || {
         let now = device_status(env, name);
-        if check(&now) {
-            return now;
-        }
-        assert!(
-            start.elapsed() < WAIT,
-            "{what}: status.devices is {now}; the daemon said:\n{}",
-            env.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        let result = if check(&now) {
+            Ok(now)
+        } else {
+            Err(format!(
+                "{what}: status.devices is {now}; the daemon said:\n{}",
+                env.log_text()
+            ))
+        };
+        async move { result }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,6 +96,35 @@ async fn a_prepared_claim_lists_its_devices_ready_and_an_unprepared_one_does_not
         assert_eq!(entry["data"], json!({"deviceNodes": ["/dev/null"]}));
     }
     assert!(status.as_array().unwrap().contains(&other), "{status}");
+
+    // The kubelet prepares the claim again (another pod, a kubelet restart): the status is read
+    // and found as it should be, and nothing is written.
+    let (gets, patches) = (
+        env.api.request_count(Verb::Get, Resource::ResourceClaims),
+        env.api.request_count(Verb::Patch, Resource::ResourceClaims),
+    );
+    let again = env
+        .kubelet
+        .prepare(DRIVER, std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert!(again["uid-train"].is_ok(), "{again:?}");
+    common::eventually(WAIT, || {
+        let read = env.api.request_count(Verb::Get, Resource::ResourceClaims);
+        async move {
+            if read > gets {
+                Ok(())
+            } else {
+                Err("the repeated prepare's status was never checked".to_string())
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        env.api.request_count(Verb::Patch, Resource::ResourceClaims),
+        patches
+    );
+    assert_eq!(device_status(&env, "train"), status);
 
     let out = env
         .kubelet

@@ -27,14 +27,19 @@ async fn until(
     check: impl Fn(&serde_json::Map<String, Value>) -> bool,
 ) -> Duration {
     let start = Instant::now();
-    loop {
+    common::eventually(WAIT, || {
         let now = published(env);
-        if check(&now) {
-            return start.elapsed();
+        let done = check(&now);
+        async move {
+            if done {
+                Ok(())
+            } else {
+                Err(format!("{what}: published {now:?}"))
+            }
         }
-        assert!(start.elapsed() < WAIT, "{what}: published {now:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    })
+    .await;
+    start.elapsed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

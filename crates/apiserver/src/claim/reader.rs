@@ -69,8 +69,9 @@ impl ClaimReader {
     }
 
     /// Writes `devices` into the claim's `status.devices` (a merge patch of the status
-    /// subresource, conditional on the claim's resourceVersion and UID): entries of this driver
-    /// for the same device and share ID are replaced, everything else is kept. A condition keeps
+    /// subresource, conditional on the claim's resourceVersion and UID; none when the entries
+    /// are already as they would be): entries of this driver for the same device and share ID
+    /// are replaced, everything else is kept. A condition keeps
     /// its transition time when its status did not change. Conflicts are retried after
     /// re-reading the claim. A name or namespace that breaks Kubernetes' naming rules is refused
     /// before any request.
@@ -80,8 +81,11 @@ impl ClaimReader {
         devices: &[DeviceStatus],
     ) -> Result<(), Error> {
         self.update_device_status(claim, |entries| {
+            // A repeated prepare finds its entries as written (transition times kept): nothing
+            // to patch.
+            let before = entries.clone();
             merge_device_status(entries, &self.driver, devices, Timestamp::now());
-            true
+            *entries != before
         })
         .await
     }

@@ -169,7 +169,6 @@ fn same_slice(pool: Pool) -> Result<DesiredPool, Error> {
     desired_pools_in(
         &Inventory::new(vec![pool]),
         &driver(),
-        UnhealthyDevices::Omit,
         CounterLayout::SameSlice,
     )
     .map(|mut p| p.remove(0))

@@ -129,7 +129,9 @@ impl Env {
         child
     }
 
-    /// The daemons' standard error, appended to `daemon.log` (errors only: `RUST_LOG=error`).
+    /// The daemons' standard error, appended to `daemon.log` (errors only: `RUST_LOG=error`,
+    /// or the filter in `KUBEDEV_TEST_LOG` when set, e.g. `kubedev=debug` to see a failing test's
+    /// daemon at work).
     pub(crate) fn log(&self) -> Stdio {
         std::fs::OpenOptions::new()
             .create(true)

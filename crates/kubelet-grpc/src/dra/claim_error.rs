@@ -19,6 +19,16 @@ pub enum Retry {
 }
 
 impl Retry {
+    /// `Retryable` when `retryable` is true, else `Permanent`: from an error's own verdict,
+    /// e.g. `PrepareError::is_retryable`.
+    pub fn from_retryable(retryable: bool) -> Self {
+        if retryable {
+            Retry::Retryable
+        } else {
+            Retry::Permanent
+        }
+    }
+
     /// `retryable` or `permanent`, as metrics and logs label it.
     pub fn as_str(self) -> &'static str {
         match self {
