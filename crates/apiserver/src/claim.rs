@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use kubedev_core::{AllocatedDevice, ClaimRef, Quantity};
+use kubedev_core::{AllocatedDevice, ClaimRef, DeviceConfig, Quantity};
 
 mod allocation;
 #[cfg(test)]
@@ -23,14 +23,7 @@ pub(crate) use allocation::allocated_claim;
 pub use reader::ClaimReader;
 pub use status::{ConditionStatus, DeviceCondition, DeviceStatus};
 
-/// Where an opaque configuration came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ConfigSource {
-    /// From the DeviceClass (set by an administrator).
-    Class,
-    /// From the ResourceClaim (set by the user).
-    Claim,
-}
+pub use kubedev_core::ConfigSource;
 
 /// One opaque configuration entry for this driver from `status.allocation.devices.config`.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +31,8 @@ pub enum ConfigSource {
 pub struct OpaqueConfig {
     /// Class or claim.
     pub source: ConfigSource,
+    /// Its position in `status.allocation.devices.config`.
+    pub index: usize,
     /// The requests it applies to (`request` or `request/subrequest`); empty means all.
     pub requests: Vec<String>,
     /// The driver-defined parameters.
@@ -45,6 +40,11 @@ pub struct OpaqueConfig {
 }
 
 impl OpaqueConfig {
+    /// The entry as the preparer gets it.
+    pub fn device_config(&self) -> DeviceConfig {
+        DeviceConfig::new(self.source, self.index, self.parameters.clone())
+    }
+
     /// Whether this configuration applies to devices allocated for `request` (as written in the
     /// allocation result, `request` or `request/subrequest`). A configuration naming the main
     /// request applies to all its subrequests.

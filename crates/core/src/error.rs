@@ -140,6 +140,14 @@ pub enum PrepareError {
 }
 
 impl PrepareError {
+    /// A configuration entry of `claim` that was refused.
+    pub fn config(claim: impl std::fmt::Display, error: crate::ConfigError) -> Self {
+        PrepareError::Config {
+            claim: claim.to_string(),
+            message: error.to_string(),
+        }
+    }
+
     /// Whether preparing again can succeed without anything changing in the claim or the
     /// configuration: a device that is unhealthy or busy, a host operation that failed, or an
     /// unclassified error may pass; an unknown device or an invalid configuration cannot.

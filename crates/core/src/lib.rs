@@ -27,6 +27,7 @@ pub mod factory;
 pub mod hostfs;
 mod model;
 mod names;
+mod opaque;
 mod prepare;
 mod publish;
 mod quantity;
@@ -48,6 +49,9 @@ pub use model::{
 pub use names::{
     ClaimUid, CounterName, DeviceName, DriverName, ExtendedResourceName, MAX_CLAIM_UID_LEN,
     NameError, PoolName, QualifiedName, check_dns_label, check_dns_subdomain,
+};
+pub use opaque::{
+    ConfigError, ConfigSource, DeviceConfig, ValidateConfig, config_kind, effective_config,
 };
 pub use prepare::{AllocatedDevice, ClaimRef, Consumer, NetworkData, PreparedDevice, Preparer};
 pub use publish::{Publisher, SyncState, WriteCounts};

@@ -5,7 +5,7 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::{ClaimUid, ContainerEdits, DeviceRef, PrepareError};
+use crate::{ClaimUid, ContainerEdits, DeviceConfig, DeviceRef, PrepareError};
 
 /// The ResourceClaim a DRA prepare is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -63,10 +63,11 @@ pub struct AllocatedDevice {
     /// The share ID when the device allows multiple allocations.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share_id: Option<String>,
-    /// Opaque configuration for this driver from the claim and its class, in order of precedence
-    /// (class first, claim last).
+    /// The opaque configuration entries for this driver that apply to this device's request, in
+    /// order of precedence (class entries first, then the claim's, each in list order); see
+    /// [`effective_config`](crate::effective_config).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub config: Vec<serde_json::Value>,
+    pub config: Vec<DeviceConfig>,
     /// The device was allocated with admin access (DRA `adminAccess`): for monitoring or
     /// maintenance next to its users, so it does not count as a use of an exclusive device.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -99,7 +100,7 @@ impl AllocatedDevice {
     }
 
     /// With the opaque configuration for this driver, class first, claim last.
-    pub fn with_config(mut self, config: Vec<serde_json::Value>) -> Self {
+    pub fn with_config(mut self, config: Vec<DeviceConfig>) -> Self {
         self.config = config;
         self
     }

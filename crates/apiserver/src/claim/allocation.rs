@@ -55,6 +55,7 @@ pub(crate) fn allocated_claim(
         let RawExtension(parameters) = &opaque.parameters;
         config.push(OpaqueConfig {
             source,
+            index: i,
             requests: entry.requests.clone().unwrap_or_default(),
             parameters: parameters.clone(),
         });
@@ -84,7 +85,7 @@ pub(crate) fn allocated_claim(
         let applicable = config
             .iter()
             .filter(|c| c.applies_to(&result.request))
-            .map(|c| c.parameters.clone())
+            .map(OpaqueConfig::device_config)
             .collect();
         results.push(DeviceResult {
             device: {

@@ -59,6 +59,10 @@ fn allocated() -> res::ResourceClaim {
     }))
 }
 
+fn params(config: &[kubedev_core::DeviceConfig]) -> Vec<serde_json::Value> {
+    config.iter().map(|c| c.parameters.clone()).collect()
+}
+
 #[test]
 fn results_of_other_drivers_are_left_out_and_config_is_ordered() {
     let out = allocated_claim(&driver(), &claim_ref(), &allocated()).unwrap();
@@ -73,7 +77,7 @@ fn results_of_other_drivers_are_left_out_and_config_is_ordered() {
     assert_eq!(first.device.request, "gpu");
     assert_eq!(first.device.share_id, None);
     assert_eq!(
-        first.device.config,
+        params(&first.device.config),
         vec![
             json!({"class": "gpu"}),
             json!({"claim": "gpu"}),
@@ -90,7 +94,7 @@ fn results_of_other_drivers_are_left_out_and_config_is_ordered() {
         Some("4b1e0a1c-5f5e-4a43-9d3c-8a5f0e1c2d3e")
     );
     assert_eq!(
-        second.device.config,
+        params(&second.device.config),
         vec![
             json!({"class": "gpu"}),
             json!({"claim": "gpu"}),
@@ -231,6 +235,7 @@ fn device_status_replaces_our_entries_and_keeps_others() {
 fn applies_to_matches_main_requests_and_subrequests() {
     let c = |requests: &[&str]| OpaqueConfig {
         source: ConfigSource::Claim,
+        index: 0,
         requests: requests.iter().map(|s| s.to_string()).collect(),
         parameters: json!({}),
     };

@@ -55,9 +55,26 @@ async fn this_drivers_devices_come_with_their_config_class_first() {
     assert_eq!(devices.len(), 1);
     assert_eq!(devices[0].device.to_string(), "node-a/gpu-3");
     assert_eq!(devices[0].request, "gpu");
+    // Class first; each entry keeps its place in the allocation's list, for error messages.
+    let config: Vec<_> = devices[0]
+        .config
+        .iter()
+        .map(|c| (c.source, c.index, c.parameters.clone()))
+        .collect();
     assert_eq!(
-        devices[0].config,
-        vec![json!({"from": "class"}), json!({"from": "claim"})]
+        config,
+        vec![
+            (
+                kubedev_core::ConfigSource::Class,
+                1,
+                json!({"from": "class"})
+            ),
+            (
+                kubedev_core::ConfigSource::Claim,
+                0,
+                json!({"from": "claim"})
+            )
+        ]
     );
 }
 

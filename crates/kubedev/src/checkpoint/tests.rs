@@ -56,9 +56,11 @@ fn allocated(device: &str) -> AllocatedDevice {
         device: DeviceName::new(device).unwrap(),
     })
     .with_request("gpu")
-    .with_config(vec![
+    .with_config(vec![kubedev_core::DeviceConfig::new(
+        kubedev_core::ConfigSource::Claim,
+        0,
         serde_json::json!({"mode": "exclusive", "ratio": 0.25}),
-    ])
+    )])
 }
 
 fn prepared(device: &str) -> PreparedDevice {
