@@ -103,6 +103,9 @@ pub struct AllocatedClaim {
     pub results: Vec<DeviceResult>,
     /// This driver's opaque configurations, class ones first, then claim ones.
     pub config: Vec<OpaqueConfig>,
+    /// The `resource.kubernetes.io/pod-claim-name` annotation of a claim made from a template:
+    /// the name of the pod's claim entry.
+    pub pod_claim_name: Option<String>,
 }
 
 impl AllocatedClaim {

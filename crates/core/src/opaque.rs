@@ -137,6 +137,7 @@ pub fn config_kind(parameters: &serde_json::Value) -> Option<&str> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

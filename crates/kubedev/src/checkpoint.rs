@@ -91,6 +91,9 @@ pub enum Change {
         prepared: Vec<PreparedDevice>,
         /// The CDI spec file name, if one was written.
         cdi_file: Option<String>,
+        /// The pod's name for the claim when it was made from a template (where its device
+        /// metadata appears in containers).
+        pod_claim_name: Option<String>,
     },
     /// A claim is forgotten (see [`CheckpointStore::remove`]).
     Remove {
@@ -130,6 +133,9 @@ pub struct ClaimRecord {
     /// The instance (lease id) that started the prepare; absent in files of format 1.0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// The pod's name for the claim when it was made from a template (set when completed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_claim_name: Option<String>,
 }
 
 /// A state written by a newer version that this one does not know is treated as an unfinished

@@ -9,7 +9,7 @@ use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
 
 use crate::config::DraSpec;
-use crate::dra_driver::ClaimSource;
+use crate::dra_driver::{ClaimAllocation, ClaimSource};
 use crate::runtime::ClusterServices;
 
 /// Claims through the API server; `status` says whether their device status is written.
@@ -24,17 +24,20 @@ impl ClaimSource for ApiClaims {
         &self,
         claim: &ClaimRef,
     ) -> Result<Vec<AllocatedDevice>, ClaimError> {
-        self.reader
-            .get(claim)
-            .await
-            .map(|a| a.devices())
-            .map_err(|e| {
-                ClaimError::new(
-                    "claim_lookup",
-                    Retry::from_retryable(e.is_retryable()),
-                    e.to_string(),
-                )
-            })
+        self.allocation(claim).await.map(|a| a.devices)
+    }
+
+    async fn allocation(&self, claim: &ClaimRef) -> Result<ClaimAllocation, ClaimError> {
+        let found = self.reader.get(claim).await.map_err(|e| {
+            ClaimError::new(
+                "claim_lookup",
+                Retry::from_retryable(e.is_retryable()),
+                e.to_string(),
+            )
+        })?;
+        let mut out = ClaimAllocation::new(found.devices());
+        out.pod_claim_name = found.pod_claim_name;
+        Ok(out)
     }
 
     async fn report_prepared(

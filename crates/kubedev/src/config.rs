@@ -190,6 +190,10 @@ pub struct DraSection {
     /// (needs `patch` on `resourceclaims/status`).
     #[serde(default = "yes")]
     pub claim_status: bool,
+    /// Write device metadata files for containers (KEP-5304) and mount them through CDI at
+    /// `/var/run/kubernetes.io/dra-device-attributes/…`.
+    #[serde(default)]
+    pub device_metadata: bool,
     /// The file holding the node's boot ID.
     #[serde(default = "default_boot_id")]
     pub boot_id_path: PathBuf,
@@ -272,6 +276,7 @@ impl Default for DraSection {
             health: true,
             unhealthy_devices: UnhealthyDevicesConfig::default(),
             claim_status: true,
+            device_metadata: false,
             boot_id_path: default_boot_id(),
             device_classes: Vec::new(),
         }
@@ -303,6 +308,8 @@ pub struct DraSpec {
     pub unhealthy_devices: kubedev_apiserver::UnhealthyDevices,
     /// Whether prepared claims' device status is written.
     pub claim_status: bool,
+    /// Whether device metadata files are written for containers.
+    pub device_metadata: bool,
     /// Boot ID file.
     pub boot_id_path: PathBuf,
     /// DeviceClasses to apply.
@@ -557,6 +564,7 @@ impl Config {
             health: d.health,
             unhealthy_devices: d.unhealthy_devices.into(),
             claim_status: d.claim_status,
+            device_metadata: d.device_metadata,
             boot_id_path: d.boot_id_path.clone(),
         }))
     }

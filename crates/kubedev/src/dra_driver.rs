@@ -7,7 +7,7 @@
 //! whose instance still holds its lease is left to it (the kubelet's retry, or that instance,
 //! finishes it; prepare is idempotent).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::backends::Backends;
 use crate::claim_status::{StatusChange, StatusWriter};
 use crate::failpoint;
+use crate::metadata::MetadataWriter;
 use crate::metrics::Metrics;
 use tracing::Instrument as _;
 
@@ -33,6 +34,15 @@ pub trait ClaimSource: Send + Sync + 'static {
     /// mismatch, not allocated, nothing for this driver).
     async fn allocated_devices(&self, claim: &ClaimRef)
     -> Result<Vec<AllocatedDevice>, ClaimError>;
+
+    /// [`ClaimSource::allocated_devices`] with what else the claim says that prepare uses (the
+    /// pod's name for a claim made from a template). By default only the devices.
+    async fn allocation(&self, claim: &ClaimRef) -> Result<ClaimAllocation, ClaimError> {
+        Ok(ClaimAllocation {
+            devices: self.allocated_devices(claim).await?,
+            pod_claim_name: None,
+        })
+    }
 
     /// Every claim the cluster says is allocated devices of this driver and reserved for a
     /// consumer, with those devices: what recovery rebuilds from when the checkpoint was lost.
@@ -58,6 +68,27 @@ pub trait ClaimSource: Send + Sync + 'static {
     async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), String> {
         let _ = claim;
         Ok(())
+    }
+}
+
+/// A claim's allocation for this driver, as a [`ClaimSource`] reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ClaimAllocation {
+    /// The devices allocated by this driver, with requests, share IDs and configuration.
+    pub devices: Vec<AllocatedDevice>,
+    /// The claim's `resource.kubernetes.io/pod-claim-name` annotation: the pod's name for a
+    /// claim made from a template.
+    pub pod_claim_name: Option<String>,
+}
+
+impl ClaimAllocation {
+    /// `devices`, for a claim not made from a template.
+    pub fn new(devices: Vec<AllocatedDevice>) -> Self {
+        ClaimAllocation {
+            devices,
+            pod_claim_name: None,
+        }
     }
 }
 
@@ -156,6 +187,8 @@ pub struct DraDriver {
     starting: Mutex<HashMap<kubedev_core::DeviceRef, ClaimRef>>,
     /// Claims' device status, written in the background.
     status: StatusWriter,
+    /// Device metadata files for containers, when enabled.
+    metadata: Option<Arc<MetadataWriter>>,
 }
 
 /// Exclusive devices a prepare holds until its start is recorded; given back on drop (also when
@@ -208,7 +241,7 @@ fn backend_error(e: &kubedev_core::PrepareError, message: String) -> ClaimError 
 }
 
 /// The base request name: `gpu/large` (a FirstAvailable subrequest) → `gpu`.
-fn base_request(name: &str) -> String {
+pub(crate) fn base_request(name: &str) -> String {
     name.split('/').next().unwrap_or(name).to_string()
 }
 
@@ -236,7 +269,55 @@ impl DraDriver {
             metrics: None,
             inventory: None,
             starting: Mutex::new(HashMap::new()),
+            metadata: None,
         }
+    }
+
+    /// Writes device metadata files for containers with `metadata` (KEP-5304).
+    pub fn with_metadata(mut self, metadata: MetadataWriter) -> Self {
+        self.metadata = Some(Arc::new(metadata));
+        self
+    }
+
+    /// A copy of the inventory, for work done off the async threads.
+    fn inventory_now(&self) -> Option<Inventory> {
+        self.inventory
+            .as_ref()
+            .map(|i| i.read().unwrap_or_else(|e| e.into_inner()).clone())
+    }
+
+    /// Writes (`ensure`: checks and repairs) `claim`'s device metadata; the CDI ID per main
+    /// request. Nothing when metadata is off.
+    async fn metadata_files(
+        &self,
+        claim: &ClaimRef,
+        pod_claim_name: Option<String>,
+        prepared: &[PreparedDevice],
+        ensure: bool,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let Some(m) = self.metadata.clone() else {
+            return Ok(BTreeMap::new());
+        };
+        let inventory = self.inventory_now();
+        let (claim, prepared) = (claim.clone(), prepared.to_vec());
+        blocking(move || {
+            let name = pod_claim_name.as_deref();
+            if ensure {
+                m.ensure_claim(&claim, name, &prepared, inventory.as_ref())
+            } else {
+                m.write_claim(&claim, name, &prepared, inventory.as_ref())
+            }
+        })
+        .await
+    }
+
+    /// Removes `claim`'s device metadata, if metadata is on.
+    async fn remove_metadata(&self, claim: &ClaimRef) -> Result<(), String> {
+        let Some(m) = self.metadata.clone() else {
+            return Ok(());
+        };
+        let claim = claim.clone();
+        blocking(move || m.remove_claim(&claim)).await
     }
 
     /// Records prepare and unprepare durations and failures in `metrics`.
@@ -355,16 +436,27 @@ impl DraDriver {
     }
 
     /// The kubelet's answer for `prepared`, with the CDI device IDs the claim's spec gave them.
-    fn answer(prepared: &[PreparedDevice], ids: Vec<Option<String>>) -> Vec<PreparedClaimDevice> {
+    /// The first device of each request also gets the request's device metadata (`metadata`,
+    /// main request → CDI ID), so every container using the request sees the file.
+    fn answer(
+        prepared: &[PreparedDevice],
+        ids: Vec<Option<String>>,
+        mut metadata: BTreeMap<String, String>,
+    ) -> Vec<PreparedClaimDevice> {
         prepared
             .iter()
             .zip(ids)
-            .map(|(p, id)| PreparedClaimDevice {
-                request_names: vec![base_request(&p.device.request)],
-                pool: p.device.device.pool.to_string(),
-                device: p.device.device.device.to_string(),
-                cdi_device_ids: id.into_iter().collect(),
-                share_id: p.device.share_id.clone(),
+            .map(|(p, id)| {
+                let request = base_request(&p.device.request);
+                let mut cdi_device_ids: Vec<String> = id.into_iter().collect();
+                cdi_device_ids.extend(metadata.remove(&request));
+                PreparedClaimDevice {
+                    request_names: vec![request],
+                    pool: p.device.device.pool.to_string(),
+                    device: p.device.device.device.to_string(),
+                    cdi_device_ids,
+                    share_id: p.device.share_id.clone(),
+                }
             })
             .collect()
     }
@@ -413,6 +505,7 @@ impl DraDriver {
                     let u = uid.clone();
                     blocking(move || cdi.remove_claim(u.as_str()).map_err(|e| e.to_string()))
                         .await?;
+                    self.remove_metadata(&r.claim).await?;
                     let u = uid.clone();
                     self.with_store(move |s| s.remove(u.as_str()).map_err(|e| e.to_string()))
                         .await?;
@@ -431,6 +524,8 @@ impl DraDriver {
                         tracing::warn!(claim = %r.claim, found = %found, "rewrote a missing or damaged CDI spec");
                         rec.cdi_repaired.push((uid.to_string(), found));
                     }
+                    self.metadata_files(&r.claim, r.pod_claim_name.clone(), &r.prepared, true)
+                        .await?;
                 }
             }
         }
@@ -478,10 +573,32 @@ impl DraDriver {
         may_remove: bool,
     ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
         let cdi = self.cdi.clone();
+        let metadata = self.metadata.clone();
         self.with_store(move |s| {
             s.with_fresh_claims(|owned| {
                 let (mut removed, mut kept) = (Vec::new(), Vec::new());
-                for (uid, path) in cdi.list_claim_files().map_err(|e| e.to_string())? {
+                let mut files = cdi.list_claim_files().map_err(|e| e.to_string())?;
+                if let Some(m) = &metadata {
+                    files.extend(m.cdi().list_claim_files().map_err(|e| e.to_string())?);
+                    let dirs = m.list_claim_dirs().map_err(|e| e.to_string())?;
+                    for (ns, name, path) in dirs {
+                        let has_record = owned
+                            .values()
+                            .any(|r| r.claim.namespace == ns && r.claim.name == name);
+                        if has_record {
+                            continue;
+                        }
+                        if !may_remove {
+                            kept.push(path);
+                            continue;
+                        }
+                        std::fs::remove_dir_all(&path).map_err(|e| {
+                            format!("removing orphan device metadata {}: {e}", path.display())
+                        })?;
+                        removed.push(path);
+                    }
+                }
+                for (uid, path) in files {
                     if owned.contains_key(&uid) {
                         continue;
                     }
@@ -579,12 +696,19 @@ impl DraDriver {
             if let SpecCheck::Repaired { found } = check {
                 tracing::warn!(claim = %claim, found = %found, "rewrote a missing or damaged CDI spec");
             }
+            let metadata = self
+                .metadata_files(claim, r.pod_claim_name.clone(), &r.prepared, true)
+                .await
+                .map_err(retryable("metadata"))?;
             self.status
                 .send(StatusChange::Prepared(claim.clone(), r.prepared.clone()));
-            return Ok(Self::answer(&r.prepared, ids));
+            return Ok(Self::answer(&r.prepared, ids, metadata));
         }
 
-        let devices = self.claims.allocated_devices(claim).await?;
+        let ClaimAllocation {
+            devices,
+            pod_claim_name,
+        } = self.claims.allocation(claim).await?;
         if devices.is_empty() {
             return Err(ClaimError::permanent(
                 "not_allocated",
@@ -642,11 +766,30 @@ impl DraDriver {
         let (uid, p) = (claim.uid.clone(), prepared.clone());
         let written =
             blocking(move || cdi.write_claim(uid.as_str(), &p).map_err(|e| e.to_string())).await;
-        let written = match written {
+        let metadata = match &written {
+            Ok(_) => self
+                .metadata_files(claim, pod_claim_name.clone(), &prepared, false)
+                .await
+                .map_err(|e| format!("writing the device metadata: {e}")),
+            Err(_) => Ok(BTreeMap::new()),
+        };
+        let (written, metadata) = match written.and_then(|w| Ok((w, metadata?))) {
             Ok(w) => w,
             Err(e) => {
                 if let Err(u) = self.backends.unprepare(claim, &devices).await {
                     tracing::error!(claim = %claim, error = %u, "rolling back after a CDI failure failed");
+                }
+                let cdi = self.cdi.clone();
+                let uid = claim.uid.clone();
+                if let Err(r) = blocking(move || {
+                    cdi.remove_claim(uid.as_str())
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .and(self.remove_metadata(claim).await)
+                {
+                    tracing::error!(claim = %claim, error = %r, "removing the files of a failed prepare failed");
                 }
                 self.commit(Change::Remove {
                     uid: claim.uid.to_string(),
@@ -671,11 +814,12 @@ impl DraDriver {
             uid: claim.uid.to_string(),
             prepared: prepared.clone(),
             cdi_file: file_name,
+            pod_claim_name,
         })
         .await
         .map_err(retryable("checkpoint"))?;
         tracing::info!(claim = %claim, devices = prepared.len(), "prepared");
-        let answer = Self::answer(&prepared, written.device_ids);
+        let answer = Self::answer(&prepared, written.device_ids, metadata);
         self.status
             .send(StatusChange::Prepared(claim.clone(), prepared));
         Ok(answer)
@@ -702,6 +846,9 @@ impl DraDriver {
         })
         .await
         .map_err(retryable("checkpoint"))?;
+        self.remove_metadata(claim)
+            .await
+            .map_err(retryable("metadata"))?;
         if record.is_some() {
             self.commit(Change::Remove {
                 uid: claim.uid.to_string(),

@@ -14,6 +14,7 @@ pub mod discover;
 pub mod dra_driver;
 pub mod failpoint;
 pub mod http;
+pub mod metadata;
 pub mod metrics;
 mod policy;
 pub mod registry;

@@ -112,9 +112,17 @@ pub(crate) fn allocated_claim(
             consumed_capacity,
         });
     }
+    let pod_claim_name = found
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("resource.kubernetes.io/pod-claim-name"))
+        .filter(|n| !n.is_empty())
+        .cloned();
     Ok(AllocatedClaim {
         claim: expected.clone(),
         results,
         config,
+        pod_claim_name,
     })
 }

@@ -95,11 +95,17 @@ impl CdiWriter {
     /// [`DEFAULT_CDI_DIR`](super::DEFAULT_CDI_DIR)). The directory is created when the first spec
     /// is written.
     pub fn new(cdi_dir: impl Into<PathBuf>, driver: &DriverName) -> Self {
+        Self::with_class(cdi_dir, driver, CLAIM_CLASS)
+    }
+
+    /// A writer for `driver`'s per-claim specs of CDI class `class` (kind `k8s.<driver>/<class>`,
+    /// files `k8s.<driver>-<class>_<uid>.json`), e.g. the device metadata specs.
+    pub fn with_class(cdi_dir: impl Into<PathBuf>, driver: &DriverName, class: &str) -> Self {
         let vendor = format!("k8s.{driver}");
         CdiWriter {
             dir: cdi_dir.into(),
-            kind: format!("{vendor}/{CLAIM_CLASS}"),
-            file_prefix: format!("{vendor}-{CLAIM_CLASS}_"),
+            kind: format!("{vendor}/{class}"),
+            file_prefix: format!("{vendor}-{class}_"),
         }
     }
 

@@ -189,6 +189,7 @@ impl CheckpointStore {
             uid: uid.to_owned(),
             prepared: prepared.to_vec(),
             cdi_file: cdi_file.map(str::to_owned),
+            pod_claim_name: None,
         })
     }
 
@@ -232,6 +233,7 @@ impl CheckpointStore {
                                 prepared: Vec::new(),
                                 cdi_file: None,
                                 owner: Some(owner.clone()),
+                                pod_claim_name: None,
                             },
                         );
                         Ok(())
@@ -240,11 +242,13 @@ impl CheckpointStore {
                         uid,
                         prepared,
                         cdi_file,
+                        pod_claim_name,
                     } => match claims.get_mut(&uid) {
                         Some(record) => {
                             record.state = ClaimState::PrepareCompleted;
                             record.prepared = prepared;
                             record.cdi_file = cdi_file;
+                            record.pod_claim_name = pod_claim_name;
                             Ok(())
                         }
                         None => Err(CheckpointError::UnknownClaim {

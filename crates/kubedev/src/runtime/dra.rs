@@ -36,11 +36,17 @@ pub(super) async fn start_dra(
         _ => tracing::info!(checkpoint = %store.path().display(), "{outcome}"),
     }
     let cdi = CdiWriter::new(&spec.cdi_dir, &spec.driver);
-    let driver = Arc::new(
-        DraDriver::new(backends.clone(), cluster.claims.clone(), store, cdi)
-            .with_metrics(obs.metrics.clone())
-            .with_inventory(inventory.clone()),
-    );
+    let mut driver = DraDriver::new(backends.clone(), cluster.claims.clone(), store, cdi)
+        .with_metrics(obs.metrics.clone())
+        .with_inventory(inventory.clone());
+    if spec.device_metadata {
+        driver = driver.with_metadata(crate::metadata::MetadataWriter::new(
+            &spec.plugin_dir,
+            &spec.cdi_dir,
+            &spec.driver,
+        ));
+    }
+    let driver = Arc::new(driver);
     let rec = driver
         .recover(&outcome)
         .await

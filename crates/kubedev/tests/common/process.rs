@@ -65,6 +65,14 @@ impl Env {
         Env { root, api, kubelet }
     }
 
+    /// Changes the daemon's configuration file (before `start`).
+    #[allow(dead_code)]
+    pub(crate) fn edit_config(&self, f: impl FnOnce(String) -> String) {
+        let path = self.root.path().join("kubedev.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(path, f(text)).unwrap();
+    }
+
     /// Makes device `name` present (healthy) or missing (unhealthy) for the static backend.
     pub(crate) fn set_present(&self, name: &str, present: bool) {
         let path = self.root.path().join("present").join(name);

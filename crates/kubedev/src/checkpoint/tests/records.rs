@@ -21,11 +21,13 @@ fn a_batch_of_changes_is_one_write_with_per_change_results() {
                 uid: "u1".into(),
                 prepared: vec![prepared("gpu-0")],
                 cdi_file: Some("spec.json".into()),
+                pod_claim_name: Some("gpu".into()),
             },
             Change::Complete {
                 uid: "nope".into(),
                 prepared: vec![],
                 cdi_file: None,
+                pod_claim_name: None,
             },
             Change::Remove { uid: "u2".into() },
         ])
@@ -40,6 +42,11 @@ fn a_batch_of_changes_is_one_write_with_per_change_results() {
     let (again, _) = fx.open();
     assert_eq!(again.claims().len(), 1);
     assert_eq!(again.get("u1").unwrap().state, ClaimState::PrepareCompleted);
+    assert_eq!(
+        again.get("u1").unwrap().pod_claim_name.as_deref(),
+        Some("gpu"),
+        "where the claim's device metadata appears in containers survives a restart"
+    );
 }
 
 #[test]
