@@ -44,7 +44,7 @@ pub use error::{ModelError, PrepareError, PublishError, SourceError};
 pub use hostfs::{BackendContext, HostFs, HostFsError};
 pub use model::{
     AttributeMatch, Capacity, CounterConsumption, CounterSet, Device, DeviceFilter, DeviceRef,
-    Health, HealthState, Inventory, Pool, Taint, TaintEffect,
+    Health, HealthState, Inventory, Pool, RequestPolicy, RequestRange, Taint, TaintEffect,
 };
 pub use names::{
     ClaimUid, CounterName, DeviceName, DriverName, ExtendedResourceName, MAX_CLAIM_UID_LEN,

@@ -112,9 +112,73 @@ pub struct Taint {
 
 /// A device's capacity entry, e.g. `memory: 40Gi`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Capacity {
     /// The amount.
     pub value: Quantity,
+    /// How much of it one allocation of a device that allows multiple allocations takes (DRA
+    /// consumable capacity); `None`: an allocation takes what its request asks for, or all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_policy: Option<RequestPolicy>,
+}
+
+impl Capacity {
+    /// `value`, without a request policy.
+    pub fn new(value: Quantity) -> Self {
+        Capacity {
+            value,
+            request_policy: None,
+        }
+    }
+}
+
+/// How much of a consumable capacity one allocation takes, as `resource.k8s.io/v1`
+/// `CapacityRequestPolicy` has it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct RequestPolicy {
+    /// What a request that does not name the capacity takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Quantity>,
+    /// The amounts a request may take (ascending); exclusive with `valid_range`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub valid_values: Vec<Quantity>,
+    /// The range a request may take, `min` and optional `max` and `step`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_range: Option<RequestRange>,
+}
+
+/// The range of a [`RequestPolicy`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct RequestRange {
+    /// The least a request takes.
+    pub min: Quantity,
+    /// The most a request takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<Quantity>,
+    /// Requests are `min` plus a multiple of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Quantity>,
+}
+
+impl RequestPolicy {
+    /// Requests take `default` unless they ask for an amount from `min` to `max` in steps of
+    /// `step`.
+    pub fn range(
+        default: Quantity,
+        min: Quantity,
+        max: Option<Quantity>,
+        step: Option<Quantity>,
+    ) -> Self {
+        RequestPolicy {
+            default: Some(default),
+            valid_values: Vec::new(),
+            valid_range: Some(RequestRange { min, max, step }),
+        }
+    }
 }
 
 /// Counters that a device consumes from one shared counter set of its pool.
@@ -189,7 +253,7 @@ impl Device {
 
     /// Sets a capacity (builder style).
     pub fn with_capacity(mut self, name: QualifiedName, value: Quantity) -> Self {
-        self.capacity.insert(name, Capacity { value });
+        self.capacity.insert(name, Capacity::new(value));
         self
     }
 

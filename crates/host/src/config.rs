@@ -98,6 +98,12 @@ pub struct CharDevice {
     /// logged, not fatal.
     #[serde(default)]
     pub pre_open: bool,
+    /// Offer the entry as one device that several claims share at once (DRA consumable
+    /// capacity, Kubernetes 1.36 and later), instead of one device per slot: it allows multiple
+    /// allocations and has the capacity `slots`, of which each claim takes 1 unless its
+    /// request asks for more (up to all of them).
+    #[serde(default)]
+    pub consumable_capacity: bool,
 }
 
 /// A Unix socket offered as slots; a container gets the socket's directory mounted, so a socket
@@ -128,6 +134,10 @@ pub struct SocketDevice {
     /// enabled on the host (default [`DEFAULT_SELINUX_CONTEXT`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selinux_context: Option<String>,
+    /// Offer the socket as one shared device with the capacity `slots`, as for
+    /// [`CharDevice::consumable_capacity`].
+    #[serde(default)]
+    pub consumable_capacity: bool,
 }
 
 /// A numeric owner.
@@ -171,6 +181,8 @@ pub(crate) struct Entry {
     pub(crate) path: PathBuf,
     pub(crate) slots: Slots,
     pub(crate) kind: Kind,
+    /// One device with consumable capacity instead of one device per slot.
+    pub(crate) shared: bool,
 }
 
 impl Entry {
@@ -251,6 +263,7 @@ impl HostConfig {
                             path: path.into(),
                             slots: Slots::Fixed(self.permanent_slots),
                             kind: Kind::Char { pre_open },
+                            shared: false,
                         },
                     ));
                 }
@@ -268,6 +281,7 @@ impl HostConfig {
                     kind: Kind::Char {
                         pre_open: c.pre_open,
                     },
+                    shared: c.consumable_capacity,
                 },
             ));
         }
@@ -302,6 +316,7 @@ impl HostConfig {
                     path: s.path.clone(),
                     slots: slots_of(&field("slots"), s.slots, &s.slots_from)?,
                     kind: Kind::Socket(s.clone()),
+                    shared: s.consumable_capacity,
                 },
             ));
         }

@@ -8,6 +8,13 @@
 //! offered exactly as many times as the host has TDX key IDs). `permanentDevices: true` adds kvm,
 //! tun and vhost-net at once.
 //!
+//! With `consumableCapacity: true` an entry is instead one device `<name>` that several claims
+//! share (DRA consumable capacity, Kubernetes 1.36 and later with `DRAConsumableCapacity`): it
+//! allows multiple allocations and has the capacity `slots` (value N, request policy default 1,
+//! range 1 … N in steps of 1), so the scheduler counts how many slots each claim took instead of
+//! handing out numbered devices. Each allocation carries a share ID; each is prepared on its own
+//! (its own CDI device) with the same edits, and unpreparing one leaves the others.
+//!
 //! # Attributes (domain `host.kubedev.io`)
 //!
 //! | attribute | type | value |
@@ -15,7 +22,7 @@
 //! | `name` | string | the entry name, e.g. `kvm` |
 //! | `kind` | string | `char` or `socket` |
 //! | `path` | string | the node's or socket's host path (left out if longer than 64 bytes) |
-//! | `slot` | int | the slot number, 0 … N-1 |
+//! | `slot` | int | the slot number, 0 … N-1 (not on a shared device) |
 //!
 //! # Health
 //!
@@ -63,9 +70,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kubedev_core::{
-    AttributeValue, BackendContext, ContainerEdits, Device, DeviceName, DeviceNode, DeviceRef,
-    DeviceSource, Health, HostFs, Mount, Pool, PoolName, PrepareError, QualifiedName, SourceError,
-    SourceEvent, StatelessPreparer, watch_by_rescan,
+    AttributeValue, BackendContext, Capacity, ContainerEdits, Device, DeviceName, DeviceNode,
+    DeviceRef, DeviceSource, Format, Health, HostFs, Mount, Pool, PoolName, PrepareError,
+    QualifiedName, Quantity, RequestPolicy, SourceError, SourceEvent, StatelessPreparer,
+    watch_by_rescan,
 };
 use rustix::fs::{Mode, OFlags};
 use tokio::sync::mpsc;
@@ -262,17 +270,44 @@ impl HostBackend {
                 Kind::Char { .. } => "char",
                 Kind::Socket(_) => "socket",
             };
-            for slot in 0..counts.get(&i).copied().unwrap_or(0) {
-                let name = DeviceName::new(format!("{}-{slot}", e.name)).map_err(|err| {
-                    SourceError::Config {
-                        backend: BACKEND_NAME.into(),
-                        message: err.to_string(),
-                    }
+            let slots = counts.get(&i).copied().unwrap_or(0);
+            let names: Vec<(String, Option<u32>)> = match e.shared {
+                true if slots > 0 => vec![(e.name.clone(), None)],
+                true => Vec::new(),
+                false => (0..slots)
+                    .map(|slot| (format!("{}-{slot}", e.name), Some(slot)))
+                    .collect(),
+            };
+            for (name, slot) in names {
+                let name = DeviceName::new(name).map_err(|err| SourceError::Config {
+                    backend: BACKEND_NAME.into(),
+                    message: err.to_string(),
                 })?;
                 let mut d = Device::new(name)
                     .with_attribute(Self::attr("name"), AttributeValue::String(e.name.clone()))
-                    .with_attribute(Self::attr("kind"), AttributeValue::String(kind.into()))
-                    .with_attribute(Self::attr("slot"), AttributeValue::Int(i64::from(slot)));
+                    .with_attribute(Self::attr("kind"), AttributeValue::String(kind.into()));
+                match slot {
+                    Some(slot) => {
+                        d = d.with_attribute(
+                            Self::attr("slot"),
+                            AttributeValue::Int(i64::from(slot)),
+                        );
+                    }
+                    None => {
+                        // Each claim takes one slot unless its request asks for more.
+                        let one = Quantity::from_i64(1, Format::DecimalSI);
+                        let all = Quantity::from_i64(i64::from(slots), Format::DecimalSI);
+                        let mut cap = Capacity::new(all);
+                        cap.request_policy = Some(RequestPolicy::range(
+                            one,
+                            one,
+                            Some(all),
+                            Some(one),
+                        ));
+                        d.capacity.insert(Self::capacity_name(), cap);
+                        d.allow_multiple_allocations = true;
+                    }
+                }
                 if let Ok(p) = AttributeValue::string(e.path.display().to_string()) {
                     d = d.with_attribute(Self::attr("path"), p);
                 }
@@ -335,10 +370,25 @@ impl HostBackend {
         dirs
     }
 
-    /// The entry and slot a device name stands for, if the last discovery offered it.
+    /// The name of a shared device's capacity: `slots` in the driver's domain.
+    fn capacity_name() -> QualifiedName {
+        QualifiedName::new("slots")
+            .unwrap_or_else(|e| unreachable!("capacity names are constants: {e}"))
+    }
+
+    /// The entry and slot a device name stands for, if the last discovery offered it (a shared
+    /// device is slot 0 of its entry).
     fn lookup(&self, device: &DeviceRef) -> Option<(usize, u32)> {
         if device.pool != self.pool {
             return None;
+        }
+        if let Some(i) = self
+            .entries
+            .iter()
+            .position(|e| e.shared && e.name == device.device.as_str())
+        {
+            let slots = self.state().slots.get(&i).copied()?;
+            return (slots > 0).then_some((i, 0));
         }
         let (name, digits) = device.device.as_str().rsplit_once('-')?;
         let slot: u32 = digits.parse().ok()?;

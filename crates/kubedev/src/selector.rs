@@ -94,9 +94,7 @@ mod tests {
         );
         d.capacity.insert(
             QualifiedName::new("gpu.nvidia.com/memory").unwrap(),
-            kubedev_core::Capacity {
-                value: kubedev_core::Quantity::parse(mem).unwrap(),
-            },
+            kubedev_core::Capacity::new(kubedev_core::Quantity::parse(mem).unwrap()),
         );
         d
     }

@@ -29,6 +29,23 @@ pub(super) fn counters(
         .collect()
 }
 
+/// A capacity's request policy as the API has it.
+fn request_policy(p: &kubedev_core::RequestPolicy) -> res::CapacityRequestPolicy {
+    let q = |v: &kubedev_core::Quantity| K8sQuantity(v.to_string());
+    res::CapacityRequestPolicy {
+        default: p.default.as_ref().map(q),
+        valid_values: (!p.valid_values.is_empty()).then(|| p.valid_values.iter().map(q).collect()),
+        valid_range: p
+            .valid_range
+            .as_ref()
+            .map(|r| res::CapacityRequestPolicyRange {
+                min: q(&r.min),
+                max: r.max.as_ref().map(q),
+                step: r.step.as_ref().map(q),
+            }),
+    }
+}
+
 fn attribute(
     pool: &Pool,
     device: &Device,
@@ -133,7 +150,7 @@ pub(crate) fn map_device(
             name.to_string(),
             res::DeviceCapacity {
                 value: K8sQuantity(cap.value.to_string()),
-                request_policy: None,
+                request_policy: cap.request_policy.as_ref().map(request_policy),
             },
         );
     }
