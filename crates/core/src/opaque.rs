@@ -93,6 +93,16 @@ pub struct ConfigError {
     pub message: String,
 }
 
+impl ConfigError {
+    /// `message` about the entry at `location`.
+    pub fn new(location: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Decodes every entry of `configs` as a `T` (unknown fields are errors, as upstream drivers'
 /// strict decoders have them) and validates it, then returns the one that applies: the last,
 /// since `configs` is in order of precedence (class entries first, then the claim's, each in

@@ -298,12 +298,8 @@ impl HostBackend {
                         let one = Quantity::from_i64(1, Format::DecimalSI);
                         let all = Quantity::from_i64(i64::from(slots), Format::DecimalSI);
                         let mut cap = Capacity::new(all);
-                        cap.request_policy = Some(RequestPolicy::range(
-                            one,
-                            one,
-                            Some(all),
-                            Some(one),
-                        ));
+                        cap.request_policy =
+                            Some(RequestPolicy::range(one, one, Some(all), Some(one)));
                         d.capacity.insert(Self::capacity_name(), cap);
                         d.allow_multiple_allocations = true;
                     }

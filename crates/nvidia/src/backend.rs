@@ -21,6 +21,7 @@ use crate::edits::{gpu_edits, mig_edits, read_mig_minors};
 use crate::ffi;
 use crate::health::{HealthTracker, Probe};
 use crate::records::{MigRecord, RecordState, RecordStore};
+use crate::sharing::{Sharing, Strategy, Target, device_sharing};
 use crate::snapshot::{GpuInfo, MachineInfo, MigProfile, Placement};
 use crate::topology::Topology;
 
@@ -66,6 +67,8 @@ struct Inner {
     /// Serialises MIG creation and destruction (NVML placements are per GPU; one lock is
     /// simple and MIG changes are rare).
     mig: Mutex<()>,
+    /// GPU sharing (time-slicing, MPS) per claim.
+    sharing: Sharing,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -92,6 +95,11 @@ impl NvidiaBackend {
             config.ignored_xids.clone(),
             Duration::from_secs(config.health_recheck_seconds),
         );
+        let sharing = Sharing::new(
+            &config.nvidia_smi_path,
+            &config.mps_control_path,
+            &ctx.state_dir,
+        );
         let inner = Inner {
             config,
             ctx: ctx.clone(),
@@ -102,6 +110,7 @@ impl NvidiaBackend {
             reported: Mutex::new(BTreeMap::new()),
             records,
             mig: Mutex::new(()),
+            sharing,
         };
         // Load NVML now so a crash's leftovers are repaired before anything is served; a
         // failure is reported by discovery.
@@ -426,9 +435,23 @@ impl Inner {
         let d = self
             .discovered_or_discover()
             .map_err(|e| PrepareError::Other(e.to_string()))?;
+        let claim = match consumer {
+            Consumer::Claim(c) => Some(c),
+            _ => None,
+        };
+        // Every configuration is read before anything on the host changes.
+        let mut sharing = Vec::with_capacity(devices.len());
+        for a in devices {
+            let s = match claim {
+                Some(c) => device_sharing(a).map_err(|e| PrepareError::config(c, e))?,
+                None => None,
+            };
+            sharing.push(s);
+        }
         let minors = read_mig_minors(&self.ctx.host);
         let mut out = Vec::with_capacity(devices.len());
-        for a in devices {
+        let mut targets = Vec::with_capacity(devices.len());
+        for (a, sharing) in devices.iter().zip(sharing) {
             let unknown = || PrepareError::UnknownDevice {
                 device: a.device.to_string(),
             };
@@ -472,9 +495,77 @@ impl Inner {
                     mig_edits(&self.ctx.host, &minors, gpu.minor, &uuid, gi, ci)
                 }
             };
+            let whole_gpu = matches!(kind, DeviceKind::Gpu { .. });
+            let uuid = data
+                .get("migUUID")
+                .or(data.get("gpuUUID"))
+                .and_then(|u| u.as_str())
+                .unwrap_or_default()
+                .to_string();
+            if let Some(s) = &sharing {
+                data["sharing"] = serde_json::json!(match s.strategy {
+                    Strategy::TimeSlicing => "TimeSlicing",
+                    Strategy::Mps => "MPS",
+                });
+            }
+            targets.push(Target {
+                uuid,
+                whole_gpu,
+                sharing,
+            });
             out.push(PreparedDevice::new(a.clone(), edits).with_status_data(data));
         }
+        if let Some(claim) = claim
+            && targets.iter().any(|t| t.sharing.is_some())
+        {
+            // Nothing of a failed prepare stays: its MIG instances go, and its sharing when
+            // applying it failed half-way.
+            let rollback = |sharing: bool| {
+                let undone = match sharing {
+                    true => self.unprepare_blocking(claim, devices),
+                    false => self.release_placements(claim, devices),
+                };
+                if let Err(u) = undone {
+                    tracing::error!(claim = %claim, error = %u, "rolling back a failed prepare failed");
+                }
+            };
+            if let Err(e) = Sharing::check(claim, &targets) {
+                rollback(false);
+                return Err(e);
+            }
+            match self.sharing.apply(claim, &targets) {
+                Ok(extra) => {
+                    for (p, e) in out.iter_mut().zip(extra) {
+                        p.edits.merge(&e);
+                    }
+                }
+                Err(e) => {
+                    rollback(true);
+                    return Err(PrepareError::Other(e));
+                }
+            }
+        }
         Ok(out)
+    }
+
+    /// The sharing targets of `devices` for undoing: whatever discovery still knows of them.
+    fn sharing_targets(&self, devices: &[AllocatedDevice]) -> Vec<Target> {
+        let d = self.current();
+        devices
+            .iter()
+            .filter(|a| a.device.pool == self.pool)
+            .filter_map(|a| {
+                let sharing = device_sharing(a).ok().flatten()?;
+                let d = d.as_ref()?;
+                let kind = d.built.kinds.get(&a.device.device)?;
+                let gpu = d.machine.gpus.get(kind.gpu())?;
+                Some(Target {
+                    uuid: gpu.uuid.clone(),
+                    whole_gpu: matches!(kind, DeviceKind::Gpu { .. }),
+                    sharing: Some(sharing),
+                })
+            })
+            .collect()
     }
 
     /// Edits of a whole GPU or of a MIG instance that exists already; a MIG placement has
@@ -636,6 +727,18 @@ impl Inner {
     }
 
     fn unprepare_blocking(
+        &self,
+        claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<(), PrepareError> {
+        self.sharing
+            .undo(claim, &self.sharing_targets(devices))
+            .map_err(|e| PrepareError::Other(format!("claim {claim}: {e}")))?;
+        self.release_placements(claim, devices)
+    }
+
+    /// Destroys the MIG instances `prepare` created for `claim`'s placements.
+    fn release_placements(
         &self,
         claim: &ClaimRef,
         devices: &[AllocatedDevice],

@@ -63,6 +63,22 @@ pub struct NvidiaConfig {
     /// be combined with the `partitionable` MIG strategy.
     #[serde(default = "default_replicas")]
     pub replicas: u32,
+    /// The `nvidia-smi` that GPU sharing runs to set compute modes and time-slices (NVML has no
+    /// call for the compute time-slice). Default: `nvidia-smi`, found on `PATH`.
+    #[serde(default = "default_smi")]
+    pub nvidia_smi_path: PathBuf,
+    /// The MPS control program that GPU sharing starts a daemon of per claim. Default:
+    /// `nvidia-cuda-mps-control`, found on `PATH`.
+    #[serde(default = "default_mps_control")]
+    pub mps_control_path: PathBuf,
+}
+
+fn default_smi() -> PathBuf {
+    PathBuf::from("nvidia-smi")
+}
+
+fn default_mps_control() -> PathBuf {
+    PathBuf::from("nvidia-cuda-mps-control")
 }
 
 /// The Xids that are application errors, not device faults (NVIDIA's usual list).
@@ -96,6 +112,8 @@ impl Default for NvidiaConfig {
             health_recheck_seconds: default_recheck(),
             health_poll_millis: default_poll_ms(),
             replicas: default_replicas(),
+            nvidia_smi_path: default_smi(),
+            mps_control_path: default_mps_control(),
         }
     }
 }

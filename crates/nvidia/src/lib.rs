@@ -82,6 +82,7 @@ pub mod factory;
 mod ffi;
 mod health;
 mod records;
+pub mod sharing;
 mod snapshot;
 mod topology;
 

@@ -12,5 +12,6 @@ mod exports;
 mod locate;
 pub mod machine;
 mod state;
+pub mod tools;
 
 pub use locate::{LIBRARY_FILE, isolated_library, library_path, machine_path};

@@ -5,6 +5,7 @@
 mod discovery;
 mod health;
 mod mig;
+mod sharing;
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,35 @@
+//! Stand-ins for the NVIDIA driver's command-line tools that kubedev's GPU sharing runs, so the
+//! whole path is tested without a GPU:
+//!
+//! - `mock-nvidia-smi`: the subset kubedev uses, `nvidia-smi -i <uuid> -c <mode>` (compute mode)
+//!   and `nvidia-smi compute-policy -i <uuid> --set-timeslice <n>`, plus `-q -i <uuid>` printing
+//!   what is set. The GPUs' settings live in a JSON file (env `NVML_MOCK_SETTINGS`), so every
+//!   process sees the same GPUs; with `NVML_MOCK_MACHINE` set, unknown UUIDs are refused as the
+//!   real tool refuses them.
+//! - `mock-nvidia-cuda-mps-control`: the MPS control daemon (`-d`) and its client (commands on
+//!   standard input), speaking over a Unix socket `control` in `CUDA_MPS_PIPE_DIRECTORY`,
+//!   logging to `control.log` in `CUDA_MPS_LOG_DIRECTORY`, with the pid file
+//!   `nvidia-cuda-mps-control.pid` in the pipe directory.
+//!
+//! [`tool_path`] finds the built executables.
+
+pub mod mps;
+pub mod smi;
+
+use std::path::PathBuf;
+
+/// Path of a built stand-in tool (`"mock-nvidia-smi"`, `"mock-nvidia-cuda-mps-control"`) in the
+/// target directory of the running executable (`target/<profile>/`, after
+/// `cargo build -p kubedev-nvml-mock`); `None` when it is not built.
+pub fn tool_path(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let mut dir = exe.parent()?;
+    if dir
+        .file_name()
+        .is_some_and(|n| n == "deps" || n == "examples")
+    {
+        dir = dir.parent()?;
+    }
+    let path = dir.join(name);
+    path.is_file().then_some(path)
+}
