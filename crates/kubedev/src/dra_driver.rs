@@ -2,7 +2,9 @@
 //!
 //! Every prepare is two-phase in the checkpoint (started → completed) and the CDI spec is written
 //! between the two; start-up recovery rolls back half-done prepares, re-creates missing CDI files
-//! of completed claims and removes CDI files no claim owns. During a rolling update the old
+//! of completed claims, runs the backend's prepare again for completed claims with opaque
+//! configuration (so what it set up on the host, such as an MPS daemon, is back after a crash)
+//! and removes CDI files no claim owns. During a rolling update the old
 //! instance may still be in the middle of a prepare when the new one starts: a half-done prepare
 //! whose instance still holds its lease is left to it (the kubelet's retry, or that instance,
 //! finishes it; prepare is idempotent).
@@ -119,6 +121,12 @@ pub struct Recovery {
     pub kept_unverified: Vec<PathBuf>,
     /// Why the API server could not be asked (after a lost checkpoint).
     pub cluster_error: Option<String>,
+    /// Prepared claims with opaque configuration whose backend prepare ran again, so what the
+    /// configuration set up on the host (an MPS daemon, a time-slice) is in place again.
+    pub reapplied: Vec<String>,
+    /// Prepared claims whose configuration could not be applied again, with why (the claim
+    /// stays prepared; its next prepare call tries again).
+    pub reapply_failed: Vec<(String, String)>,
 }
 
 /// How long recovery waits for the API server's list of claims after a lost checkpoint.
@@ -523,6 +531,19 @@ impl DraDriver {
                     if let SpecCheck::Repaired { found } = check {
                         tracing::warn!(claim = %r.claim, found = %found, "rewrote a missing or damaged CDI spec");
                         rec.cdi_repaired.push((uid.to_string(), found));
+                    }
+                    if r.devices.iter().any(|d| !d.config.is_empty()) {
+                        match self
+                            .backends
+                            .prepare(&Consumer::Claim(r.claim.clone()), &r.devices)
+                            .await
+                        {
+                            Ok(_) => rec.reapplied.push(uid.to_string()),
+                            Err(e) => {
+                                tracing::warn!(claim = %r.claim, error = %e, "applying a prepared claim's configuration again failed");
+                                rec.reapply_failed.push((uid.to_string(), e.to_string()));
+                            }
+                        }
                     }
                     self.metadata_files(&r.claim, r.pod_claim_name.clone(), &r.prepared, true)
                         .await?;

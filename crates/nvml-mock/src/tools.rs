@@ -16,7 +16,7 @@
 pub mod mps;
 pub mod smi;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Path of a built stand-in tool (`"mock-nvidia-smi"`, `"mock-nvidia-cuda-mps-control"`) in the
 /// target directory of the running executable (`target/<profile>/`, after
@@ -32,4 +32,21 @@ pub fn tool_path(name: &str) -> Option<PathBuf> {
     }
     let path = dir.join(name);
     path.is_file().then_some(path)
+}
+
+/// Writes an executable `nvidia-smi` wrapper at `path` that runs the built stand-in with the
+/// settings file `settings` and the machine `machine`, as a node's driver installation would
+/// provide the tool; `None` when the stand-in is not built.
+pub fn smi_wrapper(path: &Path, settings: &Path, machine: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let smi = tool_path("mock-nvidia-smi")?;
+    let script = format!(
+        "#!/bin/sh\nNVML_MOCK_SETTINGS='{}' NVML_MOCK_MACHINE='{}' exec '{}' \"$@\"\n",
+        settings.display(),
+        machine.display(),
+        smi.display()
+    );
+    std::fs::write(path, script).ok()?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).ok()?;
+    Some(path.to_path_buf())
 }

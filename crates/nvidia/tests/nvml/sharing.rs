@@ -28,22 +28,14 @@ struct World {
 fn world() -> World {
     let f = Fixture::new("dgx-a100");
     let settings = f.dir.path().join("gpu-settings.json");
-    let smi = nvml_mock::tools::tool_path("mock-nvidia-smi")
+    let mps = nvml_mock::tools::tool_path("mock-nvidia-cuda-mps-control")
         .expect("run `cargo build -p kubedev-nvml-mock` first");
-    let mps = nvml_mock::tools::tool_path("mock-nvidia-cuda-mps-control").unwrap();
-    let wrapper = f.dir.path().join("nvidia-smi");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nNVML_MOCK_SETTINGS={} NVML_MOCK_MACHINE={} exec {} \"$@\"\n",
-            settings.display(),
-            nvml_mock::machine_path("dgx-a100").display(),
-            smi.display()
-        ),
+    nvml_mock::tools::smi_wrapper(
+        &f.dir.path().join("nvidia-smi"),
+        &settings,
+        &nvml_mock::machine_path("dgx-a100"),
     )
     .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     World { f, settings, mps }
 }
 
