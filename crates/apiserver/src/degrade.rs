@@ -49,6 +49,13 @@ pub(crate) fn adapt(
             without_taints(pool, &mut notes);
         }
         if !caps.keeps(ApiFeature::ConsumableCapacity) {
+            // The server would drop capacity request policies too; sending them anyway would
+            // make every read-back differ from what was written.
+            for d in &mut pool.devices {
+                for c in d.capacity.values_mut() {
+                    c.request_policy = None;
+                }
+            }
             let shared: Vec<String> = pool
                 .devices
                 .iter_mut()
@@ -393,13 +400,22 @@ mod tests {
     fn without_consumable_capacity_shared_devices_become_exclusive() {
         let mut a = Device::new(DeviceName::new("a").unwrap());
         a.allow_multiple_allocations = true;
+        let one = kubedev_core::Quantity::parse("1").unwrap();
+        let mut slots = kubedev_core::Capacity::new(kubedev_core::Quantity::parse("4").unwrap());
+        slots.request_policy = Some(kubedev_core::RequestPolicy::range(one, one, None, None));
+        a.capacity.insert(kubedev_core::QualifiedName::new("slots").unwrap(), slots);
         let inv = Inventory::new(vec![Pool::new(PoolName::new("p").unwrap(), vec![a])]);
         let (out, notes) = adapt(
             &inv,
             &without(&[ApiFeature::ConsumableCapacity]),
             &|_, _| false,
         );
-        assert!(!out.pools[0].devices[0].allow_multiple_allocations);
+        let d = &out.pools[0].devices[0];
+        assert!(!d.allow_multiple_allocations);
+        assert!(
+            d.capacity.values().all(|c| c.request_policy.is_none()),
+            "the server would drop request policies: they are not sent"
+        );
         assert!(notes.contains_key(&ApiFeature::ConsumableCapacity));
         // Not needed, not noted.
         let (_, notes) = adapt(

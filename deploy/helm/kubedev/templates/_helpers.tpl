@@ -153,6 +153,7 @@ The daemon's configuration file (crates/kubedev/src/config.rs), generated from t
 {{- $_ := set $dra "cdiDir" $v.cdiDir }}
 {{- $_ := set $dra "health" $v.dra.health }}
 {{- $_ := set $dra "unhealthyDevices" $v.dra.unhealthyDevices }}
+{{- $_ := set $dra "deviceMetadata" $v.dra.deviceMetadata }}
 {{- $_ := set $dra "claimStatus" $v.rbac.claimStatus }}
 {{- with $v.dra.deviceClasses }}
 {{- $_ := set $dra "deviceClasses" . }}
