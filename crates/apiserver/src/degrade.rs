@@ -403,7 +403,8 @@ mod tests {
         let one = kubedev_core::Quantity::parse("1").unwrap();
         let mut slots = kubedev_core::Capacity::new(kubedev_core::Quantity::parse("4").unwrap());
         slots.request_policy = Some(kubedev_core::RequestPolicy::range(one, one, None, None));
-        a.capacity.insert(kubedev_core::QualifiedName::new("slots").unwrap(), slots);
+        a.capacity
+            .insert(kubedev_core::QualifiedName::new("slots").unwrap(), slots);
         let inv = Inventory::new(vec![Pool::new(PoolName::new("p").unwrap(), vec![a])]);
         let (out, notes) = adapt(
             &inv,

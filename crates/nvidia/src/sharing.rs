@@ -398,6 +398,12 @@ impl Sharing {
             )
             .is_ok();
         if !running {
+            // The daemon leaves its starter's process group; as the subreaper of what this
+            // process starts, kubedev inherits it (also when it is not PID 1 of its container)
+            // and can reap it once it quits, instead of leaving a zombie.
+            if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+                tracing::debug!(error = %e, "cannot become the subreaper of the MPS daemons");
+            }
             self.mps(&dir, &devices, &["-d"], "")
                 .map_err(|e| format!("starting the MPS control daemon of claim {claim}: {e}"))?;
         }
@@ -480,12 +486,17 @@ impl Sharing {
         while alive() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
+        let Some(handle) = rustix::process::Pid::from_raw(pid) else {
+            return;
+        };
         if alive() {
             tracing::warn!(pid, "the MPS control daemon did not quit; killing it");
-            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
+            let _ = rustix::process::kill_process(handle, rustix::process::Signal::KILL);
+            std::thread::sleep(Duration::from_millis(50));
         }
+        // Reap it when it is this process's (see `apply`); a daemon another process started is
+        // not, and waitpid says so.
+        let _ = rustix::process::waitpid(Some(handle), rustix::process::WaitOptions::NOHANG);
     }
 }
 
