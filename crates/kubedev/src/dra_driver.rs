@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::cdi::CdiWriter;
 use crate::cdi::SpecCheck;
-use crate::checkpoint::{Change, CheckpointStore, ClaimState, LoadOutcome};
+use crate::checkpoint::{Change, CheckpointStore, ClaimState};
 use async_trait::async_trait;
 use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, Inventory, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{ClaimError, DraHandler, PreparedClaimDevice, Retry};
@@ -24,6 +24,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::backends::Backends;
 use crate::claim_status::{StatusChange, StatusWriter};
 use crate::failpoint;
+
+mod recover;
 use crate::metadata::MetadataWriter;
 use crate::metrics::Metrics;
 use tracing::Instrument as _;
@@ -477,220 +479,55 @@ impl DraDriver {
         blocking(move || f(&mut store.lock().unwrap_or_else(|e| e.into_inner()))).await
     }
 
-    /// Start-up recovery; see the module docs. Call once, before serving the kubelet, with what
-    /// opening the checkpoint found.
-    ///
-    /// When the checkpoint's records were lost (a corrupt file, or no file while CDI specs of
-    /// this driver exist), nothing a running pod needs is destroyed: every claim the API server
-    /// says is allocated devices on this node and reserved for a pod is prepared again (its
-    /// record and CDI spec rebuilt), and only specs whose claims the API server does not list
-    /// are removed. When the API server cannot be asked, every spec is kept.
-    pub async fn recover(&self, checkpoint: &LoadOutcome) -> Result<Recovery, String> {
-        let mut rec = Recovery::default();
-        let records: Vec<_> = {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
-            store
-                .claims()
-                .values()
-                .map(|r| (r.clone(), store.in_progress_elsewhere(r)))
-                .collect()
-        };
-        for (r, elsewhere) in records {
-            let uid = r.claim.uid.clone();
-            match r.state {
-                ClaimState::PrepareStarted if elsewhere => {
-                    // The daemon instance we replace (rolling update) is in the middle of it.
-                    tracing::info!(claim = %r.claim, owner = ?r.owner, "leaving a prepare another running instance started");
-                    rec.left_to_other_instance.push(uid.to_string());
-                }
-                ClaimState::PrepareStarted => {
-                    tracing::warn!(claim = %r.claim, "rolling back a prepare interrupted by a crash");
-                    self.backends
-                        .unprepare(&r.claim, &r.devices)
-                        .await
-                        .map_err(|e| format!("rolling back claim {}: {e}", r.claim))?;
-                    let cdi = self.cdi.clone();
-                    let u = uid.clone();
-                    blocking(move || cdi.remove_claim(u.as_str()).map_err(|e| e.to_string()))
-                        .await?;
-                    self.remove_metadata(&r.claim).await?;
-                    let u = uid.clone();
-                    self.with_store(move |s| s.remove(u.as_str()).map_err(|e| e.to_string()))
-                        .await?;
-                    rec.rolled_back.push(uid.to_string());
-                }
-                _ => {
-                    let cdi = self.cdi.clone();
-                    let u = uid.clone();
-                    let prepared = r.prepared.clone();
-                    let check = blocking(move || {
-                        cdi.ensure_claim(u.as_str(), &prepared)
-                            .map_err(|e| e.to_string())
-                    })
-                    .await?;
-                    if let SpecCheck::Repaired { found } = check {
-                        tracing::warn!(claim = %r.claim, found = %found, "rewrote a missing or damaged CDI spec");
-                        rec.cdi_repaired.push((uid.to_string(), found));
-                    }
-                    if r.devices.iter().any(|d| !d.config.is_empty()) {
-                        match self
-                            .backends
-                            .prepare(&Consumer::Claim(r.claim.clone()), &r.devices)
-                            .await
-                        {
-                            Ok(_) => rec.reapplied.push(uid.to_string()),
-                            Err(e) => {
-                                tracing::warn!(claim = %r.claim, error = %e, "applying a prepared claim's configuration again failed");
-                                rec.reapply_failed.push((uid.to_string(), e.to_string()));
-                            }
-                        }
-                    }
-                    self.metadata_files(&r.claim, r.pod_claim_name.clone(), &r.prepared, true)
-                        .await?;
-                }
-            }
-        }
-        let cdi = self.cdi.clone();
-        let spec_files =
-            blocking(move || cdi.list_claim_files().map_err(|e| e.to_string())).await?;
-        rec.checkpoint_lost = match checkpoint {
-            LoadOutcome::Corrupt { .. } => Some(checkpoint.to_string()),
-            LoadOutcome::Created if !spec_files.is_empty() => Some(format!(
-                "the checkpoint was missing while {} CDI specs of this driver existed",
-                spec_files.len()
-            )),
-            _ => None,
-        };
-        let mut may_remove_orphans = true;
-        if rec.checkpoint_lost.is_some() {
-            may_remove_orphans = self.rebuild(&mut rec).await;
-        }
-        let (removed, kept) = self.sweep_orphans(may_remove_orphans).await?;
-        rec.cdi_removed = removed;
-        rec.kept_unverified = kept;
-        // Temporary files of CDI writes a crash interrupted. Another running instance (a rolling
-        // update) may be writing one right now: then only old ones go.
-        let cdi = self.cdi.clone();
-        rec.cdi_temp_removed = self
-            .with_store(move |s| {
-                let margin = if s.other_instances_alive() {
-                    STALE_TEMP_MARGIN
-                } else {
-                    std::time::Duration::ZERO
-                };
-                cdi.remove_stale_temp_files(margin)
-                    .map_err(|e| e.to_string())
-            })
-            .await?;
-        Ok(rec)
-    }
-
-    /// Removes the CDI specs no record owns (or, when `may_remove` is false, only lists them),
-    /// judged on a fresh read held under the node lock: another instance records a claim before
-    /// it writes the claim's spec, so none of its specs can look orphaned while this runs.
-    /// Returns the specs removed and those kept.
-    async fn sweep_orphans(
+    /// Writes the CDI spec and device metadata of a claim whose devices the backend prepared;
+    /// on failure undoes the backend's prepare, removes what was written and forgets the claim.
+    async fn write_files(
         &self,
-        may_remove: bool,
-    ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
+        claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+        prepared: &[PreparedDevice],
+        pod_claim_name: Option<String>,
+    ) -> Result<(crate::cdi::CdiClaimSpec, BTreeMap<String, String>), ClaimError> {
         let cdi = self.cdi.clone();
-        let metadata = self.metadata.clone();
-        self.with_store(move |s| {
-            s.with_fresh_claims(|owned| {
-                let (mut removed, mut kept) = (Vec::new(), Vec::new());
-                let mut files = cdi.list_claim_files().map_err(|e| e.to_string())?;
-                if let Some(m) = &metadata {
-                    files.extend(m.cdi().list_claim_files().map_err(|e| e.to_string())?);
-                    let dirs = m.list_claim_dirs().map_err(|e| e.to_string())?;
-                    for (ns, name, path) in dirs {
-                        let has_record = owned
-                            .values()
-                            .any(|r| r.claim.namespace == ns && r.claim.name == name);
-                        if has_record {
-                            continue;
-                        }
-                        if !may_remove {
-                            kept.push(path);
-                            continue;
-                        }
-                        std::fs::remove_dir_all(&path).map_err(|e| {
-                            format!("removing orphan device metadata {}: {e}", path.display())
-                        })?;
-                        removed.push(path);
-                    }
-                }
-                for (uid, path) in files {
-                    if owned.contains_key(&uid) {
-                        continue;
-                    }
-                    if !may_remove {
-                        kept.push(path);
-                        continue;
-                    }
-                    cdi.remove_spec_path(&path)
-                        .map_err(|e| format!("removing orphan CDI file {}: {e}", path.display()))?;
-                    removed.push(path);
-                }
-                Ok((removed, kept))
-            })
-            .map_err(|e| e.to_string())?
-        })
-        .await
-    }
-
-    /// Tries again what start-up recovery could not finish because the API server could not be
-    /// asked (see [`Recovery::cluster_error`]): prepares the reserved claims of this node again
-    /// and removes the specs no claim owns. Safe while the kubelet calls the driver (each claim
-    /// is prepared under its own lock, and prepare is idempotent). The result says whether the
-    /// API server answered this time.
-    pub async fn retry_rebuild(&self) -> Result<Recovery, String> {
-        let mut rec = Recovery {
-            checkpoint_lost: Some("finishing an earlier recovery".into()),
-            ..Recovery::default()
+        let (uid, p) = (claim.uid.clone(), prepared.to_vec());
+        let written =
+            blocking(move || cdi.write_claim(uid.as_str(), &p).map_err(|e| e.to_string())).await;
+        let metadata = match &written {
+            Ok(_) => self
+                .metadata_files(claim, pod_claim_name, prepared, false)
+                .await
+                .map_err(|e| format!("writing the device metadata: {e}")),
+            Err(_) => Ok(BTreeMap::new()),
         };
-        let answered = self.rebuild(&mut rec).await;
-        let (removed, kept) = self.sweep_orphans(answered).await?;
-        rec.cdi_removed = removed;
-        rec.kept_unverified = kept;
-        Ok(rec)
-    }
-
-    /// After a lost checkpoint: prepares again every claim the API server says is reserved and
-    /// allocated devices on this node. Returns whether the API server answered (only then can a
-    /// spec no claim owns be called an orphan).
-    async fn rebuild(&self, rec: &mut Recovery) -> bool {
-        let listed =
-            match tokio::time::timeout(REBUILD_LIST_TIMEOUT, self.claims.reserved_claims()).await {
-                Ok(Ok(listed)) => listed,
-                Ok(Err(e)) => {
-                    rec.cluster_error = Some(e);
-                    return false;
+        match written.and_then(|w| Ok((w, metadata?))) {
+            Ok(w) => Ok(w),
+            Err(e) => {
+                if let Err(u) = self.backends.unprepare(claim, devices).await {
+                    tracing::error!(claim = %claim, error = %u, "rolling back after a CDI failure failed");
                 }
-                Err(_) => {
-                    rec.cluster_error = Some(format!(
-                        "the API server did not list the claims within {} s",
-                        REBUILD_LIST_TIMEOUT.as_secs()
-                    ));
-                    return false;
+                let cdi = self.cdi.clone();
+                let uid = claim.uid.clone();
+                if let Err(r) = blocking(move || {
+                    cdi.remove_claim(uid.as_str())
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .and(self.remove_metadata(claim).await)
+                {
+                    tracing::error!(claim = %claim, error = %r, "removing the files of a failed prepare failed");
                 }
-            };
-        for (claim, devices) in listed {
-            if !devices
-                .iter()
-                .any(|d| self.backends.owner(&d.device.pool).is_some())
-            {
-                continue;
-            }
-            let lock = self.lock_for(claim.uid.as_str());
-            let _held = lock.lock().await;
-            match self.prepare_locked(&claim).await {
-                Ok(_) => rec.rebuilt.push(claim.uid.to_string()),
-                Err(f) => rec
-                    .rebuild_failed
-                    .push((claim.uid.to_string(), f.to_string())),
+                self.commit(Change::Remove {
+                    uid: claim.uid.to_string(),
+                })
+                .await
+                .map_err(retryable("checkpoint"))?;
+                Err(ClaimError::retryable(
+                    "cdi",
+                    format!("writing the CDI spec of claim {claim}: {e}"),
+                ))
             }
         }
-        true
     }
 
     async fn prepare_locked(
@@ -783,46 +620,9 @@ impl DraDriver {
         };
         failpoint::reached("after-device-prepare").await;
 
-        let cdi = self.cdi.clone();
-        let (uid, p) = (claim.uid.clone(), prepared.clone());
-        let written =
-            blocking(move || cdi.write_claim(uid.as_str(), &p).map_err(|e| e.to_string())).await;
-        let metadata = match &written {
-            Ok(_) => self
-                .metadata_files(claim, pod_claim_name.clone(), &prepared, false)
-                .await
-                .map_err(|e| format!("writing the device metadata: {e}")),
-            Err(_) => Ok(BTreeMap::new()),
-        };
-        let (written, metadata) = match written.and_then(|w| Ok((w, metadata?))) {
-            Ok(w) => w,
-            Err(e) => {
-                if let Err(u) = self.backends.unprepare(claim, &devices).await {
-                    tracing::error!(claim = %claim, error = %u, "rolling back after a CDI failure failed");
-                }
-                let cdi = self.cdi.clone();
-                let uid = claim.uid.clone();
-                if let Err(r) = blocking(move || {
-                    cdi.remove_claim(uid.as_str())
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                })
-                .await
-                .and(self.remove_metadata(claim).await)
-                {
-                    tracing::error!(claim = %claim, error = %r, "removing the files of a failed prepare failed");
-                }
-                self.commit(Change::Remove {
-                    uid: claim.uid.to_string(),
-                })
-                .await
-                .map_err(retryable("checkpoint"))?;
-                return Err(ClaimError::retryable(
-                    "cdi",
-                    format!("writing the CDI spec of claim {claim}: {e}"),
-                ));
-            }
-        };
+        let (written, metadata) = self
+            .write_files(claim, &devices, &prepared, pod_claim_name.clone())
+            .await?;
         failpoint::reached("after-cdi-write").await;
         failpoint::reached("before-prepare-completed").await;
 
