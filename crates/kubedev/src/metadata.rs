@@ -202,15 +202,7 @@ impl MetadataWriter {
         prepared: &[PreparedDevice],
         inventory: Option<&Inventory>,
     ) -> Result<BTreeMap<String, String>, String> {
-        let files = self
-            .files(claim, pod_claim_name, prepared)
-            .map_err(|e| e.to_string())?;
-        for f in &files {
-            let bytes = self.content(claim, pod_claim_name, f, prepared, inventory);
-            put(&f.host_path, &bytes)
-                .map_err(|e| format!("writing {}: {e}", f.host_path.display()))?;
-        }
-        self.write_spec(claim, &files, false)
+        self.put_claim(claim, pod_claim_name, prepared, inventory, false)
     }
 
     /// Makes sure `claim`'s files and CDI spec are in place: a missing or unreadable file is
@@ -223,22 +215,37 @@ impl MetadataWriter {
         prepared: &[PreparedDevice],
         inventory: Option<&Inventory>,
     ) -> Result<BTreeMap<String, String>, String> {
+        self.put_claim(claim, pod_claim_name, prepared, inventory, true)
+    }
+
+    /// Writes the files (`ensure`: only those missing or unreadable) and the spec.
+    fn put_claim(
+        &self,
+        claim: &ClaimRef,
+        pod_claim_name: Option<&str>,
+        prepared: &[PreparedDevice],
+        inventory: Option<&Inventory>,
+        ensure: bool,
+    ) -> Result<BTreeMap<String, String>, String> {
         let files = self
             .files(claim, pod_claim_name, prepared)
             .map_err(|e| e.to_string())?;
         for f in &files {
-            let intact = safefs::read_regular(&f.host_path, 1 << 20)
-                .ok()
-                .flatten()
-                .is_some_and(|b| serde_json::from_slice::<Value>(&b).is_ok());
-            if !intact {
+            if ensure {
+                let intact = safefs::read_regular(&f.host_path, 1 << 20)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|b| serde_json::from_slice::<Value>(&b).is_ok());
+                if intact {
+                    continue;
+                }
                 tracing::warn!(claim = %claim, file = %f.host_path.display(), "rewrote a missing or damaged device metadata file");
-                let bytes = self.content(claim, pod_claim_name, f, prepared, inventory);
-                put(&f.host_path, &bytes)
-                    .map_err(|e| format!("writing {}: {e}", f.host_path.display()))?;
             }
+            let bytes = self.content(claim, pod_claim_name, f, prepared, inventory);
+            put(&f.host_path, &bytes)
+                .map_err(|e| format!("writing {}: {e}", f.host_path.display()))?;
         }
-        self.write_spec(claim, &files, true)
+        self.write_spec(claim, &files, ensure)
     }
 
     fn write_spec(

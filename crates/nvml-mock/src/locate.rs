@@ -31,6 +31,14 @@ pub fn library_path() -> Option<PathBuf> {
         let path = PathBuf::from(path);
         return path.is_file().then_some(path);
     }
+    let dir = target_dir()?;
+    [dir.join("deps").join(LIBRARY_FILE), dir.join(LIBRARY_FILE)]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// `target/<profile>/` of the running executable (a test in `deps/` or an example).
+pub(crate) fn target_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let mut dir = exe.parent()?;
     if dir
@@ -39,9 +47,7 @@ pub fn library_path() -> Option<PathBuf> {
     {
         dir = dir.parent()?;
     }
-    [dir.join("deps").join(LIBRARY_FILE), dir.join(LIBRARY_FILE)]
-        .into_iter()
-        .find(|p| p.is_file())
+    Some(dir.to_path_buf())
 }
 
 /// Path of a bundled machine file: `machines/<name>.yaml` of this crate (`"dgx-a100"`,

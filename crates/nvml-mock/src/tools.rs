@@ -22,15 +22,7 @@ use std::path::{Path, PathBuf};
 /// target directory of the running executable (`target/<profile>/`, after
 /// `cargo build -p kubedev-nvml-mock`); `None` when it is not built.
 pub fn tool_path(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let mut dir = exe.parent()?;
-    if dir
-        .file_name()
-        .is_some_and(|n| n == "deps" || n == "examples")
-    {
-        dir = dir.parent()?;
-    }
-    let path = dir.join(name);
+    let path = crate::locate::target_dir()?.join(name);
     path.is_file().then_some(path)
 }
 
