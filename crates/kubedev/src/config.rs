@@ -541,7 +541,7 @@ impl Config {
             }
             let mut selectors = vec![format!("device.driver == {:?}", driver.as_str())];
             if let Some(cel) = &c.cel {
-                kubedev_allocator::cel::compile(cel)
+                kubedev_allocator::cel::validate_new(cel)
                     .map_err(|e| invalid(&field("cel"), e.to_string()))?;
                 selectors.push(cel.clone());
             }

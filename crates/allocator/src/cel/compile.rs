@@ -8,7 +8,7 @@ use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, operators};
 use super::library::Func;
 use super::numeric::{Quantity, Version};
 use super::value::{MapValue, Value};
-use super::{CompileError, MAX_AST_DEPTH, MAX_EXPRESSION_LENGTH, MAX_NESTING};
+use super::{CompileError, MAX_AST_DEPTH, MAX_CODE_POINTS, MAX_NESTING};
 
 /// Binary operators.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,11 +136,14 @@ impl Ty {
 
 /// Checks the lexical limits, parses and compiles `expression`.
 pub(crate) fn compile(expression: &str) -> Result<Program, CompileError> {
-    if expression.len() > MAX_EXPRESSION_LENGTH {
-        return Err(CompileError::TooLong {
-            length: expression.len(),
-            limit: MAX_EXPRESSION_LENGTH,
-        });
+    if expression.len() > MAX_CODE_POINTS {
+        let length = expression.chars().count();
+        if length > MAX_CODE_POINTS {
+            return Err(CompileError::TooLong {
+                length,
+                limit: MAX_CODE_POINTS,
+            });
+        }
     }
     check_lexical_nesting(expression)?;
     let ast = cel::parser::Parser::new()

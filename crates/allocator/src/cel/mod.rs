@@ -24,12 +24,18 @@ use numeric::{Quantity, Version};
 use value::MapValue;
 pub(crate) use value::Value;
 
-/// Longest accepted expression, in bytes (the API server's limit for selectors).
+/// Longest expression the API server accepts when a selector is written (created or
+/// changed), in bytes. Stored expressions stay valid, and the scheduler does not check it, so
+/// allocation does not either; [`validate_new`] does, for expressions kubedev writes.
 pub const MAX_EXPRESSION_LENGTH: usize = 10 * 1024;
+/// Longest expression the parser reads, in code points (cel-go's default, which neither the
+/// API server nor the scheduler changes).
+pub const MAX_CODE_POINTS: usize = 100_000;
 /// Runtime cost limit of one evaluation (the scheduler's limit for selectors).
 pub const COST_LIMIT: u64 = 1_000_000;
-/// Deepest bracket nesting accepted by the parser.
-pub const MAX_NESTING: usize = 64;
+/// Deepest bracket nesting accepted by the parser: cel-go's default recursion limit, which
+/// neither the API server nor the scheduler changes (each nested parenthesis is one level).
+pub const MAX_NESTING: usize = 250;
 /// Deepest parsed tree accepted; bounds the evaluator's recursion.
 pub const MAX_AST_DEPTH: usize = 250;
 
@@ -37,16 +43,28 @@ pub const MAX_AST_DEPTH: usize = 250;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompileError {
-    /// Longer than [`MAX_EXPRESSION_LENGTH`].
-    #[error("expression is {length} bytes long, the limit is {limit}")]
+    /// Longer than [`MAX_CODE_POINTS`] (cel-go's words).
+    #[error("expression code point size exceeds limit: size: {length}, limit {limit}")]
     TooLong {
+        /// Length in code points.
+        length: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Longer than [`MAX_EXPRESSION_LENGTH`], refused by [`validate_new`] only.
+    #[error(
+        "expression is {length} bytes long; the API server accepts a new or changed selector of \
+         at most {limit} bytes"
+    )]
+    TooLongToWrite {
         /// Length in bytes.
         length: usize,
         /// The limit.
         limit: usize,
     },
-    /// Nested deeper than the structural limits.
-    #[error("expression nests {depth} levels deep, the limit is {limit}")]
+    /// Nested deeper than the parser's recursion limit (cel-go's words), or a parsed tree
+    /// deeper than [`MAX_AST_DEPTH`].
+    #[error("expression recursion limit exceeded: {limit} (it nests at least {depth} levels)")]
     TooDeep {
         /// Depth found (at least).
         depth: usize,
@@ -122,9 +140,23 @@ pub fn compile(expression: &str) -> Result<Arc<Program>, CompileError> {
     result
 }
 
+/// Checks `expression` as the API server does when a selector is created or changed: at most
+/// [`MAX_EXPRESSION_LENGTH`] bytes, then [`compile`]. For expressions kubedev writes (its
+/// DeviceClasses); allocation reads stored expressions and uses [`compile`] alone.
+pub fn validate_new(expression: &str) -> Result<Arc<Program>, CompileError> {
+    if expression.len() > MAX_EXPRESSION_LENGTH {
+        return Err(CompileError::TooLongToWrite {
+            length: expression.len(),
+            limit: MAX_EXPRESSION_LENGTH,
+        });
+    }
+    compile(expression)
+}
+
 /// Compiles without the cache, on a thread with a known large stack.
 pub fn compile_uncached(expression: &str) -> Result<Arc<Program>, CompileError> {
-    if expression.len() > MAX_EXPRESSION_LENGTH {
+    if expression.len() > MAX_CODE_POINTS * 4 {
+        // Too long whatever its characters: refused before any parsing.
         return compile::compile(expression).map(Arc::new);
     }
     let text = expression.to_string();

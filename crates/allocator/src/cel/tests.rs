@@ -186,8 +186,36 @@ fn compile_errors() {
     compile_err("1 + 2", "must evaluate to bool");
     compile_err(r#"device.driver == 1"#, "no matching overload");
     compile_err("device.driver ==", "syntax error");
-    let long = format!("{}true", " ".repeat(MAX_EXPRESSION_LENGTH));
-    compile_err(&long, "bytes long");
+    let long = format!("{}true", " ".repeat(MAX_CODE_POINTS));
+    compile_err(
+        &long,
+        "expression code point size exceeds limit: size: 100004, limit 100000",
+    );
+}
+
+/// The scheduler's limits on stored expressions: no byte limit of its own (only the parser's
+/// 100,000 code points) and the parser's recursion limit of 250; the API server's 10 KiB applies
+/// when a selector is written.
+#[test]
+fn limits_are_the_schedulers_and_the_length_limit_is_for_writes() {
+    let nested = |n: usize| format!("{}true{}", "(".repeat(n), ")".repeat(n));
+    yes(&nested(100));
+    yes(&nested(240));
+    compile_err(&nested(260), "expression recursion limit exceeded: 250");
+    // A stored 24 KB selector (e.g. written before a limit, or by an older server) is valid.
+    let alternatives: Vec<String> = (0..1000)
+        .map(|i| format!("device.driver == \"driver-{i:05}.example.com\""))
+        .collect();
+    let stored = alternatives.join(" || ");
+    assert!(stored.len() > 24 * 1024, "{}", stored.len());
+    no(&stored);
+    let e = validate_new(&stored).map(|_| ()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("the API server accepts a new or changed selector of at most 10240 bytes"),
+        "{e}"
+    );
+    assert!(validate_new("device.driver == \"a\"").is_ok());
 }
 
 #[test]
