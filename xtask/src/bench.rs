@@ -2,7 +2,9 @@
 //!
 //! The table goes to `target/bench.md`. Rows whose name contains an allocator scenario of
 //! `../shared/bench-scenarios` carry the upstream allocator's time and our speed-up. The daemon's
-//! idle memory and the release binary's size are measured here too.
+//! idle memory and the release binary's size are measured here too, and the allocator as a
+//! scheduler uses it: build + allocate per pod for each shared scenario and per pod over
+//! generated clusters of 250 to 5,000 nodes, as whole-process CPU.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -137,6 +139,53 @@ fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>
 }
 
 /// Runs the benchmarks and writes the table.
+/// The allocator as a scheduler uses it, whole-process CPU with freeing included: build +
+/// allocate per pod for each shared scenario, and per pod over generated clusters (the
+/// allocator's `bench_table` and `per_pod` examples, release build), beside upstream's figures.
+fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
+    let scenarios = root.join("../shared/bench-scenarios");
+    let mut md = String::from("\n## The allocator as a scheduler uses it\n");
+    for (example, args, title) in [
+        (
+            "bench_table",
+            vec![scenarios.display().to_string(), "2000".to_string()],
+            "Shared scenarios: warm allocate and build + allocate per pod (µs, process CPU)",
+        ),
+        (
+            "per_pod",
+            vec!["5".to_string()],
+            "Per pod over a cluster: a fresh allocator, Allocate on every node (ms, process CPU)",
+        ),
+    ] {
+        let out = Command::new("cargo")
+            .current_dir(root)
+            .args([
+                "run",
+                "--release",
+                "-q",
+                "-p",
+                "kubedev-allocator",
+                "--example",
+                example,
+                "--",
+            ])
+            .args(&args)
+            .output()
+            .with_context(|| format!("running the {example} example"))?;
+        if !out.status.success() {
+            bail!(
+                "the {example} example failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        md.push_str(&format!(
+            "\n{title}:\n\n```text\n{}```\n",
+            String::from_utf8_lossy(&out.stdout)
+        ));
+    }
+    Ok(md)
+}
+
 pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
     let target = crate::ci::target_dir(root);
     // What the benchmarks load: the policies, and the NVML stand-in built as they are.
@@ -214,6 +263,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
             Err(e) => md.push_str(&format!("| daemon RSS {what} | not measured: {e} |\n")),
         }
     }
+    md.push_str(&scheduler_figures(root)?);
     let out = target.join("bench.md");
     std::fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
     println!("{md}\nwritten to {}", out.display());

@@ -22,6 +22,7 @@ use crate::error::AllocationError;
 use crate::model::{NodeView, PoolState, build_node_view};
 use crate::policy::SelectionPolicy;
 use crate::scenario::split_device_id;
+use crate::slice_index::SliceIndex;
 use plan::{plan_claims, statically_impossible};
 use search::Search;
 
@@ -88,6 +89,8 @@ pub struct Allocator<'a> {
     allocated: HashSet<(&'a str, &'a str, &'a str)>,
     class_index: HashMap<&'a str, usize>,
     nodes: HashMap<String, Result<NodeView<'a>, String>>,
+    /// Built when a second node is asked for (see [`SliceIndex`]).
+    slice_index: Option<SliceIndex>,
     stats: SearchStats,
 }
 
@@ -213,6 +216,7 @@ impl<'a> Allocator<'a> {
                 m
             },
             nodes: HashMap::new(),
+            slice_index: None,
             stats: SearchStats::default(),
         }
     }
@@ -227,17 +231,28 @@ impl<'a> Allocator<'a> {
     }
 
     pub(crate) fn node_view(&mut self, node: &Node) -> Result<&mut NodeView<'a>, AllocationError> {
-        Self::view_in(&mut self.nodes, self.slices, &self.allocated, node)
+        Self::view_in(
+            &mut self.nodes,
+            &mut self.slice_index,
+            self.slices,
+            &self.allocated,
+            node,
+        )
     }
 
     fn view_in<'m>(
         nodes: &'m mut HashMap<String, Result<NodeView<'a>, String>>,
+        slice_index: &mut Option<SliceIndex>,
         slices: &'a [ResourceSlice],
         allocated: &HashSet<(&'a str, &'a str, &'a str)>,
         node: &Node,
     ) -> Result<&'m mut NodeView<'a>, AllocationError> {
         if !nodes.contains_key(&node.name) {
-            let view = build_node_view(node, slices, allocated);
+            // One node: one scan of the slices. More nodes: index them once.
+            if !nodes.is_empty() && slice_index.is_none() {
+                *slice_index = Some(SliceIndex::new(slices));
+            }
+            let view = build_node_view(node, slices, slice_index.as_ref(), allocated);
             nodes.insert(node.name.clone(), view);
         }
         match nodes.get_mut(&node.name) {
@@ -261,7 +276,13 @@ impl<'a> Allocator<'a> {
     ) -> Result<Option<Vec<AllocationResult>>, AllocationError> {
         self.stats = SearchStats::default();
         let classes = self.classes;
-        let view = Self::view_in(&mut self.nodes, self.slices, &self.allocated, node)?;
+        let view = Self::view_in(
+            &mut self.nodes,
+            &mut self.slice_index,
+            self.slices,
+            &self.allocated,
+            node,
+        )?;
         let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
         self.stats.evaluations = evaluations;
         let (results, steps) = if statically_impossible(view, &plan) {
@@ -304,7 +325,13 @@ impl<'a> Allocator<'a> {
         options: &AllocateOptions<'_>,
     ) -> Result<Vec<ClaimPlan<'c>>, AllocationError> {
         let classes = self.classes;
-        let view = Self::view_in(&mut self.nodes, self.slices, &self.allocated, node)?;
+        let view = Self::view_in(
+            &mut self.nodes,
+            &mut self.slice_index,
+            self.slices,
+            &self.allocated,
+            node,
+        )?;
         let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
         self.stats.evaluations = evaluations;
         Ok(plan)

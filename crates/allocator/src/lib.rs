@@ -131,6 +131,7 @@ mod nodesel;
 mod policy;
 pub mod scenario;
 mod simulate;
+mod slice_index;
 pub mod yaml;
 
 pub use allocator::{AllocateOptions, Allocator, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM, SearchStats};

@@ -11,6 +11,7 @@ use kubedev_core::Quantity;
 use crate::api::{Device, DeviceCapacity, DeviceTaint, Node, ResourceSlice};
 use crate::cel::{self, DeviceContext, Interner, Value};
 use crate::nodesel::node_matches;
+use crate::slice_index::SliceIndex;
 
 /// Whether a pool can be allocated from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,11 +297,16 @@ struct RawPool<'a> {
 pub(crate) fn build_node_view<'a>(
     node: &Node,
     slices: &'a [ResourceSlice],
+    slice_index: Option<&SliceIndex>,
     allocated: &HashSet<(&str, &str, &str)>,
 ) -> Result<NodeView<'a>, String> {
     let mut raw: Vec<RawPool<'a>> = Vec::new();
     let mut index: HashMap<(&'a str, &'a str), usize> = HashMap::new();
-    for slice in slices {
+    let candidates: Vec<&'a ResourceSlice> = match slice_index {
+        Some(ix) => ix.for_node(slices, &node.name),
+        None => slices.iter().collect(),
+    };
+    for slice in candidates {
         if !slice_relevant(node, slice)? {
             continue;
         }
@@ -340,7 +346,11 @@ pub(crate) fn build_node_view<'a>(
             // Look at every slice of the pool, also those not relevant for this node.
             let mut obsolete = false;
             let mut all = Vec::new();
-            for s in slices {
+            let of_pool: Vec<&'a ResourceSlice> = match slice_index {
+                Some(ix) => ix.pool(slices, p.driver, p.name),
+                None => slices.iter().collect(),
+            };
+            for s in of_pool {
                 if s.spec.driver != p.driver || s.spec.pool.name != p.name {
                     continue;
                 }

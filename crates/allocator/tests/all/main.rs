@@ -2,5 +2,6 @@
 //! kubedev-allocator integration tests, one binary with a module per topic.
 
 mod conformance;
+mod nodes;
 mod policy;
 mod properties;
