@@ -121,7 +121,8 @@ enum Command {
         /// Output format.
         #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
         output: Output,
-        /// Repeat the allocation N times after a warm-up and report the median times.
+        /// Repeat the allocation N times after a warm-up and report the median times (whole-process
+        /// CPU and wall, freeing included).
         #[arg(long)]
         repeat: Option<usize>,
         /// A WebAssembly selection policy that orders the valid candidates.
