@@ -50,9 +50,14 @@ impl DeviceConfig {
         }
     }
 
-    /// Where the entry is, for messages: `config[2] (from the claim)`.
+    /// Where the entry is, for messages: `config[2] (from the claim)`; `config (from the
+    /// claim)` for an entry read from an old checkpoint, whose position is unknown.
     pub fn location(&self) -> String {
-        format!("config[{}] (from {})", self.index, self.source)
+        if self.index == usize::MAX {
+            format!("config (from {})", self.source)
+        } else {
+            format!("config[{}] (from {})", self.index, self.source)
+        }
     }
 }
 
@@ -116,11 +121,7 @@ pub fn effective_config<T: DeserializeOwned + ValidateConfig>(
 ) -> Result<Option<T>, ConfigError> {
     let mut chosen = None;
     for entry in configs.iter().filter(|c| accepts(&c.parameters)) {
-        let location = if entry.index == usize::MAX {
-            format!("config (from {})", entry.source)
-        } else {
-            entry.location()
-        };
+        let location = entry.location();
         let value: T = serde_path_to_error::deserialize(&entry.parameters).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
