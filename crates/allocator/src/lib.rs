@@ -124,6 +124,7 @@
 mod allocator;
 pub mod api;
 pub mod cel;
+pub mod cluster;
 mod error;
 mod explain;
 mod model;

@@ -133,6 +133,35 @@ enum Command {
         #[arg(long, requires = "policy")]
         fail_closed: bool,
     },
+    /// Which nodes of a whole cluster can take a pod's (or a claim's) device claims, and why
+    /// every other node cannot.
+    ///
+    /// Input is what `kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -o yaml`
+    /// (or `-o json`) prints: List objects or single objects, in one or several files, `-` for
+    /// standard input. Fields the allocator does not use are ignored. Devices other claims
+    /// hold (their `status.allocation`) are in use. Without Node objects, the nodes the slices
+    /// name are asked about. The exit code is 0 whether or not a node fits, 1 when the input
+    /// cannot be read.
+    #[command(
+        after_help = "Examples:\n  kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -A -o yaml > cluster.yaml\n  kubedev explain -f cluster.yaml --pod default/trainer\n  kubedev explain -f cluster.yaml --claim default/gpus --details\n  kubectl get resourceslices,deviceclasses,resourceclaims -A -o json | kubedev explain -f - --claim ml/big -o json"
+    )]
+    Explain {
+        /// A dump (YAML or JSON); repeat for several, `-` for standard input.
+        #[arg(long, short = 'f', required = true)]
+        file: Vec<PathBuf>,
+        /// The pod whose claims to explain, `namespace/name`.
+        #[arg(long, conflicts_with = "claim", required_unless_present = "claim")]
+        pod: Option<String>,
+        /// The claim to explain, `namespace/name`.
+        #[arg(long)]
+        claim: Option<String>,
+        /// Output format.
+        #[arg(long, short = 'o', value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// In text, also each node that does not fit and why.
+        #[arg(long)]
+        details: bool,
+    },
     /// Work with WebAssembly selection policies.
     Policy {
         #[command(subcommand)]
@@ -375,6 +404,41 @@ fn real_main(cli: Cli, registry: Registry) -> anyhow::Result<ExitCode> {
                 }
                 None => Ok(ExitCode::SUCCESS),
             }
+        }
+        Command::Explain {
+            file,
+            pod,
+            claim,
+            output,
+            details,
+        } => {
+            let mut cluster = kubedev_allocator::cluster::Cluster::default();
+            for f in &file {
+                let (text, origin) = if f.as_os_str() == "-" {
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                        .context("reading standard input")?;
+                    (text, "stdin".to_string())
+                } else {
+                    let text = std::fs::read_to_string(f)
+                        .with_context(|| format!("reading {}", f.display()))?;
+                    (text, f.display().to_string())
+                };
+                cluster.add_text(&text, &origin)?;
+            }
+            let subject = match (pod, claim) {
+                (Some(p), _) => kubedev_allocator::cluster::Subject::Pod(p),
+                (None, Some(c)) => kubedev_allocator::cluster::Subject::Claim(c),
+                (None, None) => anyhow::bail!("give --pod or --claim"),
+            };
+            let answer = cluster.explain(&subject).map_err(anyhow::Error::msg)?;
+            let text = match output {
+                Output::Text => answer.to_text(details),
+                Output::Json => format!("{}\n", serde_json::to_string_pretty(&answer)?),
+                Output::Yaml => serde_saphyr::to_string(&answer)?,
+            };
+            write_stdout(&text)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Policy {
             command: PolicyCommand::Check { path },

@@ -1,0 +1,436 @@
+//! A whole cluster as `kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -o
+//! yaml` prints it, and the question users ask of it: which nodes can take a pod's (or a
+//! claim's) device claims, and why every other node cannot.
+//!
+//! Input is read as the API machinery reads objects: `List` objects or single objects, YAML
+//! (several documents) or JSON, fields this allocator does not know ignored (a dump carries
+//! `status`, `managedFields` and fields of newer releases). Devices other claims hold
+//! (`status.allocation`) are in use, except for devices that allow multiple allocations.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
+use crate::{AllocateOptions, Allocator};
+
+/// The objects read from one or more dumps.
+#[derive(Debug, Default)]
+pub struct Cluster {
+    /// ResourceSlices.
+    pub slices: Vec<ResourceSlice>,
+    /// DeviceClasses.
+    pub classes: Vec<DeviceClass>,
+    /// ResourceClaims, with their `status.allocation` results (`driver/pool/device`).
+    pub claims: Vec<(ResourceClaim, Vec<String>)>,
+    /// Nodes.
+    pub nodes: Vec<Node>,
+    /// Pods, as read.
+    pub pods: Vec<Value>,
+}
+
+/// What to explain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// The claims of a pod, `namespace/name`.
+    Pod(String),
+    /// One claim, `namespace/name`.
+    Claim(String),
+}
+
+/// The answer for one node.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeAnswer {
+    /// The node.
+    pub node: String,
+    /// Whether the claims fit.
+    pub fits: bool,
+    /// Why not (one line per request), or the error that stopped the allocator.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+}
+
+/// The answer for the whole cluster.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterAnswer {
+    /// The claims explained, `namespace/name`.
+    pub claims: Vec<String>,
+    /// Claims already allocated (they are not allocated again), `namespace/name`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub already_allocated: Vec<String>,
+    /// Every node, those that fit first.
+    pub nodes: Vec<NodeAnswer>,
+}
+
+/// Why a dump cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{origin}: {message}")]
+pub struct ClusterError {
+    /// The file (or `stdin`), and the object when known.
+    pub origin: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Decodes `value` as a `T`, dropping fields `T` does not know (as the API machinery ignores
+/// unknown fields) and naming the first real problem.
+fn lenient<T: DeserializeOwned>(mut value: Value) -> Result<T, String> {
+    for _ in 0..256 {
+        let err = match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(t) => return Ok(t),
+            Err(e) => e,
+        };
+        let path: Vec<String> = err
+            .path()
+            .iter()
+            .map(|s| match s {
+                serde_path_to_error::Segment::Seq { index } => format!("#{index}"),
+                serde_path_to_error::Segment::Map { key } => key.clone(),
+                serde_path_to_error::Segment::Enum { variant } => variant.clone(),
+                serde_path_to_error::Segment::Unknown => "?".to_string(),
+            })
+            .collect();
+        let message = err.inner().to_string();
+        let Some(field) = message
+            .strip_prefix("unknown field `")
+            .and_then(|r| r.split('`').next())
+            .map(str::to_string)
+        else {
+            return Err(format!("{}: {message}", path.join(".")));
+        };
+        let parent = match path.last() {
+            Some(last) if *last == field => &path[..path.len() - 1],
+            _ => &path[..],
+        };
+        let mut at = &mut value;
+        for seg in parent {
+            at = match seg.strip_prefix('#').and_then(|i| i.parse::<usize>().ok()) {
+                Some(i) => match at.get_mut(i) {
+                    Some(v) => v,
+                    None => return Err(format!("{}: {message}", path.join("."))),
+                },
+                None => match at.get_mut(seg.as_str()) {
+                    Some(v) => v,
+                    None => return Err(format!("{}: {message}", path.join("."))),
+                },
+            };
+        }
+        match at.as_object_mut().and_then(|m| m.remove(&field)) {
+            Some(_) => {}
+            None => return Err(format!("{}: {message}", path.join("."))),
+        }
+    }
+    Err("too many unknown fields".into())
+}
+
+fn name_of(v: &Value) -> String {
+    let m = &v["metadata"];
+    match m["namespace"].as_str().filter(|n| !n.is_empty()) {
+        Some(ns) => format!("{ns}/{}", m["name"].as_str().unwrap_or("?")),
+        None => m["name"].as_str().unwrap_or("?").to_string(),
+    }
+}
+
+impl Cluster {
+    /// Adds the objects of one dump (`origin` names it in errors): YAML documents or JSON,
+    /// each a `List` (its `items`) or one object. Kinds other than the five read are skipped.
+    pub fn add_text(&mut self, text: &str, origin: &str) -> Result<(), ClusterError> {
+        let error = |message: String| ClusterError {
+            origin: origin.to_string(),
+            message,
+        };
+        let docs: Vec<Value> = if text.trim_start().starts_with(['{', '[']) {
+            vec![serde_json::from_str(text).map_err(|e| error(e.to_string()))?]
+        } else {
+            let mut budget = serde_saphyr::Budget::default();
+            budget.max_events = 50_000_000;
+            budget.max_nodes = 20_000_000;
+            budget.max_total_scalar_bytes = 1 << 30;
+            let mut options = serde_saphyr::Options::default();
+            options.budget = Some(budget.clone());
+            serde_saphyr::from_multiple_with_options(text, options)
+                .map_err(|e| error(crate::yaml::describe_error(&e, &budget)))?
+        };
+        for doc in docs {
+            let items = match doc["kind"].as_str() {
+                Some(k) if k.ends_with("List") => {
+                    doc["items"].as_array().cloned().unwrap_or_default()
+                }
+                _ if doc.is_null() => Vec::new(),
+                _ => vec![doc],
+            };
+            for item in items {
+                self.add_object(item).map_err(&error)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn add_object(&mut self, v: Value) -> Result<(), String> {
+        let what =
+            |e: String| format!("{} {}: {e}", v["kind"].as_str().unwrap_or("?"), name_of(&v));
+        match v["kind"].as_str().unwrap_or_default() {
+            "ResourceSlice" => self.slices.push(lenient(v.clone()).map_err(what)?),
+            "DeviceClass" => self.classes.push(lenient(v.clone()).map_err(what)?),
+            "ResourceClaim" => {
+                let allocated = v["status"]["allocation"]["devices"]["results"]
+                    .as_array()
+                    .map(|r| {
+                        r.iter()
+                            .map(|d| {
+                                format!(
+                                    "{}/{}/{}",
+                                    d["driver"].as_str().unwrap_or_default(),
+                                    d["pool"].as_str().unwrap_or_default(),
+                                    d["device"].as_str().unwrap_or_default()
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.claims
+                    .push((lenient(v.clone()).map_err(what)?, allocated));
+            }
+            "Node" => self.nodes.push(Node {
+                name: v["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                labels: serde_json::from_value(v["metadata"]["labels"].clone()).unwrap_or_default(),
+            }),
+            "Pod" => self.pods.push(v),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn claim_index(&self, key: &str) -> Option<usize> {
+        self.claims.iter().position(|(c, _)| {
+            let ns = &c.metadata.namespace;
+            key == format!("{ns}/{}", c.metadata.name) || (ns.is_empty() && key == c.metadata.name)
+        })
+    }
+
+    /// The claims `subject` needs, `namespace/name`.
+    fn subject_claims(&self, subject: &Subject) -> Result<Vec<String>, String> {
+        match subject {
+            Subject::Claim(c) => Ok(vec![c.clone()]),
+            Subject::Pod(p) => {
+                let pod = self
+                    .pods
+                    .iter()
+                    .find(|v| name_of(v) == *p)
+                    .ok_or_else(|| format!("pod {p} is not in the input"))?;
+                let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+                let statuses = pod["status"]["resourceClaimStatuses"].as_array();
+                let mut out = Vec::new();
+                for rc in pod["spec"]["resourceClaims"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                {
+                    let entry = rc["name"].as_str().unwrap_or_default();
+                    let name = match rc["resourceClaimName"].as_str() {
+                        Some(n) => n.to_string(),
+                        None => statuses
+                            .into_iter()
+                            .flatten()
+                            .find(|s| s["name"] == entry)
+                            .and_then(|s| s["resourceClaimName"].as_str())
+                            .ok_or_else(|| {
+                                format!(
+                                    "pod {p}: the claim of its entry {entry:?} (from a template) \
+                                     is not created yet (no status.resourceClaimStatuses)"
+                                )
+                            })?
+                            .to_string(),
+                    };
+                    out.push(format!("{ns}/{name}"));
+                }
+                if out.is_empty() {
+                    return Err(format!("pod {p} has no resource claims"));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// Which nodes can take `subject`'s claims, and why each other node cannot.
+    pub fn explain(&self, subject: &Subject) -> Result<ClusterAnswer, String> {
+        let wanted = self.subject_claims(subject)?;
+        let mut claims = Vec::new();
+        let mut already = Vec::new();
+        for key in &wanted {
+            let i = self
+                .claim_index(key)
+                .ok_or_else(|| format!("claim {key} is not in the input"))?;
+            if self.claims[i].1.is_empty() {
+                claims.push(self.claims[i].0.clone());
+            } else {
+                already.push(key.clone());
+            }
+        }
+        // Devices other claims hold; shareable ones stay available to others.
+        let shareable: BTreeSet<String> = self
+            .slices
+            .iter()
+            .flat_map(|s| {
+                s.spec
+                    .devices
+                    .iter()
+                    .filter(|d| d.allow_multiple_allocations.unwrap_or(false))
+                    .map(move |d| format!("{}/{}/{}", s.spec.driver, s.spec.pool.name, d.name))
+            })
+            .collect();
+        let in_use: Vec<String> = self
+            .claims
+            .iter()
+            .flat_map(|(_, a)| a.iter().cloned())
+            .filter(|d| !shareable.contains(d))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut nodes: Vec<Node> = self.nodes.clone();
+        if nodes.is_empty() {
+            let names: BTreeSet<&str> = self
+                .slices
+                .iter()
+                .filter_map(|s| s.spec.node_name.as_deref())
+                .collect();
+            nodes = names
+                .into_iter()
+                .map(|n| Node {
+                    name: n.to_string(),
+                    labels: Default::default(),
+                })
+                .collect();
+        }
+        let options = AllocateOptions::default();
+        let mut allocator = Allocator::new(&self.slices, &self.classes, &in_use);
+        let mut answers = Vec::with_capacity(nodes.len());
+        for node in &nodes {
+            if claims.is_empty() {
+                answers.push(NodeAnswer {
+                    node: node.name.clone(),
+                    fits: true,
+                    reasons: Vec::new(),
+                });
+                continue;
+            }
+            let answer = match allocator.allocate(node, &claims, &options) {
+                Ok(Some(_)) => NodeAnswer {
+                    node: node.name.clone(),
+                    fits: true,
+                    reasons: Vec::new(),
+                },
+                Ok(None) => {
+                    let reasons = match allocator.explain_with(node, &claims, &options) {
+                        Ok(e) => e.pools.iter().cloned().chain(e.summary).collect(),
+                        Err(e) => vec![e.to_string()],
+                    };
+                    NodeAnswer {
+                        node: node.name.clone(),
+                        fits: false,
+                        reasons,
+                    }
+                }
+                Err(e) => NodeAnswer {
+                    node: node.name.clone(),
+                    fits: false,
+                    reasons: vec![e.to_string()],
+                },
+            };
+            answers.push(answer);
+        }
+        answers.sort_by_key(|a| !a.fits);
+        Ok(ClusterAnswer {
+            claims: wanted
+                .into_iter()
+                .filter(|w| !already.contains(w))
+                .collect(),
+            already_allocated: already,
+            nodes: answers,
+        })
+    }
+}
+
+impl ClusterAnswer {
+    /// The `-o text` form: a summary first (how many nodes fit, which reasons keep the others
+    /// out and how often), then with `details` each node that does not fit and why.
+    pub fn to_text(&self, details: bool) -> String {
+        let mut s = String::new();
+        let fit: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter(|n| n.fits)
+            .map(|n| n.node.as_str())
+            .collect();
+        if !self.already_allocated.is_empty() {
+            let _ = writeln!(
+                s,
+                "already allocated: {}",
+                self.already_allocated.join(", ")
+            );
+        }
+        let _ = writeln!(
+            s,
+            "{} of {} nodes can take {}",
+            fit.len(),
+            self.nodes.len(),
+            if self.claims.is_empty() {
+                "the claims (nothing left to allocate)".to_string()
+            } else {
+                self.claims.join(", ")
+            }
+        );
+        if !fit.is_empty() {
+            let shown: Vec<&str> = fit.iter().take(10).copied().collect();
+            let more = fit.len().saturating_sub(shown.len());
+            let _ = writeln!(
+                s,
+                "  fit: {}{}",
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            );
+        }
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for n in self.nodes.iter().filter(|n| !n.fits) {
+            for r in &n.reasons {
+                *counts.entry(r.as_str()).or_default() += 1;
+            }
+        }
+        if !counts.is_empty() {
+            let _ = writeln!(s, "why the other nodes do not fit (nodes: reason):");
+            let mut by_count: Vec<(&str, usize)> = counts.into_iter().collect();
+            by_count.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            for (reason, n) in by_count {
+                let _ = writeln!(s, "  {n}: {reason}");
+            }
+        }
+        if details {
+            for n in self.nodes.iter().filter(|n| !n.fits) {
+                let _ = writeln!(s, "node {}:", n.node);
+                for r in &n.reasons {
+                    let _ = writeln!(s, "  {r}");
+                }
+            }
+        }
+        s
+    }
+}
+
+/// Reads a dump into a fresh [`Cluster`] (for tests and callers with one text).
+pub fn read_cluster(text: &str, origin: &str) -> Result<Cluster, ClusterError> {
+    let mut c = Cluster::default();
+    c.add_text(text, origin)?;
+    Ok(c)
+}
