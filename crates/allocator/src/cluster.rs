@@ -434,3 +434,51 @@ pub fn read_cluster(text: &str, origin: &str) -> Result<Cluster, ClusterError> {
     c.add_text(text, origin)?;
     Ok(c)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_of_newer_releases_are_ignored_and_real_errors_named() {
+        let text = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: resource.k8s.io/v1
+  kind: ResourceSlice
+  metadata: {name: s1, resourceVersion: "7", managedFields: [{manager: x}]}
+  spec:
+    driver: d
+    nodeName: n1
+    pool: {name: p, generation: 1, resourceSliceCount: 1}
+    someFutureField: {a: 1}
+    devices:
+    - name: g0
+      futureDeviceField: true
+      attributes: {model: {string: m}}
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: ignored}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ns}
+spec:
+  resourceClaims: [{name: gpus, resourceClaimTemplateName: t}]
+"#;
+        let c = read_cluster(text, "dump.yaml").unwrap();
+        assert_eq!(c.slices.len(), 1);
+        assert_eq!(c.slices[0].spec.devices[0].name, "g0");
+        let e = c.explain(&Subject::Pod("ns/p".into())).unwrap_err();
+        assert!(e.contains("is not created yet"), "{e}");
+
+        let bad = "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: s2}\nspec: {driver: d, pool: {name: p, generation: x}}\n";
+        let e = read_cluster(bad, "dump.yaml").unwrap_err().to_string();
+        assert!(
+            e.starts_with("dump.yaml: ResourceSlice s2: spec.pool.generation"),
+            "{e}"
+        );
+    }
+}
