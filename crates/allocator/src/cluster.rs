@@ -172,11 +172,12 @@ impl Cluster {
     }
 
     fn add_object(&mut self, v: Value) -> Result<(), String> {
-        let what =
-            |e: String| format!("{} {}: {e}", v["kind"].as_str().unwrap_or("?"), name_of(&v));
-        match v["kind"].as_str().unwrap_or_default() {
-            "ResourceSlice" => self.slices.push(lenient(v.clone()).map_err(what)?),
-            "DeviceClass" => self.classes.push(lenient(v.clone()).map_err(what)?),
+        let kind = v["kind"].as_str().unwrap_or("?").to_string();
+        let label = format!("{kind} {}", name_of(&v));
+        let what = |e: String| format!("{label}: {e}");
+        match kind.as_str() {
+            "ResourceSlice" => self.slices.push(lenient(v).map_err(what)?),
+            "DeviceClass" => self.classes.push(lenient(v).map_err(what)?),
             "ResourceClaim" => {
                 let allocated = v["status"]["allocation"]["devices"]["results"]
                     .as_array()
