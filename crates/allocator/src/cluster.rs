@@ -147,12 +147,7 @@ impl Cluster {
         let docs: Vec<Value> = if text.trim_start().starts_with(['{', '[']) {
             vec![serde_json::from_str(text).map_err(|e| error(e.to_string()))?]
         } else {
-            let mut budget = serde_saphyr::Budget::default();
-            budget.max_events = 50_000_000;
-            budget.max_nodes = 20_000_000;
-            budget.max_total_scalar_bytes = 1 << 30;
-            let mut options = serde_saphyr::Options::default();
-            options.budget = Some(budget.clone());
+            let (options, budget) = crate::yaml::large_input(1 << 30);
             serde_saphyr::from_multiple_with_options(text, options)
                 .map_err(|e| error(crate::yaml::describe_error(&e, &budget)))?
         };

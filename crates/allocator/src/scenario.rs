@@ -127,14 +127,7 @@ impl Scenario {
                 message: json_message(&e),
             })?
         } else {
-            // Cluster-sized scenarios (thousands of slices) exceed the default event and
-            // node budgets; the depth limit stays, it is what protects the stack.
-            let mut budget = serde_saphyr::Budget::default();
-            budget.max_events = 50_000_000;
-            budget.max_nodes = 20_000_000;
-            budget.max_total_scalar_bytes = 256 << 20;
-            let mut options = serde_saphyr::Options::default();
-            options.budget = Some(budget.clone());
+            let (options, budget) = crate::yaml::large_input(256 << 20);
             serde_saphyr::from_str_with_options(text, options).map_err(|e| ScenarioError::Yaml {
                 origin: origin.to_string(),
                 message: crate::yaml::describe_error(&e, &budget),

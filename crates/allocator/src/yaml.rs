@@ -8,6 +8,21 @@ use std::borrow::Cow;
 use serde_saphyr::budget::BudgetBreach;
 use serde_saphyr::{Budget, Error, MessageFormatter as _, UserMessageFormatter};
 
+/// Options for cluster-sized YAML (thousands of slices), which exceeds the default event and
+/// node budgets; the depth limit stays, it is what protects the stack. `max_scalar_bytes`
+/// bounds all strings together. Returns the options and their budget (for error messages).
+pub(crate) fn large_input(
+    max_scalar_bytes: usize,
+) -> (serde_saphyr::Options, serde_saphyr::Budget) {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = 50_000_000;
+    budget.max_nodes = 20_000_000;
+    budget.max_total_scalar_bytes = max_scalar_bytes;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget.clone());
+    (options, budget)
+}
+
 /// `line N: <what is wrong>` for an error of `serde_saphyr` reading a file with `budget` (the
 /// limits the reader ran under, named when one is hit); the caller adds the file name.
 ///
