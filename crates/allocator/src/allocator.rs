@@ -84,14 +84,47 @@ pub struct SearchStats {
 /// devices and every selector result, so repeated allocations are cheap.
 #[derive(Debug)]
 pub struct Allocator<'a> {
-    slices: &'a [ResourceSlice],
     classes: &'a [DeviceClass],
-    allocated: HashSet<(&'a str, &'a str, &'a str)>,
     class_index: HashMap<&'a str, usize>,
+    views: NodeViews<'a>,
+    stats: SearchStats,
+}
+
+/// Each node's view of the slices, built on first use and kept.
+#[derive(Debug)]
+struct NodeViews<'a> {
+    slices: &'a [ResourceSlice],
+    allocated: HashSet<(&'a str, &'a str, &'a str)>,
     nodes: HashMap<String, Result<NodeView<'a>, String>>,
     /// Built when a second node is asked for (see [`SliceIndex`]).
     slice_index: Option<SliceIndex>,
-    stats: SearchStats,
+}
+
+impl<'a> NodeViews<'a> {
+    fn get(&mut self, node: &Node) -> Result<&mut NodeView<'a>, AllocationError> {
+        if !self.nodes.contains_key(&node.name) {
+            // One node: one scan of the slices. More nodes: index them once.
+            if !self.nodes.is_empty() && self.slice_index.is_none() {
+                self.slice_index = Some(SliceIndex::new(self.slices));
+            }
+            let view = build_node_view(
+                node,
+                self.slices,
+                self.slice_index.as_ref(),
+                &self.allocated,
+            );
+            self.nodes.insert(node.name.clone(), view);
+        }
+        match self.nodes.get_mut(&node.name) {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(message)) => Err(AllocationError::NodeSelection {
+                message: message.clone(),
+            }),
+            None => Err(AllocationError::NodeSelection {
+                message: "node view missing".into(),
+            }),
+        }
+    }
 }
 
 /// The selector results of one device for one request.
@@ -202,12 +235,7 @@ impl<'a> Allocator<'a> {
         allocated_devices: &'a [String],
     ) -> Allocator<'a> {
         Allocator {
-            slices,
             classes,
-            allocated: allocated_devices
-                .iter()
-                .filter_map(|s| split_device_id(s))
-                .collect(),
             class_index: {
                 let mut m = HashMap::with_capacity(classes.len());
                 for (i, c) in classes.iter().enumerate() {
@@ -215,8 +243,15 @@ impl<'a> Allocator<'a> {
                 }
                 m
             },
-            nodes: HashMap::new(),
-            slice_index: None,
+            views: NodeViews {
+                slices,
+                allocated: allocated_devices
+                    .iter()
+                    .filter_map(|s| split_device_id(s))
+                    .collect(),
+                nodes: HashMap::new(),
+                slice_index: None,
+            },
             stats: SearchStats::default(),
         }
     }
@@ -231,39 +266,7 @@ impl<'a> Allocator<'a> {
     }
 
     pub(crate) fn node_view(&mut self, node: &Node) -> Result<&mut NodeView<'a>, AllocationError> {
-        Self::view_in(
-            &mut self.nodes,
-            &mut self.slice_index,
-            self.slices,
-            &self.allocated,
-            node,
-        )
-    }
-
-    fn view_in<'m>(
-        nodes: &'m mut HashMap<String, Result<NodeView<'a>, String>>,
-        slice_index: &mut Option<SliceIndex>,
-        slices: &'a [ResourceSlice],
-        allocated: &HashSet<(&'a str, &'a str, &'a str)>,
-        node: &Node,
-    ) -> Result<&'m mut NodeView<'a>, AllocationError> {
-        if !nodes.contains_key(&node.name) {
-            // One node: one scan of the slices. More nodes: index them once.
-            if !nodes.is_empty() && slice_index.is_none() {
-                *slice_index = Some(SliceIndex::new(slices));
-            }
-            let view = build_node_view(node, slices, slice_index.as_ref(), allocated);
-            nodes.insert(node.name.clone(), view);
-        }
-        match nodes.get_mut(&node.name) {
-            Some(Ok(v)) => Ok(v),
-            Some(Err(message)) => Err(AllocationError::NodeSelection {
-                message: message.clone(),
-            }),
-            None => Err(AllocationError::NodeSelection {
-                message: "node view missing".into(),
-            }),
-        }
+        self.views.get(node)
     }
 
     /// Allocates devices for `claims` (as for one pod) on `node`. `Ok(None)` means the claims
@@ -276,13 +279,7 @@ impl<'a> Allocator<'a> {
     ) -> Result<Option<Vec<AllocationResult>>, AllocationError> {
         self.stats = SearchStats::default();
         let classes = self.classes;
-        let view = Self::view_in(
-            &mut self.nodes,
-            &mut self.slice_index,
-            self.slices,
-            &self.allocated,
-            node,
-        )?;
+        let view = self.views.get(node)?;
         let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
         self.stats.evaluations = evaluations;
         let (results, steps) = if statically_impossible(view, &plan) {
@@ -325,13 +322,7 @@ impl<'a> Allocator<'a> {
         options: &AllocateOptions<'_>,
     ) -> Result<Vec<ClaimPlan<'c>>, AllocationError> {
         let classes = self.classes;
-        let view = Self::view_in(
-            &mut self.nodes,
-            &mut self.slice_index,
-            self.slices,
-            &self.allocated,
-            node,
-        )?;
+        let view = self.views.get(node)?;
         let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
         self.stats.evaluations = evaluations;
         Ok(plan)
