@@ -9,6 +9,14 @@ use super::{BINARY_CAP, Format, MAX_DIGITS, MAX_SUFFIX_EXPONENT, NANO, Quantity,
 impl Quantity {
     /// Parses a quantity as Kubernetes does (see the type's documentation for the rules).
     pub fn parse(input: &str) -> Result<Quantity, QuantityError> {
+        match parse_integer(input) {
+            Some(q) => Ok(q),
+            None => Quantity::parse_general(input),
+        }
+    }
+
+    /// The whole grammar (`parse` without its shortcut for plain integers).
+    pub(super) fn parse_general(input: &str) -> Result<Quantity, QuantityError> {
         let bytes = input.as_bytes();
         if bytes.is_empty() {
             return Err(QuantityError::Empty);
@@ -126,6 +134,44 @@ impl Quantity {
         })?;
         Quantity::from_parts(negative, magnitude, exponent, format).ok_or_else(out_of_range)
     }
+}
+
+/// The common case, an optionally signed integer of at most 18 digits with no suffix or a
+/// single SI or binary suffix (`8`, `80Gi`, `500m`), without digit vectors; `None` for
+/// anything else, which the general parser handles.
+pub(super) fn parse_integer(input: &str) -> Option<Quantity> {
+    let bytes = input.as_bytes();
+    let (negative, rest) = match bytes.first()? {
+        b'-' => (true, &bytes[1..]),
+        b'+' => (false, &bytes[1..]),
+        _ => (false, bytes),
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 18 {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &b in &rest[..digits] {
+        value = value * 10 + u64::from(b - b'0');
+    }
+    // Only ASCII digits were skipped.
+    let suffix = input.get(input.len() - (rest.len() - digits)..)?;
+    let (multiplier, format) = match suffix {
+        "" | "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti"
+        | "Pi" | "Ei" => interpret_suffix(input, suffix).ok()?,
+        _ => return None,
+    };
+    let (magnitude, exponent) = match multiplier {
+        Multiplier::Decimal(e) => (u128::from(value), e),
+        Multiplier::Binary(bits) => {
+            // Larger values are capped by the general parser.
+            if value > (BINARY_CAP as u64) >> bits {
+                return None;
+            }
+            (u128::from(value) << bits, 0)
+        }
+    };
+    Quantity::from_parts(negative, magnitude, exponent, format)
 }
 
 /// What a suffix multiplies the number by.

@@ -747,3 +747,62 @@ mod properties {
         }
     }
 }
+
+/// The shortcut for plain integers gives exactly what the general parser gives (value and
+/// format), and leaves everything else to it.
+#[test]
+fn integer_shortcut_agrees_with_the_general_parser() {
+    let suffixes = [
+        "", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+    ];
+    let numbers = [
+        "0",
+        "00",
+        "1",
+        "7",
+        "10",
+        "80",
+        "100",
+        "1000",
+        "123456789",
+        "999999999999999999",
+        "9223372036854775807",
+        "8589934591",
+        "8589934592",
+        "8796093022207",
+    ];
+    let mut shortcut = 0;
+    for n in numbers {
+        for sign in ["", "-", "+"] {
+            for s in suffixes {
+                let text = format!("{sign}{n}{s}");
+                let general = Quantity::parse_general(&text);
+                match parse::parse_integer(&text) {
+                    Some(fast) => {
+                        shortcut += 1;
+                        let general = general.unwrap_or_else(|e| panic!("{text}: {e}"));
+                        assert_eq!(format!("{fast:?}"), format!("{general:?}"), "{text}");
+                    }
+                    None => {
+                        // Left to the general parser: too many digits, or a capped binary value.
+                        assert!(
+                            n.len() > 18 || s.ends_with('i'),
+                            "{text} skipped the shortcut"
+                        );
+                    }
+                }
+                assert_eq!(
+                    format!("{:?}", Quantity::parse(&text)),
+                    format!("{general:?}", general = Quantity::parse_general(&text)),
+                    "{text}"
+                );
+            }
+        }
+    }
+    assert!(shortcut > 500, "only {shortcut} inputs took the shortcut");
+    for text in [
+        "1.5", "1e3", "1E-3", "0.1Gi", "1Ki1", "", "-", "1x", "1 Ki", "١",
+    ] {
+        assert!(parse::parse_integer(text).is_none(), "{text}");
+    }
+}
