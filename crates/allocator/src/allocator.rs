@@ -27,7 +27,7 @@ use plan::{plan_claims, statically_impossible};
 use search::Search;
 
 pub(crate) use fit::{CapFit, capacity_fit, taint_blocks, tolerates};
-pub(crate) use selectors::SelectorSet;
+pub(crate) use selectors::{Cands, SelectorSet};
 
 /// Most devices one claim can get (the API's `AllocationResultsMaxSize`).
 pub const MAX_DEVICES_PER_CLAIM: usize = 32;
@@ -162,8 +162,7 @@ pub(crate) struct SubPlan<'c> {
     pub(crate) num_devices: usize,
     pub(crate) all_devices: Vec<u32>,
     /// Devices that match or whose selectors fail, in search order; with the error if any.
-    pub(crate) cands: Vec<(u32, Option<usize>)>,
-    pub(crate) errors: Vec<AllocationError>,
+    pub(crate) cands: Cands<'c>,
     /// Match constraints of the claim that apply to this subplan.
     pub(crate) match_constraints: Vec<usize>,
     /// Devices the selection policy rejected for this subplan (left out of `cands`), with
@@ -215,6 +214,15 @@ pub(crate) struct ClaimPlan<'c> {
     pub(crate) display: String,
     pub(crate) requests: Vec<RequestPlan<'c>>,
     pub(crate) constraints: Vec<Constraint<'c>>,
+}
+
+/// Selector evaluations of the candidate lists (run as the search asked for candidates).
+fn lazy_evaluations(plan: &[ClaimPlan<'_>]) -> u64 {
+    plan.iter()
+        .flat_map(|cp| &cp.requests)
+        .flat_map(|rp| &rp.subs)
+        .map(|sp| sp.cands.evaluations())
+        .sum()
 }
 
 /// `namespace/name`, or `name` without a namespace (as the scheduler prints objects).
@@ -294,6 +302,7 @@ impl<'a> Allocator<'a> {
             (outcome, search.steps)
         };
         self.stats.steps = steps;
+        self.stats.evaluations += lazy_evaluations(&plan);
         let results = results?;
         if results.is_none() {
             let invalid: Vec<String> = view
@@ -315,16 +324,25 @@ impl<'a> Allocator<'a> {
 
     /// Validates the claims and computes, for every request, its candidates (the scheduler's
     /// per-claim checks, in its order).
+    /// Every candidate list is complete.
     pub(crate) fn plan<'c>(
         &mut self,
         node: &Node,
         claims: &'c [ResourceClaim],
         options: &AllocateOptions<'_>,
-    ) -> Result<Vec<ClaimPlan<'c>>, AllocationError> {
+    ) -> Result<Vec<ClaimPlan<'c>>, AllocationError>
+    where
+        'a: 'c,
+    {
         let classes = self.classes;
         let view = self.views.get(node)?;
         let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
-        self.stats.evaluations = evaluations;
+        for cp in &plan {
+            for sp in cp.requests.iter().flat_map(|rp| &rp.subs) {
+                sp.cands.complete(view, &cp.display);
+            }
+        }
+        self.stats.evaluations = evaluations + lazy_evaluations(&plan);
         Ok(plan)
     }
 }

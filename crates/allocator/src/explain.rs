@@ -260,9 +260,9 @@ fn classify_devices(
     let mut rejected = Vec::new();
     let mut usable = Vec::new();
     let mut evaluations = 0;
-    let set = SelectorSet::new(view, classes, &cp.display, sp.class, sp.selectors);
+    let set = SelectorSet::new(view, classes, sp.class, sp.selectors);
     for d in 0..view.devices.len() {
-        let verdict = set.verdict(view, d, &mut evaluations);
+        let verdict = set.verdict(view, d, &cp.display, &mut evaluations);
         let reason = match verdict {
             Verdict::Selector { class, index } => {
                 Some(selector_reason(classes, cp, sp, class, index))
@@ -499,7 +499,7 @@ fn competition(view: &NodeView<'_>, cp: &ClaimPlan<'_>, ce: &mut ClaimExplanatio
             continue;
         }
         total += sp.num_devices;
-        for &(d, _) in &sp.cands {
+        for &(d, _) in sp.cands.known().iter() {
             if !view.devices[d as usize].allocated {
                 union.insert(d);
             }

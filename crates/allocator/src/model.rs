@@ -152,7 +152,7 @@ pub(crate) struct NodeView<'a> {
     pub(crate) devices: Vec<Dev<'a>>,
     /// Selector results per program and device: 0 = not evaluated, 1 = false, 2 = true,
     /// 3 = error. Indexed like `programs`.
-    pub(crate) selector_cache: Vec<Vec<u8>>,
+    pub(crate) selector_cache: Vec<Vec<std::cell::Cell<u8>>>,
     /// Programs with cached results, and their index by address.
     pub(crate) programs: Vec<Arc<cel::Program>>,
     pub(crate) program_index: HashMap<usize, usize>,

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use kubedev_core::Quantity;
 
 use super::{
-    AllocateOptions, CapFit, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
+    AllocateOptions, Cands, CapFit, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
     MAX_DEVICES_PER_CLAIM, Mode, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fit,
     claim_display, taint_blocks,
 };
@@ -21,7 +21,7 @@ use crate::policy::{
 /// The per-claim checks and candidate lists of [`Allocator::plan`](super::Allocator::plan).
 pub(super) fn plan_claims<'c>(
     view: &mut NodeView<'_>,
-    classes: &[DeviceClass],
+    classes: &'c [DeviceClass],
     class_index: &HashMap<&str, usize>,
     claims: &'c [ResourceClaim],
     options: &AllocateOptions<'_>,
@@ -150,27 +150,35 @@ pub(super) fn plan_claims<'c>(
 /// or an `All` request over a device that is in use or tainted. Then the claims do not fit and
 /// the search is skipped. Only used when the search could not end in an error instead
 /// (no selector errors, no `All` request in a claim with constraints), so the outcome is the
-/// one the full search would reach.
+/// one the full search would reach. Candidates are evaluated only until each request is seen
+/// to be possible; all of them only when one is not.
 pub(super) fn statically_impossible(view: &NodeView<'_>, plans: &[ClaimPlan<'_>]) -> bool {
-    let mut possible_errors = false;
-    for cp in plans {
-        for rp in &cp.requests {
-            for sp in &rp.subs {
-                if !sp.errors.is_empty()
-                    || (matches!(sp.mode, Mode::All) && !cp.constraints.is_empty())
-                {
-                    possible_errors = true;
-                }
-            }
-        }
-    }
-    if possible_errors {
+    let all_with_constraints = plans.iter().any(|cp| {
+        !cp.constraints.is_empty()
+            && cp
+                .requests
+                .iter()
+                .any(|rp| rp.subs.iter().any(|sp| matches!(sp.mode, Mode::All)))
+    });
+    if all_with_constraints {
         return false;
     }
-    plans.iter().any(|cp| {
+    let impossible = plans.iter().any(|cp| {
         cp.requests
             .iter()
             .any(|rp| rp.subs.iter().all(|sp| !sub_possible(view, cp, sp)))
+    });
+    if !impossible {
+        return false;
+    }
+    // A selector error anywhere would end the search with that error instead.
+    !plans.iter().any(|cp| {
+        cp.requests.iter().any(|rp| {
+            rp.subs.iter().any(|sp| {
+                sp.cands.complete(view, &cp.display);
+                sp.cands.has_errors()
+            })
+        })
     })
 }
 
@@ -189,37 +197,42 @@ fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bo
             if n == 0 {
                 return true;
             }
-            let count = sp
-                .cands
+            let constraints: Vec<&Constraint<'_>> = cp
+                .constraints
                 .iter()
-                .filter(|&&(d, _)| usable(&view.devices[d as usize]))
-                .count();
-            if count < n {
-                return false;
-            }
-            for c in cp.constraints.iter().filter(|c| c.applies(sp.base, sp.sub)) {
-                let values = &view.attr_values[c.slot];
-                let mut groups: Vec<(AttrKey<'_>, usize)> = Vec::new();
-                for &(d, _) in &sp.cands {
-                    if !usable(&view.devices[d as usize]) {
-                        continue;
-                    }
-                    if let Some(v) = values[d as usize] {
+                .filter(|c| c.applies(sp.base, sp.sub))
+                .collect();
+            // Per constraint: the values seen among usable candidates, with their counts.
+            let mut groups: Vec<Vec<(AttrKey<'_>, usize)>> = vec![Vec::new(); constraints.len()];
+            let mut count = 0;
+            let mut i = 0;
+            while let Some((d, _)) = sp.cands.get(view, &cp.display, i) {
+                i += 1;
+                if !usable(&view.devices[d as usize]) {
+                    continue;
+                }
+                count += 1;
+                for (c, groups) in constraints.iter().zip(groups.iter_mut()) {
+                    if let Some(v) = view.attr_values[c.slot][d as usize] {
                         match groups.iter_mut().find(|(k, _)| *k == v) {
                             Some(g) => g.1 += 1,
                             None => groups.push((v, 1)),
                         }
                     }
                 }
-                let enough = match c.kind {
-                    ConstraintKind::Match => groups.iter().any(|&(_, k)| k >= n),
-                    ConstraintKind::Distinct => groups.len() >= n,
-                };
-                if !enough {
-                    return false;
+                let enough = count >= n
+                    && constraints
+                        .iter()
+                        .zip(&groups)
+                        .all(|(c, groups)| match c.kind {
+                            ConstraintKind::Match => groups.iter().any(|&(_, k)| k >= n),
+                            ConstraintKind::Distinct => groups.len() >= n,
+                        });
+                if enough {
+                    return true;
                 }
             }
-            true
+            false
         }
     }
 }
@@ -236,11 +249,15 @@ fn apply_policy(
     constraints: &[Constraint<'_>],
     sp: &mut SubPlan<'_>,
 ) -> Result<(), AllocationError> {
-    if !matches!(sp.mode, Mode::Exact(_)) || sp.cands.is_empty() {
+    if !matches!(sp.mode, Mode::Exact(_)) {
         return Ok(());
     }
-    let devices: Vec<PolicyDevice<'_>> = sp
-        .cands
+    sp.cands.complete(view, claim);
+    let old: Vec<(u32, Option<usize>)> = sp.cands.known().clone();
+    if old.is_empty() {
+        return Ok(());
+    }
+    let devices: Vec<PolicyDevice<'_>> = old
         .iter()
         .map(|&(d, _)| {
             let dev = &view.devices[d as usize];
@@ -276,20 +293,20 @@ fn apply_policy(
         }
         Err(_) => return Ok(()),
     };
-    let old = std::mem::take(&mut sp.cands);
     let mut reason: Vec<Option<String>> = vec![None; old.len()];
     for r in outcome.rejected {
         reason[r.index] = Some(r.reason);
     }
     let order = outcome.order.unwrap_or_else(|| (0..old.len()).collect());
-    sp.cands = Vec::with_capacity(old.len());
+    let mut cands = Vec::with_capacity(old.len());
     for i in order {
         let (d, err) = old[i];
         match reason[i].take() {
             Some(why) if err.is_none() => sp.policy_rejected.push((d, why)),
-            _ => sp.cands.push((d, err)),
+            _ => cands.push((d, err)),
         }
     }
+    sp.cands.replace(cands);
     Ok(())
 }
 
@@ -309,7 +326,7 @@ struct SubSpec<'c> {
 
 fn plan_sub<'c>(
     view: &mut NodeView<'_>,
-    classes: &[DeviceClass],
+    classes: &'c [DeviceClass],
     claim: &str,
     s: SubSpec<'c>,
     evaluations: &mut u64,
@@ -377,8 +394,7 @@ fn plan_sub<'c>(
         mode: Mode::Exact(0),
         num_devices: 0,
         all_devices: Vec::new(),
-        cands: Vec::new(),
-        errors: Vec::new(),
+        cands: Cands::none(),
         match_constraints: Vec::new(),
         policy_rejected: Vec::new(),
     };
@@ -390,21 +406,11 @@ fn plan_sub<'c>(
             };
             plan.mode = Mode::Exact(n);
             plan.num_devices = n;
-            let set = SelectorSet::new(view, classes, claim, class, s.selectors);
-            for d in 0..view.devices.len() {
-                match set.verdict(view, d, evaluations) {
-                    Verdict::Match => plan.cands.push((d as u32, None)),
-                    Verdict::Error(e) => {
-                        plan.cands.push((d as u32, Some(plan.errors.len())));
-                        plan.errors.push(e);
-                    }
-                    _ => {}
-                }
-            }
+            plan.cands = Cands::new(SelectorSet::new(view, classes, class, s.selectors));
         }
         "All" => {
             plan.mode = Mode::All;
-            let set = SelectorSet::new(view, classes, claim, class, s.selectors);
+            let set = SelectorSet::new(view, classes, class, s.selectors);
             for pi in 0..view.pools.len() {
                 let pool = &view.pools[pi];
                 match &pool.state {
@@ -425,7 +431,7 @@ fn plan_sub<'c>(
                     PoolState::Usable => {}
                 }
                 for d in pool.devices.clone() {
-                    match set.verdict(view, d, evaluations) {
+                    match set.verdict(view, d, claim, evaluations) {
                         Verdict::Match => {
                             let dev = &view.devices[d];
                             if let Ok(CapFit::Fits(_)) =

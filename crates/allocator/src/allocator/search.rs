@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use kubedev_core::Quantity;
 
 use super::{
-    CapFit, ClaimPlan, ConstraintKind, MAX_DEVICES_PER_CLAIM, Mode, capacity_fit, taint_blocks,
+    CapFit, ClaimPlan, ConstraintKind, MAX_DEVICES_PER_CLAIM, Mode, SubPlan, capacity_fit,
+    taint_blocks,
 };
 use crate::api::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
@@ -217,13 +218,19 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             };
         }
         let need = sp.num_devices - r.dev;
-        let prune = sp.errors.is_empty();
-        let ncands = sp.cands.len();
-        for i in start..ncands {
-            if prune && ncands - i < need {
+        let claim = self.plan[r.claim].display.as_str();
+        let mut i = start;
+        loop {
+            // Fewer than `need` candidates left: no way to fill the request from here. (Only
+            // known once every device is evaluated, and then only a search that cannot meet a
+            // selector error may stop.)
+            if self.view_cand(sp, claim, i + need - 1).is_none() && !sp.cands.has_errors() {
                 break;
             }
-            let (d, err) = sp.cands[i];
+            let Some((d, err)) = self.view_cand(sp, claim, i) else {
+                break;
+            };
+            i += 1;
             let admin = sp.admin;
             let dev = &self.view.devices[d as usize];
             if admin {
@@ -234,7 +241,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 continue;
             }
             if let Some(e) = err {
-                return Err(sp.errors[e].clone().into());
+                return Err(sp.cands.error(e).into());
             }
             if (sp.capacity.is_some() || dev.multi || !dev.plain_capacity)
                 && !matches!(
@@ -247,7 +254,8 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             let Some(undo) = self.take(r, d, false)? else {
                 continue;
             };
-            if prune && need > 1 && !self.match_feasible(r, i, need - 1) {
+            // A `false` has evaluated every candidate, so the errors are known then.
+            if need > 1 && !self.match_feasible(r, i - 1, need - 1) && !sp.cands.has_errors() {
                 self.release(r, d, undo);
                 continue;
             }
@@ -257,7 +265,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                     ..r
                 },
                 in_sub,
-                i + 1,
+                i,
             ) {
                 Ok(true) => return Ok(true),
                 Ok(false) => self.release(r, d, undo),
@@ -281,8 +289,11 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 continue;
             };
             let values = &self.view.attr_values[self.plan[r.claim].constraints[ci].slot];
+            let claim = self.plan[r.claim].display.as_str();
             let mut found = 0;
-            for &(d, _) in &sp.cands[i + 1..] {
+            let mut j = i + 1;
+            while let Some((d, _)) = self.view_cand(sp, claim, j) {
+                j += 1;
                 if values[d as usize] == Some(value) {
                     found += 1;
                     if found >= more {
@@ -295,6 +306,11 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             }
         }
         true
+    }
+
+    /// Candidate `i` of a subplan, evaluated on first use.
+    fn view_cand(&self, sp: &SubPlan<'_>, claim: &str, i: usize) -> Option<(u32, Option<usize>)> {
+        sp.cands.get(self.view, claim, i)
     }
 
     fn share_capacity_of(&self, d: u32) -> Option<&[Quantity]> {

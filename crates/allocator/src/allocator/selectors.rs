@@ -1,6 +1,8 @@
 //! The selectors of one request: class and request CEL selectors compiled once, their results
-//! cached per device in the node view, and per-device node selection.
+//! cached per device in the node view, and per-device node selection; and the candidates of a
+//! request, evaluated in device order only as far as the search asks.
 
+use std::cell::{Cell, Ref, RefCell};
 use std::sync::Arc;
 
 use super::Verdict;
@@ -11,12 +13,13 @@ use crate::model::NodeView;
 
 /// The selectors of one request: class selectors first, then the request's, each compiled
 /// (through the process-wide cache) and mapped to its slot in the node's result cache.
+#[derive(Debug)]
 pub(crate) struct SelectorSet<'x> {
     class_name: &'x str,
-    claim: &'x str,
     entries: Vec<SelectorEntry>,
 }
 
+#[derive(Debug)]
 struct SelectorEntry {
     is_class: bool,
     index: usize,
@@ -27,7 +30,6 @@ impl<'x> SelectorSet<'x> {
     pub(crate) fn new(
         view: &mut NodeView<'_>,
         classes: &'x [DeviceClass],
-        claim: &'x str,
         class: usize,
         selectors: &[DeviceSelector],
     ) -> SelectorSet<'x> {
@@ -50,7 +52,8 @@ impl<'x> SelectorSet<'x> {
                             None => {
                                 let slot = view.programs.len();
                                 view.programs.push(p.clone());
-                                view.selector_cache.push(vec![0u8; view.devices.len()]);
+                                view.selector_cache
+                                    .push(vec![Cell::new(0u8); view.devices.len()]);
                                 view.program_index.insert(key, slot);
                                 slot
                             }
@@ -68,25 +71,25 @@ impl<'x> SelectorSet<'x> {
         }
         SelectorSet {
             class_name: &class_obj.metadata.name,
-            claim,
             entries,
         }
     }
 
-    fn owner(&self, e: &SelectorEntry) -> SelectorOwner {
+    fn owner(&self, e: &SelectorEntry, claim: &str) -> SelectorOwner {
         if e.is_class {
             SelectorOwner::Class(self.class_name.to_string())
         } else {
-            SelectorOwner::Claim(self.claim.to_string())
+            SelectorOwner::Claim(claim.to_string())
         }
     }
 
     /// Whether device `d` matches: every selector true (cached per device and program),
-    /// then the device's own node selection.
+    /// then the device's own node selection. `claim` names the claim in errors.
     pub(crate) fn verdict(
         &self,
-        view: &mut NodeView<'_>,
+        view: &NodeView<'_>,
         d: usize,
+        claim: &str,
         evaluations: &mut u64,
     ) -> Verdict {
         for e in &self.entries {
@@ -94,13 +97,14 @@ impl<'x> SelectorSet<'x> {
                 Ok(p) => p,
                 Err(message) => {
                     return Verdict::Error(AllocationError::SelectorCompile {
-                        owner: self.owner(e),
+                        owner: self.owner(e, claim),
                         index: e.index,
                         message: message.clone(),
                     });
                 }
             };
-            let mut code = view.selector_cache[*slot][d];
+            let cached = &view.selector_cache[*slot][d];
+            let mut code = cached.get();
             if code == 0 {
                 *evaluations += 1;
                 let r = match view.devices[d].context(&view.interner) {
@@ -112,7 +116,7 @@ impl<'x> SelectorSet<'x> {
                     Ok(true) => 2,
                     Err(_) => 3,
                 };
-                view.selector_cache[*slot][d] = code;
+                cached.set(code);
             }
             match code {
                 1 => {
@@ -132,7 +136,7 @@ impl<'x> SelectorSet<'x> {
                         Err(e) => e.clone(),
                     };
                     return Verdict::Error(AllocationError::SelectorRuntime {
-                        owner: self.owner(e),
+                        owner: self.owner(e, claim),
                         index: e.index,
                         device: dev.id(),
                         message,
@@ -145,5 +149,113 @@ impl<'x> SelectorSet<'x> {
             Ok(false) => Verdict::Node,
             Err(e) => Verdict::Error(AllocationError::NodeSelection { message: e.clone() }),
         }
+    }
+}
+
+/// The candidates of an `ExactCount` request: the devices that match or whose selectors fail,
+/// in device order, with the error if any. Devices are evaluated when the search (or a check)
+/// first asks for a position beyond those known, so a search that succeeds early never looks
+/// at the rest of the node; the list is the same as evaluating every device up front.
+#[derive(Debug)]
+pub(crate) struct Cands<'x> {
+    set: Option<SelectorSet<'x>>,
+    list: RefCell<Vec<(u32, Option<usize>)>>,
+    errors: RefCell<Vec<AllocationError>>,
+    /// The next device to evaluate.
+    next: Cell<usize>,
+    evaluations: Cell<u64>,
+}
+
+impl<'x> Cands<'x> {
+    /// Candidates among the devices that `set` accepts.
+    pub(crate) fn new(set: SelectorSet<'x>) -> Cands<'x> {
+        Cands {
+            set: Some(set),
+            list: RefCell::new(Vec::new()),
+            errors: RefCell::new(Vec::new()),
+            next: Cell::new(0),
+            evaluations: Cell::new(0),
+        }
+    }
+
+    /// No candidates (`All` requests list their devices themselves).
+    pub(crate) fn none() -> Cands<'x> {
+        Cands {
+            set: None,
+            list: RefCell::new(Vec::new()),
+            errors: RefCell::new(Vec::new()),
+            next: Cell::new(usize::MAX),
+            evaluations: Cell::new(0),
+        }
+    }
+
+    /// Candidate `i`, evaluating further devices as needed; `None` past the last.
+    pub(crate) fn get(
+        &self,
+        view: &NodeView<'_>,
+        claim: &str,
+        i: usize,
+    ) -> Option<(u32, Option<usize>)> {
+        loop {
+            if let Some(&c) = self.list.borrow().get(i) {
+                return Some(c);
+            }
+            if !self.advance(view, claim) {
+                return None;
+            }
+        }
+    }
+
+    /// Evaluates the next device; `false` when every device has been evaluated.
+    fn advance(&self, view: &NodeView<'_>, claim: &str) -> bool {
+        let d = self.next.get();
+        let Some(set) = &self.set else { return false };
+        if d >= view.devices.len() {
+            return false;
+        }
+        self.next.set(d + 1);
+        let mut evaluations = 0;
+        let verdict = set.verdict(view, d, claim, &mut evaluations);
+        self.evaluations.set(self.evaluations.get() + evaluations);
+        match verdict {
+            Verdict::Match => self.list.borrow_mut().push((d as u32, None)),
+            Verdict::Error(e) => {
+                let mut errors = self.errors.borrow_mut();
+                self.list.borrow_mut().push((d as u32, Some(errors.len())));
+                errors.push(e);
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// Evaluates every remaining device.
+    pub(crate) fn complete(&self, view: &NodeView<'_>, claim: &str) {
+        while self.advance(view, claim) {}
+    }
+
+    /// The candidates known so far (all of them after [`Cands::complete`]).
+    pub(crate) fn known(&self) -> Ref<'_, Vec<(u32, Option<usize>)>> {
+        self.list.borrow()
+    }
+
+    /// Replaces the (complete) list, as a selection policy orders it.
+    pub(crate) fn replace(&self, list: Vec<(u32, Option<usize>)>) {
+        *self.list.borrow_mut() = list;
+    }
+
+    /// Whether a selector failed on some candidate evaluated so far.
+    pub(crate) fn has_errors(&self) -> bool {
+        !self.errors.borrow().is_empty()
+    }
+
+    /// The selector error of a candidate.
+    pub(crate) fn error(&self, index: usize) -> AllocationError {
+        self.errors.borrow()[index].clone()
+    }
+
+    /// Selector evaluations run for these candidates.
+    pub(crate) fn evaluations(&self) -> u64 {
+        self.evaluations.get()
     }
 }
