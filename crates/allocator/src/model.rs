@@ -9,7 +9,7 @@ use std::sync::Arc;
 use kubedev_core::Quantity;
 
 use crate::api::{Device, DeviceCapacity, DeviceTaint, Node, ResourceSlice};
-use crate::cel::{self, DeviceContext, Interner, Value};
+use crate::cel::{self, DeviceContext, FastMap, Interner, Value};
 use crate::nodesel::node_matches;
 use crate::slice_index::SliceIndex;
 
@@ -156,28 +156,50 @@ pub(crate) struct NodeView<'a> {
     /// Programs with cached results, and their index by address.
     pub(crate) programs: Vec<Arc<cel::Program>>,
     pub(crate) program_index: HashMap<usize, usize>,
-    /// Constraint attributes per device, by attribute slot.
-    pub(crate) attr_values: Vec<Vec<Option<AttrKey<'a>>>>,
-    pub(crate) attr_slots: HashMap<String, usize>,
+    /// Constraint attributes per device, by attribute slot, looked up on first use.
+    attr_values: Vec<Vec<std::cell::Cell<Looked<'a>>>>,
+    /// Attribute slots by qualified name.
+    attr_slots: HashMap<String, usize>,
+    /// Qualified names by slot.
+    attr_names: Vec<String>,
     /// Shared strings and values of the devices' CEL contexts.
     pub(crate) interner: RefCell<Interner>,
 }
 
+/// A constraint attribute of one device: not looked up yet, or its value if any.
+#[derive(Clone, Copy, Debug)]
+enum Looked<'a> {
+    Unknown,
+    Found(Option<AttrKey<'a>>),
+}
+
 impl<'a> NodeView<'a> {
-    /// The slot of a constraint attribute, looked up once for every device.
+    /// The slot of a constraint attribute (`qualified` is the constraint's name for it).
     pub(crate) fn attr_slot(&mut self, qualified: &str) -> usize {
         if let Some(&slot) = self.attr_slots.get(qualified) {
             return slot;
         }
-        let values: Vec<Option<AttrKey<'a>>> = self
-            .devices
-            .iter()
-            .map(|d| d.constraint_attr(qualified))
-            .collect();
         let slot = self.attr_values.len();
-        self.attr_values.push(values);
+        self.attr_values.push(vec![
+            std::cell::Cell::new(Looked::Unknown);
+            self.devices.len()
+        ]);
+        self.attr_names.push(qualified.to_string());
         self.attr_slots.insert(qualified.to_string(), slot);
         slot
+    }
+
+    /// Device `d`'s value of the attribute in `slot`, looked up once.
+    pub(crate) fn attr(&self, slot: usize, d: usize) -> Option<AttrKey<'a>> {
+        let cell = &self.attr_values[slot][d];
+        match cell.get() {
+            Looked::Found(v) => v,
+            Looked::Unknown => {
+                let v = self.devices[d].constraint_attr(&self.attr_names[slot]);
+                cell.set(Looked::Found(v));
+                v
+            }
+        }
     }
 }
 
@@ -435,6 +457,7 @@ pub(crate) fn build_node_view<'a>(
         program_index: HashMap::new(),
         attr_values: Vec::new(),
         attr_slots: HashMap::new(),
+        attr_names: Vec::new(),
         interner: RefCell::new(Interner::default()),
     };
     for (pi, (relevant, others)) in sorted_slices.into_iter().enumerate() {
@@ -505,10 +528,11 @@ fn prepare_pool<'a>(
 
 /// Fails on a device name that two devices of the pool's slices share.
 fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
-    let mut names = HashSet::new();
+    let total = device_slices.iter().map(|s| s.spec.devices.len()).sum();
+    let mut names: FastMap<&str, ()> = FastMap::with_capacity_and_hasher(total, Default::default());
     for s in device_slices {
         for d in &s.spec.devices {
-            if !names.insert(d.name.as_str()) {
+            if names.insert(d.name.as_str(), ()).is_some() {
                 return Err(format!("duplicate device name {}", d.name));
             }
         }
@@ -521,7 +545,7 @@ fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
 struct CounterSets<'a> {
     names: Vec<(&'a str, &'a str)>,
     available: Vec<Quantity>,
-    index: HashMap<&'a str, HashMap<&'a str, usize>>,
+    index: FastMap<&'a str, FastMap<&'a str, usize>>,
 }
 
 impl<'a> CounterSets<'a> {
@@ -529,13 +553,13 @@ impl<'a> CounterSets<'a> {
     fn flatten(counter_slices: &[&'a ResourceSlice]) -> Result<CounterSets<'a>, String> {
         let mut counter_names: Vec<(&'a str, &'a str)> = Vec::new();
         let mut available: Vec<Quantity> = Vec::new();
-        let mut sets: HashMap<&str, HashMap<&str, usize>> = HashMap::new();
+        let mut sets: FastMap<&str, FastMap<&str, usize>> = FastMap::default();
         for s in counter_slices {
             for set in &s.spec.shared_counters {
                 if sets.contains_key(set.name.as_str()) {
                     return Err(format!("duplicate counter set name {}", set.name));
                 }
-                let mut m = HashMap::new();
+                let mut m = FastMap::default();
                 for (cname, c) in &set.counters {
                     m.insert(cname.as_str(), counter_names.len());
                     counter_names.push((set.name.as_str(), cname.as_str()));
@@ -556,7 +580,8 @@ impl<'a> CounterSets<'a> {
     /// What device `d` consumes: flat counter index and amount; fails on an unknown counter
     /// set or counter, or an amount that does not parse.
     fn consumption(&self, d: &Device) -> Result<Vec<(usize, Quantity)>, String> {
-        let mut out = Vec::new();
+        let mut out =
+            Vec::with_capacity(d.consumes_counters.iter().map(|c| c.counters.len()).sum());
         for cc in &d.consumes_counters {
             let set = self
                 .index

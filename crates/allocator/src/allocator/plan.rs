@@ -213,7 +213,7 @@ fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bo
                 }
                 count += 1;
                 for (c, groups) in constraints.iter().zip(groups.iter_mut()) {
-                    if let Some(v) = view.attr_values[c.slot][d as usize] {
+                    if let Some(v) = view.attr(c.slot, d as usize) {
                         match groups.iter_mut().find(|(k, _)| *k == v) {
                             Some(g) => g.1 += 1,
                             None => groups.push((v, 1)),

@@ -288,13 +288,13 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             let Some(value) = st.value else {
                 continue;
             };
-            let values = &self.view.attr_values[self.plan[r.claim].constraints[ci].slot];
+            let slot = self.plan[r.claim].constraints[ci].slot;
             let claim = self.plan[r.claim].display.as_str();
             let mut found = 0;
             let mut j = i + 1;
             while let Some((d, _)) = self.view_cand(sp, claim, j) {
                 j += 1;
-                if values[d as usize] == Some(value) {
+                if self.view.attr(slot, d as usize) == Some(value) {
                     found += 1;
                     if found >= more {
                         break;
@@ -493,7 +493,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         if !c.applies(base, sub) {
             return true;
         }
-        let Some(v) = self.view.attr_values[c.slot][d as usize] else {
+        let Some(v) = self.view.attr(c.slot, d as usize) else {
             return false;
         };
         let kind = c.kind;
