@@ -91,31 +91,60 @@ pub(crate) struct Dev<'a> {
     /// The CEL `device` variable, or why it cannot be built (an invalid attribute), built
     /// when a selector first needs it.
     ctx: std::cell::OnceCell<Result<DeviceContext, String>>,
-    /// A capacity that does not parse.
-    capacity_error: Option<String>,
-    /// No capacity has a request policy.
-    pub(crate) plain_capacity: bool,
-    /// Counter consumption: index into the pool's flat counters, amount.
-    pub(crate) counters: Vec<(usize, Quantity)>,
-    pub(crate) capacity: Vec<Capacity<'a>>,
+    /// The parsed capacities, parsed when first needed.
+    caps: std::cell::OnceCell<Caps<'a>>,
+    /// Counter consumption: a range of [`NodeView::consumption`].
+    counters: std::ops::Range<u32>,
     /// Taints with an effect that blocks allocation.
     pub(crate) taints: Vec<&'a DeviceTaint>,
     pub(crate) multi: bool,
     pub(crate) binds_to_node: bool,
 }
 
+/// A device's capacities, parsed.
+#[derive(Debug)]
+struct Caps<'a> {
+    list: Vec<Capacity<'a>>,
+    /// A capacity that does not parse.
+    error: Option<String>,
+    /// No capacity has a request policy.
+    plain: bool,
+}
+
 impl<'a> Dev<'a> {
     /// The CEL `device` variable.
     pub(crate) fn context(&self, interner: &RefCell<Interner>) -> &Result<DeviceContext, String> {
-        self.ctx.get_or_init(|| match &self.capacity_error {
-            Some(e) => Err(e.clone()),
-            None => device_context(
-                self.device,
-                self.driver,
-                &self.capacity,
-                &mut interner.borrow_mut(),
-            ),
+        self.ctx.get_or_init(|| {
+            let caps = self.caps();
+            match &caps.error {
+                Some(e) => Err(e.clone()),
+                None => device_context(
+                    self.device,
+                    self.driver,
+                    &caps.list,
+                    &mut interner.borrow_mut(),
+                ),
+            }
         })
+    }
+
+    fn caps(&self) -> &Caps<'a> {
+        self.caps.get_or_init(|| parse_caps(self.device))
+    }
+
+    /// The device's capacities (those that parse).
+    pub(crate) fn capacity(&self) -> &[Capacity<'a>] {
+        &self.caps().list
+    }
+
+    /// No capacity has a request policy.
+    pub(crate) fn plain_capacity(&self) -> bool {
+        self.caps().plain
+    }
+
+    /// Whether the device consumes counters.
+    pub(crate) fn consumes_counters(&self) -> bool {
+        !self.counters.is_empty()
     }
 
     pub(crate) fn id(&self) -> String {
@@ -150,6 +179,9 @@ impl<'a> Dev<'a> {
 pub(crate) struct NodeView<'a> {
     pub(crate) pools: Vec<PoolView<'a>>,
     pub(crate) devices: Vec<Dev<'a>>,
+    /// The counter consumption of every device, flat: index into the pool's flat counters,
+    /// amount.
+    consumption: Vec<(usize, Quantity)>,
     /// Selector results per program and device: 0 = not evaluated, 1 = false, 2 = true,
     /// 3 = error. Indexed like `programs`.
     pub(crate) selector_cache: Vec<Vec<std::cell::Cell<u8>>>,
@@ -174,6 +206,11 @@ enum Looked<'a> {
 }
 
 impl<'a> NodeView<'a> {
+    /// What device `dev` consumes: index into its pool's flat counters, amount.
+    pub(crate) fn counters(&self, dev: &Dev<'_>) -> &[(usize, Quantity)] {
+        &self.consumption[dev.counters.start as usize..dev.counters.end as usize]
+    }
+
     /// The slot of a constraint attribute (`qualified` is the constraint's name for it).
     pub(crate) fn attr_slot(&mut self, qualified: &str) -> usize {
         if let Some(&slot) = self.attr_slots.get(qualified) {
@@ -305,6 +342,28 @@ fn device_context(
         ctx.push_capacity(interner, driver, c.key, c.value);
     }
     Ok(ctx)
+}
+
+/// Parses a device's capacities; the first that does not parse is the error.
+fn parse_caps(d: &Device) -> Caps<'_> {
+    let mut list = Vec::with_capacity(d.capacity.len());
+    let mut error = None;
+    for (name, c) in &d.capacity {
+        match (Quantity::parse(c.value.as_str()), parse_policy(c, name)) {
+            (Ok(value), Ok(policy)) => list.push(Capacity {
+                key: name.as_str(),
+                value,
+                policy,
+            }),
+            (Err(e), _) => error = Some(format!("capacity {name}: {e}")),
+            (_, Err(e)) => error = Some(e),
+        }
+    }
+    Caps {
+        plain: list.iter().all(|c| c.policy.is_none()),
+        list,
+        error,
+    }
 }
 
 struct RawPool<'a> {
@@ -452,6 +511,7 @@ pub(crate) fn build_node_view<'a>(
     let mut view = NodeView {
         pools: sorted_pools,
         devices: Vec::new(),
+        consumption: Vec::new(),
         selector_cache: Vec::new(),
         programs: Vec::new(),
         program_index: HashMap::new(),
@@ -512,11 +572,19 @@ fn prepare_pool<'a>(
     prep.subtract_allocated(relevant, others, &device_slices)?;
     let overdrawn = prep.counters.available.iter().any(|q| q.sign() < 0);
 
-    for s in &device_slices {
-        for d in &s.spec.devices {
-            let dev = prep.device(node, s, d)?;
-            view.devices.push(dev);
+    let consumption_start = view.consumption.len();
+    let result = (|| {
+        for s in &device_slices {
+            for d in &s.spec.devices {
+                let dev = prep.device(node, s, d, &mut view.consumption)?;
+                view.devices.push(dev);
+            }
         }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        view.consumption.truncate(consumption_start);
+        return Err(e);
     }
     let pool = &mut view.pools[pi];
     pool.devices = start..view.devices.len();
@@ -577,11 +645,9 @@ impl<'a> CounterSets<'a> {
         })
     }
 
-    /// What device `d` consumes: flat counter index and amount; fails on an unknown counter
-    /// set or counter, or an amount that does not parse.
-    fn consumption(&self, d: &Device) -> Result<Vec<(usize, Quantity)>, String> {
-        let mut out =
-            Vec::with_capacity(d.consumes_counters.iter().map(|c| c.counters.len()).sum());
+    /// What device `d` consumes (flat counter index and amount), appended to `out`; fails on
+    /// an unknown counter set or counter, or an amount that does not parse.
+    fn consumption(&self, d: &Device, out: &mut Vec<(usize, Quantity)>) -> Result<(), String> {
         for cc in &d.consumes_counters {
             let set = self
                 .index
@@ -602,7 +668,7 @@ impl<'a> CounterSets<'a> {
                 ));
             }
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -640,7 +706,8 @@ impl<'a> PoolPrep<'a, '_> {
                 if candidate_slice && !is_allocated {
                     continue;
                 }
-                let used = self.counters.consumption(d)?;
+                let mut used = Vec::new();
+                self.counters.consumption(d, &mut used)?;
                 if is_allocated {
                     for (idx, q) in used {
                         let available = &mut self.counters.available;
@@ -654,9 +721,16 @@ impl<'a> PoolPrep<'a, '_> {
         Ok(())
     }
 
-    /// Prepares candidate device `d` of slice `s`: per-device node selection, parsed
-    /// capacities (or the first that does not parse), counter consumption, blocking taints.
-    fn device(&self, node: &Node, s: &'a ResourceSlice, d: &'a Device) -> Result<Dev<'a>, String> {
+    /// Prepares candidate device `d` of slice `s`: per-device node selection, counter
+    /// consumption (appended to `consumption`), blocking taints. Capacities are parsed when
+    /// first needed.
+    fn device(
+        &self,
+        node: &Node,
+        s: &'a ResourceSlice,
+        d: &'a Device,
+        consumption: &mut Vec<(usize, Quantity)>,
+    ) -> Result<Dev<'a>, String> {
         let per_device = s.spec.per_device_node_selection.unwrap_or(false);
         let node_ok = if per_device {
             node_matches(
@@ -668,19 +742,9 @@ impl<'a> PoolPrep<'a, '_> {
         } else {
             Ok(true)
         };
-        let mut capacity = Vec::with_capacity(d.capacity.len());
-        let mut capacity_error = None;
-        for (name, c) in &d.capacity {
-            match (Quantity::parse(c.value.as_str()), parse_policy(c, name)) {
-                (Ok(value), Ok(policy)) => capacity.push(Capacity {
-                    key: name.as_str(),
-                    value,
-                    policy,
-                }),
-                (Err(e), _) => capacity_error = Some(format!("capacity {name}: {e}")),
-                (_, Err(e)) => capacity_error = Some(e),
-            }
-        }
+        let start = consumption.len();
+        self.counters.consumption(d, consumption)?;
+        let counters = start as u32..consumption.len() as u32;
         Ok(Dev {
             pool: self.pi,
             slice: s,
@@ -690,10 +754,8 @@ impl<'a> PoolPrep<'a, '_> {
             allocated: self.is_allocated(d),
             node_ok,
             ctx: std::cell::OnceCell::new(),
-            plain_capacity: capacity.iter().all(|c| c.policy.is_none()),
-            capacity_error,
-            counters: self.counters.consumption(d)?,
-            capacity,
+            caps: std::cell::OnceCell::new(),
+            counters,
             taints: d
                 .taints
                 .iter()

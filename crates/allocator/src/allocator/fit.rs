@@ -102,18 +102,18 @@ pub(crate) fn capacity_fit(
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
 ) -> Result<CapFit, String> {
-    let mut resolved: Vec<Option<Quantity>> = vec![None; dev.capacity.len()];
+    let mut resolved: Vec<Option<Quantity>> = vec![None; dev.capacity().len()];
     for (name, q) in requests.unwrap_or(&[]) {
         let idx = dev
-            .capacity
+            .capacity()
             .iter()
             .position(|c| c.key == *name)
             .or_else(|| match name.split_once('/') {
                 Some((domain, id)) if domain == dev.driver => {
-                    dev.capacity.iter().position(|c| c.key == id)
+                    dev.capacity().iter().position(|c| c.key == id)
                 }
                 Some(_) => None,
-                None => dev.capacity.iter().position(|c| {
+                None => dev.capacity().iter().position(|c| {
                     c.key.len() == dev.driver.len() + 1 + name.len()
                         && c.key.starts_with(dev.driver)
                         && c.key.ends_with(name)
@@ -128,15 +128,15 @@ pub(crate) fn capacity_fit(
         }
         resolved[idx] = Some(*q);
     }
-    let mut consumed = Vec::with_capacity(dev.capacity.len());
-    for (i, cap) in dev.capacity.iter().enumerate() {
+    let mut consumed = Vec::with_capacity(dev.capacity().len());
+    for (i, cap) in dev.capacity().iter().enumerate() {
         let c = consumed_amount(resolved[i].as_ref(), &cap.value, cap.policy.as_ref())?;
         if c.sign() < 0 {
             return Err(format!("capacity {}: capacity value is negative", cap.key));
         }
         consumed.push(c);
     }
-    for (i, cap) in dev.capacity.iter().enumerate() {
+    for (i, cap) in dev.capacity().iter().enumerate() {
         if violates_policy(&consumed[i], cap.policy.as_ref()) {
             return Ok(CapFit::NoFit);
         }

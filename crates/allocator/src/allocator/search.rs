@@ -243,7 +243,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             if let Some(e) = err {
                 return Err(sp.cands.error(e).into());
             }
-            if (sp.capacity.is_some() || dev.multi || !dev.plain_capacity)
+            if (sp.capacity.is_some() || dev.multi || !dev.plain_capacity())
                 && !matches!(
                     capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d)),
                     Ok(CapFit::Fits(_))
@@ -341,7 +341,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             constraints: 0,
             share: false,
         };
-        if !skip_counters && !dev.counters.is_empty() {
+        if !skip_counters && dev.consumes_counters() {
             if !self.reserve_counters(dev) {
                 return Ok(None);
             }
@@ -410,14 +410,15 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     }
 
     fn reserve_counters(&mut self, dev: &Dev<'_>) -> bool {
-        let pool = &self.view.pools[dev.pool];
+        let view = self.view;
+        let pool = &view.pools[dev.pool];
         if pool.overdrawn {
             return false;
         }
         let consumed = &mut self.consumed[dev.pool];
         let mut ok = true;
         let mut applied = 0;
-        for (idx, q) in &dev.counters {
+        for (idx, q) in view.counters(dev) {
             match consumed[*idx].checked_add(q) {
                 Some(v) => {
                     consumed[*idx] = v;
@@ -434,7 +435,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             }
         }
         if !ok {
-            for (idx, q) in dev.counters.iter().take(applied) {
+            for (idx, q) in view.counters(dev).iter().take(applied) {
                 consumed[*idx] = consumed[*idx].checked_sub(q).unwrap_or_default();
             }
         }
@@ -444,7 +445,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     fn undo_counters(&mut self, dev: &Dev<'_>, undo: &Undo) {
         if undo.counters {
             let consumed = &mut self.consumed[dev.pool];
-            for (idx, q) in &dev.counters {
+            for (idx, q) in self.view.counters(dev) {
                 consumed[*idx] = consumed[*idx].checked_sub(q).unwrap_or_default();
             }
         }
@@ -558,7 +559,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 let mut consumed_capacity = std::collections::BTreeMap::new();
                 let mut share_id = None;
                 if let Some(consumed) = &c.share {
-                    for (cap, q) in dev.capacity.iter().zip(consumed) {
+                    for (cap, q) in dev.capacity().iter().zip(consumed) {
                         consumed_capacity.insert(cap.key.to_string(), q.to_string());
                     }
                     share_id = Some(share_id_for(cp, &sp.full_name, &dev.id(), k));
