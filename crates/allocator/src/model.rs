@@ -508,9 +508,14 @@ pub(crate) fn build_node_view<'a>(
         }
     }
 
+    let total: usize = sorted_slices
+        .iter()
+        .flat_map(|(relevant, _)| relevant.iter())
+        .map(|s| s.spec.devices.len())
+        .sum();
     let mut view = NodeView {
         pools: sorted_pools,
-        devices: Vec::new(),
+        devices: Vec::with_capacity(total),
         consumption: Vec::new(),
         selector_cache: Vec::new(),
         programs: Vec::new(),
@@ -613,7 +618,8 @@ fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
 struct CounterSets<'a> {
     names: Vec<(&'a str, &'a str)>,
     available: Vec<Quantity>,
-    index: FastMap<&'a str, FastMap<&'a str, usize>>,
+    /// Set name -> its counters' names and flat indices (a set has few counters).
+    index: FastMap<&'a str, Vec<(&'a str, usize)>>,
 }
 
 impl<'a> CounterSets<'a> {
@@ -621,15 +627,15 @@ impl<'a> CounterSets<'a> {
     fn flatten(counter_slices: &[&'a ResourceSlice]) -> Result<CounterSets<'a>, String> {
         let mut counter_names: Vec<(&'a str, &'a str)> = Vec::new();
         let mut available: Vec<Quantity> = Vec::new();
-        let mut sets: FastMap<&str, FastMap<&str, usize>> = FastMap::default();
+        let mut sets: FastMap<&str, Vec<(&str, usize)>> = FastMap::default();
         for s in counter_slices {
             for set in &s.spec.shared_counters {
                 if sets.contains_key(set.name.as_str()) {
                     return Err(format!("duplicate counter set name {}", set.name));
                 }
-                let mut m = FastMap::default();
+                let mut m = Vec::with_capacity(set.counters.len());
                 for (cname, c) in &set.counters {
-                    m.insert(cname.as_str(), counter_names.len());
+                    m.push((cname.as_str(), counter_names.len()));
                     counter_names.push((set.name.as_str(), cname.as_str()));
                     available.push(parse_q(c.value.as_str(), &|| {
                         format!("counter {cname} in counter set {}", set.name)
@@ -654,12 +660,16 @@ impl<'a> CounterSets<'a> {
                 .get(cc.counter_set.as_str())
                 .ok_or_else(|| format!("counter set {} not found", cc.counter_set))?;
             for (cname, c) in &cc.counters {
-                let idx = *set.get(cname.as_str()).ok_or_else(|| {
-                    format!(
-                        "counter {cname} not found in counter set {}",
-                        cc.counter_set
-                    )
-                })?;
+                let idx = set
+                    .iter()
+                    .find(|(n, _)| *n == cname.as_str())
+                    .map(|&(_, i)| i)
+                    .ok_or_else(|| {
+                        format!(
+                            "counter {cname} not found in counter set {}",
+                            cc.counter_set
+                        )
+                    })?;
                 out.push((
                     idx,
                     parse_q(c.value.as_str(), &|| {

@@ -161,17 +161,34 @@ pub(super) fn parse_integer(input: &str) -> Option<Quantity> {
         | "Pi" | "Ei" => interpret_suffix(input, suffix).ok()?,
         _ => return None,
     };
-    let (magnitude, exponent) = match multiplier {
-        Multiplier::Decimal(e) => (u128::from(value), e),
+    let (mut magnitude, mut exponent) = match multiplier {
+        Multiplier::Decimal(e) => (value, e),
         Multiplier::Binary(bits) => {
             // Larger values are capped by the general parser.
             if value > (BINARY_CAP as u64) >> bits {
                 return None;
             }
-            (u128::from(value) << bits, 0)
+            (value << bits, 0)
         }
     };
-    Quantity::from_parts(negative, magnitude, exponent, format)
+    if magnitude == 0 {
+        return Some(Quantity {
+            mantissa: 0,
+            exponent: 0,
+            format,
+        });
+    }
+    // Normalise as `from_parts` does, in 64 bits.
+    while magnitude % 10 == 0 {
+        magnitude /= 10;
+        exponent += 1;
+    }
+    let mantissa = i128::from(magnitude);
+    Some(Quantity {
+        mantissa: if negative { -mantissa } else { mantissa },
+        exponent: i32::try_from(exponent).ok()?,
+        format,
+    })
 }
 
 /// What a suffix multiplies the number by.
