@@ -2,7 +2,6 @@
 //! the devices it may allocate, prepared once (typed attributes, the CEL `device` variable,
 //! parsed quantities, counter indices) and cached per node by the allocator.
 
-use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -113,17 +112,14 @@ struct Caps<'a> {
 
 impl<'a> Dev<'a> {
     /// The CEL `device` variable.
-    pub(crate) fn context(&self, interner: &RefCell<Interner>) -> &Result<DeviceContext, String> {
+    pub(crate) fn context(&self) -> &Result<DeviceContext, String> {
         self.ctx.get_or_init(|| {
             let caps = self.caps();
             match &caps.error {
                 Some(e) => Err(e.clone()),
-                None => device_context(
-                    self.device,
-                    self.driver,
-                    &caps.list,
-                    &mut interner.borrow_mut(),
-                ),
+                None => cel::with_interner(|interner| {
+                    device_context(self.device, self.driver, &caps.list, interner)
+                }),
             }
         })
     }
@@ -194,8 +190,6 @@ pub(crate) struct NodeView<'a> {
     attr_slots: HashMap<String, usize>,
     /// Qualified names by slot.
     attr_names: Vec<String>,
-    /// Shared strings and values of the devices' CEL contexts.
-    pub(crate) interner: RefCell<Interner>,
 }
 
 /// A constraint attribute of one device: not looked up yet, or its value if any.
@@ -523,7 +517,6 @@ pub(crate) fn build_node_view<'a>(
         attr_values: Vec::new(),
         attr_slots: HashMap::new(),
         attr_names: Vec::new(),
-        interner: RefCell::new(Interner::default()),
     };
     for (pi, (relevant, others)) in sorted_slices.into_iter().enumerate() {
         if view.pools[pi].state != PoolState::Usable {

@@ -107,7 +107,7 @@ impl<'x> SelectorSet<'x> {
             let mut code = cached.get();
             if code == 0 {
                 *evaluations += 1;
-                let r = match view.devices[d].context(&view.interner) {
+                let r = match view.devices[d].context() {
                     Ok(ctx) => cel::evaluate(program, ctx).map_err(|e| e.to_string()),
                     Err(e) => Err(e.clone()),
                 };
@@ -128,7 +128,7 @@ impl<'x> SelectorSet<'x> {
                 2 => {}
                 _ => {
                     let dev = &view.devices[d];
-                    let message = match dev.context(&view.interner) {
+                    let message = match dev.context() {
                         Ok(ctx) => match cel::evaluate(program, ctx) {
                             Err(e) => e.to_string(),
                             Ok(_) => "inconsistent evaluation".to_string(),

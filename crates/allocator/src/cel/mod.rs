@@ -229,8 +229,25 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fast
 /// A name split for a driver: (driver, domain, id).
 type SplitName = (Arc<str>, Arc<str>, Arc<str>);
 
+/// Most entries one interner map keeps; past it values are built without sharing, so a
+/// stream of distinct names cannot grow a thread's interner without bound.
+const MAX_INTERNED: usize = 1 << 16;
+
+thread_local! {
+    static SHARED: std::cell::RefCell<Interner> = std::cell::RefCell::new(Interner::default());
+}
+
+/// Runs `f` with this thread's interner, which device contexts of every allocator on the
+/// thread share (the names and values of a cluster's devices repeat across nodes and pods).
+pub(crate) fn with_interner<R>(f: impl FnOnce(&mut Interner) -> R) -> R {
+    SHARED.with(|shared| match shared.try_borrow_mut() {
+        Ok(mut interner) => f(&mut interner),
+        Err(_) => f(&mut Interner::default()),
+    })
+}
+
 /// Shares the strings and values of device contexts (names, domains, string values,
-/// versions and quantities repeat across the devices of a node).
+/// versions and quantities repeat across the devices of a node and of a cluster).
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
     strings: FastMap<Box<str>, Arc<str>>,
@@ -251,7 +268,9 @@ impl Interner {
         let (domain, id) = split_qualified(name, driver);
         let entry = (self.str(driver), self.str(domain), self.str(id));
         let pair = (entry.1.clone(), entry.2.clone());
-        self.names.insert(Box::from(name), entry);
+        if self.names.len() < MAX_INTERNED {
+            self.names.insert(Box::from(name), entry);
+        }
         pair
     }
 
@@ -260,7 +279,9 @@ impl Interner {
             return a.clone();
         }
         let a: Arc<str> = Arc::from(s);
-        self.strings.insert(Box::from(s), a.clone());
+        if self.strings.len() < MAX_INTERNED {
+            self.strings.insert(Box::from(s), a.clone());
+        }
         a
     }
 
@@ -269,15 +290,21 @@ impl Interner {
             return Ok(v.clone());
         }
         let v = Value::Semver(Arc::new(Version::parse(text).map_err(|e| e.to_string())?));
-        self.versions.insert(Box::from(text), v.clone());
+        if self.versions.len() < MAX_INTERNED {
+            self.versions.insert(Box::from(text), v.clone());
+        }
         Ok(v)
     }
 
     pub(crate) fn quantity(&mut self, q: Quantity) -> Value {
-        self.quantities
-            .entry(q)
-            .or_insert_with(|| Value::Quantity(Arc::new(q)))
-            .clone()
+        if let Some(v) = self.quantities.get(&q) {
+            return v.clone();
+        }
+        let v = Value::Quantity(Arc::new(q));
+        if self.quantities.len() < MAX_INTERNED {
+            self.quantities.insert(q, v.clone());
+        }
+        v
     }
 }
 

@@ -289,3 +289,20 @@ fn compile_cache_returns_same_program() {
     let b = compile("device.driver == \"cache-test\"").expect("compiles");
     assert!(Arc::ptr_eq(&a, &b));
 }
+
+/// A thread's shared interner stops sharing at its cap: past it, names and strings are still
+/// right, only not kept.
+#[test]
+fn the_interner_keeps_at_most_its_cap() {
+    let mut interner = Interner::default();
+    for i in 0..MAX_INTERNED + 100 {
+        let name = format!("example.com/attr{i}");
+        let (domain, id) = interner.name(&name, "gpu.example.com");
+        assert_eq!((&*domain, &*id), ("example.com", &*format!("attr{i}")));
+    }
+    assert_eq!(interner.names.len(), MAX_INTERNED);
+    assert!(interner.strings.len() <= MAX_INTERNED);
+    let s = interner.str("not kept");
+    assert_eq!(&*s, "not kept");
+    assert!(!interner.strings.contains_key("not kept"));
+}
