@@ -9,7 +9,6 @@ mod plan;
 mod search;
 mod selectors;
 
-use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use kubedev_core::Quantity;
@@ -18,6 +17,7 @@ use crate::api::{
     AllocationResult, DeviceClass, DeviceSelector, DeviceToleration, Node, ResourceClaim,
     ResourceSlice,
 };
+use crate::cel::{FastMap, FastSet};
 use crate::error::AllocationError;
 use crate::model::{NodeView, PoolState, build_node_view};
 use crate::policy::SelectionPolicy;
@@ -85,7 +85,7 @@ pub struct SearchStats {
 #[derive(Debug)]
 pub struct Allocator<'a> {
     classes: &'a [DeviceClass],
-    class_index: HashMap<&'a str, usize>,
+    class_index: FastMap<&'a str, usize>,
     views: NodeViews<'a>,
     stats: SearchStats,
 }
@@ -94,8 +94,8 @@ pub struct Allocator<'a> {
 #[derive(Debug)]
 struct NodeViews<'a> {
     slices: &'a [ResourceSlice],
-    allocated: HashSet<(&'a str, &'a str, &'a str)>,
-    nodes: HashMap<String, Result<NodeView<'a>, String>>,
+    allocated: FastSet<(&'a str, &'a str, &'a str)>,
+    nodes: FastMap<String, Result<NodeView<'a>, String>>,
     /// Built when a second node is asked for (see [`SliceIndex`]).
     slice_index: Option<SliceIndex>,
 }
@@ -245,7 +245,7 @@ impl<'a> Allocator<'a> {
         Allocator {
             classes,
             class_index: {
-                let mut m = HashMap::with_capacity(classes.len());
+                let mut m = FastMap::with_capacity_and_hasher(classes.len(), Default::default());
                 for (i, c) in classes.iter().enumerate() {
                     m.entry(c.metadata.name.as_str()).or_insert(i);
                 }
@@ -257,7 +257,7 @@ impl<'a> Allocator<'a> {
                     .iter()
                     .filter_map(|s| split_device_id(s))
                     .collect(),
-                nodes: HashMap::new(),
+                nodes: FastMap::default(),
                 slice_index: None,
             },
             stats: SearchStats::default(),

@@ -2,13 +2,13 @@
 //! the devices it may allocate, prepared once (typed attributes, the CEL `device` variable,
 //! parsed quantities, counter indices) and cached per node by the allocator.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use kubedev_core::Quantity;
 
 use crate::api::{Device, DeviceCapacity, DeviceTaint, Node, ResourceSlice};
-use crate::cel::{self, DeviceContext, FastMap, Interner, Value};
+use crate::cel::{self, DeviceContext, FastMap, FastSet, Interner, Value};
 use crate::nodesel::node_matches;
 use crate::slice_index::SliceIndex;
 
@@ -183,11 +183,11 @@ pub(crate) struct NodeView<'a> {
     pub(crate) selector_cache: Vec<Vec<std::cell::Cell<u8>>>,
     /// Programs with cached results, and their index by address.
     pub(crate) programs: Vec<Arc<cel::Program>>,
-    pub(crate) program_index: HashMap<usize, usize>,
+    pub(crate) program_index: FastMap<usize, usize>,
     /// Constraint attributes per device, by attribute slot, looked up on first use.
     attr_values: Vec<Vec<std::cell::Cell<Looked<'a>>>>,
     /// Attribute slots by qualified name.
-    attr_slots: HashMap<String, usize>,
+    attr_slots: FastMap<String, usize>,
     /// Qualified names by slot.
     attr_names: Vec<String>,
 }
@@ -373,10 +373,10 @@ pub(crate) fn build_node_view<'a>(
     node: &Node,
     slices: &'a [ResourceSlice],
     slice_index: Option<&SliceIndex>,
-    allocated: &HashSet<(&str, &str, &str)>,
+    allocated: &FastSet<(&str, &str, &str)>,
 ) -> Result<NodeView<'a>, String> {
     let mut raw: Vec<RawPool<'a>> = Vec::new();
-    let mut index: HashMap<(&'a str, &'a str), usize> = HashMap::new();
+    let mut index: FastMap<(&'a str, &'a str), usize> = FastMap::default();
     let candidates: Vec<&'a ResourceSlice> = match slice_index {
         Some(ix) => ix.for_node(slices, &node.name),
         None => slices.iter().collect(),
@@ -513,9 +513,9 @@ pub(crate) fn build_node_view<'a>(
         consumption: Vec::new(),
         selector_cache: Vec::new(),
         programs: Vec::new(),
-        program_index: HashMap::new(),
+        program_index: FastMap::default(),
         attr_values: Vec::new(),
-        attr_slots: HashMap::new(),
+        attr_slots: FastMap::default(),
         attr_names: Vec::new(),
     };
     for (pi, (relevant, others)) in sorted_slices.into_iter().enumerate() {
@@ -541,7 +541,7 @@ fn prepare_pool<'a>(
     node: &Node,
     relevant: &[&'a ResourceSlice],
     others: &[&'a ResourceSlice],
-    allocated: &HashSet<(&str, &str, &str)>,
+    allocated: &FastSet<(&str, &str, &str)>,
 ) -> Result<(), String> {
     let (driver, pool_name) = (view.pools[pi].driver, view.pools[pi].name);
     let start = view.devices.len();
@@ -681,7 +681,7 @@ struct PoolPrep<'a, 'x> {
     pi: usize,
     driver: &'a str,
     pool_name: &'a str,
-    allocated: &'x HashSet<(&'x str, &'x str, &'x str)>,
+    allocated: &'x FastSet<(&'x str, &'x str, &'x str)>,
     counters: CounterSets<'a>,
 }
 

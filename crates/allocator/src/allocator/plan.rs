@@ -2,8 +2,6 @@
 //! candidates, the check that skips a search that cannot succeed, and the selection policy's
 //! reordering of candidates.
 
-use std::collections::HashMap;
-
 use kubedev_core::Quantity;
 
 use super::{
@@ -22,7 +20,7 @@ use crate::policy::{
 pub(super) fn plan_claims<'c>(
     view: &mut NodeView<'_>,
     classes: &'c [DeviceClass],
-    class_index: &HashMap<&str, usize>,
+    class_index: &crate::cel::FastMap<&str, usize>,
     claims: &'c [ResourceClaim],
     options: &AllocateOptions<'_>,
 ) -> Result<(Vec<ClaimPlan<'c>>, u64), AllocationError> {

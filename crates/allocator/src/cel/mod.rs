@@ -226,6 +226,10 @@ impl std::hash::Hasher for FastHasher {
 
 pub(crate) type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
 
+/// A set with [`FastHasher`].
+pub(crate) type FastSet<K> =
+    std::collections::HashSet<K, std::hash::BuildHasherDefault<FastHasher>>;
+
 /// A name split for a driver: (driver, domain, id).
 type SplitName = (Arc<str>, Arc<str>, Arc<str>);
 
