@@ -89,7 +89,7 @@ pub(crate) struct Dev<'a> {
     pub(crate) node_ok: Result<bool, String>,
     /// The CEL `device` variable, or why it cannot be built (an invalid attribute), built
     /// when a selector first needs it.
-    ctx: std::cell::OnceCell<Result<DeviceContext, String>>,
+    ctx: std::cell::OnceCell<Box<Result<DeviceContext, String>>>,
     /// The parsed capacities, parsed when first needed.
     caps: std::cell::OnceCell<Caps<'a>>,
     /// Counter consumption: a range of [`NodeView::consumption`].
@@ -115,12 +115,12 @@ impl<'a> Dev<'a> {
     pub(crate) fn context(&self) -> &Result<DeviceContext, String> {
         self.ctx.get_or_init(|| {
             let caps = self.caps();
-            match &caps.error {
+            Box::new(match &caps.error {
                 Some(e) => Err(e.clone()),
                 None => cel::with_interner(|interner| {
                     device_context(self.device, self.driver, &caps.list, interner)
                 }),
-            }
+            })
         })
     }
 

@@ -154,11 +154,24 @@ pub(super) fn parse_integer(input: &str) -> Option<Quantity> {
     for &b in &rest[..digits] {
         value = value * 10 + u64::from(b - b'0');
     }
-    // Only ASCII digits were skipped.
-    let suffix = input.get(input.len() - (rest.len() - digits)..)?;
+    let suffix = &rest[digits..];
     let (multiplier, format) = match suffix {
-        "" | "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E" | "Ki" | "Mi" | "Gi" | "Ti"
-        | "Pi" | "Ei" => interpret_suffix(input, suffix).ok()?,
+        [] => (Multiplier::Decimal(0), Format::DecimalSI),
+        [b'n'] => (Multiplier::Decimal(-9), Format::DecimalSI),
+        [b'u'] => (Multiplier::Decimal(-6), Format::DecimalSI),
+        [b'm'] => (Multiplier::Decimal(-3), Format::DecimalSI),
+        [b'k'] => (Multiplier::Decimal(3), Format::DecimalSI),
+        [b'M'] => (Multiplier::Decimal(6), Format::DecimalSI),
+        [b'G'] => (Multiplier::Decimal(9), Format::DecimalSI),
+        [b'T'] => (Multiplier::Decimal(12), Format::DecimalSI),
+        [b'P'] => (Multiplier::Decimal(15), Format::DecimalSI),
+        [b'E'] => (Multiplier::Decimal(18), Format::DecimalSI),
+        [b'K', b'i'] => (Multiplier::Binary(10), Format::BinarySI),
+        [b'M', b'i'] => (Multiplier::Binary(20), Format::BinarySI),
+        [b'G', b'i'] => (Multiplier::Binary(30), Format::BinarySI),
+        [b'T', b'i'] => (Multiplier::Binary(40), Format::BinarySI),
+        [b'P', b'i'] => (Multiplier::Binary(50), Format::BinarySI),
+        [b'E', b'i'] => (Multiplier::Binary(60), Format::BinarySI),
         _ => return None,
     };
     let (mut magnitude, mut exponent) = match multiplier {
