@@ -80,8 +80,9 @@ pub struct SearchStats {
 }
 
 /// An allocator over a fixed set of slices, classes and allocated devices. Build it once and
-/// call [`Allocator::allocate`] for each set of claims; it caches per node the prepared
-/// devices and every selector result, so repeated allocations are cheap.
+/// call [`Allocator::allocate`] for each set of claims, on one node or on each node in turn as a
+/// scheduler does for a pod. It keeps, for the last few nodes asked about, the prepared devices
+/// and every selector result, so repeated allocations on a node are cheap.
 #[derive(Debug)]
 pub struct Allocator<'a> {
     classes: &'a [DeviceClass],
@@ -90,7 +91,10 @@ pub struct Allocator<'a> {
     stats: SearchStats,
 }
 
-/// Each node's view of the slices, built on first use and kept.
+/// Most node views an allocator keeps.
+const MAX_NODE_VIEWS: usize = 8;
+
+/// Each node's view of the slices, built on first use and kept (the last few nodes').
 #[derive(Debug)]
 struct NodeViews<'a> {
     slices: &'a [ResourceSlice],
@@ -106,6 +110,11 @@ impl<'a> NodeViews<'a> {
             // One node: one scan of the slices. More nodes: index them once.
             if !self.nodes.is_empty() && self.slice_index.is_none() {
                 self.slice_index = Some(SliceIndex::new(self.slices));
+            }
+            // A scheduler asks about each node once per pod: keeping every node's view would
+            // only grow memory. A few recent ones stay for repeated questions.
+            if self.nodes.len() >= MAX_NODE_VIEWS {
+                self.nodes.clear();
             }
             let view = build_node_view(
                 node,
