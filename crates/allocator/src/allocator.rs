@@ -17,9 +17,9 @@ use crate::api::{
     AllocationResult, DeviceClass, DeviceSelector, DeviceToleration, Node, ResourceClaim,
     ResourceSlice,
 };
-use crate::cel::{FastMap, FastSet};
+use crate::cel::FastMap;
 use crate::error::AllocationError;
-use crate::model::{NodeView, PoolState, build_node_view};
+use crate::model::{InUse, NodeView, PoolState, build_node_view};
 use crate::policy::SelectionPolicy;
 use crate::scenario::split_device_id;
 use crate::slice_index::SliceIndex;
@@ -69,6 +69,16 @@ impl<'p> AllocateOptions<'p> {
     }
 }
 
+/// Capacity one existing allocation took from a device that allows multiple allocations
+/// (`status.allocation.devices.results[].consumedCapacity` of a claim).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsumedCapacity {
+    /// The device, `driver/pool/device`.
+    pub device: String,
+    /// Capacity name as the device lists it, and the amount taken.
+    pub capacity: Vec<(String, Quantity)>,
+}
+
 /// Search statistics of the last allocation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -98,7 +108,7 @@ const MAX_NODE_VIEWS: usize = 8;
 #[derive(Debug)]
 struct NodeViews<'a> {
     slices: &'a [ResourceSlice],
-    allocated: FastSet<(&'a str, &'a str, &'a str)>,
+    in_use: InUse<'a>,
     nodes: FastMap<String, Result<NodeView<'a>, String>>,
     /// Built when a second node is asked for (see [`SliceIndex`]).
     slice_index: Option<SliceIndex>,
@@ -116,12 +126,7 @@ impl<'a> NodeViews<'a> {
             if self.nodes.len() >= MAX_NODE_VIEWS {
                 self.nodes.clear();
             }
-            let view = build_node_view(
-                node,
-                self.slices,
-                self.slice_index.as_ref(),
-                &self.allocated,
-            );
+            let view = build_node_view(node, self.slices, self.slice_index.as_ref(), &self.in_use);
             self.nodes.insert(node.name.clone(), view);
         }
         match self.nodes.get_mut(&node.name) {
@@ -262,15 +267,39 @@ impl<'a> Allocator<'a> {
             },
             views: NodeViews {
                 slices,
-                allocated: allocated_devices
-                    .iter()
-                    .filter_map(|s| split_device_id(s))
-                    .collect(),
+                in_use: InUse {
+                    devices: allocated_devices
+                        .iter()
+                        .filter_map(|s| split_device_id(s))
+                        .collect(),
+                    consumed: FastMap::default(),
+                },
                 nodes: FastMap::default(),
                 slice_index: None,
             },
             stats: SearchStats::default(),
         }
+    }
+
+    /// The capacity existing allocations took from devices that allow multiple allocations
+    /// (each entry one allocation result; entries for the same device add up, and entries
+    /// naming no device of a node are ignored there).
+    pub fn with_consumed_capacity(mut self, consumed: &'a [ConsumedCapacity]) -> Allocator<'a> {
+        let map = &mut self.views.in_use.consumed;
+        for c in consumed {
+            let Some(id) = split_device_id(&c.device) else {
+                continue;
+            };
+            let entry = map.entry(id).or_default();
+            for (name, q) in &c.capacity {
+                match entry.iter_mut().find(|(n, _)| *n == name.as_str()) {
+                    Some((_, total)) => *total = total.checked_add(q).unwrap_or(*total),
+                    None => entry.push((name.as_str(), *q)),
+                }
+            }
+        }
+        self.views.nodes.clear();
+        self
     }
 
     pub(crate) fn classes_slice(&self) -> &'a [DeviceClass] {

@@ -5,7 +5,8 @@
 //! Input is read as the API machinery reads objects: `List` objects or single objects, YAML
 //! (several documents) or JSON, fields this allocator does not know ignored (a dump carries
 //! `status`, `managedFields` and fields of newer releases). Devices other claims hold
-//! (`status.allocation`) are in use, except for devices that allow multiple allocations.
+//! (`status.allocation`) are in use, except for devices that allow multiple allocations: of
+//! those, the capacity the allocations consumed is taken.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -15,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
-use crate::{AllocateOptions, Allocator};
+use crate::{AllocateOptions, Allocator, ConsumedCapacity};
 
 /// The objects read from one or more dumps.
 #[derive(Debug, Default)]
@@ -26,6 +27,8 @@ pub struct Cluster {
     pub classes: Vec<DeviceClass>,
     /// ResourceClaims, with their `status.allocation` results (`driver/pool/device`).
     pub claims: Vec<(ResourceClaim, Vec<String>)>,
+    /// Capacity the claims' allocations took from devices that allow multiple allocations.
+    pub consumed: Vec<ConsumedCapacity>,
     /// Nodes.
     pub nodes: Vec<Node>,
     /// Pods, as read.
@@ -174,7 +177,7 @@ impl Cluster {
             "ResourceSlice" => self.slices.push(lenient(v).map_err(what)?),
             "DeviceClass" => self.classes.push(lenient(v).map_err(what)?),
             "ResourceClaim" => {
-                let allocated = v["status"]["allocation"]["devices"]["results"]
+                let allocated: Vec<String> = v["status"]["allocation"]["devices"]["results"]
                     .as_array()
                     .map(|r| {
                         r.iter()
@@ -189,6 +192,29 @@ impl Cluster {
                             .collect()
                     })
                     .unwrap_or_default();
+                let results = v["status"]["allocation"]["devices"]["results"].as_array();
+                for (i, r) in results.into_iter().flatten().enumerate() {
+                    let Some(caps) = r["consumedCapacity"].as_object() else {
+                        continue;
+                    };
+                    let mut capacity = Vec::with_capacity(caps.len());
+                    for (name, q) in caps {
+                        let text = match q {
+                            Value::String(t) => t.clone(),
+                            other => other.to_string(),
+                        };
+                        let q = kubedev_core::Quantity::parse(&text).map_err(|e| {
+                            what(format!(
+                                "status.allocation.devices.results[{i}].consumedCapacity.{name}: {e}"
+                            ))
+                        })?;
+                        capacity.push((name.clone(), q));
+                    }
+                    self.consumed.push(ConsumedCapacity {
+                        device: allocated.get(i).cloned().unwrap_or_default(),
+                        capacity,
+                    });
+                }
                 self.claims
                     .push((lenient(v.clone()).map_err(what)?, allocated));
             }
@@ -307,7 +333,8 @@ impl Cluster {
                 .collect();
         }
         let options = AllocateOptions::default();
-        let mut allocator = Allocator::new(&self.slices, &self.classes, &in_use);
+        let mut allocator = Allocator::new(&self.slices, &self.classes, &in_use)
+            .with_consumed_capacity(&self.consumed);
         let mut answers = Vec::with_capacity(nodes.len());
         for node in &nodes {
             if claims.is_empty() {
@@ -474,6 +501,83 @@ spec:
         let e = read_cluster(bad, "dump.yaml").unwrap_err().to_string();
         assert!(
             e.starts_with("dump.yaml: ResourceSlice s2: spec.pool.generation"),
+            "{e}"
+        );
+    }
+
+    fn shared_nic_cluster(taken: &str) -> String {
+        let mut text = String::new();
+        for n in ["n1", "n2"] {
+            text.push_str(&format!(
+                "---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {n}-nics}}
+spec:
+  driver: nic.example.com
+  nodeName: {n}
+  pool: {{name: {n}, generation: 1, resourceSliceCount: 1}}
+  devices:
+  - name: nic0
+    allowMultipleAllocations: true
+    capacity: {{bandwidth: {{value: 10G}}}}
+"
+            ));
+        }
+        text.push_str(&format!(
+            "---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: nic}}
+spec: {{selectors: [{{cel: {{expression: 'device.driver == \"nic.example.com\"'}}}}]}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: other, namespace: default}}
+spec:
+  devices:
+    requests: [{{name: net, exactly: {{deviceClassName: nic, capacity: {{requests: {{bandwidth: {taken}}}}}}}}}]
+status:
+  allocation:
+    devices:
+      results:
+      - {{request: net, driver: nic.example.com, pool: n1, device: nic0, shareID: 1a2b, consumedCapacity: {{bandwidth: {taken}}}}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: mine, namespace: default}}
+spec:
+  devices:
+    requests: [{{name: net, exactly: {{deviceClassName: nic, capacity: {{requests: {{bandwidth: 4G}}}}}}}}]
+"
+        ));
+        text
+    }
+
+    /// Capacity other claims consumed from a shared device counts against new requests.
+    #[test]
+    fn capacity_consumed_by_other_claims_is_taken() {
+        let mine = Subject::Claim("default/mine".into());
+        let c = read_cluster(&shared_nic_cluster("8G"), "dump.yaml").unwrap();
+        assert_eq!(c.consumed.len(), 1);
+        let answer = c.explain(&mine).unwrap();
+        let fits: Vec<(&str, bool)> = answer
+            .nodes
+            .iter()
+            .map(|n| (n.node.as_str(), n.fits))
+            .collect();
+        assert_eq!(fits, [("n2", true), ("n1", false)], "{answer:?}");
+
+        // With less taken, the shared device still has room on n1.
+        let c = read_cluster(&shared_nic_cluster("6G"), "dump.yaml").unwrap();
+        let answer = c.explain(&mine).unwrap();
+        assert!(answer.nodes.iter().all(|n| n.fits), "{answer:?}");
+
+        let e = read_cluster(&shared_nic_cluster("lots"), "dump.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ResourceClaim default/other: status.allocation.devices.results[0].consumedCapacity.bandwidth"),
             "{e}"
         );
     }

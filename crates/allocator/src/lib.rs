@@ -135,7 +135,9 @@ mod simulate;
 mod slice_index;
 pub mod yaml;
 
-pub use allocator::{AllocateOptions, Allocator, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM, SearchStats};
+pub use allocator::{
+    AllocateOptions, Allocator, ConsumedCapacity, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM, SearchStats,
+};
 pub use error::{AllocationError, SelectorOwner};
 pub use explain::{ClaimExplanation, Explanation, Reason, Rejection, RequestExplanation};
 pub use policy::{

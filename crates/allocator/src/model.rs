@@ -12,6 +12,14 @@ use crate::cel::{self, DeviceContext, FastMap, FastSet, Interner, Value};
 use crate::nodesel::node_matches;
 use crate::slice_index::SliceIndex;
 
+/// What existing allocations hold: devices in use (`driver, pool, device`), and the capacity
+/// taken from devices that allow multiple allocations, per device (capacity name, amount).
+#[derive(Debug, Default)]
+pub(crate) struct InUse<'a> {
+    pub(crate) devices: FastSet<(&'a str, &'a str, &'a str)>,
+    pub(crate) consumed: FastMap<(&'a str, &'a str, &'a str), Vec<(&'a str, Quantity)>>,
+}
+
 /// Whether a pool can be allocated from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum PoolState {
@@ -98,6 +106,8 @@ pub(crate) struct Dev<'a> {
     pub(crate) taints: Vec<&'a DeviceTaint>,
     pub(crate) multi: bool,
     pub(crate) binds_to_node: bool,
+    /// Capacity existing allocations took from this (shareable) device: name, amount.
+    pub(crate) consumed_before: Vec<(&'a str, Quantity)>,
 }
 
 /// A device's capacities, parsed.
@@ -373,7 +383,7 @@ pub(crate) fn build_node_view<'a>(
     node: &Node,
     slices: &'a [ResourceSlice],
     slice_index: Option<&SliceIndex>,
-    allocated: &FastSet<(&str, &str, &str)>,
+    in_use: &InUse<'a>,
 ) -> Result<NodeView<'a>, String> {
     let mut raw: Vec<RawPool<'a>> = Vec::new();
     let mut index: FastMap<(&'a str, &'a str), usize> = FastMap::default();
@@ -522,7 +532,7 @@ pub(crate) fn build_node_view<'a>(
         if view.pools[pi].state != PoolState::Usable {
             continue;
         }
-        if let Err(reason) = prepare_pool(&mut view, pi, node, &relevant, &others, allocated) {
+        if let Err(reason) = prepare_pool(&mut view, pi, node, &relevant, &others, in_use) {
             let pool = &mut view.pools[pi];
             view.devices.truncate(pool.devices.start);
             pool.devices = pool.devices.start..pool.devices.start;
@@ -541,7 +551,7 @@ fn prepare_pool<'a>(
     node: &Node,
     relevant: &[&'a ResourceSlice],
     others: &[&'a ResourceSlice],
-    allocated: &FastSet<(&str, &str, &str)>,
+    in_use: &InUse<'a>,
 ) -> Result<(), String> {
     let (driver, pool_name) = (view.pools[pi].driver, view.pools[pi].name);
     let start = view.devices.len();
@@ -564,7 +574,7 @@ fn prepare_pool<'a>(
         pi,
         driver,
         pool_name,
-        allocated,
+        in_use,
         counters: CounterSets::flatten(&counter_slices)?,
     };
     prep.subtract_allocated(relevant, others, &device_slices)?;
@@ -681,15 +691,18 @@ struct PoolPrep<'a, 'x> {
     pi: usize,
     driver: &'a str,
     pool_name: &'a str,
-    allocated: &'x FastSet<(&'x str, &'x str, &'x str)>,
+    in_use: &'x InUse<'a>,
     counters: CounterSets<'a>,
 }
 
 impl<'a> PoolPrep<'a, '_> {
     /// Whether device `d` of this pool is listed as allocated.
     fn is_allocated(&self, d: &Device) -> bool {
-        self.allocated
-            .contains(&(self.driver, self.pool_name, d.name.as_str()))
+        !self.in_use.devices.is_empty()
+            && self
+                .in_use
+                .devices
+                .contains(&(self.driver, self.pool_name, d.name.as_str()))
     }
 
     /// Validates the consumption of every device of the pool and subtracts what allocated
@@ -766,6 +779,15 @@ impl<'a> PoolPrep<'a, '_> {
                 .collect(),
             multi: d.allow_multiple_allocations.unwrap_or(false),
             binds_to_node: d.binds_to_node.unwrap_or(false),
+            consumed_before: if self.in_use.consumed.is_empty() {
+                Vec::new()
+            } else {
+                self.in_use
+                    .consumed
+                    .get(&(self.driver, self.pool_name, d.name.as_str()))
+                    .cloned()
+                    .unwrap_or_default()
+            },
         })
     }
 }

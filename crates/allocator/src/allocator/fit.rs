@@ -147,6 +147,26 @@ pub(crate) fn capacity_fit(
                 None => return Ok(CapFit::NoFit),
             }
         }
+        // What existing allocations took (named as the device lists the capacity, or
+        // qualified with the driver's domain).
+        for (name, q) in &dev.consumed_before {
+            let same = *name == cap.key
+                || name
+                    .strip_prefix(dev.driver)
+                    .and_then(|r| r.strip_prefix('/'))
+                    .is_some_and(|id| id == cap.key)
+                || cap
+                    .key
+                    .strip_prefix(dev.driver)
+                    .and_then(|r| r.strip_prefix('/'))
+                    .is_some_and(|id| id == *name);
+            if same {
+                match total.checked_add(q) {
+                    Some(t) => total = t,
+                    None => return Ok(CapFit::NoFit),
+                }
+            }
+        }
         if total > cap.value {
             return Ok(CapFit::NoFit);
         }
