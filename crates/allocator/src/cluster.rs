@@ -11,11 +11,14 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
-use crate::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
+use crate::api::{
+    DeviceClass, Node, ObjectMeta, RawQuantity, ResourceClaim, ResourceClaimSpec, ResourceSlice,
+};
 use crate::{AllocateOptions, Allocator, ConsumedCapacity};
 
 /// The objects read from one or more dumps.
@@ -33,6 +36,80 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     /// Pods, as read.
     pub pods: Vec<Value>,
+}
+
+/// The top of a JSON dump: its kind, and its items left as text.
+#[derive(Deserialize)]
+struct ListHead<'a> {
+    kind: Option<String>,
+    #[serde(borrow)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+/// The kind of one object (the rest is skipped).
+#[derive(Deserialize)]
+struct KindHead<'a> {
+    #[serde(borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A ResourceClaim as a dump has it: the allocator's (strict) metadata and spec, and from
+/// `status` only the allocation results.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ClaimDoc {
+    #[serde(default, rename = "apiVersion")]
+    _api_version: IgnoredAny,
+    #[serde(default, rename = "kind")]
+    _kind: IgnoredAny,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: ResourceClaimSpec,
+    status: Option<ClaimStatusDoc>,
+}
+
+#[derive(Deserialize)]
+struct ClaimStatusDoc {
+    allocation: Option<AllocationDoc>,
+}
+
+#[derive(Deserialize)]
+struct AllocationDoc {
+    devices: Option<AllocationDevicesDoc>,
+}
+
+#[derive(Deserialize)]
+struct AllocationDevicesDoc {
+    #[serde(default)]
+    results: Vec<ResultDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResultDoc {
+    #[serde(default)]
+    driver: String,
+    #[serde(default)]
+    pool: String,
+    #[serde(default)]
+    device: String,
+    consumed_capacity: Option<std::collections::BTreeMap<String, RawQuantity>>,
+}
+
+/// A Node: its name and labels.
+#[derive(Deserialize)]
+struct NodeDoc {
+    #[serde(default)]
+    metadata: NodeMetaDoc,
+}
+
+#[derive(Deserialize, Default)]
+struct NodeMetaDoc {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
 }
 
 /// What to explain.
@@ -147,26 +224,126 @@ impl Cluster {
             origin: origin.to_string(),
             message,
         };
-        let docs: Vec<Value> = if text.trim_start().starts_with(['{', '[']) {
-            vec![serde_json::from_str(text).map_err(|e| error(e.to_string()))?]
-        } else {
-            let (options, budget) = crate::yaml::large_input(1 << 30);
-            serde_saphyr::from_multiple_with_options(text, options)
-                .map_err(|e| error(crate::yaml::describe_error(&e, &budget)))?
-        };
+        if text.trim_start().starts_with(['{', '[']) {
+            return self.add_json(text).map_err(error);
+        }
+        let (options, budget) = crate::yaml::large_input(1 << 30);
+        let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
+            .map_err(|e| error(crate::yaml::describe_error(&e, &budget)))?;
         for doc in docs {
-            let items = match doc["kind"].as_str() {
-                Some(k) if k.ends_with("List") => {
-                    doc["items"].as_array().cloned().unwrap_or_default()
+            let items = match doc {
+                Value::Object(mut m)
+                    if m.get("kind")
+                        .and_then(Value::as_str)
+                        .is_some_and(|k| k.ends_with("List")) =>
+                {
+                    match m.remove("items") {
+                        Some(Value::Array(items)) => items,
+                        _ => Vec::new(),
+                    }
                 }
-                _ if doc.is_null() => Vec::new(),
-                _ => vec![doc],
+                Value::Null => Vec::new(),
+                doc => vec![doc],
             };
             for item in items {
                 self.add_object(item).map_err(&error)?;
             }
         }
         Ok(())
+    }
+
+    /// JSON input: each object is decoded straight from its text into the allocator's types;
+    /// only an object those strict types refuse (a field of a newer release, a real error)
+    /// goes through the lenient path, which drops unknown fields and names real errors.
+    fn add_json(&mut self, text: &str) -> Result<(), String> {
+        let items: Vec<&RawValue> = if text.trim_start().starts_with('[') {
+            serde_json::from_str(text).map_err(|e| e.to_string())?
+        } else {
+            let head: ListHead<'_> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            match head.items {
+                Some(items) if head.kind.as_deref().is_some_and(|k| k.ends_with("List")) => items,
+                _ => vec![serde_json::from_str(text).map_err(|e| e.to_string())?],
+            }
+        };
+        for raw in items {
+            if !self.add_typed(raw.get()) {
+                let v: Value = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+                self.add_object(v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds one JSON object if the strict types read it as is; `false` leaves it to the
+    /// lenient path (which also reports errors).
+    fn add_typed(&mut self, text: &str) -> bool {
+        let Ok(head) = serde_json::from_str::<KindHead<'_>>(text) else {
+            return false;
+        };
+        match head.kind.as_deref() {
+            Some("ResourceSlice") => match serde_json::from_str(text) {
+                Ok(s) => self.slices.push(s),
+                Err(_) => return false,
+            },
+            Some("DeviceClass") => match serde_json::from_str(text) {
+                Ok(c) => self.classes.push(c),
+                Err(_) => return false,
+            },
+            Some("ResourceClaim") => {
+                let Ok(doc) = serde_json::from_str::<ClaimDoc>(text) else {
+                    return false;
+                };
+                let results = doc
+                    .status
+                    .and_then(|s| s.allocation)
+                    .and_then(|a| a.devices)
+                    .map(|d| d.results)
+                    .unwrap_or_default();
+                let mut allocated = Vec::with_capacity(results.len());
+                let mut consumed = Vec::new();
+                for r in results {
+                    let device = format!("{}/{}/{}", r.driver, r.pool, r.device);
+                    if let Some(caps) = r.consumed_capacity {
+                        let mut capacity = Vec::with_capacity(caps.len());
+                        for (name, q) in caps {
+                            // A quantity that does not parse: the lenient path names it.
+                            let Ok(q) = kubedev_core::Quantity::parse(q.as_str()) else {
+                                return false;
+                            };
+                            capacity.push((name, q));
+                        }
+                        consumed.push(ConsumedCapacity {
+                            device: device.clone(),
+                            capacity,
+                        });
+                    }
+                    allocated.push(device);
+                }
+                self.consumed.extend(consumed);
+                self.claims.push((
+                    ResourceClaim {
+                        metadata: doc.metadata,
+                        spec: doc.spec,
+                    },
+                    allocated,
+                ));
+            }
+            Some("Node") => {
+                let Ok(doc) = serde_json::from_str::<NodeDoc>(text) else {
+                    return false;
+                };
+                self.nodes.push(Node {
+                    name: doc.metadata.name,
+                    labels: doc.metadata.labels,
+                });
+            }
+            Some("Pod") => match serde_json::from_str(text) {
+                Ok(v) => self.pods.push(v),
+                Err(_) => return false,
+            },
+            _ => {}
+        }
+        true
     }
 
     fn add_object(&mut self, v: Value) -> Result<(), String> {
@@ -578,6 +755,49 @@ spec:
             .to_string();
         assert!(
             e.contains("ResourceClaim default/other: status.allocation.devices.results[0].consumedCapacity.bandwidth"),
+            "{e}"
+        );
+    }
+
+    /// A JSON List dump is read straight into the allocator's types, and gives exactly what
+    /// the lenient path gives; objects the strict types refuse still go the lenient way.
+    #[test]
+    fn json_dumps_read_as_the_lenient_path_reads_them() {
+        let yaml = shared_nic_cluster("8G")
+            + "---
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {zone: a}, resourceVersion: '3'}
+status: {conditions: [{type: Ready, status: 'True'}]}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: future}
+spec:
+  driver: nic.example.com
+  nodeName: n3
+  pool: {name: n3, generation: 1, resourceSliceCount: 1}
+  someFutureField: 1
+  devices: [{name: nic0}]
+";
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
+        let json = read_cluster(&list.to_string(), "dump.json").unwrap();
+        let lenient = read_cluster(&yaml, "dump.yaml").unwrap();
+        assert_eq!(format!("{json:?}"), format!("{lenient:?}"));
+        assert_eq!(json.slices.len(), 3);
+        assert_eq!(json.nodes[0].labels["zone"], "a");
+        assert_eq!(json.consumed[0].device, "nic.example.com/n1/nic0");
+
+        // A real error in JSON is named as in YAML.
+        let bad = serde_json::json!({"kind": "List", "items": [{"apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice", "metadata": {"name": "s2"},
+            "spec": {"driver": "d", "pool": {"name": "p", "generation": "x"}}}]});
+        let e = read_cluster(&bad.to_string(), "dump.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("dump.json: ResourceSlice s2: spec.pool.generation"),
             "{e}"
         );
     }
