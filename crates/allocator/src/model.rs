@@ -16,9 +16,12 @@ use crate::slice_index::SliceIndex;
 /// taken from devices that allow multiple allocations, per device (capacity name, amount).
 #[derive(Debug, Default)]
 pub(crate) struct InUse<'a> {
-    pub(crate) devices: FastSet<(&'a str, &'a str, &'a str)>,
-    pub(crate) consumed: FastMap<(&'a str, &'a str, &'a str), Vec<(&'a str, Quantity)>>,
+    pub(crate) devices: FastSet<DeviceKey<'a>>,
+    pub(crate) consumed: FastMap<DeviceKey<'a>, Vec<(&'a str, Quantity)>>,
 }
+
+/// A device: driver, pool, name.
+pub(crate) type DeviceKey<'a> = (&'a str, &'a str, &'a str);
 
 /// Whether a pool can be allocated from.
 #[derive(Clone, Debug, PartialEq, Eq)]
