@@ -160,6 +160,9 @@ pub struct ClusterError {
 /// Decodes `value` as a `T`, dropping fields `T` does not know (as the API machinery ignores
 /// unknown fields) and naming the first real problem.
 fn lenient<T: DeserializeOwned>(mut value: Value) -> Result<T, String> {
+    if let Ok(t) = T::deserialize(&value) {
+        return Ok(t);
+    }
     for _ in 0..256 {
         let err = match serde_path_to_error::deserialize::<_, T>(&value) {
             Ok(t) => return Ok(t),
@@ -392,8 +395,12 @@ impl Cluster {
                         capacity,
                     });
                 }
-                self.claims
-                    .push((lenient(v.clone()).map_err(what)?, allocated));
+                // `status` was read above; the claim type has none.
+                let mut v = v;
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("status");
+                }
+                self.claims.push((lenient(v).map_err(what)?, allocated));
             }
             "Node" => self.nodes.push(Node {
                 name: v["metadata"]["name"]
