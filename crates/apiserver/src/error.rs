@@ -107,6 +107,22 @@ pub enum Error {
         /// The kube-rs error.
         error: Box<kube::Error>,
     },
+    /// Reading the cluster for `kubedev explain` failed.
+    #[error("reading {what}: {}", brief(error))]
+    ExplainRead {
+        /// What was read, e.g. `resourceslices.resource.k8s.io/v1`.
+        what: String,
+        /// The kube-rs error.
+        error: Box<kube::Error>,
+    },
+    /// What the cluster returned for `kubedev explain` cannot be used.
+    #[error("reading {what}: {message}")]
+    Explain {
+        /// What was read.
+        what: String,
+        /// What is wrong.
+        message: String,
+    },
     /// Listing the ResourceClaims of the cluster failed.
     #[error("listing ResourceClaims: {}", brief(error))]
     ListClaims {

@@ -39,6 +39,7 @@ mod convert;
 mod degrade;
 mod error;
 mod events;
+mod explain_inputs;
 mod features;
 mod node_claims;
 mod plan;
@@ -59,6 +60,7 @@ pub use connect::{ConnectError, check_kubeconfig, connect};
 pub use convert::{NUMA_NODE_ATTRIBUTE, UnhealthyDevices};
 pub use error::Error;
 pub use events::{MAX_EVENT_NOTE, NodeEvents};
+pub use explain_inputs::read_explain_inputs;
 pub use features::{
     ApiCapabilities, ApiFeature, ApiReport, ApiStatus, CounterLayout, Degradation, ServerVersion,
 };

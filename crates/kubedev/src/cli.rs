@@ -136,19 +136,26 @@ enum Command {
     /// Which nodes of a whole cluster can take a pod's (or a claim's) device claims, and why
     /// every other node cannot.
     ///
-    /// Input is what `kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -o yaml`
-    /// (or `-o json`) prints: List objects or single objects, in one or several files, `-` for
-    /// standard input. Fields the allocator does not use are ignored. Devices other claims
-    /// hold (their `status.allocation`) are in use. Without Node objects, the nodes the slices
-    /// name are asked about. The exit code is 0 whether or not a node fits, 1 when the input
-    /// cannot be read.
+    /// Input is the live cluster (read-only, through a kubeconfig), or what `kubectl get
+    /// resourceslices,deviceclasses,resourceclaims,nodes,pods -o json` (or `-o yaml`; JSON
+    /// reads several times faster) prints: List objects or single objects, in one or several
+    /// files, `-` for standard input. Fields the allocator does not use are ignored. Devices
+    /// other claims hold (their `status.allocation`) are in use; of devices that allow
+    /// multiple allocations, the capacity the claims consumed is taken. Without Node objects,
+    /// the nodes the slices name are asked about. The exit code is 0 whether or not a node
+    /// fits, 1 when the input cannot be read.
     #[command(
-        after_help = "Examples:\n  kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -A -o yaml > cluster.yaml\n  kubedev explain -f cluster.yaml --pod default/trainer\n  kubedev explain -f cluster.yaml --claim default/gpus --details\n  kubectl get resourceslices,deviceclasses,resourceclaims -A -o json | kubedev explain -f - --claim ml/big -o json"
+        after_help = "Examples:\n  kubedev explain --pod default/trainer            # the live cluster, read-only\n  kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -A -o yaml > cluster.yaml\n  kubedev explain -f cluster.yaml --pod default/trainer\n  kubedev explain -f cluster.yaml --claim default/gpus --details\n  kubectl get resourceslices,deviceclasses,resourceclaims -A -o json | kubedev explain -f - --claim ml/big -o json"
     )]
     Explain {
-        /// A dump (YAML or JSON); repeat for several, `-` for standard input.
-        #[arg(long, short = 'f', required = true)]
+        /// A dump (YAML or JSON); repeat for several, `-` for standard input. Without it, the
+        /// live cluster is read (read-only).
+        #[arg(long, short = 'f')]
         file: Vec<PathBuf>,
+        /// The kubeconfig for reading the live cluster (default: `KUBECONFIG`,
+        /// `~/.kube/config`, or the in-cluster configuration).
+        #[arg(long, conflicts_with = "file")]
+        kubeconfig: Option<PathBuf>,
         /// The pod whose claims to explain, `namespace/name`.
         #[arg(long, conflicts_with = "claim", required_unless_present = "claim")]
         pod: Option<String>,
@@ -407,12 +414,31 @@ fn real_main(cli: Cli, registry: Registry) -> anyhow::Result<ExitCode> {
         }
         Command::Explain {
             file,
+            kubeconfig,
             pod,
             claim,
             output,
             details,
         } => {
             let mut cluster = kubedev_allocator::cluster::Cluster::default();
+            if file.is_empty() {
+                let pod_key = pod.as_deref().map(|p| match p.split_once('/') {
+                    Some((ns, name)) => (ns.to_string(), name.to_string()),
+                    None => ("default".to_string(), p.to_string()),
+                });
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .context("starting the async runtime")?;
+                let texts = rt.block_on(async {
+                    let client = kubedev_apiserver::connect(kubeconfig.as_deref()).await?;
+                    let pod = pod_key.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str()));
+                    anyhow::Ok(kubedev_apiserver::read_explain_inputs(&client, pod).await?)
+                })?;
+                for text in &texts {
+                    cluster.add_text(text, "the cluster")?;
+                }
+            }
             for f in &file {
                 let (text, origin) = if f.as_os_str() == "-" {
                     let mut text = String::new();

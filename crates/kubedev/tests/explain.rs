@@ -1,8 +1,9 @@
 //! `kubedev explain` on a cluster dump made from the API-server emulator, as `kubectl get
-//! resourceslices,deviceclasses,resourceclaims,nodes,pods -o yaml` prints it: a List of stored
-//! objects with their metadata, `managedFields` and status. The pod's 2-GPU claim fits the
-//! node with two free GPUs; the node whose GPU another claim holds and the node with one GPU
-//! do not, each with the reason.
+//! resourceslices,deviceclasses,resourceclaims,nodes,pods -o yaml` (and `-o json`) prints it:
+//! a List of stored objects with their metadata, `managedFields` and status; and on the
+//! emulator itself, read through a kubeconfig. The pod's 2-GPU claim fits the node with two
+//! free GPUs; the node whose GPU another claim holds and the node with one GPU do not, each
+//! with the reason.
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
@@ -34,8 +35,9 @@ fn claim(name: &str, count: usize, allocated: Option<(&str, &str)>) -> Value {
     c
 }
 
-/// The dump: every object the emulator stores, plus the pod (the emulator serves no pods).
-async fn dump(dir: &std::path::Path) -> std::path::PathBuf {
+/// The emulator with three nodes' slices, a class, a claim holding one of node-b's GPUs, the
+/// pod's 2-GPU claim and the pod.
+async fn emulator() -> ApiServer {
     let api = ApiServer::builder().start().await.unwrap();
     for (node, gpus) in [("node-a", 2), ("node-b", 2), ("node-c", 1)] {
         api.put_raw(Resource::ResourceSlices, slice(node, gpus))
@@ -59,20 +61,31 @@ async fn dump(dir: &std::path::Path) -> std::path::PathBuf {
     .unwrap();
     api.put_raw(Resource::ResourceClaims, claim("train", 2, None))
         .unwrap();
+    api.put_raw(
+        Resource::Pods,
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "trainer", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "x"}],
+                     "resourceClaims": [{"name": "gpus", "resourceClaimName": "train"}]},
+            "status": {"phase": "Pending"}}),
+    )
+    .unwrap();
+    api
+}
+
+/// The dump of every object the emulator stores, as YAML and as JSON.
+async fn dump(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let api = emulator().await;
     let mut items = Vec::new();
     for r in [
         Resource::ResourceSlices,
         Resource::DeviceClasses,
         Resource::ResourceClaims,
         Resource::Nodes,
+        Resource::Pods,
     ] {
         items.extend(api.objects(r));
     }
-    items.push(json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "trainer", "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "x"}],
-                 "resourceClaims": [{"name": "gpus", "resourceClaimName": "train"}]},
-        "status": {"phase": "Pending"}}));
     assert!(
         items
             .iter()
@@ -80,10 +93,11 @@ async fn dump(dir: &std::path::Path) -> std::path::PathBuf {
                 || i["metadata"]["resourceVersion"].is_string()),
         "the dump carries what a real one does"
     );
-    let path = dir.join("cluster.yaml");
     let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
-    std::fs::write(&path, serde_saphyr::to_string(&list).unwrap()).unwrap();
-    path
+    let (yaml, json) = (dir.join("cluster.yaml"), dir.join("cluster.json"));
+    std::fs::write(&yaml, serde_saphyr::to_string(&list).unwrap()).unwrap();
+    std::fs::write(&json, list.to_string()).unwrap();
+    (yaml, json)
 }
 
 fn explain(args: &[&str]) -> String {
@@ -103,7 +117,7 @@ fn explain(args: &[&str]) -> String {
 #[tokio::test]
 async fn a_pods_claims_are_explained_for_every_node_of_a_dump() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dump(dir.path()).await;
+    let (path, _) = dump(dir.path()).await;
     let file = path.to_str().unwrap();
 
     let text = explain(&["-f", file, "--pod", "default/trainer", "--details"]);
@@ -162,4 +176,29 @@ async fn a_pods_claims_are_explained_for_every_node_of_a_dump() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("pod default/nope is not in the input"));
+}
+
+/// The same answers from the JSON dump (read straight into the allocator's types) and from
+/// the live emulator through a kubeconfig.
+#[tokio::test]
+async fn json_dumps_and_the_live_cluster_give_the_same_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (yaml, json_path) = dump(dir.path()).await;
+    let api = emulator().await;
+    let kubeconfig = dir.path().join("kubeconfig");
+    api.write_kubeconfig(&kubeconfig).unwrap();
+    let args = ["--pod", "default/trainer", "-o", "json"];
+    let from_yaml = explain(&[&["-f", yaml.to_str().unwrap()][..], &args].concat());
+    let from_json = explain(&[&["-f", json_path.to_str().unwrap()][..], &args].concat());
+    let kubeconfig = kubeconfig.to_str().unwrap().to_string();
+    let live = tokio::task::spawn_blocking(move || {
+        explain(&[&["--kubeconfig", kubeconfig.as_str()][..], &args].concat())
+    })
+    .await
+    .unwrap();
+    let parsed: Value = serde_json::from_str(&from_yaml).unwrap();
+    assert_eq!(parsed["nodes"][0], json!({"node": "node-a", "fits": true}));
+    assert_eq!(parsed["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(from_json, from_yaml);
+    assert_eq!(live, from_yaml);
 }

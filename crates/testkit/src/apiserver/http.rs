@@ -694,7 +694,12 @@ fn discovery(shared: &Shared, path: &str) -> Option<Response> {
         "/api/v1" => json!({
             "kind": "APIResourceList",
             "groupVersion": "v1",
-            "resources": [resource_entry(Resource::Nodes, &all_verbs), status_entry(Resource::Nodes)],
+            "resources": [
+                resource_entry(Resource::Nodes, &all_verbs),
+                status_entry(Resource::Nodes),
+                resource_entry(Resource::Pods, &all_verbs),
+                status_entry(Resource::Pods),
+            ],
         }),
         "/apis/resource.k8s.io/v1" => json!({
             "kind": "APIResourceList",
@@ -751,11 +756,18 @@ mod tests {
             (r.resource, r.namespace, r.name),
             (Resource::ResourceClaims, None, None)
         );
+        let r = parse_route("/api/v1/namespaces/ns/pods/p")
+            .expect("parse")
+            .expect("route");
+        assert_eq!(
+            (r.resource, r.namespace.as_deref(), r.name.as_deref()),
+            (Resource::Pods, Some("ns"), Some("p"))
+        );
         for missing in [
             "/apis/resource.k8s.io/v1/namespaces/ns/resourceslices",
             "/apis/resource.k8s.io/v1/resourceslices/s/status",
             "/apis/resource.k8s.io/v1beta1/resourceslices",
-            "/api/v1/pods",
+            "/api/v1/configmaps",
             "/apis/resource.k8s.io/v1/resourceclaims/c",
         ] {
             assert!(parse_route(missing).expect("parse").is_none(), "{missing}");

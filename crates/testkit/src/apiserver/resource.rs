@@ -20,16 +20,20 @@ pub enum Resource {
     Nodes,
     /// `events.k8s.io/v1` `events` (namespaced).
     Events,
+    /// core `v1` `pods` (namespaced, with a `status` subresource), stored as written: what
+    /// `kubedev explain` reads of a pod (its claims and claim statuses).
+    Pods,
 }
 
 impl Resource {
     /// Every served resource.
-    pub const ALL: [Resource; 5] = [
+    pub const ALL: [Resource; 6] = [
         Resource::ResourceSlices,
         Resource::ResourceClaims,
         Resource::DeviceClasses,
         Resource::Nodes,
         Resource::Events,
+        Resource::Pods,
     ];
 
     /// The plural name used in URLs, e.g. `resourceslices`.
@@ -40,13 +44,14 @@ impl Resource {
             Resource::DeviceClasses => "deviceclasses",
             Resource::Nodes => "nodes",
             Resource::Events => "events",
+            Resource::Pods => "pods",
         }
     }
 
     /// The API group, empty for the core group.
     pub fn group(self) -> &'static str {
         match self {
-            Resource::Nodes => "",
+            Resource::Nodes | Resource::Pods => "",
             Resource::Events => "events.k8s.io",
             _ => "resource.k8s.io",
         }
@@ -55,7 +60,7 @@ impl Resource {
     /// The `apiVersion` of objects of this resource, e.g. `resource.k8s.io/v1`.
     pub fn api_version(self) -> &'static str {
         match self {
-            Resource::Nodes => "v1",
+            Resource::Nodes | Resource::Pods => "v1",
             Resource::Events => "events.k8s.io/v1",
             _ => "resource.k8s.io/v1",
         }
@@ -69,18 +74,25 @@ impl Resource {
             Resource::DeviceClasses => "DeviceClass",
             Resource::Nodes => "Node",
             Resource::Events => "Event",
+            Resource::Pods => "Pod",
         }
     }
 
     /// Whether objects live in a namespace.
     pub fn namespaced(self) -> bool {
-        matches!(self, Resource::ResourceClaims | Resource::Events)
+        matches!(
+            self,
+            Resource::ResourceClaims | Resource::Events | Resource::Pods
+        )
     }
 
     /// Whether the resource has a `status` subresource (then the main resource ignores status
     /// changes and the subresource changes only the status).
     pub fn has_status(self) -> bool {
-        matches!(self, Resource::ResourceClaims | Resource::Nodes)
+        matches!(
+            self,
+            Resource::ResourceClaims | Resource::Nodes | Resource::Pods
+        )
     }
 
     pub(crate) fn list_kind(self) -> String {
@@ -103,6 +115,12 @@ impl Resource {
             }
             Resource::Nodes => &["metadata.name", "spec.unschedulable"],
             Resource::Events => &["metadata.name", "metadata.namespace", "reason", "type"],
+            Resource::Pods => &[
+                "metadata.name",
+                "metadata.namespace",
+                "spec.nodeName",
+                "status.phase",
+            ],
         }
     }
 
@@ -121,6 +139,7 @@ impl Resource {
             "spec.driver" => text("/spec/driver"),
             "spec.nodeName" => text("/spec/nodeName"),
             "reason" => text("/reason"),
+            "status.phase" => text("/status/phase"),
             "type" => text("/type"),
             "spec.unschedulable" => {
                 let b = object

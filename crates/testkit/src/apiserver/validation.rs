@@ -242,7 +242,7 @@ pub(crate) fn validate(
             validate_claim_status(object, old, &mut errs);
         }
         Resource::DeviceClasses => validate_class_spec(&spec, &mut errs),
-        Resource::Nodes => {}
+        Resource::Nodes | Resource::Pods => {}
         Resource::Events => validate_event(object, &mut errs),
     }
     errs
