@@ -141,7 +141,8 @@ fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>
 /// Runs the benchmarks and writes the table.
 /// The allocator as a scheduler uses it, whole-process CPU with freeing included: build +
 /// allocate per pod for each shared scenario, and per pod over generated clusters (the
-/// allocator's `bench_table` and `per_pod` examples, release build), beside upstream's figures.
+/// allocator's `bench_table` and `per_pod` examples, release build), beside upstream's figures;
+/// and explaining a pod over a 5,000-node dump (the `explain_cluster` example).
 fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
     let scenarios = root.join("../shared/bench-scenarios");
     let mut md = String::from("\n## The allocator as a scheduler uses it\n");
@@ -155,6 +156,11 @@ fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
             "per_pod",
             vec!["5".to_string()],
             "Per pod over a cluster: a fresh allocator, Allocate on every node (ms, process CPU)",
+        ),
+        (
+            "explain_cluster",
+            vec!["5000".to_string()],
+            "`kubedev explain` over a generated 5,000-node JSON dump (reading included)",
         ),
     ] {
         let out = Command::new("cargo")
