@@ -241,7 +241,7 @@ pub(crate) fn validate(
             }
             validate_claim_status(object, old, &mut errs);
         }
-        Resource::DeviceClasses => validate_class_spec(&spec, &mut errs),
+        Resource::DeviceClasses => validate_class_spec(&spec, old_spec, &mut errs),
         Resource::Nodes | Resource::Pods => {}
         Resource::Events => validate_event(object, &mut errs),
     }

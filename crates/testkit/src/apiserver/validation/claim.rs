@@ -41,6 +41,26 @@ fn validate_allocation_mode(request: &Value, path: &Path, errs: &mut Vec<FieldEr
     }
 }
 
+/// Longest CEL selector expression the API server accepts when it is written
+/// (`CELSelectorExpressionMaxLength`); stored expressions are not checked again.
+const CEL_SELECTOR_EXPRESSION_MAX_LENGTH: usize = 10 * 1024;
+
+/// Refuses new selector expressions longer than the API server accepts.
+fn check_expression_lengths(selectors: &[Value], path: &Path, errs: &mut Vec<FieldError>) {
+    for (i, selector) in selectors.iter().enumerate() {
+        let expression = selector
+            .pointer("/cel/expression")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if expression.len() > CEL_SELECTOR_EXPRESSION_MAX_LENGTH {
+            errs.push(FieldError::too_long(
+                path.index(i).child("cel").child("expression").as_str(),
+                CEL_SELECTOR_EXPRESSION_MAX_LENGTH,
+            ));
+        }
+    }
+}
+
 fn validate_exact_request(request: &Value, path: &Path, errs: &mut Vec<FieldError>) {
     check_dns_subdomain(
         errs,
@@ -55,6 +75,8 @@ fn validate_exact_request(request: &Value, path: &Path, errs: &mut Vec<FieldErro
             DEVICE_SELECTORS_MAX_SIZE,
         ));
     }
+    // A claim's spec is immutable: its selectors are only ever new here.
+    check_expression_lengths(selectors, &path.child("selectors"), errs);
     validate_allocation_mode(request, path, errs);
 }
 
@@ -238,8 +260,14 @@ pub(super) fn validate_claim_status(
     }
 }
 
-pub(super) fn validate_class_spec(spec: &Value, errs: &mut Vec<FieldError>) {
+/// `old` is the stored spec on an update: unchanged selectors are stored expressions, which
+/// the API server does not hold to the length limit again.
+pub(super) fn validate_class_spec(spec: &Value, old: Option<&Value>, errs: &mut Vec<FieldError>) {
     let selectors = array_at(spec, "selectors");
+    let unchanged = old.is_some_and(|o| o.get("selectors") == spec.get("selectors"));
+    if !unchanged {
+        check_expression_lengths(selectors, &Path::root("spec").child("selectors"), errs);
+    }
     if selectors.len() > DEVICE_SELECTORS_MAX_SIZE {
         errs.push(FieldError::too_many(
             "spec.selectors",

@@ -101,3 +101,71 @@ fn claim_defaults_and_status_checks() {
     let errs = validate(Resource::ResourceClaims, &claim, None, KubeRelease::NEWEST);
     assert_eq!(errs[0].field, "status.devices[0]");
 }
+
+/// A new selector expression may be at most 10 KiB; a stored one is not checked again when the
+/// selectors do not change (a class stored by an earlier server keeps working).
+#[test]
+fn selector_expressions_are_limited_when_written() {
+    let expression = |n: usize| format!("device.driver == \"{}\"", "x".repeat(n));
+    let class = |e: &str| {
+        json!({"metadata": {"name": "gpu"},
+               "spec": {"selectors": [{"cel": {"expression": e}}]}})
+    };
+    let long = expression(10 * 1024);
+    let short = expression(100);
+    assert!(
+        validate(
+            Resource::DeviceClasses,
+            &class(&short),
+            None,
+            KubeRelease::NEWEST
+        )
+        .is_empty()
+    );
+    let errs = validate(
+        Resource::DeviceClasses,
+        &class(&long),
+        None,
+        KubeRelease::NEWEST,
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.selectors[0].cel.expression");
+    assert!(
+        errs[0]
+            .message
+            .contains("Too long: may not be more than 10240 bytes"),
+        "{}",
+        errs[0].message
+    );
+    // Stored and unchanged (only a label changes): accepted.
+    let mut relabelled = class(&long);
+    relabelled["metadata"]["labels"] = json!({"team": "ml"});
+    assert!(
+        validate(
+            Resource::DeviceClasses,
+            &relabelled,
+            Some(&class(&long)),
+            KubeRelease::NEWEST
+        )
+        .is_empty()
+    );
+    // Changed to another long expression: checked again.
+    let errs = validate(
+        Resource::DeviceClasses,
+        &class(&expression(11 * 1024)),
+        Some(&class(&long)),
+        KubeRelease::NEWEST,
+    );
+    assert_eq!(errs.len(), 1, "{errs:?}");
+
+    let claim = json!({"metadata": {"name": "c", "namespace": "ns"},
+        "spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": [
+            {"name": "big", "deviceClassName": "gpu", "count": 1,
+             "selectors": [{"cel": {"expression": short}}, {"cel": {"expression": long}}]}]}]}}});
+    let errs = validate(Resource::ResourceClaims, &claim, None, KubeRelease::NEWEST);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(
+        errs[0].field,
+        "spec.devices.requests[0].firstAvailable[0].selectors[1].cel.expression"
+    );
+}
