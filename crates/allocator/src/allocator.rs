@@ -79,6 +79,35 @@ pub struct ConsumedCapacity {
     pub capacity: Vec<(String, Quantity)>,
 }
 
+/// Scheduler feature gates that change what the allocator does. The default is Kubernetes
+/// 1.36's defaults (alpha features off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Features {
+    /// `DRAListTypeAttributes` (alpha in 1.36): list-valued attributes (`ints`, `bools`,
+    /// `strings`, `versions`) reach selectors as CEL lists, `matchAttribute` asks for a
+    /// non-empty intersection across the devices and `distinctAttribute` for pairwise
+    /// disjoint values. Off, a list-valued attribute makes selectors fail on the device.
+    pub list_type_attributes: bool,
+}
+
+impl Features {
+    /// The features named by their gate names (unknown names are ignored: they name gates
+    /// the allocator does not need to know).
+    pub fn from_gates<S: AsRef<str>>(gates: &[S]) -> Features {
+        let on = |name: &str| gates.iter().any(|g| g.as_ref() == name);
+        Features {
+            list_type_attributes: on("DRAListTypeAttributes"),
+        }
+    }
+
+    /// With `DRAListTypeAttributes` on or off.
+    pub fn with_list_type_attributes(mut self, on: bool) -> Features {
+        self.list_type_attributes = on;
+        self
+    }
+}
+
 /// Search statistics of the last allocation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -109,6 +138,7 @@ const MAX_NODE_VIEWS: usize = 8;
 struct NodeViews<'a> {
     slices: &'a [ResourceSlice],
     in_use: InUse<'a>,
+    features: Features,
     nodes: FastMap<String, Result<NodeView<'a>, String>>,
     /// Built when a second node is asked for (see [`SliceIndex`]).
     slice_index: Option<SliceIndex>,
@@ -126,7 +156,13 @@ impl<'a> NodeViews<'a> {
             if self.nodes.len() >= MAX_NODE_VIEWS {
                 self.nodes.clear();
             }
-            let view = build_node_view(node, self.slices, self.slice_index.as_ref(), &self.in_use);
+            let view = build_node_view(
+                node,
+                self.slices,
+                self.slice_index.as_ref(),
+                &self.in_use,
+                self.features,
+            );
             self.nodes.insert(node.name.clone(), view);
         }
         match self.nodes.get_mut(&node.name) {
@@ -274,6 +310,7 @@ impl<'a> Allocator<'a> {
                         .collect(),
                     consumed: FastMap::default(),
                 },
+                features: Features::default(),
                 nodes: FastMap::default(),
                 slice_index: None,
             },
@@ -298,6 +335,13 @@ impl<'a> Allocator<'a> {
                 }
             }
         }
+        self.views.nodes.clear();
+        self
+    }
+
+    /// The allocator with scheduler feature gates set (see [`Features`]).
+    pub fn with_features(mut self, features: Features) -> Allocator<'a> {
+        self.views.features = features;
         self.views.nodes.clear();
         self
     }

@@ -256,6 +256,18 @@ pub struct DeviceAttribute {
     /// Semantic version value (SemVer 2.0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// Integer values (a list-type attribute, `DRAListTypeAttributes`, Kubernetes 1.36).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ints: Option<Vec<i64>>,
+    /// Boolean values (a list-type attribute).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bools: Option<Vec<bool>>,
+    /// String values (a list-type attribute).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub strings: Option<Vec<String>>,
+    /// Semantic version values (a list-type attribute).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Vec<String>>,
 }
 
 /// A capacity of a device.

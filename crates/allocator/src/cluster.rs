@@ -517,8 +517,21 @@ impl Cluster {
                 .collect();
         }
         let options = AllocateOptions::default();
+        // The API server keeps list-type attributes only with DRAListTypeAttributes on, so
+        // a slice that has one says the gate is on.
+        let lists = self.slices.iter().any(|s| {
+            s.spec.devices.iter().any(|d| {
+                d.attributes.values().any(|a| {
+                    a.ints.is_some()
+                        || a.bools.is_some()
+                        || a.strings.is_some()
+                        || a.versions.is_some()
+                })
+            })
+        });
         let mut allocator = Allocator::new(&self.slices, &self.classes, &in_use)
-            .with_consumed_capacity(&self.consumed);
+            .with_consumed_capacity(&self.consumed)
+            .with_features(crate::Features::default().with_list_type_attributes(lists));
         let mut answers = Vec::with_capacity(nodes.len());
         for node in &nodes {
             if claims.is_empty() {

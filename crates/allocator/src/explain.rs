@@ -348,7 +348,7 @@ fn fit_reason(
         .constraints
         .iter()
         .filter(|c| c.applies(sp.base, sp.sub))
-        .find(|c| dev.constraint_attr(c.attribute).is_none())
+        .find(|c| dev.constraint_attr(c.attribute, d).is_none())
     {
         Some(Reason::ConstraintConflict {
             attribute: c.attribute.to_string(),
@@ -387,7 +387,7 @@ fn shortfall_notes(
     for c in cp.constraints.iter().filter(|c| c.applies(sp.base, sp.sub)) {
         let mut groups: HashMap<_, usize> = HashMap::new();
         for &d in usable {
-            if let Some(v) = view.devices[d].constraint_attr(c.attribute) {
+            if let Some(v) = view.devices[d].constraint_attr(c.attribute, d) {
                 *groups.entry(v).or_default() += 1;
             }
         }

@@ -136,7 +136,8 @@ mod slice_index;
 pub mod yaml;
 
 pub use allocator::{
-    AllocateOptions, Allocator, ConsumedCapacity, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM, SearchStats,
+    AllocateOptions, Allocator, ConsumedCapacity, Features, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM,
+    SearchStats,
 };
 pub use error::{AllocationError, SelectorOwner};
 pub use explain::{ClaimExplanation, Explanation, Reason, Rejection, RequestExplanation};

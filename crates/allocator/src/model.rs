@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kubedev_core::Quantity;
 
-use crate::api::{Device, DeviceCapacity, DeviceTaint, Node, ResourceSlice};
+use crate::api::{Device, DeviceAttribute, DeviceCapacity, DeviceTaint, Node, ResourceSlice};
 use crate::cel::{self, DeviceContext, FastMap, FastSet, Interner, Value};
 use crate::nodesel::node_matches;
 use crate::slice_index::SliceIndex;
@@ -84,6 +84,9 @@ pub(crate) enum AttrKey<'a> {
     Bool(bool),
     Str(&'a str),
     Version(&'a str),
+    /// A list-valued attribute with `DRAListTypeAttributes` off: equal to nothing (the
+    /// device's index keeps it apart), as the scheduler's scalar comparison refuses lists.
+    Unusable(usize),
 }
 
 /// A device the node may allocate, prepared.
@@ -111,6 +114,8 @@ pub(crate) struct Dev<'a> {
     pub(crate) binds_to_node: bool,
     /// Capacity existing allocations took from this (shareable) device: name, amount.
     pub(crate) consumed_before: Vec<(&'a str, Quantity)>,
+    /// `DRAListTypeAttributes` is on.
+    lists: bool,
 }
 
 /// A device's capacities, parsed.
@@ -131,7 +136,7 @@ impl<'a> Dev<'a> {
             Box::new(match &caps.error {
                 Some(e) => Err(e.clone()),
                 None => cel::with_interner(|interner| {
-                    device_context(self.device, self.driver, &caps.list, interner)
+                    device_context(self.device, self.driver, &caps.list, self.lists, interner)
                 }),
             })
         })
@@ -160,26 +165,67 @@ impl<'a> Dev<'a> {
         format!("{}/{}/{}", self.driver, self.pool_name, self.device.name)
     }
 
-    /// Looks up an attribute for a constraint: the fully qualified name as written, else the
-    /// bare id when the domain is the driver's.
-    pub(crate) fn constraint_attr(&self, qualified: &str) -> Option<AttrKey<'a>> {
+    /// The attribute a constraint names: the fully qualified name as written, else the bare
+    /// id when the domain is the driver's.
+    fn find_attr(&self, qualified: &str) -> Option<&'a DeviceAttribute> {
         let attrs = &self.device.attributes;
-        let found = attrs.get(qualified).or_else(|| {
+        attrs.get(qualified).or_else(|| {
             let (domain, id) = qualified.split_once('/')?;
             if domain != self.driver {
                 return None;
             }
             attrs.get(id)
-        })?;
+        })
+    }
+
+    /// Looks up an attribute for a constraint, as one value (`index` is the device's index,
+    /// which keeps a list value apart from every other).
+    pub(crate) fn constraint_attr(&self, qualified: &str, index: usize) -> Option<AttrKey<'a>> {
+        let found = self.find_attr(qualified)?;
         if let Some(i) = found.int {
             Some(AttrKey::Int(i))
         } else if let Some(b) = found.bool {
             Some(AttrKey::Bool(b))
         } else if let Some(s) = &found.string {
             Some(AttrKey::Str(s))
+        } else if let Some(v) = &found.version {
+            Some(AttrKey::Version(v))
+        } else if found.ints.is_some()
+            || found.bools.is_some()
+            || found.strings.is_some()
+            || found.versions.is_some()
+        {
+            Some(AttrKey::Unusable(index))
         } else {
-            found.version.as_deref().map(AttrKey::Version)
+            None
         }
+    }
+
+    /// Looks up an attribute for a constraint as a set (`DRAListTypeAttributes`): a scalar is
+    /// a set of one, a list its values; an empty list or no attribute is `None`. Versions
+    /// compare as written.
+    pub(crate) fn constraint_set(&self, qualified: &str) -> Option<Vec<AttrKey<'a>>> {
+        let found = self.find_attr(qualified)?;
+        let set: Vec<AttrKey<'a>> = if let Some(i) = found.int {
+            vec![AttrKey::Int(i)]
+        } else if let Some(b) = found.bool {
+            vec![AttrKey::Bool(b)]
+        } else if let Some(s) = &found.string {
+            vec![AttrKey::Str(s)]
+        } else if let Some(v) = &found.version {
+            vec![AttrKey::Version(v)]
+        } else if let Some(l) = &found.ints {
+            l.iter().map(|&i| AttrKey::Int(i)).collect()
+        } else if let Some(l) = &found.bools {
+            l.iter().map(|&b| AttrKey::Bool(b)).collect()
+        } else if let Some(l) = &found.strings {
+            l.iter().map(|s| AttrKey::Str(s)).collect()
+        } else if let Some(l) = &found.versions {
+            l.iter().map(|v| AttrKey::Version(v)).collect()
+        } else {
+            Vec::new()
+        };
+        (!set.is_empty()).then_some(set)
     }
 }
 
@@ -203,6 +249,8 @@ pub(crate) struct NodeView<'a> {
     attr_slots: FastMap<String, usize>,
     /// Qualified names by slot.
     attr_names: Vec<String>,
+    /// `DRAListTypeAttributes` is on: constraints compare attributes as sets.
+    pub(crate) list_attributes: bool,
 }
 
 /// A constraint attribute of one device: not looked up yet, or its value if any.
@@ -239,7 +287,7 @@ impl<'a> NodeView<'a> {
         match cell.get() {
             Looked::Found(v) => v,
             Looked::Unknown => {
-                let v = self.devices[d].constraint_attr(&self.attr_names[slot]);
+                let v = self.devices[d].constraint_attr(&self.attr_names[slot], d);
                 cell.set(Looked::Found(v));
                 v
             }
@@ -322,6 +370,7 @@ fn device_context(
     dev: &Device,
     driver: &str,
     caps: &[Capacity<'_>],
+    lists: bool,
     interner: &mut Interner,
 ) -> Result<DeviceContext, String> {
     let mut ctx = DeviceContext::empty(
@@ -340,6 +389,8 @@ fn device_context(
             interner
                 .version(v)
                 .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
+        } else if let Some(list) = lists.then(|| list_value(a, interner)).flatten() {
+            list.map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
         } else {
             return Err(format!("attribute {name}: unsupported attribute value"));
         };
@@ -373,6 +424,29 @@ fn parse_caps(d: &Device) -> Caps<'_> {
     }
 }
 
+/// A list-type attribute as a CEL list (`None` when it has no list value).
+fn list_value(a: &DeviceAttribute, interner: &mut Interner) -> Option<Result<Value, String>> {
+    let list = |items: Vec<Value>| Value::List(std::sync::Arc::new(items));
+    Some(Ok(if let Some(l) = &a.ints {
+        list(l.iter().map(|&i| Value::Int(i)).collect())
+    } else if let Some(l) = &a.bools {
+        list(l.iter().map(|&b| Value::Bool(b)).collect())
+    } else if let Some(l) = &a.strings {
+        list(l.iter().map(|s| Value::String(interner.str(s))).collect())
+    } else if let Some(l) = &a.versions {
+        let mut items = Vec::with_capacity(l.len());
+        for v in l {
+            match interner.version(v) {
+                Ok(v) => items.push(v),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        list(items)
+    } else {
+        return None;
+    }))
+}
+
 struct RawPool<'a> {
     driver: &'a str,
     name: &'a str,
@@ -387,6 +461,7 @@ pub(crate) fn build_node_view<'a>(
     slices: &'a [ResourceSlice],
     slice_index: Option<&SliceIndex>,
     in_use: &InUse<'a>,
+    features: crate::Features,
 ) -> Result<NodeView<'a>, String> {
     let mut raw: Vec<RawPool<'a>> = Vec::new();
     let mut index: FastMap<(&'a str, &'a str), usize> = FastMap::default();
@@ -530,12 +605,14 @@ pub(crate) fn build_node_view<'a>(
         attr_values: Vec::new(),
         attr_slots: FastMap::default(),
         attr_names: Vec::new(),
+        list_attributes: features.list_type_attributes,
     };
     for (pi, (relevant, others)) in sorted_slices.into_iter().enumerate() {
         if view.pools[pi].state != PoolState::Usable {
             continue;
         }
-        if let Err(reason) = prepare_pool(&mut view, pi, node, &relevant, &others, in_use) {
+        if let Err(reason) = prepare_pool(&mut view, pi, node, &relevant, &others, in_use, features)
+        {
             let pool = &mut view.pools[pi];
             view.devices.truncate(pool.devices.start);
             pool.devices = pool.devices.start..pool.devices.start;
@@ -555,6 +632,7 @@ fn prepare_pool<'a>(
     relevant: &[&'a ResourceSlice],
     others: &[&'a ResourceSlice],
     in_use: &InUse<'a>,
+    features: crate::Features,
 ) -> Result<(), String> {
     let (driver, pool_name) = (view.pools[pi].driver, view.pools[pi].name);
     let start = view.devices.len();
@@ -578,6 +656,7 @@ fn prepare_pool<'a>(
         driver,
         pool_name,
         in_use,
+        lists: features.list_type_attributes,
         counters: CounterSets::flatten(&counter_slices)?,
     };
     prep.subtract_allocated(relevant, others, &device_slices)?;
@@ -695,6 +774,7 @@ struct PoolPrep<'a, 'x> {
     driver: &'a str,
     pool_name: &'a str,
     in_use: &'x InUse<'a>,
+    lists: bool,
     counters: CounterSets<'a>,
 }
 
@@ -782,6 +862,7 @@ impl<'a> PoolPrep<'a, '_> {
                 .collect(),
             multi: d.allow_multiple_allocations.unwrap_or(false),
             binds_to_node: d.binds_to_node.unwrap_or(false),
+            lists: self.lists,
             consumed_before: if self.in_use.consumed.is_empty() {
                 Vec::new()
             } else {

@@ -11,11 +11,11 @@ use crate::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
 /// Everything one allocation needs.
 ///
 /// A scenario file has the keys `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices`
-/// and `claims`, plus three that are not read: `description` and `expect` (a file's own
-/// description and expectations) and `features` (the scheduler feature gates a scenario was
-/// written for; kubedev allocates with every DRA feature on). Any other key, at the top or
-/// inside an object, is an error naming the key and its line: a typo must not silently leave
-/// something out.
+/// and `claims`, `features` (the scheduler feature gates the scenario is allocated with; of
+/// those that change allocation, only `DRAListTypeAttributes` is off unless named, as in
+/// Kubernetes 1.36), plus two that are not read: `description` and `expect` (a file's own
+/// description and expectations). Any other key, at the top or inside an object, is an error
+/// naming the key and its line: a typo must not silently leave something out.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", from = "ScenarioFile")]
 pub struct Scenario {
@@ -29,6 +29,9 @@ pub struct Scenario {
     pub allocated_devices: Vec<String>,
     /// The claims to allocate together (as for one pod).
     pub claims: Vec<ResourceClaim>,
+    /// Scheduler feature gates that are on (see [`crate::Features::from_gates`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
 }
 
 /// A scenario file as written: the scenario and the keys left for the reader.
@@ -36,7 +39,7 @@ pub struct Scenario {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 #[allow(
     dead_code,
-    reason = "description, expect and features are read only to be accepted"
+    reason = "description and expect are read only to be accepted"
 )]
 struct ScenarioFile {
     node: Node,
@@ -46,7 +49,7 @@ struct ScenarioFile {
     claims: Vec<ResourceClaim>,
     description: IgnoredAny,
     expect: IgnoredAny,
-    features: IgnoredAny,
+    features: Vec<String>,
 }
 
 impl From<ScenarioFile> for Scenario {
@@ -57,6 +60,7 @@ impl From<ScenarioFile> for Scenario {
             resource_slices: f.resource_slices,
             allocated_devices: f.allocated_devices,
             claims: f.claims,
+            features: f.features,
         }
     }
 }

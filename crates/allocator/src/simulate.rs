@@ -179,11 +179,13 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
         policy: options.policy,
         fail_closed: options.fail_closed,
     };
+    let features = crate::Features::from_gates(&scenario.features);
     let mut allocator = Allocator::new(
         &scenario.resource_slices,
         &scenario.device_classes,
         &scenario.allocated_devices,
-    );
+    )
+    .with_features(features);
     let outcome = allocator.allocate(&scenario.node, &scenario.claims, &alloc_options);
     let mut out = match outcome {
         Err(e) => failed(scenario, e.to_string()),
@@ -218,7 +220,8 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
                 &scenario.resource_slices,
                 &scenario.device_classes,
                 &scenario.allocated_devices,
-            );
+            )
+            .with_features(features);
             let r = fresh.allocate(&scenario.node, &scenario.claims, &alloc_options);
             drop(std::hint::black_box(r.ok()));
             drop(fresh);

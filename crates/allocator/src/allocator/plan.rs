@@ -195,10 +195,11 @@ fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bo
             if n == 0 {
                 return true;
             }
+            // With list-type attributes values are sets: only the count is checked.
             let constraints: Vec<&Constraint<'_>> = cp
                 .constraints
                 .iter()
-                .filter(|c| c.applies(sp.base, sp.sub))
+                .filter(|c| !view.list_attributes && c.applies(sp.base, sp.sub))
                 .collect();
             // Per constraint: the values seen among usable candidates, with their counts.
             let mut groups: Vec<Vec<(AttrKey<'_>, usize)>> = vec![Vec::new(); constraints.len()];

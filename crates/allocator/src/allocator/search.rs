@@ -58,6 +58,10 @@ struct ConstraintState<'a> {
     value: Option<AttrKey<'a>>,
     count: usize,
     values: Vec<AttrKey<'a>>,
+    /// With list-type attributes: what all devices of a match constraint share so far.
+    common: Vec<AttrKey<'a>>,
+    /// With list-type attributes: the value sets of a distinct constraint's devices.
+    sets: Vec<Vec<AttrKey<'a>>>,
 }
 
 pub(crate) struct Search<'s, 'a, 'c> {
@@ -100,6 +104,8 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                             value: None,
                             count: 0,
                             values: Vec::new(),
+                            common: Vec::new(),
+                            sets: Vec::new(),
                         })
                         .collect()
                 })
@@ -282,6 +288,10 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     /// filled from the candidates after position `i`? (Only an upper bound is needed: the
     /// search skips branches that cannot succeed, nothing else.)
     fn match_feasible(&self, r: At, i: usize, more: usize) -> bool {
+        if self.view.list_attributes {
+            // Values are sets then; no shortcut.
+            return true;
+        }
         let sp = &self.plan[r.claim].requests[r.req].subs[r.sub];
         for &ci in &sp.match_constraints {
             let st = &self.constraint_state[r.claim][ci];
@@ -494,6 +504,9 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         if !c.applies(base, sub) {
             return true;
         }
+        if self.view.list_attributes {
+            return self.constraint_add_set(claim, ci, d);
+        }
         let Some(v) = self.view.attr(c.slot, d as usize) else {
             return false;
         };
@@ -513,7 +526,12 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 }
             }
             ConstraintKind::Distinct => {
-                if st.values.contains(&v) {
+                // A list value (with list-type attributes off) is only accepted first, as
+                // the scheduler's scalar comparison refuses it.
+                let unusable = |k: &AttrKey<'_>| matches!(k, AttrKey::Unusable(_));
+                if st.values.contains(&v)
+                    || (!st.values.is_empty() && (unusable(&v) || st.values.iter().any(unusable)))
+                {
                     false
                 } else {
                     st.values.push(v);
@@ -530,16 +548,61 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             return;
         }
         let kind = c.kind;
+        let lists = self.view.list_attributes;
         let st = &mut self.constraint_state[claim][ci];
         match kind {
             ConstraintKind::Match => {
                 st.count = st.count.saturating_sub(1);
                 if st.count == 0 {
                     st.value = None;
+                    st.common.clear();
                 }
+                // With list-type attributes, the common values narrowed by the device given
+                // back stay narrowed until no device is left, as in the scheduler.
+            }
+            ConstraintKind::Distinct if lists => {
+                st.sets.pop();
             }
             ConstraintKind::Distinct => {
                 st.values.pop();
+            }
+        }
+    }
+
+    /// `constraint_add` with list-type attributes: a match constraint keeps the values all its
+    /// devices share (which must not become empty), a distinct constraint wants each device's
+    /// values disjoint from every other's. A scalar is a set of one.
+    fn constraint_add_set(&mut self, claim: usize, ci: usize, d: u32) -> bool {
+        let c = &self.plan[claim].constraints[ci];
+        let Some(set) = self.view.devices[d as usize].constraint_set(c.attribute) else {
+            return false;
+        };
+        let st = &mut self.constraint_state[claim][ci];
+        match c.kind {
+            ConstraintKind::Match => {
+                if st.count == 0 {
+                    st.common = set;
+                } else {
+                    let common: Vec<AttrKey<'a>> = st
+                        .common
+                        .iter()
+                        .copied()
+                        .filter(|k| set.contains(k))
+                        .collect();
+                    if common.is_empty() {
+                        return false;
+                    }
+                    st.common = common;
+                }
+                st.count += 1;
+                true
+            }
+            ConstraintKind::Distinct => {
+                if st.sets.iter().any(|s| s.iter().any(|k| set.contains(k))) {
+                    return false;
+                }
+                st.sets.push(set);
+                true
             }
         }
     }

@@ -74,6 +74,8 @@ pub(crate) enum Func {
     Flatten,
     Distinct,
     Sort,
+    // DRA list attributes
+    Includes,
     // sets
     SetsContains,
     SetsEquivalent,
@@ -136,6 +138,7 @@ impl Func {
             (true, "join", 0 | 1) => Join,
             (true, "reverse", 0) => Reverse,
             (false, "strings.quote", 1) => StringsQuote,
+            (true, "includes", 1) => Includes,
             (true, "isSorted", 0) => IsSorted,
             (true, "sum", 0) => Sum,
             (true, "min", 0) => Min,
@@ -175,7 +178,7 @@ impl Func {
             ToBytes => "bytes",
             ToBool | Contains | StartsWith | EndsWith | Matches | IsQuantity | IsSemver
             | IsGreaterThan | IsLessThan | IsInteger | IsSorted | SetsContains | SetsEquivalent
-            | SetsIntersects | HasValue => "bool",
+            | SetsIntersects | HasValue | Includes => "bool",
             Quantity | QAdd | QSub => "quantity",
             Semver => "semver",
             Split | FindAll | Flatten | Distinct | Sort | Slice => "list",
@@ -241,6 +244,7 @@ impl Func {
             SetsContains => "sets.contains",
             SetsEquivalent => "sets.equivalent",
             SetsIntersects => "sets.intersects",
+            Includes => "includes",
             OptionalOf => "optional.of",
             OptionalNone => "optional.none",
             OptionalOfNonZero => "optional.ofNonZeroValue",
@@ -298,6 +302,7 @@ pub(crate) fn call(f: Func, args: Vec<Value>, meter: &mut Meter) -> Result<Value
             lists::call(f, &args, meter)
         }
         SetsContains | SetsEquivalent | SetsIntersects => lists::sets(f, &args, meter),
+        Includes => lists::includes(&args, meter),
         OptionalOf | OptionalNone | OptionalOfNonZero | HasValue | OptValue | OrValue | OptOr => {
             optional::call(f, &args)
         }

@@ -119,6 +119,7 @@ fn attr(i: Option<i64>, b: Option<bool>, st: Option<&str>, v: Option<&str>) -> D
         bool: b,
         string: st.map(str::to_string),
         version: v.map(str::to_string),
+        ..Default::default()
     }
 }
 

@@ -95,6 +95,30 @@ pub(super) fn call(f: Func, args: &[Value], meter: &mut Meter) -> Result<Value, 
     Ok(v)
 }
 
+/// Most list items `includes` looks at, as the DRA environment limits it.
+const INCLUDES_MAX_ITEMS: usize = 48;
+
+/// DRA's `x.includes(v)` (Kubernetes 1.36, for list-type attributes): on a list, whether some
+/// item equals `v`; on any other value, whether it equals `v`. Values of different types are
+/// unequal, not an error.
+pub(super) fn includes(args: &[Value], meter: &mut Meter) -> Result<Value, EvalError> {
+    let [target, v] = args else {
+        return Err(no_overload(Func::Includes, args));
+    };
+    Ok(Value::Bool(match target {
+        Value::List(items) => {
+            if items.len() > INCLUDES_MAX_ITEMS {
+                return Err(EvalError::msg(format!(
+                    "'includes' function cannot be applied to lists longer than {INCLUDES_MAX_ITEMS} values"
+                )));
+            }
+            meter.charge(items.len() as u64)?;
+            items.iter().any(|x| x.equals(v))
+        }
+        other => other.equals(v),
+    }))
+}
+
 /// The sets extension: `sets.contains`, `sets.equivalent`, `sets.intersects`.
 pub(super) fn sets(f: Func, args: &[Value], meter: &mut Meter) -> Result<Value, EvalError> {
     use Func::*;
