@@ -570,25 +570,14 @@ pub(crate) fn build_node_view<'a>(
     }
 
     // Sort by (driver, pool), pools with binding conditions last.
-    let mut order: Vec<usize> = (0..pools.len()).collect();
-    order.sort_by(|&a, &b| {
-        (binding[a], pools[a].driver, pools[a].name).cmp(&(
-            binding[b],
-            pools[b].driver,
-            pools[b].name,
-        ))
-    });
-    let mut sorted_pools = Vec::with_capacity(pools.len());
-    let mut sorted_slices = Vec::with_capacity(pools.len());
-    let mut taken: Vec<Option<PoolView<'a>>> = pools.into_iter().map(Some).collect();
-    let mut taken_slices: Vec<Option<(Vec<&'a ResourceSlice>, Vec<&'a ResourceSlice>)>> =
-        pool_slices.into_iter().map(Some).collect();
-    for i in order {
-        if let (Some(p), Some(s)) = (taken[i].take(), taken_slices[i].take()) {
-            sorted_pools.push(p);
-            sorted_slices.push(s);
-        }
+    let mut entries: Vec<_> = pools.into_iter().zip(pool_slices).zip(binding).collect();
+    if entries.len() > 1 {
+        entries.sort_by(|((a, _), ab), ((b, _), bb)| {
+            (ab, a.driver, a.name).cmp(&(bb, b.driver, b.name))
+        });
     }
+    let (sorted_pools, sorted_slices): (Vec<PoolView<'a>>, Vec<_>) =
+        entries.into_iter().map(|(p, _)| p).unzip();
 
     let total: usize = sorted_slices
         .iter()
@@ -703,8 +692,14 @@ fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
 struct CounterSets<'a> {
     names: Vec<(&'a str, &'a str)>,
     available: Vec<Quantity>,
-    /// Set name -> its counters' names and flat indices (a set has few counters).
-    index: FastMap<&'a str, Vec<(&'a str, usize)>>,
+    /// Each set: its name, and its counters' names and flat indices (a set has few counters).
+    sets: Vec<(&'a str, Vec<(&'a str, usize)>)>,
+    /// Set name -> position in `sets`.
+    index: FastMap<&'a str, usize>,
+    /// The set found last.
+    last_set: std::cell::Cell<Option<usize>>,
+    /// Amounts parsed so far (text, value).
+    amounts: std::cell::RefCell<Vec<(String, Quantity)>>,
 }
 
 impl<'a> CounterSets<'a> {
@@ -712,10 +707,11 @@ impl<'a> CounterSets<'a> {
     fn flatten(counter_slices: &[&'a ResourceSlice]) -> Result<CounterSets<'a>, String> {
         let mut counter_names: Vec<(&'a str, &'a str)> = Vec::new();
         let mut available: Vec<Quantity> = Vec::new();
-        let mut sets: FastMap<&str, Vec<(&str, usize)>> = FastMap::default();
+        let mut sets: Vec<(&str, Vec<(&str, usize)>)> = Vec::new();
+        let mut index: FastMap<&str, usize> = FastMap::default();
         for s in counter_slices {
             for set in &s.spec.shared_counters {
-                if sets.contains_key(set.name.as_str()) {
+                if index.insert(set.name.as_str(), sets.len()).is_some() {
                     return Err(format!("duplicate counter set name {}", set.name));
                 }
                 let mut m = Vec::with_capacity(set.counters.len());
@@ -726,13 +722,16 @@ impl<'a> CounterSets<'a> {
                         format!("counter {cname} in counter set {}", set.name)
                     })?);
                 }
-                sets.insert(set.name.as_str(), m);
+                sets.push((set.name.as_str(), m));
             }
         }
         Ok(CounterSets {
             names: counter_names,
             available,
-            index: sets,
+            index,
+            sets,
+            last_set: std::cell::Cell::new(None),
+            amounts: std::cell::RefCell::new(Vec::new()),
         })
     }
 
@@ -740,10 +739,7 @@ impl<'a> CounterSets<'a> {
     /// an unknown counter set or counter, or an amount that does not parse.
     fn consumption(&self, d: &Device, out: &mut Vec<(usize, Quantity)>) -> Result<(), String> {
         for cc in &d.consumes_counters {
-            let set = self
-                .index
-                .get(cc.counter_set.as_str())
-                .ok_or_else(|| format!("counter set {} not found", cc.counter_set))?;
+            let set = self.set(cc.counter_set.as_str())?;
             for (cname, c) in &cc.counters {
                 let idx = set
                     .iter()
@@ -755,15 +751,39 @@ impl<'a> CounterSets<'a> {
                             cc.counter_set
                         )
                     })?;
-                out.push((
-                    idx,
-                    parse_q(c.value.as_str(), &|| {
-                        format!("device {} counter {cname}", d.name)
-                    })?,
-                ));
+                out.push((idx, self.amount(c.value.as_str(), d, cname)?));
             }
         }
         Ok(())
+    }
+
+    /// The counters of set `name`; the devices of a slice mostly consume from the set the
+    /// previous device named, so that one is compared first.
+    fn set(&self, name: &str) -> Result<&[(&'a str, usize)], String> {
+        if let Some(i) = self.last_set.get()
+            && self.sets[i].0 == name
+        {
+            return Ok(&self.sets[i].1);
+        }
+        let &i = self
+            .index
+            .get(name)
+            .ok_or_else(|| format!("counter set {name} not found"))?;
+        self.last_set.set(Some(i));
+        Ok(&self.sets[i].1)
+    }
+
+    /// A consumed amount, parsed; the few distinct amounts of a pool are parsed once.
+    fn amount(&self, text: &str, d: &Device, counter: &str) -> Result<Quantity, String> {
+        let mut seen = self.amounts.borrow_mut();
+        if let Some(&(_, q)) = seen.iter().find(|(t, _)| *t == text) {
+            return Ok(q);
+        }
+        let q = parse_q(text, &|| format!("device {} counter {counter}", d.name))?;
+        if seen.len() < 16 {
+            seen.push((text.to_string(), q));
+        }
+        Ok(q)
     }
 }
 
