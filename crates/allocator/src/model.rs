@@ -377,6 +377,7 @@ fn device_context(
         interner,
         driver,
         dev.allow_multiple_allocations.unwrap_or(false),
+        (dev.attributes.len(), caps.len()),
     );
     for (name, a) in &dev.attributes {
         let v = if let Some(i) = a.int {
@@ -464,6 +465,7 @@ pub(crate) fn build_node_view<'a>(
     features: crate::Features,
 ) -> Result<NodeView<'a>, String> {
     let mut raw: Vec<RawPool<'a>> = Vec::new();
+    // Pools by (driver, name): searched in `raw` while there are few, then indexed.
     let mut index: FastMap<(&'a str, &'a str), usize> = FastMap::default();
     let candidates: Vec<&'a ResourceSlice> = match slice_index {
         Some(ix) => ix.for_node(slices, &node.name),
@@ -475,9 +477,19 @@ pub(crate) fn build_node_view<'a>(
         }
         let key = (slice.spec.driver.as_str(), slice.spec.pool.name.as_str());
         let generation = slice.spec.pool.generation;
-        match index.get(&key) {
+        let found = if raw.len() <= 8 {
+            raw.iter().position(|p| (p.driver, p.name) == key)
+        } else {
+            if index.is_empty() {
+                index.extend(raw.iter().enumerate().map(|(i, p)| ((p.driver, p.name), i)));
+            }
+            index.get(&key).copied()
+        };
+        match found.as_ref() {
             None => {
-                index.insert(key, raw.len());
+                if !index.is_empty() {
+                    index.insert(key, raw.len());
+                }
                 raw.push(RawPool {
                     driver: key.0,
                     name: key.1,
@@ -675,7 +687,20 @@ fn prepare_pool<'a>(
 
 /// Fails on a device name that two devices of the pool's slices share.
 fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
-    let total = device_slices.iter().map(|s| s.spec.devices.len()).sum();
+    let total: usize = device_slices.iter().map(|s| s.spec.devices.len()).sum();
+    if total <= 16 {
+        // Few names: comparing each pair is cheaper than hashing.
+        let names: Vec<&str> = device_slices
+            .iter()
+            .flat_map(|s| s.spec.devices.iter().map(|d| d.name.as_str()))
+            .collect();
+        for (i, a) in names.iter().enumerate() {
+            if names[..i].contains(a) {
+                return Err(format!("duplicate device name {a}"));
+            }
+        }
+        return Ok(());
+    }
     let mut names: FastMap<&str, ()> = FastMap::with_capacity_and_hasher(total, Default::default());
     for s in device_slices {
         for d in &s.spec.devices {
@@ -893,5 +918,40 @@ impl<'a> PoolPrep<'a, '_> {
                     .unwrap_or_default()
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slice(names: &[String]) -> ResourceSlice {
+        let mut s = ResourceSlice::default();
+        s.spec.devices = names
+            .iter()
+            .map(|n| Device {
+                name: n.clone(),
+                ..Default::default()
+            })
+            .collect();
+        s
+    }
+
+    /// Duplicate names across a pool's slices are found whether the pool has few devices
+    /// (compared pairwise) or many (hashed).
+    #[test]
+    fn duplicate_device_names_are_found_in_small_and_large_pools() {
+        for n in [3, 16, 17, 200] {
+            let names: Vec<String> = (0..n).map(|i| format!("gpu-{i}")).collect();
+            let (a, b) = names.split_at(n / 2);
+            let (a, b) = (slice(a), slice(b));
+            assert_eq!(check_device_names(&[&a, &b]), Ok(()), "{n} devices");
+            let again = slice(&names[n - 1..]);
+            assert_eq!(
+                check_device_names(&[&a, &b, &again]),
+                Err(format!("duplicate device name gpu-{}", n - 1)),
+                "{n} devices"
+            );
+        }
     }
 }

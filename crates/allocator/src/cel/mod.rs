@@ -123,6 +123,34 @@ const COMPILE_STACK: usize = 16 << 20;
 
 /// Compiles `expression`, once per process: later calls return the cached program or error.
 pub fn compile(expression: &str) -> Result<Arc<Program>, CompileError> {
+    // This thread's recent programs first: no lock, and a short hash.
+    let local = LOCAL_PROGRAMS.with(|l| l.borrow().get(expression).cloned());
+    if let Some(program) = local {
+        return Ok(program);
+    }
+    let result = compile_shared(expression);
+    if let Ok(program) = &result {
+        LOCAL_PROGRAMS.with(|l| {
+            let mut l = l.borrow_mut();
+            if l.len() >= LOCAL_PROGRAMS_MAX {
+                l.clear();
+            }
+            l.insert(Box::from(expression), program.clone());
+        });
+    }
+    result
+}
+
+/// Most programs one thread keeps in front of the process-wide cache.
+const LOCAL_PROGRAMS_MAX: usize = 256;
+
+thread_local! {
+    static LOCAL_PROGRAMS: std::cell::RefCell<FastMap<Box<str>, Arc<Program>>> =
+        std::cell::RefCell::new(FastMap::default());
+}
+
+/// [`compile`] through the process-wide cache.
+fn compile_shared(expression: &str) -> Result<Arc<Program>, CompileError> {
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(hit) = cache
         .lock()
@@ -348,7 +376,8 @@ impl DeviceContext {
         allow_multiple_allocations: bool,
     ) -> DeviceContext {
         let mut interner = Interner::default();
-        let mut ctx = DeviceContext::empty(&mut interner, driver, allow_multiple_allocations);
+        let mut ctx =
+            DeviceContext::empty(&mut interner, driver, allow_multiple_allocations, (0, 0));
         for (name, a) in attributes {
             let value = match a {
                 AttributeValue::Int(i) => Value::Int(i),
@@ -366,15 +395,17 @@ impl DeviceContext {
         ctx
     }
 
+    /// A context without attributes and capacities, with room for as many as given.
     pub(crate) fn empty(
         interner: &mut Interner,
         driver: &str,
         allow_multiple: bool,
+        room: (usize, usize),
     ) -> DeviceContext {
         DeviceContext {
             driver: Value::String(interner.str(driver)),
-            attrs: Vec::new(),
-            caps: Vec::new(),
+            attrs: Vec::with_capacity(room.0),
+            caps: Vec::with_capacity(room.1),
             allow_multiple,
             attributes: OnceLock::new(),
             capacity: OnceLock::new(),
