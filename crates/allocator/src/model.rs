@@ -599,7 +599,7 @@ pub(crate) fn build_node_view<'a>(
     let mut view = NodeView {
         pools: sorted_pools,
         devices: Vec::with_capacity(total),
-        consumption: Vec::new(),
+        consumption: Vec::with_capacity(2 * total),
         selector_cache: Vec::new(),
         programs: Vec::new(),
         program_index: FastMap::default(),
