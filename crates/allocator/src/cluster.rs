@@ -821,4 +821,51 @@ spec:
             "{e}"
         );
     }
+
+    /// A dump whose slices carry list-type attributes comes from a server with
+    /// DRAListTypeAttributes on, so explain compares them as sets.
+    #[test]
+    fn list_type_attributes_in_a_dump_are_compared_as_sets() {
+        let mut text = String::new();
+        for (node, a, b) in [("n1", "[v1, v2]", "[v3]"), ("n2", "[v1, v2]", "[v2, v3]")] {
+            text.push_str(&format!(
+                "---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {node}-nics}}
+spec:
+  driver: nic.example.com
+  nodeName: {node}
+  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
+  devices:
+  - {{name: nic0, attributes: {{networks: {{strings: {a}}}}}}}
+  - {{name: nic1, attributes: {{networks: {{strings: {b}}}}}}}
+"
+            ));
+        }
+        text.push_str(
+            "---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: nic}
+spec: {selectors: [{cel: {expression: 'device.attributes[\"nic.example.com\"].networks.includes(\"v2\") || device.attributes[\"nic.example.com\"].networks.includes(\"v3\")'}}]}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: pair, namespace: default}
+spec:
+  devices:
+    requests: [{name: nics, exactly: {deviceClassName: nic, count: 2}}]
+    constraints: [{matchAttribute: nic.example.com/networks}]
+",
+        );
+        let c = read_cluster(&text, "dump.yaml").unwrap();
+        let answer = c.explain(&Subject::Claim("default/pair".into())).unwrap();
+        let fits: Vec<(&str, bool)> = answer
+            .nodes
+            .iter()
+            .map(|n| (n.node.as_str(), n.fits))
+            .collect();
+        assert_eq!(fits, [("n2", true), ("n1", false)], "{answer:?}");
+    }
 }
