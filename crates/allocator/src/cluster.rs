@@ -69,9 +69,43 @@ struct ClaimDoc {
     status: Option<ClaimStatusDoc>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct ClaimStatusDoc {
     allocation: Option<AllocationDoc>,
+}
+
+impl ClaimStatusDoc {
+    /// The devices the claim holds (`driver/pool/device`) and the capacity it consumed from
+    /// them; an amount that does not parse is an error naming its field.
+    fn allocation(self) -> Result<(Vec<String>, Vec<ConsumedCapacity>), String> {
+        let results = self
+            .allocation
+            .and_then(|a| a.devices)
+            .map(|d| d.results)
+            .unwrap_or_default();
+        let mut allocated = Vec::with_capacity(results.len());
+        let mut consumed = Vec::new();
+        for (i, r) in results.into_iter().enumerate() {
+            let device = format!("{}/{}/{}", r.driver, r.pool, r.device);
+            if let Some(caps) = r.consumed_capacity {
+                let mut capacity = Vec::with_capacity(caps.len());
+                for (name, q) in caps {
+                    let q = kubedev_core::Quantity::parse(q.as_str()).map_err(|e| {
+                        format!(
+                            "status.allocation.devices.results[{i}].consumedCapacity.{name}: {e}"
+                        )
+                    })?;
+                    capacity.push((name, q));
+                }
+                consumed.push(ConsumedCapacity {
+                    device: device.clone(),
+                    capacity,
+                });
+            }
+            allocated.push(device);
+        }
+        Ok((allocated, consumed))
+    }
 }
 
 #[derive(Deserialize)]
@@ -296,32 +330,10 @@ impl Cluster {
                 let Ok(doc) = serde_json::from_str::<ClaimDoc>(text) else {
                     return false;
                 };
-                let results = doc
-                    .status
-                    .and_then(|s| s.allocation)
-                    .and_then(|a| a.devices)
-                    .map(|d| d.results)
-                    .unwrap_or_default();
-                let mut allocated = Vec::with_capacity(results.len());
-                let mut consumed = Vec::new();
-                for r in results {
-                    let device = format!("{}/{}/{}", r.driver, r.pool, r.device);
-                    if let Some(caps) = r.consumed_capacity {
-                        let mut capacity = Vec::with_capacity(caps.len());
-                        for (name, q) in caps {
-                            // A quantity that does not parse: the lenient path names it.
-                            let Ok(q) = kubedev_core::Quantity::parse(q.as_str()) else {
-                                return false;
-                            };
-                            capacity.push((name, q));
-                        }
-                        consumed.push(ConsumedCapacity {
-                            device: device.clone(),
-                            capacity,
-                        });
-                    }
-                    allocated.push(device);
-                }
+                // An amount that does not parse: the lenient path names it.
+                let Ok((allocated, consumed)) = doc.status.unwrap_or_default().allocation() else {
+                    return false;
+                };
                 self.consumed.extend(consumed);
                 self.claims.push((
                     ResourceClaim {
@@ -357,49 +369,17 @@ impl Cluster {
             "ResourceSlice" => self.slices.push(lenient(v).map_err(what)?),
             "DeviceClass" => self.classes.push(lenient(v).map_err(what)?),
             "ResourceClaim" => {
-                let allocated: Vec<String> = v["status"]["allocation"]["devices"]["results"]
-                    .as_array()
-                    .map(|r| {
-                        r.iter()
-                            .map(|d| {
-                                format!(
-                                    "{}/{}/{}",
-                                    d["driver"].as_str().unwrap_or_default(),
-                                    d["pool"].as_str().unwrap_or_default(),
-                                    d["device"].as_str().unwrap_or_default()
-                                )
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let results = v["status"]["allocation"]["devices"]["results"].as_array();
-                for (i, r) in results.into_iter().flatten().enumerate() {
-                    let Some(caps) = r["consumedCapacity"].as_object() else {
-                        continue;
-                    };
-                    let mut capacity = Vec::with_capacity(caps.len());
-                    for (name, q) in caps {
-                        let text = match q {
-                            Value::String(t) => t.clone(),
-                            other => other.to_string(),
-                        };
-                        let q = kubedev_core::Quantity::parse(&text).map_err(|e| {
-                            what(format!(
-                                "status.allocation.devices.results[{i}].consumedCapacity.{name}: {e}"
-                            ))
-                        })?;
-                        capacity.push((name.clone(), q));
-                    }
-                    self.consumed.push(ConsumedCapacity {
-                        device: allocated.get(i).cloned().unwrap_or_default(),
-                        capacity,
-                    });
-                }
-                // `status` was read above; the claim type has none.
+                // The claim type has no `status`: it is read here, on its own.
                 let mut v = v;
-                if let Some(m) = v.as_object_mut() {
-                    m.remove("status");
-                }
+                let status = v.as_object_mut().and_then(|m| m.remove("status"));
+                let status: ClaimStatusDoc = match status {
+                    None | Some(Value::Null) => ClaimStatusDoc::default(),
+                    Some(status) => {
+                        serde_json::from_value(status).map_err(|e| what(format!("status: {e}")))?
+                    }
+                };
+                let (allocated, consumed) = status.allocation().map_err(what)?;
+                self.consumed.extend(consumed);
                 self.claims.push((lenient(v).map_err(what)?, allocated));
             }
             "Node" => self.nodes.push(Node {
@@ -702,23 +682,41 @@ spec:
         );
     }
 
+    /// A YAML document: node `node`'s slice of driver nic.example.com with `devices` (YAML
+    /// list items, indented for the slice's `devices:`).
+    fn nic_slice(node: &str, devices: &str) -> String {
+        format!(
+            "---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {node}-nics}}
+spec:
+  driver: nic.example.com
+  nodeName: {node}
+  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
+  devices:
+{devices}"
+        )
+    }
+
+    /// The fitting of every node, in the answer's order.
+    fn fits(answer: &ClusterAnswer) -> Vec<(&str, bool)> {
+        answer
+            .nodes
+            .iter()
+            .map(|n| (n.node.as_str(), n.fits))
+            .collect()
+    }
+
     fn shared_nic_cluster(taken: &str) -> String {
         let mut text = String::new();
         for n in ["n1", "n2"] {
-            text.push_str(&format!(
-                "---
-apiVersion: resource.k8s.io/v1
-kind: ResourceSlice
-metadata: {{name: {n}-nics}}
-spec:
-  driver: nic.example.com
-  nodeName: {n}
-  pool: {{name: {n}, generation: 1, resourceSliceCount: 1}}
-  devices:
-  - name: nic0
+            text.push_str(&nic_slice(
+                n,
+                "  - name: nic0
     allowMultipleAllocations: true
-    capacity: {{bandwidth: {{value: 10G}}}}
-"
+    capacity: {bandwidth: {value: 10G}}
+",
             ));
         }
         text.push_str(&format!(
@@ -758,12 +756,7 @@ spec:
         let c = read_cluster(&shared_nic_cluster("8G"), "dump.yaml").unwrap();
         assert_eq!(c.consumed.len(), 1);
         let answer = c.explain(&mine).unwrap();
-        let fits: Vec<(&str, bool)> = answer
-            .nodes
-            .iter()
-            .map(|n| (n.node.as_str(), n.fits))
-            .collect();
-        assert_eq!(fits, [("n2", true), ("n1", false)], "{answer:?}");
+        assert_eq!(fits(&answer), [("n2", true), ("n1", false)], "{answer:?}");
 
         // With less taken, the shared device still has room on n1.
         let c = read_cluster(&shared_nic_cluster("6G"), "dump.yaml").unwrap();
@@ -828,19 +821,13 @@ spec:
     fn list_type_attributes_in_a_dump_are_compared_as_sets() {
         let mut text = String::new();
         for (node, a, b) in [("n1", "[v1, v2]", "[v3]"), ("n2", "[v1, v2]", "[v2, v3]")] {
-            text.push_str(&format!(
-                "---
-apiVersion: resource.k8s.io/v1
-kind: ResourceSlice
-metadata: {{name: {node}-nics}}
-spec:
-  driver: nic.example.com
-  nodeName: {node}
-  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
-  devices:
-  - {{name: nic0, attributes: {{networks: {{strings: {a}}}}}}}
+            text.push_str(&nic_slice(
+                node,
+                &format!(
+                    "  - {{name: nic0, attributes: {{networks: {{strings: {a}}}}}}}
   - {{name: nic1, attributes: {{networks: {{strings: {b}}}}}}}
 "
+                ),
             ));
         }
         text.push_str(
@@ -861,11 +848,6 @@ spec:
         );
         let c = read_cluster(&text, "dump.yaml").unwrap();
         let answer = c.explain(&Subject::Claim("default/pair".into())).unwrap();
-        let fits: Vec<(&str, bool)> = answer
-            .nodes
-            .iter()
-            .map(|n| (n.node.as_str(), n.fits))
-            .collect();
-        assert_eq!(fits, [("n2", true), ("n1", false)], "{answer:?}");
+        assert_eq!(fits(&answer), [("n2", true), ("n1", false)], "{answer:?}");
     }
 }

@@ -724,7 +724,7 @@ struct CounterSets<'a> {
     /// The set found last.
     last_set: std::cell::Cell<Option<usize>>,
     /// Amounts parsed so far (text, value).
-    amounts: std::cell::RefCell<Vec<(String, Quantity)>>,
+    amounts: std::cell::RefCell<Vec<(&'a str, Quantity)>>,
 }
 
 impl<'a> CounterSets<'a> {
@@ -762,7 +762,7 @@ impl<'a> CounterSets<'a> {
 
     /// What device `d` consumes (flat counter index and amount), appended to `out`; fails on
     /// an unknown counter set or counter, or an amount that does not parse.
-    fn consumption(&self, d: &Device, out: &mut Vec<(usize, Quantity)>) -> Result<(), String> {
+    fn consumption(&self, d: &'a Device, out: &mut Vec<(usize, Quantity)>) -> Result<(), String> {
         for cc in &d.consumes_counters {
             let set = self.set(cc.counter_set.as_str())?;
             for (cname, c) in &cc.counters {
@@ -799,14 +799,14 @@ impl<'a> CounterSets<'a> {
     }
 
     /// A consumed amount, parsed; the few distinct amounts of a pool are parsed once.
-    fn amount(&self, text: &str, d: &Device, counter: &str) -> Result<Quantity, String> {
+    fn amount(&self, text: &'a str, d: &Device, counter: &str) -> Result<Quantity, String> {
         let mut seen = self.amounts.borrow_mut();
         if let Some(&(_, q)) = seen.iter().find(|(t, _)| *t == text) {
             return Ok(q);
         }
         let q = parse_q(text, &|| format!("device {} counter {counter}", d.name))?;
         if seen.len() < 16 {
-            seen.push((text.to_string(), q));
+            seen.push((text, q));
         }
         Ok(q)
     }
