@@ -688,25 +688,39 @@ fn prepare_pool<'a>(
 /// Fails on a device name that two devices of the pool's slices share.
 fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
     let total: usize = device_slices.iter().map(|s| s.spec.devices.len()).sum();
-    if total <= 16 {
-        // Few names: comparing each pair is cheaper than hashing.
-        let names: Vec<&str> = device_slices
+    let names = || {
+        device_slices
             .iter()
             .flat_map(|s| s.spec.devices.iter().map(|d| d.name.as_str()))
-            .collect();
-        for (i, a) in names.iter().enumerate() {
-            if names[..i].contains(a) {
+    };
+    if total <= 16 {
+        // Few names: comparing each pair is cheaper than hashing.
+        for (i, a) in names().enumerate() {
+            if names().take(i).any(|b| b == a) {
                 return Err(format!("duplicate device name {a}"));
             }
         }
         return Ok(());
     }
-    let mut names: FastMap<&str, ()> = FastMap::with_capacity_and_hasher(total, Default::default());
-    for s in device_slices {
-        for d in &s.spec.devices {
-            if names.insert(d.name.as_str(), ()).is_some() {
-                return Err(format!("duplicate device name {}", d.name));
+    // Open addressing over the names' positions; equal hashes are compared as text.
+    let size = (total * 2).next_power_of_two();
+    let mask = size - 1;
+    let mut table: Vec<(u32, u32)> = vec![(u32::MAX, 0); size];
+    let mut seen: Vec<&str> = Vec::with_capacity(total);
+    for name in names() {
+        let h = cel::fast_hash(name);
+        let mut at = h as usize & mask;
+        loop {
+            let (i, short) = table[at];
+            if i == u32::MAX {
+                table[at] = (seen.len() as u32, h as u32);
+                seen.push(name);
+                break;
             }
+            if short == h as u32 && seen[i as usize] == name {
+                return Err(format!("duplicate device name {name}"));
+            }
+            at = (at + 1) & mask;
         }
     }
     Ok(())
@@ -768,7 +782,7 @@ impl<'a> CounterSets<'a> {
             for (cname, c) in &cc.counters {
                 let idx = set
                     .iter()
-                    .find(|(n, _)| *n == cname.as_str())
+                    .find(|(n, _)| cel::str_eq(n, cname))
                     .map(|&(_, i)| i)
                     .ok_or_else(|| {
                         format!(
@@ -786,7 +800,7 @@ impl<'a> CounterSets<'a> {
     /// previous device named, so that one is compared first.
     fn set(&self, name: &str) -> Result<&[(&'a str, usize)], String> {
         if let Some(i) = self.last_set.get()
-            && self.sets[i].0 == name
+            && cel::str_eq(self.sets[i].0, name)
         {
             return Ok(&self.sets[i].1);
         }
@@ -801,7 +815,7 @@ impl<'a> CounterSets<'a> {
     /// A consumed amount, parsed; the few distinct amounts of a pool are parsed once.
     fn amount(&self, text: &'a str, d: &Device, counter: &str) -> Result<Quantity, String> {
         let mut seen = self.amounts.borrow_mut();
-        if let Some(&(_, q)) = seen.iter().find(|(t, _)| *t == text) {
+        if let Some(&(_, q)) = seen.iter().find(|(t, _)| cel::str_eq(t, text)) {
             return Ok(q);
         }
         let q = parse_q(text, &|| format!("device {} counter {counter}", d.name))?;

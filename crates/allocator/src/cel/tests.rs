@@ -306,3 +306,21 @@ fn the_interner_keeps_at_most_its_cap() {
     assert_eq!(&*s, "not kept");
     assert!(!interner.strings.contains_key("not kept"));
 }
+
+/// The short-string comparison agrees with `==` for every length up to past its word paths,
+/// whichever byte differs.
+#[test]
+fn str_eq_agrees_with_string_equality() {
+    for n in 0..24 {
+        let base: String = (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        assert!(super::str_eq(&base, &base.clone()), "{base}");
+        for at in 0..n {
+            let mut other = base.clone().into_bytes();
+            other[at] = b'Z';
+            let other = String::from_utf8(other).unwrap();
+            assert!(!super::str_eq(&base, &other), "{base} vs {other}");
+        }
+        let longer = format!("{base}x");
+        assert!(!super::str_eq(&base, &longer));
+    }
+}
