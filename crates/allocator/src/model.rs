@@ -45,6 +45,8 @@ pub(crate) struct PoolView<'a> {
     pub(crate) available: Vec<Quantity>,
     /// Some counter is overdrawn by allocated devices: no device consuming from this pool fits.
     pub(crate) overdrawn: bool,
+    /// The driver's name as a CEL value (`device.driver` of the pool's devices).
+    pub(crate) driver_value: Value,
 }
 
 impl PoolView<'_> {
@@ -101,9 +103,12 @@ pub(crate) struct Dev<'a> {
     pub(crate) allocated: bool,
     /// Per-device node selection result (true when the slice selects nodes).
     pub(crate) node_ok: Result<bool, String>,
-    /// The CEL `device` variable, or why it cannot be built (an invalid attribute), built
-    /// when a selector first needs it.
-    ctx: std::cell::OnceCell<Box<Result<DeviceContext, String>>>,
+    /// Whether selectors can read the device, or why not (an attribute without a value
+    /// the scheduler converts, an invalid version or capacity), checked on first use.
+    readable: std::cell::OnceCell<Result<(), String>>,
+    /// The whole CEL `device` variable, built only when an expression reads attributes or
+    /// capacities as maps.
+    full: std::cell::OnceCell<Box<DeviceContext>>,
     /// The parsed capacities, parsed when first needed.
     caps: std::cell::OnceCell<Caps<'a>>,
     /// Counter consumption: a range of [`NodeView::consumption`].
@@ -129,17 +134,60 @@ struct Caps<'a> {
 }
 
 impl<'a> Dev<'a> {
-    /// The CEL `device` variable.
-    pub(crate) fn context(&self) -> &Result<DeviceContext, String> {
-        self.ctx.get_or_init(|| {
-            let caps = self.caps();
-            Box::new(match &caps.error {
-                Some(e) => Err(e.clone()),
-                None => cel::with_interner(|interner| {
-                    device_context(self.device, self.driver, &caps.list, self.lists, interner)
-                }),
+    /// Whether selectors can read the device: `Err` (for every selector) when an attribute
+    /// has no value the scheduler converts or an invalid version, or a capacity does not
+    /// parse. The first problem is reported: capacities first, then attributes by name.
+    pub(crate) fn readable(&self) -> &Result<(), String> {
+        self.readable.get_or_init(|| {
+            if let Some(e) = &self.caps().error {
+                return Err(e.clone());
+            }
+            cel::with_interner(|interner| {
+                for (name, a) in &self.device.attributes {
+                    attribute_value(name, a, self.lists, interner)?;
+                }
+                Ok(())
             })
         })
+    }
+
+    /// The CEL `device` variable of this device (which must be [`Dev::readable`]); `driver`
+    /// is the driver's name as a CEL value.
+    pub(crate) fn vars<'d>(&'d self, driver: &'d Value) -> DevVars<'d, 'a> {
+        DevVars { dev: self, driver }
+    }
+
+    /// The attribute named `domain`/`id` as the `device` variable has it: of the names that
+    /// qualify to it (bare for the driver's domain, or `domain/id`), the first by name.
+    fn attribute(&self, domain: &str, id: &str) -> Option<(&'a String, &'a DeviceAttribute)> {
+        let attrs = &self.device.attributes;
+        let bare = if domain == self.driver && !id.contains('/') {
+            attrs.get_key_value(id)
+        } else {
+            None
+        };
+        let qualified = if domain.contains('/') {
+            None
+        } else {
+            let mut found = None;
+            for (k, v) in attrs.range::<str, _>((
+                std::ops::Bound::Included(domain),
+                std::ops::Bound::Unbounded,
+            )) {
+                let Some(rest) = k.strip_prefix(domain) else {
+                    break;
+                };
+                if rest.strip_prefix('/') == Some(id) {
+                    found = Some((k, v));
+                    break;
+                }
+            }
+            found
+        };
+        match (bare, qualified) {
+            (Some(b), Some(q)) => Some(if b.0 <= q.0 { b } else { q }),
+            (b, q) => b.or(q),
+        }
     }
 
     fn caps(&self) -> &Caps<'a> {
@@ -380,27 +428,94 @@ fn device_context(
         (dev.attributes.len(), caps.len()),
     );
     for (name, a) in &dev.attributes {
-        let v = if let Some(i) = a.int {
-            Value::Int(i)
-        } else if let Some(b) = a.bool {
-            Value::Bool(b)
-        } else if let Some(s) = &a.string {
-            Value::String(interner.str(s))
-        } else if let Some(v) = &a.version {
-            interner
-                .version(v)
-                .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
-        } else if let Some(list) = lists.then(|| list_value(a, interner)).flatten() {
-            list.map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
-        } else {
-            return Err(format!("attribute {name}: unsupported attribute value"));
-        };
+        let v = attribute_value(name, a, lists, interner)?;
         ctx.push_attribute(interner, driver, name, v);
     }
     for c in caps {
         ctx.push_capacity(interner, driver, c.key, c.value);
     }
     Ok(ctx)
+}
+
+/// An attribute as the `device` variable has it: the first set field of int, bool, string,
+/// version (and with `lists`, the list fields); none set or an invalid version is an error.
+fn attribute_value(
+    name: &str,
+    a: &DeviceAttribute,
+    lists: bool,
+    interner: &mut Interner,
+) -> Result<Value, String> {
+    Ok(if let Some(i) = a.int {
+        Value::Int(i)
+    } else if let Some(b) = a.bool {
+        Value::Bool(b)
+    } else if let Some(s) = &a.string {
+        Value::String(interner.str(s))
+    } else if let Some(v) = &a.version {
+        interner
+            .version(v)
+            .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
+    } else if let Some(list) = lists.then(|| list_value(a, interner)).flatten() {
+        list.map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
+    } else {
+        return Err(format!("attribute {name}: unsupported attribute value"));
+    })
+}
+
+/// The CEL `device` variable of one device, read from its slice as an expression asks:
+/// a selector that reads a few attributes converts only those.
+pub(crate) struct DevVars<'d, 'a> {
+    dev: &'d Dev<'a>,
+    driver: &'d Value,
+}
+
+impl DevVars<'_, '_> {
+    fn full(&self) -> &DeviceContext {
+        let dev = self.dev;
+        dev.full.get_or_init(|| {
+            let caps = dev.caps();
+            Box::new(
+                cel::with_interner(|interner| {
+                    device_context(dev.device, dev.driver, &caps.list, dev.lists, interner)
+                })
+                .unwrap_or_else(|_| {
+                    // Not readable: selectors are not evaluated on such a device.
+                    DeviceContext::new(dev.driver, [], [], false)
+                }),
+            )
+        })
+    }
+}
+
+impl cel::DeviceVars for DevVars<'_, '_> {
+    fn driver(&self) -> Value {
+        self.driver.clone()
+    }
+
+    fn allow_multiple(&self) -> bool {
+        self.dev.multi
+    }
+
+    fn attributes(&self) -> Value {
+        self.full().attributes().clone()
+    }
+
+    fn capacity(&self) -> Value {
+        self.full().capacity().clone()
+    }
+
+    fn entry(&self, capacity: bool, domain: &str, id: &str) -> Option<Value> {
+        let dev = self.dev;
+        if capacity {
+            let c = dev
+                .capacity()
+                .iter()
+                .find(|c| cel::split_qualified(c.key, dev.driver) == (domain, id))?;
+            return Some(cel::with_interner(|interner| interner.quantity(c.value)));
+        }
+        let (name, a) = dev.attribute(domain, id)?;
+        cel::with_interner(|interner| attribute_value(name, a, dev.lists, interner).ok())
+    }
 }
 
 /// Parses a device's capacities; the first that does not parse is the error.
@@ -467,9 +582,14 @@ pub(crate) fn build_node_view<'a>(
     let mut raw: Vec<RawPool<'a>> = Vec::new();
     // Pools by (driver, name): searched in `raw` while there are few, then indexed.
     let mut index: FastMap<(&'a str, &'a str), usize> = FastMap::default();
-    let candidates: Vec<&'a ResourceSlice> = match slice_index {
-        Some(ix) => ix.for_node(slices, &node.name),
-        None => slices.iter().collect(),
+    let indexed: Option<Vec<&'a ResourceSlice>> =
+        slice_index.map(|ix| ix.for_node(slices, &node.name));
+    let mut from_index = indexed.iter().flatten().copied();
+    let mut every = slices.iter();
+    let candidates: &mut dyn Iterator<Item = &'a ResourceSlice> = if indexed.is_some() {
+        &mut from_index
+    } else {
+        &mut every
     };
     for slice in candidates {
         if !slice_relevant(node, slice)? {
@@ -490,11 +610,14 @@ pub(crate) fn build_node_view<'a>(
                 if !index.is_empty() {
                     index.insert(key, raw.len());
                 }
+                let mut pool_slices =
+                    Vec::with_capacity(slice.spec.pool.resource_slice_count.clamp(1, 64) as usize);
+                pool_slices.push(slice);
                 raw.push(RawPool {
                     driver: key.0,
                     name: key.1,
                     generation,
-                    slices: vec![slice],
+                    slices: pool_slices,
                 });
             }
             Some(&i) => {
@@ -511,9 +634,15 @@ pub(crate) fn build_node_view<'a>(
         }
     }
 
-    let mut pools: Vec<PoolView<'a>> = Vec::with_capacity(raw.len());
-    let mut pool_slices: Vec<(Vec<&'a ResourceSlice>, Vec<&'a ResourceSlice>)> = Vec::new();
-    let mut binding: Vec<bool> = Vec::new();
+    /// A pool gathered for the node: its view, its slices (relevant for the node, and the
+    /// pool's other slices), whether a device has binding conditions.
+    struct Gathered<'a> {
+        pool: PoolView<'a>,
+        relevant: Vec<&'a ResourceSlice>,
+        others: Vec<&'a ResourceSlice>,
+        binding: bool,
+    }
+    let mut gathered: Vec<Gathered<'a>> = Vec::with_capacity(raw.len());
     for p in raw {
         let wanted = p.slices[0].spec.pool.resource_slice_count;
         let mut others: Vec<&'a ResourceSlice> = Vec::new();
@@ -540,17 +669,21 @@ pub(crate) fn build_node_view<'a>(
                 continue;
             }
             if all.len() as i64 != wanted {
-                pools.push(PoolView {
-                    driver: p.driver,
-                    name: p.name,
-                    state: PoolState::Incomplete,
-                    devices: 0..0,
-                    counter_names: Vec::new(),
-                    available: Vec::new(),
-                    overdrawn: false,
+                gathered.push(Gathered {
+                    pool: PoolView {
+                        driver: p.driver,
+                        name: p.name,
+                        state: PoolState::Incomplete,
+                        devices: 0..0,
+                        counter_names: Vec::new(),
+                        available: Vec::new(),
+                        overdrawn: false,
+                        driver_value: Value::Null,
+                    },
+                    relevant: Vec::new(),
+                    others: Vec::new(),
+                    binding: false,
                 });
-                pool_slices.push((Vec::new(), Vec::new()));
-                binding.push(false);
                 continue;
             }
             let relevant: HashSet<&str> =
@@ -568,36 +701,36 @@ pub(crate) fn build_node_view<'a>(
                 .iter()
                 .any(|d| !d.binding_conditions.is_empty())
         });
-        pools.push(PoolView {
-            driver: p.driver,
-            name: p.name,
-            state: PoolState::Usable,
-            devices: 0..0,
-            counter_names: Vec::new(),
-            available: Vec::new(),
-            overdrawn: false,
+        gathered.push(Gathered {
+            pool: PoolView {
+                driver: p.driver,
+                name: p.name,
+                state: PoolState::Usable,
+                devices: 0..0,
+                counter_names: Vec::new(),
+                available: Vec::new(),
+                overdrawn: false,
+                driver_value: cel::with_interner(|interner| Value::String(interner.str(p.driver))),
+            },
+            relevant,
+            others,
+            binding: has_binding,
         });
-        pool_slices.push((relevant, others));
-        binding.push(has_binding);
     }
 
     // Sort by (driver, pool), pools with binding conditions last.
-    let mut entries: Vec<_> = pools.into_iter().zip(pool_slices).zip(binding).collect();
-    if entries.len() > 1 {
-        entries.sort_by(|((a, _), ab), ((b, _), bb)| {
-            (ab, a.driver, a.name).cmp(&(bb, b.driver, b.name))
+    if gathered.len() > 1 {
+        gathered.sort_by(|a, b| {
+            (a.binding, a.pool.driver, a.pool.name).cmp(&(b.binding, b.pool.driver, b.pool.name))
         });
     }
-    let (sorted_pools, sorted_slices): (Vec<PoolView<'a>>, Vec<_>) =
-        entries.into_iter().map(|(p, _)| p).unzip();
-
-    let total: usize = sorted_slices
+    let total: usize = gathered
         .iter()
-        .flat_map(|(relevant, _)| relevant.iter())
+        .flat_map(|g| g.relevant.iter())
         .map(|s| s.spec.devices.len())
         .sum();
     let mut view = NodeView {
-        pools: sorted_pools,
+        pools: Vec::with_capacity(gathered.len()),
         devices: Vec::with_capacity(total),
         consumption: Vec::with_capacity(2 * total),
         selector_cache: Vec::new(),
@@ -608,12 +741,22 @@ pub(crate) fn build_node_view<'a>(
         attr_names: Vec::new(),
         list_attributes: features.list_type_attributes,
     };
-    for (pi, (relevant, others)) in sorted_slices.into_iter().enumerate() {
-        if view.pools[pi].state != PoolState::Usable {
+    for g in gathered {
+        let pi = view.pools.len();
+        let usable = g.pool.state == PoolState::Usable;
+        view.pools.push(g.pool);
+        if !usable {
             continue;
         }
-        if let Err(reason) = prepare_pool(&mut view, pi, node, &relevant, &others, in_use, features)
-        {
+        if let Err(reason) = prepare_pool(
+            &mut view,
+            pi,
+            node,
+            &g.relevant,
+            &g.others,
+            in_use,
+            features,
+        ) {
             let pool = &mut view.pools[pi];
             view.devices.truncate(pool.devices.start);
             pool.devices = pool.devices.start..pool.devices.start;
@@ -640,32 +783,27 @@ fn prepare_pool<'a>(
     view.pools[pi].devices = start..start;
     // Kubernetes 1.35+ keeps counter sets and devices in separate slices; 1.34 put the sets in
     // the slice of the devices consuming them. A slice may therefore be in both lists.
-    let counter_slices: Vec<&ResourceSlice> = relevant
-        .iter()
-        .copied()
-        .filter(|s| !s.spec.shared_counters.is_empty())
-        .collect();
-    let device_slices: Vec<&ResourceSlice> = relevant
-        .iter()
-        .copied()
-        .filter(|s| s.spec.shared_counters.is_empty() || !s.spec.devices.is_empty())
-        .collect();
-
-    check_device_names(&device_slices)?;
+    let device_slices = || relevant.iter().copied().filter(|s| is_device_slice(s));
+    check_device_names(device_slices())?;
     let mut prep = PoolPrep {
         pi,
         driver,
         pool_name,
         in_use,
         lists: features.list_type_attributes,
-        counters: CounterSets::flatten(&counter_slices)?,
+        counters: CounterSets::flatten(
+            relevant
+                .iter()
+                .copied()
+                .filter(|s| !s.spec.shared_counters.is_empty()),
+        )?,
     };
-    prep.subtract_allocated(relevant, others, &device_slices)?;
+    prep.subtract_allocated(relevant, others)?;
     let overdrawn = prep.counters.available.iter().any(|q| q.sign() < 0);
 
     let consumption_start = view.consumption.len();
     let result = (|| {
-        for s in &device_slices {
+        for s in device_slices() {
             for d in &s.spec.devices {
                 let dev = prep.device(node, s, d, &mut view.consumption)?;
                 view.devices.push(dev);
@@ -685,12 +823,20 @@ fn prepare_pool<'a>(
     Ok(())
 }
 
+/// Whether a slice of a pool lists devices the node may allocate (a slice of counter sets
+/// only does not).
+fn is_device_slice(s: &ResourceSlice) -> bool {
+    s.spec.shared_counters.is_empty() || !s.spec.devices.is_empty()
+}
+
 /// Fails on a device name that two devices of the pool's slices share.
-fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
-    let total: usize = device_slices.iter().map(|s| s.spec.devices.len()).sum();
+fn check_device_names<'s>(
+    device_slices: impl Iterator<Item = &'s ResourceSlice> + Clone,
+) -> Result<(), String> {
+    let total: usize = device_slices.clone().map(|s| s.spec.devices.len()).sum();
     let names = || {
         device_slices
-            .iter()
+            .clone()
             .flat_map(|s| s.spec.devices.iter().map(|d| d.name.as_str()))
     };
     if total <= 16 {
@@ -727,13 +873,13 @@ fn check_device_names(device_slices: &[&ResourceSlice]) -> Result<(), String> {
 }
 
 /// The counter sets of a pool, flattened: `(set, counter)` names, what is available of each,
-/// and per set the flat index of each of its counters.
+/// and per set the range of its counters in the flat lists.
 struct CounterSets<'a> {
     names: Vec<(&'a str, &'a str)>,
     available: Vec<Quantity>,
-    /// Each set: its name, and its counters' names and flat indices (a set has few counters).
-    sets: Vec<(&'a str, Vec<(&'a str, usize)>)>,
-    /// Set name -> position in `sets`.
+    /// Each set: its name, and its counters' flat indices.
+    sets: Vec<(&'a str, std::ops::Range<usize>)>,
+    /// Set name -> position in `sets`, when there are many sets.
     index: FastMap<&'a str, usize>,
     /// The set found last.
     last_set: std::cell::Cell<Option<usize>>,
@@ -741,31 +887,43 @@ struct CounterSets<'a> {
     amounts: std::cell::RefCell<Vec<(&'a str, Quantity)>>,
 }
 
+/// Most counter sets looked up by comparing names; a pool with more indexes them.
+const LINEAR_SETS: usize = 8;
+
 impl<'a> CounterSets<'a> {
     /// Flattens the counter sets of `counter_slices`; a set name may be used once.
-    fn flatten(counter_slices: &[&'a ResourceSlice]) -> Result<CounterSets<'a>, String> {
-        let mut counter_names: Vec<(&'a str, &'a str)> = Vec::new();
-        let mut available: Vec<Quantity> = Vec::new();
-        let mut sets: Vec<(&str, Vec<(&str, usize)>)> = Vec::new();
+    fn flatten(
+        counter_slices: impl Iterator<Item = &'a ResourceSlice> + Clone,
+    ) -> Result<CounterSets<'a>, String> {
+        let all_sets = counter_slices.flat_map(|s| s.spec.shared_counters.iter());
+        let (nsets, ncounters) = all_sets
+            .clone()
+            .fold((0, 0), |(n, c), set| (n + 1, c + set.counters.len()));
+        let mut names: Vec<(&'a str, &'a str)> = Vec::with_capacity(ncounters);
+        let mut available: Vec<Quantity> = Vec::with_capacity(ncounters);
+        let mut sets: Vec<(&str, std::ops::Range<usize>)> = Vec::with_capacity(nsets);
         let mut index: FastMap<&str, usize> = FastMap::default();
-        for s in counter_slices {
-            for set in &s.spec.shared_counters {
-                if index.insert(set.name.as_str(), sets.len()).is_some() {
-                    return Err(format!("duplicate counter set name {}", set.name));
-                }
-                let mut m = Vec::with_capacity(set.counters.len());
-                for (cname, c) in &set.counters {
-                    m.push((cname.as_str(), counter_names.len()));
-                    counter_names.push((set.name.as_str(), cname.as_str()));
-                    available.push(parse_q(c.value.as_str(), &|| {
-                        format!("counter {cname} in counter set {}", set.name)
-                    })?);
-                }
-                sets.push((set.name.as_str(), m));
+        for set in all_sets {
+            let name = set.name.as_str();
+            let duplicate = if nsets <= LINEAR_SETS {
+                sets.iter().any(|(n, _)| cel::str_eq(n, name))
+            } else {
+                index.insert(name, sets.len()).is_some()
+            };
+            if duplicate {
+                return Err(format!("duplicate counter set name {}", set.name));
             }
+            let start = names.len();
+            for (cname, c) in &set.counters {
+                names.push((name, cname.as_str()));
+                available.push(parse_q(c.value.as_str(), &|| {
+                    format!("counter {cname} in counter set {}", set.name)
+                })?);
+            }
+            sets.push((name, start..names.len()));
         }
         Ok(CounterSets {
-            names: counter_names,
+            names,
             available,
             index,
             sets,
@@ -781,9 +939,8 @@ impl<'a> CounterSets<'a> {
             let set = self.set(cc.counter_set.as_str())?;
             for (cname, c) in &cc.counters {
                 let idx = set
-                    .iter()
-                    .find(|(n, _)| cel::str_eq(n, cname))
-                    .map(|&(_, i)| i)
+                    .clone()
+                    .find(|&i| cel::str_eq(self.names[i].1, cname))
                     .ok_or_else(|| {
                         format!(
                             "counter {cname} not found in counter set {}",
@@ -798,18 +955,20 @@ impl<'a> CounterSets<'a> {
 
     /// The counters of set `name`; the devices of a slice mostly consume from the set the
     /// previous device named, so that one is compared first.
-    fn set(&self, name: &str) -> Result<&[(&'a str, usize)], String> {
+    fn set(&self, name: &str) -> Result<std::ops::Range<usize>, String> {
         if let Some(i) = self.last_set.get()
             && cel::str_eq(self.sets[i].0, name)
         {
-            return Ok(&self.sets[i].1);
+            return Ok(self.sets[i].1.clone());
         }
-        let &i = self
-            .index
-            .get(name)
-            .ok_or_else(|| format!("counter set {name} not found"))?;
+        let found = if self.sets.len() <= LINEAR_SETS {
+            self.sets.iter().position(|(n, _)| cel::str_eq(n, name))
+        } else {
+            self.index.get(name).copied()
+        };
+        let i = found.ok_or_else(|| format!("counter set {name} not found"))?;
         self.last_set.set(Some(i));
-        Ok(&self.sets[i].1)
+        Ok(self.sets[i].1.clone())
     }
 
     /// A consumed amount, parsed; the few distinct amounts of a pool are parsed once.
@@ -853,21 +1012,22 @@ impl<'a> PoolPrep<'a, '_> {
         &mut self,
         relevant: &[&'a ResourceSlice],
         others: &[&'a ResourceSlice],
-        device_slices: &[&ResourceSlice],
     ) -> Result<(), String> {
-        let is_candidate_slice =
-            |s: &ResourceSlice| device_slices.iter().any(|x| std::ptr::eq(*x, s));
-        for s in relevant.iter().chain(others.iter()) {
-            let candidate_slice = is_candidate_slice(s);
+        let mut used = Vec::new();
+        let slices = relevant
+            .iter()
+            .map(|s| (*s, is_device_slice(s)))
+            .chain(others.iter().map(|s| (*s, false)));
+        for (s, candidate_slice) in slices {
             for d in &s.spec.devices {
                 let is_allocated = self.is_allocated(d);
                 if candidate_slice && !is_allocated {
                     continue;
                 }
-                let mut used = Vec::new();
+                used.clear();
                 self.counters.consumption(d, &mut used)?;
                 if is_allocated {
-                    for (idx, q) in used {
+                    for &(idx, q) in &used {
                         let available = &mut self.counters.available;
                         available[idx] = available[idx].checked_sub(&q).ok_or_else(|| {
                             format!("counter arithmetic overflow on device {}", d.name)
@@ -911,7 +1071,8 @@ impl<'a> PoolPrep<'a, '_> {
             pool_name: self.pool_name,
             allocated: self.is_allocated(d),
             node_ok,
-            ctx: std::cell::OnceCell::new(),
+            readable: std::cell::OnceCell::new(),
+            full: std::cell::OnceCell::new(),
             caps: std::cell::OnceCell::new(),
             counters,
             taints: d
@@ -959,10 +1120,14 @@ mod tests {
             let names: Vec<String> = (0..n).map(|i| format!("gpu-{i}")).collect();
             let (a, b) = names.split_at(n / 2);
             let (a, b) = (slice(a), slice(b));
-            assert_eq!(check_device_names(&[&a, &b]), Ok(()), "{n} devices");
+            assert_eq!(
+                check_device_names([&a, &b].into_iter()),
+                Ok(()),
+                "{n} devices"
+            );
             let again = slice(&names[n - 1..]);
             assert_eq!(
-                check_device_names(&[&a, &b, &again]),
+                check_device_names([&a, &b, &again].into_iter()),
                 Err(format!("duplicate device name gpu-{}", n - 1)),
                 "{n} devices"
             );

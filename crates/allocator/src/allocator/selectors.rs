@@ -107,8 +107,12 @@ impl<'x> SelectorSet<'x> {
             let mut code = cached.get();
             if code == 0 {
                 *evaluations += 1;
-                let r = match view.devices[d].context() {
-                    Ok(ctx) => cel::evaluate(program, ctx).map_err(|e| e.to_string()),
+                let dev = &view.devices[d];
+                let r = match dev.readable() {
+                    Ok(()) => {
+                        let vars = dev.vars(&view.pools[dev.pool].driver_value);
+                        cel::evaluate_vars(program, &vars).map_err(|e| e.to_string())
+                    }
                     Err(e) => Err(e.clone()),
                 };
                 code = match r {
@@ -128,8 +132,11 @@ impl<'x> SelectorSet<'x> {
                 2 => {}
                 _ => {
                     let dev = &view.devices[d];
-                    let message = match dev.context() {
-                        Ok(ctx) => match cel::evaluate(program, ctx) {
+                    let message = match dev.readable() {
+                        Ok(()) => match cel::evaluate_vars(
+                            program,
+                            &dev.vars(&view.pools[dev.pool].driver_value),
+                        ) {
                             Err(e) => e.to_string(),
                             Ok(_) => "inconsistent evaluation".to_string(),
                         },

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::DeviceContext;
+use super::DeviceVars;
 use super::compile::{BinOp, Comprehension, DeviceField, Node, Program};
 use super::library;
 use super::value::{MapValue, Value, empty_map};
@@ -87,7 +87,7 @@ impl Meter {
 }
 
 pub(crate) struct Evaluator<'a> {
-    device: &'a DeviceContext,
+    device: &'a dyn DeviceVars,
     locals: Vec<Value>,
     pub(crate) meter: Meter,
 }
@@ -104,7 +104,7 @@ fn no_overload(op: &str, a: &Value, b: &Value) -> EvalError {
 }
 
 impl<'a> Evaluator<'a> {
-    pub(crate) fn new(program: &Program, device: &'a DeviceContext, limit: u64) -> Self {
+    pub(crate) fn new(program: &Program, device: &'a dyn DeviceVars, limit: u64) -> Self {
         Evaluator {
             device,
             locals: vec![Value::Null; program.slots],
@@ -114,9 +114,9 @@ impl<'a> Evaluator<'a> {
 
     fn device_field(&self, f: DeviceField) -> Value {
         match f {
-            DeviceField::Driver => self.device.driver().clone(),
-            DeviceField::Attributes => self.device.attributes().clone(),
-            DeviceField::Capacity => self.device.capacity().clone(),
+            DeviceField::Driver => self.device.driver(),
+            DeviceField::Attributes => self.device.attributes(),
+            DeviceField::Capacity => self.device.capacity(),
             DeviceField::AllowMultipleAllocations => Value::Bool(self.device.allow_multiple()),
         }
     }
@@ -165,7 +165,7 @@ impl<'a> Evaluator<'a> {
             .device
             .entry(matches!(field, DeviceField::Capacity), domain, id)
         {
-            Some(v) => Ok(v.clone()),
+            Some(v) => Ok(v),
             None => Err(EvalError::msg(format!("no such key: {id}"))),
         }
     }

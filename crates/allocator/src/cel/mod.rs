@@ -478,14 +478,6 @@ impl DeviceContext {
         self.caps.push((domain, id, value));
     }
 
-    pub(crate) fn driver(&self) -> &Value {
-        &self.driver
-    }
-
-    pub(crate) fn allow_multiple(&self) -> bool {
-        self.allow_multiple
-    }
-
     pub(crate) fn attributes(&self) -> &Value {
         self.attributes.get_or_init(|| materialize(&self.attrs))
     }
@@ -504,15 +496,69 @@ impl DeviceContext {
     }
 }
 
+/// What an evaluation reads of the `device` variable: a [`DeviceContext`] built up front, or
+/// a device read from its slice as the expression asks.
+pub(crate) trait DeviceVars {
+    /// `device.driver`.
+    fn driver(&self) -> Value;
+    /// `device.allowMultipleAllocations`.
+    fn allow_multiple(&self) -> bool;
+    /// `device.attributes` as a map of maps.
+    fn attributes(&self) -> Value;
+    /// `device.capacity` as a map of maps.
+    fn capacity(&self) -> Value;
+    /// `device.attributes[domain][id]` (or capacity) without building maps; `None` when the
+    /// id is missing.
+    fn entry(&self, capacity: bool, domain: &str, id: &str) -> Option<Value>;
+}
+
+impl DeviceVars for DeviceContext {
+    fn driver(&self) -> Value {
+        self.driver.clone()
+    }
+
+    fn allow_multiple(&self) -> bool {
+        self.allow_multiple
+    }
+
+    fn attributes(&self) -> Value {
+        DeviceContext::attributes(self).clone()
+    }
+
+    fn capacity(&self) -> Value {
+        DeviceContext::capacity(self).clone()
+    }
+
+    fn entry(&self, capacity: bool, domain: &str, id: &str) -> Option<Value> {
+        DeviceContext::entry(self, capacity, domain, id).cloned()
+    }
+}
+
 /// Evaluates a compiled selector for one device with the scheduler's cost limit.
 pub fn evaluate(program: &Program, device: &DeviceContext) -> Result<bool, RuntimeError> {
     evaluate_with_limit(program, device, COST_LIMIT).map(|(b, _)| b)
+}
+
+/// [`evaluate`] for any [`DeviceVars`].
+pub(crate) fn evaluate_vars(
+    program: &Program,
+    device: &dyn DeviceVars,
+) -> Result<bool, RuntimeError> {
+    evaluate_dyn(program, device, COST_LIMIT).map(|(b, _)| b)
 }
 
 /// Evaluates with an explicit cost limit; returns the result and the cost spent.
 pub fn evaluate_with_limit(
     program: &Program,
     device: &DeviceContext,
+    limit: u64,
+) -> Result<(bool, u64), RuntimeError> {
+    evaluate_dyn(program, device, limit)
+}
+
+fn evaluate_dyn(
+    program: &Program,
+    device: &dyn DeviceVars,
     limit: u64,
 ) -> Result<(bool, u64), RuntimeError> {
     let mut ev = eval::Evaluator::new(program, device, limit);
