@@ -1112,6 +1112,94 @@ mod tests {
         s
     }
 
+    /// A selector reads an attribute or capacity from the slice exactly as from the whole
+    /// `device` variable: bare names in the driver's domain, qualified names, a name given
+    /// both ways (the first by name wins), names with more than one `/`, missing names.
+    #[test]
+    fn device_entries_read_from_the_slice_equal_the_built_variable() {
+        use crate::api::{DeviceCapacity, RawQuantity};
+        let attr = |f: &dyn Fn(&mut DeviceAttribute)| {
+            let mut a = DeviceAttribute::default();
+            f(&mut a);
+            a
+        };
+        let mut device = Device {
+            name: "gpu-0".into(),
+            ..Default::default()
+        };
+        let attrs = [
+            ("model", attr(&|a| a.string = Some("bare".into()))),
+            (
+                "gpu.example.com/model",
+                attr(&|a| a.string = Some("qualified".into())),
+            ),
+            ("gpu.example.com/numa", attr(&|a| a.int = Some(1))),
+            ("zeta", attr(&|a| a.bool = Some(true))),
+            ("other.org/zeta", attr(&|a| a.int = Some(7))),
+            ("a/b/c", attr(&|a| a.version = Some("1.2.3".into()))),
+            ("gpu.example.com.x/model", attr(&|a| a.int = Some(9))),
+        ];
+        for (k, v) in attrs {
+            device.attributes.insert(k.to_string(), v);
+        }
+        for (k, v) in [("memory", "80Gi"), ("other.org/memory", "1Gi")] {
+            device.capacity.insert(
+                k.to_string(),
+                DeviceCapacity {
+                    value: RawQuantity::from(v),
+                    ..Default::default()
+                },
+            );
+        }
+        let driver = "gpu.example.com";
+        let caps = parse_caps(&device);
+        let built = cel::with_interner(|i| device_context(&device, driver, &caps.list, false, i))
+            .expect("device variable");
+        let dev = Dev {
+            pool: 0,
+            slice: Box::leak(Box::default()),
+            device: &device,
+            driver,
+            pool_name: "pool",
+            allocated: false,
+            node_ok: Ok(true),
+            readable: std::cell::OnceCell::new(),
+            full: std::cell::OnceCell::new(),
+            caps: std::cell::OnceCell::new(),
+            counters: 0..0,
+            taints: Vec::new(),
+            multi: false,
+            binds_to_node: false,
+            consumed_before: Vec::new(),
+            lists: false,
+        };
+        assert_eq!(dev.readable(), &Ok(()));
+        let driver_value = Value::String(driver.into());
+        let vars = dev.vars(&driver_value);
+        let lookups = [
+            (false, driver, "model"),
+            (false, driver, "numa"),
+            (false, driver, "zeta"),
+            (false, "other.org", "zeta"),
+            (false, "a", "b/c"),
+            (false, "a/b", "c"),
+            (false, driver, "missing"),
+            (false, "gpu.example.com.x", "model"),
+            (true, driver, "memory"),
+            (true, "other.org", "memory"),
+            (true, "other.org", "missing"),
+        ];
+        for (capacity, domain, id) in lookups {
+            let lazy = cel::DeviceVars::entry(&vars, capacity, domain, id);
+            let whole = built.entry(capacity, domain, id);
+            match (&lazy, whole) {
+                (Some(a), Some(b)) => assert!(a.equals(b), "{domain}/{id}: {a:?} vs {b:?}"),
+                (None, None) => {}
+                _ => panic!("{domain}/{id}: {lazy:?} vs {whole:?}"),
+            }
+        }
+    }
+
     /// Duplicate names across a pool's slices are found whether the pool has few devices
     /// (compared pairwise) or many (hashed).
     #[test]
