@@ -26,7 +26,7 @@ use crate::slice_index::SliceIndex;
 use plan::{plan_claims, statically_impossible};
 use search::Search;
 
-pub(crate) use fit::{CapFit, capacity_fit, taint_blocks, tolerates};
+pub(crate) use fit::{CapFit, capacity_fit, capacity_fits, taint_blocks, tolerates};
 pub(crate) use selectors::{Cands, SelectorSet};
 
 /// Most devices one claim can get (the API's `AllocationResultsMaxSize`).
@@ -139,39 +139,41 @@ struct NodeViews<'a> {
     slices: &'a [ResourceSlice],
     in_use: InUse<'a>,
     features: Features,
-    nodes: FastMap<String, Result<NodeView<'a>, String>>,
+    /// The views of the last few nodes, by node name.
+    nodes: Vec<(String, Result<NodeView<'a>, String>)>,
     /// Built when a second node is asked for (see [`SliceIndex`]).
     slice_index: Option<SliceIndex>,
 }
 
 impl<'a> NodeViews<'a> {
     fn get(&mut self, node: &Node) -> Result<&mut NodeView<'a>, AllocationError> {
-        if !self.nodes.contains_key(&node.name) {
-            // One node: one scan of the slices. More nodes: index them once.
-            if !self.nodes.is_empty() && self.slice_index.is_none() {
-                self.slice_index = Some(SliceIndex::new(self.slices));
+        let at = match self.nodes.iter().position(|(name, _)| *name == node.name) {
+            Some(at) => at,
+            None => {
+                // One node: one scan of the slices. More nodes: index them once.
+                if !self.nodes.is_empty() && self.slice_index.is_none() {
+                    self.slice_index = Some(SliceIndex::new(self.slices));
+                }
+                // A scheduler asks about each node once per pod: keeping every node's view
+                // would only grow memory. A few recent ones stay for repeated questions.
+                if self.nodes.len() >= MAX_NODE_VIEWS {
+                    self.nodes.clear();
+                }
+                let view = build_node_view(
+                    node,
+                    self.slices,
+                    self.slice_index.as_ref(),
+                    &self.in_use,
+                    self.features,
+                );
+                self.nodes.push((node.name.clone(), view));
+                self.nodes.len() - 1
             }
-            // A scheduler asks about each node once per pod: keeping every node's view would
-            // only grow memory. A few recent ones stay for repeated questions.
-            if self.nodes.len() >= MAX_NODE_VIEWS {
-                self.nodes.clear();
-            }
-            let view = build_node_view(
-                node,
-                self.slices,
-                self.slice_index.as_ref(),
-                &self.in_use,
-                self.features,
-            );
-            self.nodes.insert(node.name.clone(), view);
-        }
-        match self.nodes.get_mut(&node.name) {
-            Some(Ok(v)) => Ok(v),
-            Some(Err(message)) => Err(AllocationError::NodeSelection {
+        };
+        match &mut self.nodes[at].1 {
+            Ok(v) => Ok(v),
+            Err(message) => Err(AllocationError::NodeSelection {
                 message: message.clone(),
-            }),
-            None => Err(AllocationError::NodeSelection {
-                message: "node view missing".into(),
             }),
         }
     }
@@ -311,7 +313,7 @@ impl<'a> Allocator<'a> {
                     consumed: FastMap::default(),
                 },
                 features: Features::default(),
-                nodes: FastMap::default(),
+                nodes: Vec::new(),
                 slice_index: None,
             },
             stats: SearchStats::default(),

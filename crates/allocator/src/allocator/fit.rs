@@ -102,18 +102,45 @@ pub(crate) fn capacity_fit(
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
 ) -> Result<CapFit, String> {
-    let mut resolved: Vec<Option<Quantity>> = vec![None; dev.capacity().len()];
-    for (name, q) in requests.unwrap_or(&[]) {
-        let idx = dev
-            .capacity()
+    let mut consumed = Vec::with_capacity(dev.capacity().len());
+    Ok(if fit(dev, requests, allocating, Some(&mut consumed))? {
+        CapFit::Fits(consumed)
+    } else {
+        CapFit::NoFit
+    })
+}
+
+/// [`capacity_fit`] when only whether the request fits matters.
+pub(crate) fn capacity_fits(
+    dev: &Dev<'_>,
+    requests: Option<&[(&str, Quantity)]>,
+    allocating: Option<&[Quantity]>,
+) -> bool {
+    matches!(fit(dev, requests, allocating, None), Ok(true))
+}
+
+/// The check of [`capacity_fit`]; the consumption per capacity goes to `consumed` if given.
+fn fit(
+    dev: &Dev<'_>,
+    requests: Option<&[(&str, Quantity)]>,
+    allocating: Option<&[Quantity]>,
+    mut consumed: Option<&mut Vec<Quantity>>,
+) -> Result<bool, String> {
+    let caps = dev.capacity();
+    let requests = requests.unwrap_or(&[]);
+    // The request per capacity (none without requests).
+    let mut resolved: Vec<Option<Quantity>> = Vec::new();
+    if !requests.is_empty() {
+        resolved = vec![None; caps.len()];
+    }
+    for (name, q) in requests {
+        let idx = caps
             .iter()
             .position(|c| c.key == *name)
             .or_else(|| match name.split_once('/') {
-                Some((domain, id)) if domain == dev.driver => {
-                    dev.capacity().iter().position(|c| c.key == id)
-                }
+                Some((domain, id)) if domain == dev.driver => caps.iter().position(|c| c.key == id),
                 Some(_) => None,
-                None => dev.capacity().iter().position(|c| {
+                None => caps.iter().position(|c| {
                     c.key.len() == dev.driver.len() + 1 + name.len()
                         && c.key.starts_with(dev.driver)
                         && c.key.ends_with(name)
@@ -121,30 +148,43 @@ pub(crate) fn capacity_fit(
                 }),
             });
         let Some(idx) = idx else {
-            return Ok(CapFit::NoFit);
+            return Ok(false);
         };
         if resolved[idx].is_some() {
             return Err(format!("capacity {name} requested twice"));
         }
         resolved[idx] = Some(*q);
     }
-    let mut consumed = Vec::with_capacity(dev.capacity().len());
-    for (i, cap) in dev.capacity().iter().enumerate() {
-        let c = consumed_amount(resolved[i].as_ref(), &cap.value, cap.policy.as_ref())?;
+    let amount = |i: usize| {
+        let cap = &caps[i];
+        consumed_amount(
+            resolved.get(i).and_then(Option::as_ref),
+            &cap.value,
+            cap.policy.as_ref(),
+        )
+    };
+    for (i, cap) in caps.iter().enumerate() {
+        let c = amount(i)?;
         if c.sign() < 0 {
             return Err(format!("capacity {}: capacity value is negative", cap.key));
         }
-        consumed.push(c);
-    }
-    for (i, cap) in dev.capacity().iter().enumerate() {
-        if violates_policy(&consumed[i], cap.policy.as_ref()) {
-            return Ok(CapFit::NoFit);
+        if let Some(out) = consumed.as_deref_mut() {
+            out.push(c);
         }
-        let mut total = consumed[i];
+    }
+    for (i, cap) in caps.iter().enumerate() {
+        let c = match consumed.as_deref() {
+            Some(out) => out[i],
+            None => amount(i)?,
+        };
+        if violates_policy(&c, cap.policy.as_ref()) {
+            return Ok(false);
+        }
+        let mut total = c;
         if let Some(a) = allocating.and_then(|a| a.get(i)) {
             match total.checked_add(a) {
                 Some(t) => total = t,
-                None => return Ok(CapFit::NoFit),
+                None => return Ok(false),
             }
         }
         // What existing allocations took (named as the device lists the capacity, or
@@ -163,15 +203,15 @@ pub(crate) fn capacity_fit(
             if same {
                 match total.checked_add(q) {
                     Some(t) => total = t,
-                    None => return Ok(CapFit::NoFit),
+                    None => return Ok(false),
                 }
             }
         }
         if total > cap.value {
-            return Ok(CapFit::NoFit);
+            return Ok(false);
         }
     }
-    Ok(CapFit::Fits(consumed))
+    Ok(true)
 }
 
 pub(crate) fn tolerates(t: &DeviceToleration, taint: &crate::api::DeviceTaint) -> bool {

@@ -5,8 +5,8 @@
 use kubedev_core::Quantity;
 
 use super::{
-    AllocateOptions, Cands, CapFit, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
-    MAX_DEVICES_PER_CLAIM, Mode, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fit,
+    AllocateOptions, Cands, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
+    MAX_DEVICES_PER_CLAIM, Mode, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fits,
     claim_display, taint_blocks,
 };
 use crate::api::{DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim};
@@ -196,13 +196,16 @@ fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bo
                 return true;
             }
             // With list-type attributes values are sets: only the count is checked.
-            let constraints: Vec<&Constraint<'_>> = cp
-                .constraints
-                .iter()
-                .filter(|c| !view.list_attributes && c.applies(sp.base, sp.sub))
-                .collect();
-            // Per constraint: the values seen among usable candidates, with their counts.
-            let mut groups: Vec<Vec<(AttrKey<'_>, usize)>> = vec![Vec::new(); constraints.len()];
+            let applies = |c: &Constraint<'_>| !view.list_attributes && c.applies(sp.base, sp.sub);
+            let in_force = || {
+                cp.constraints
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, c)| applies(c))
+            };
+            // The values seen among usable candidates, with their counts: (constraint, value,
+            // count).
+            let mut groups: Vec<(usize, AttrKey<'_>, usize)> = Vec::new();
             let mut count = 0;
             let mut i = 0;
             while let Some((d, _)) = sp.cands.get(view, &cp.display, i) {
@@ -211,22 +214,21 @@ fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bo
                     continue;
                 }
                 count += 1;
-                for (c, groups) in constraints.iter().zip(groups.iter_mut()) {
+                for (ci, c) in in_force() {
                     if let Some(v) = view.attr(c.slot, d as usize) {
-                        match groups.iter_mut().find(|(k, _)| *k == v) {
-                            Some(g) => g.1 += 1,
-                            None => groups.push((v, 1)),
+                        match groups.iter_mut().find(|(k, key, _)| *k == ci && *key == v) {
+                            Some(g) => g.2 += 1,
+                            None => groups.push((ci, v, 1)),
                         }
                     }
                 }
                 let enough = count >= n
-                    && constraints
-                        .iter()
-                        .zip(&groups)
-                        .all(|(c, groups)| match c.kind {
-                            ConstraintKind::Match => groups.iter().any(|&(_, k)| k >= n),
-                            ConstraintKind::Distinct => groups.len() >= n,
-                        });
+                    && in_force().all(|(ci, c)| match c.kind {
+                        ConstraintKind::Match => groups.iter().any(|&(k, _, m)| k == ci && m >= n),
+                        ConstraintKind::Distinct => {
+                            groups.iter().filter(|&&(k, _, _)| k == ci).count() >= n
+                        }
+                    });
                 if enough {
                     return true;
                 }
@@ -433,9 +435,7 @@ fn plan_sub<'c>(
                     match set.verdict(view, d, claim, evaluations) {
                         Verdict::Match => {
                             let dev = &view.devices[d];
-                            if let Ok(CapFit::Fits(_)) =
-                                capacity_fit(dev, plan.capacity.as_deref(), None)
-                            {
+                            if capacity_fits(dev, plan.capacity.as_deref(), None) {
                                 plan.all_devices.push(d as u32);
                             }
                         }

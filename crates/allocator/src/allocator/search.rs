@@ -8,7 +8,7 @@ use kubedev_core::Quantity;
 
 use super::{
     CapFit, ClaimPlan, ConstraintKind, MAX_DEVICES_PER_CLAIM, Mode, SubPlan, capacity_fit,
-    taint_blocks,
+    capacity_fits, taint_blocks,
 };
 use crate::api::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
@@ -250,10 +250,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 return Err(sp.cands.error(e).into());
             }
             if (sp.capacity.is_some() || dev.multi || !dev.plain_capacity())
-                && !matches!(
-                    capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d)),
-                    Ok(CapFit::Fits(_))
-                )
+                && !capacity_fits(dev, sp.capacity.as_deref(), self.share_capacity_of(d))
             {
                 continue;
             }
@@ -384,7 +381,13 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             self.claim_bits[d as usize] |= bit;
             undo.marked = true;
         }
-        let fit = capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d));
+        let fit = if multi {
+            capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d))
+        } else if capacity_fits(dev, sp.capacity.as_deref(), None) {
+            Ok(CapFit::Fits(Vec::new()))
+        } else {
+            Ok(CapFit::NoFit)
+        };
         let share = match fit {
             Ok(CapFit::Fits(consumed)) => {
                 if multi {

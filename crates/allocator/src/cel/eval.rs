@@ -388,11 +388,32 @@ impl<'a> Evaluator<'a> {
 
     #[inline(never)]
     fn eval_call(&mut self, f: &library::Func, args: &[Node]) -> R {
-        let mut values = Vec::with_capacity(args.len());
-        for a in args {
-            values.push(self.eval(a)?);
+        // Most calls have one to three arguments (the receiver first): no vector for them.
+        match args {
+            [] => library::call(*f, &[], &mut self.meter),
+            [a] => {
+                let a = self.eval(a)?;
+                library::call(*f, &[a], &mut self.meter)
+            }
+            [a, b] => {
+                let a = self.eval(a)?;
+                let b = self.eval(b)?;
+                library::call(*f, &[a, b], &mut self.meter)
+            }
+            [a, b, c] => {
+                let a = self.eval(a)?;
+                let b = self.eval(b)?;
+                let c = self.eval(c)?;
+                library::call(*f, &[a, b, c], &mut self.meter)
+            }
+            _ => {
+                let mut values = Vec::with_capacity(args.len());
+                for a in args {
+                    values.push(self.eval(a)?);
+                }
+                library::call(*f, &values, &mut self.meter)
+            }
         }
-        library::call(*f, values, &mut self.meter)
     }
 
     #[inline(never)]

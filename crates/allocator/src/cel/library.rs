@@ -284,27 +284,27 @@ pub(super) fn list_value(items: Vec<Value>) -> Value {
 }
 
 /// Calls `f` with evaluated arguments (receiver first for member functions).
-pub(crate) fn call(f: Func, args: Vec<Value>, meter: &mut Meter) -> Result<Value, EvalError> {
+pub(crate) fn call(f: Func, args: &[Value], meter: &mut Meter) -> Result<Value, EvalError> {
     use Func::*;
     meter.charge(1)?;
     match f {
         Size | ToInt | ToUint | ToDouble | ToString | ToBytes | ToBool | Dyn | Contains
-        | StartsWith | EndsWith | Matches => standard::call(f, &args, meter),
-        Find | FindAll => kubernetes::regex(f, &args, meter),
+        | StartsWith | EndsWith | Matches => standard::call(f, args, meter),
+        Find | FindAll => kubernetes::regex(f, args, meter),
         Quantity | IsQuantity | Semver | IsSemver | CompareTo | IsGreaterThan | IsLessThan
         | QAdd | QSub | AsInteger | AsApproximateFloat | Sign | IsInteger | Major | Minor
-        | Patch => kubernetes::quantity_semver(f, &args, meter),
-        CharAt | IndexOf | LastIndexOf | Substring => strings::positions(f, &args, meter),
+        | Patch => kubernetes::quantity_semver(f, args, meter),
+        CharAt | IndexOf | LastIndexOf | Substring => strings::positions(f, args, meter),
         LowerAscii | UpperAscii | Replace | Split | Trim | Join | Reverse | StringsQuote => {
-            strings::transforms(f, &args, meter)
+            strings::transforms(f, args, meter)
         }
         IsSorted | Sum | Min | Max | Slice | Flatten | Distinct | Sort => {
-            lists::call(f, &args, meter)
+            lists::call(f, args, meter)
         }
-        SetsContains | SetsEquivalent | SetsIntersects => lists::sets(f, &args, meter),
-        Includes => lists::includes(&args, meter),
+        SetsContains | SetsEquivalent | SetsIntersects => lists::sets(f, args, meter),
+        Includes => lists::includes(args, meter),
         OptionalOf | OptionalNone | OptionalOfNonZero | HasValue | OptValue | OrValue | OptOr => {
-            optional::call(f, &args)
+            optional::call(f, args)
         }
     }
 }
