@@ -282,7 +282,12 @@ pub(crate) fn claim_display(claim: &ResourceClaim) -> String {
     if claim.metadata.namespace.is_empty() {
         claim.metadata.name.clone()
     } else {
-        format!("{}/{}", claim.metadata.namespace, claim.metadata.name)
+        let (ns, name) = (&claim.metadata.namespace, &claim.metadata.name);
+        let mut s = String::with_capacity(ns.len() + 1 + name.len());
+        s.push_str(ns);
+        s.push('/');
+        s.push_str(name);
+        s
     }
 }
 

@@ -324,7 +324,7 @@ fn fit_reason(
     if dev.allocated && !sp.admin {
         Some(Reason::InUse)
     } else if taint_blocks(dev, sp.tolerations) {
-        let t = dev.taints.iter().find(|t| {
+        let t = dev.taints().find(|t| {
             !sp.tolerations
                 .iter()
                 .any(|x| crate::allocator::tolerates(x, t))

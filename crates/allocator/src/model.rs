@@ -102,7 +102,7 @@ pub(crate) struct Dev<'a> {
     /// Listed in `allocatedDevices`.
     pub(crate) allocated: bool,
     /// Per-device node selection result (true when the slice selects nodes).
-    pub(crate) node_ok: Result<bool, String>,
+    pub(crate) node_ok: Result<bool, Box<str>>,
     /// Whether selectors can read the device, or why not (an attribute without a value
     /// the scheduler converts, an invalid version or capacity), checked on first use.
     readable: std::cell::OnceCell<Result<(), String>>,
@@ -113,12 +113,11 @@ pub(crate) struct Dev<'a> {
     caps: std::cell::OnceCell<Caps<'a>>,
     /// Counter consumption: a range of [`NodeView::consumption`].
     counters: std::ops::Range<u32>,
-    /// Taints with an effect that blocks allocation.
-    pub(crate) taints: Vec<&'a DeviceTaint>,
+
     pub(crate) multi: bool,
     pub(crate) binds_to_node: bool,
     /// Capacity existing allocations took from this (shareable) device: name, amount.
-    pub(crate) consumed_before: Vec<(&'a str, Quantity)>,
+    pub(crate) consumed_before: Box<[(&'a str, Quantity)]>,
     /// `DRAListTypeAttributes` is on.
     lists: bool,
 }
@@ -204,6 +203,14 @@ impl<'a> Dev<'a> {
         self.caps().plain
     }
 
+    /// The device's taints with an effect that blocks allocation.
+    pub(crate) fn taints(&self) -> impl Iterator<Item = &'a DeviceTaint> + use<'a> {
+        self.device
+            .taints
+            .iter()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+    }
+
     /// Whether the device consumes counters.
     pub(crate) fn consumes_counters(&self) -> bool {
         !self.counters.is_empty()
@@ -285,17 +292,17 @@ pub(crate) struct NodeView<'a> {
     /// The counter consumption of every device, flat: index into the pool's flat counters,
     /// amount.
     consumption: Vec<(usize, Quantity)>,
-    /// Selector results per program and device: 0 = not evaluated, 1 = false, 2 = true,
-    /// 3 = error. Indexed like `programs`.
-    pub(crate) selector_cache: Vec<Vec<std::cell::Cell<u8>>>,
-    /// Programs with cached results, and their index by address.
-    pub(crate) programs: Vec<Arc<cel::Program>>,
-    pub(crate) program_index: FastMap<usize, usize>,
-    /// Constraint attributes per device, by attribute slot, looked up on first use.
-    attr_values: Vec<Vec<std::cell::Cell<Looked<'a>>>>,
-    /// Attribute slots by qualified name.
-    attr_slots: FastMap<String, usize>,
-    /// Qualified names by slot.
+    /// Selector results per program and device, program-major (`slot * devices + d`):
+    /// 0 = not evaluated, 1 = false, 2 = true, 3 = error.
+    selector_cache: Vec<std::cell::Cell<u8>>,
+    /// Programs with cached results, by slot.
+    programs: Vec<Arc<cel::Program>>,
+    /// Program slots by address, once there are many programs.
+    program_index: FastMap<usize, usize>,
+    /// Constraint attributes per slot and device (`slot * devices + d`), looked up on first
+    /// use.
+    attr_values: Vec<std::cell::Cell<Looked<'a>>>,
+    /// Qualified attribute names by slot.
     attr_names: Vec<String>,
     /// `DRAListTypeAttributes` is on: constraints compare attributes as sets.
     pub(crate) list_attributes: bool,
@@ -316,22 +323,24 @@ impl<'a> NodeView<'a> {
 
     /// The slot of a constraint attribute (`qualified` is the constraint's name for it).
     pub(crate) fn attr_slot(&mut self, qualified: &str) -> usize {
-        if let Some(&slot) = self.attr_slots.get(qualified) {
+        if let Some(slot) = self
+            .attr_names
+            .iter()
+            .position(|n| cel::str_eq(n, qualified))
+        {
             return slot;
         }
-        let slot = self.attr_values.len();
-        self.attr_values.push(vec![
-            std::cell::Cell::new(Looked::Unknown);
-            self.devices.len()
-        ]);
+        self.attr_values.extend(std::iter::repeat_n(
+            std::cell::Cell::new(Looked::Unknown),
+            self.devices.len(),
+        ));
         self.attr_names.push(qualified.to_string());
-        self.attr_slots.insert(qualified.to_string(), slot);
-        slot
+        self.attr_names.len() - 1
     }
 
     /// Device `d`'s value of the attribute in `slot`, looked up once.
     pub(crate) fn attr(&self, slot: usize, d: usize) -> Option<AttrKey<'a>> {
-        let cell = &self.attr_values[slot][d];
+        let cell = &self.attr_values[slot * self.devices.len() + d];
         match cell.get() {
             Looked::Found(v) => v,
             Looked::Unknown => {
@@ -340,6 +349,46 @@ impl<'a> NodeView<'a> {
                 v
             }
         }
+    }
+
+    /// The slot of a program's cached results, added on first use.
+    pub(crate) fn program_slot(&mut self, program: &Arc<cel::Program>) -> usize {
+        const LINEAR: usize = 16;
+        let key = Arc::as_ptr(program) as usize;
+        let found = if self.programs.len() <= LINEAR {
+            self.programs.iter().position(|p| Arc::ptr_eq(p, program))
+        } else {
+            self.program_index.get(&key).copied()
+        };
+        if let Some(slot) = found {
+            return slot;
+        }
+        let slot = self.programs.len();
+        if self.programs.is_empty() {
+            // A class selector and a request selector or two, usually.
+            self.programs.reserve(4);
+            self.selector_cache.reserve(4 * self.devices.len());
+        }
+        self.programs.push(program.clone());
+        self.selector_cache.extend(std::iter::repeat_n(
+            std::cell::Cell::new(0u8),
+            self.devices.len(),
+        ));
+        if self.programs.len() > LINEAR {
+            if self.program_index.is_empty() {
+                for (i, p) in self.programs.iter().enumerate() {
+                    self.program_index.insert(Arc::as_ptr(p) as usize, i);
+                }
+            } else {
+                self.program_index.insert(key, slot);
+            }
+        }
+        slot
+    }
+
+    /// The cached result of the program in `slot` on device `d`.
+    pub(crate) fn selector_result(&self, slot: usize, d: usize) -> &std::cell::Cell<u8> {
+        &self.selector_cache[slot * self.devices.len() + d]
     }
 }
 
@@ -732,12 +781,11 @@ pub(crate) fn build_node_view<'a>(
     let mut view = NodeView {
         pools: Vec::with_capacity(gathered.len()),
         devices: Vec::with_capacity(total),
-        consumption: Vec::with_capacity(2 * total),
+        consumption: Vec::new(),
         selector_cache: Vec::new(),
         programs: Vec::new(),
         program_index: FastMap::default(),
         attr_values: Vec::new(),
-        attr_slots: FastMap::default(),
         attr_names: Vec::new(),
         list_attributes: features.list_type_attributes,
     };
@@ -802,6 +850,11 @@ fn prepare_pool<'a>(
     let overdrawn = prep.counters.available.iter().any(|q| q.sign() < 0);
 
     let consumption_start = view.consumption.len();
+    if !prep.counters.sets.is_empty() {
+        // Partitions mostly consume two or three counters.
+        let devices: usize = device_slices().map(|s| s.spec.devices.len()).sum();
+        view.consumption.reserve(2 * devices);
+    }
     let result = (|| {
         for s in device_slices() {
             for d in &s.spec.devices {
@@ -1040,8 +1093,7 @@ impl<'a> PoolPrep<'a, '_> {
     }
 
     /// Prepares candidate device `d` of slice `s`: per-device node selection, counter
-    /// consumption (appended to `consumption`), blocking taints. Capacities are parsed when
-    /// first needed.
+    /// consumption (appended to `consumption`). Capacities are parsed when first needed.
     fn device(
         &self,
         node: &Node,
@@ -1057,6 +1109,7 @@ impl<'a> PoolPrep<'a, '_> {
                 d.all_nodes.unwrap_or(false),
                 d.node_selector.as_ref(),
             )
+            .map_err(Box::from)
         } else {
             Ok(true)
         };
@@ -1075,21 +1128,16 @@ impl<'a> PoolPrep<'a, '_> {
             full: std::cell::OnceCell::new(),
             caps: std::cell::OnceCell::new(),
             counters,
-            taints: d
-                .taints
-                .iter()
-                .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-                .collect(),
             multi: d.allow_multiple_allocations.unwrap_or(false),
             binds_to_node: d.binds_to_node.unwrap_or(false),
             lists: self.lists,
             consumed_before: if self.in_use.consumed.is_empty() {
-                Vec::new()
+                Box::default()
             } else {
                 self.in_use
                     .consumed
                     .get(&(self.driver, self.pool_name, d.name.as_str()))
-                    .cloned()
+                    .map(|c| c.as_slice().into())
                     .unwrap_or_default()
             },
         })
@@ -1167,10 +1215,9 @@ mod tests {
             full: std::cell::OnceCell::new(),
             caps: std::cell::OnceCell::new(),
             counters: 0..0,
-            taints: Vec::new(),
             multi: false,
             binds_to_node: false,
-            consumed_before: Vec::new(),
+            consumed_before: Box::default(),
             lists: false,
         };
         assert_eq!(dev.readable(), &Ok(()));

@@ -189,7 +189,7 @@ fn fit(
         }
         // What existing allocations took (named as the device lists the capacity, or
         // qualified with the driver's domain).
-        for (name, q) in &dev.consumed_before {
+        for (name, q) in dev.consumed_before.iter() {
             let same = *name == cap.key
                 || name
                     .strip_prefix(dev.driver)
@@ -229,7 +229,6 @@ pub(crate) fn tolerates(t: &DeviceToleration, taint: &crate::api::DeviceTaint) -
 }
 
 pub(crate) fn taint_blocks(dev: &Dev<'_>, tolerations: &[DeviceToleration]) -> bool {
-    dev.taints
-        .iter()
+    dev.taints()
         .any(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
 }

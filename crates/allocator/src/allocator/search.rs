@@ -1,7 +1,7 @@
 //! The depth-first search over candidates: constraints, counters and shares tracked as devices
 //! are taken and given back, and the allocation results built from the devices chosen.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use kubedev_core::Quantity;
@@ -671,24 +671,29 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     fn configs(&self, ci: usize, classes: &[DeviceClass]) -> Vec<DeviceAllocationConfiguration> {
         let cp = &self.plan[ci];
         let mut config: Vec<DeviceAllocationConfiguration> = Vec::new();
-        let mut by_class: HashMap<usize, (usize, usize)> = HashMap::new();
+        // The configuration entries of each class with configuration: class, their range.
+        let mut by_class: Vec<(usize, (usize, usize))> = Vec::new();
         for (ri, rp) in cp.requests.iter().enumerate() {
             let sp = &rp.subs[self.selected_sub(ci, ri)];
-            if let Some(&(start, end)) = by_class.get(&sp.class) {
+            let class_config = &classes[sp.class].spec.config;
+            if class_config.is_empty() {
+                continue;
+            }
+            if let Some(&(_, (start, end))) = by_class.iter().find(|(c, _)| *c == sp.class) {
                 for c in &mut config[start..end] {
                     c.requests.push(sp.full_name.clone());
                 }
                 continue;
             }
             let start = config.len();
-            for cc in &classes[sp.class].spec.config {
+            for cc in class_config {
                 config.push(DeviceAllocationConfiguration {
                     source: "FromClass".into(),
                     requests: vec![sp.full_name.clone()],
                     opaque: cc.opaque.clone(),
                 });
             }
-            by_class.insert(sp.class, (start, config.len()));
+            by_class.push((sp.class, (start, config.len())));
         }
         for cc in &cp.claim.spec.devices.config {
             if cc.requests.is_empty() {

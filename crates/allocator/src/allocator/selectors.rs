@@ -45,21 +45,7 @@ impl<'x> SelectorSet<'x> {
                     .map(|c| c.expression.as_str())
                     .unwrap_or("");
                 let program = match cel::compile(expr) {
-                    Ok(p) => {
-                        let key = Arc::as_ptr(&p) as usize;
-                        let slot = match view.program_index.get(&key) {
-                            Some(&slot) => slot,
-                            None => {
-                                let slot = view.programs.len();
-                                view.programs.push(p.clone());
-                                view.selector_cache
-                                    .push(vec![Cell::new(0u8); view.devices.len()]);
-                                view.program_index.insert(key, slot);
-                                slot
-                            }
-                        };
-                        Ok((slot, p))
-                    }
+                    Ok(p) => Ok((view.program_slot(&p), p)),
                     Err(e) => Err(e.to_string()),
                 };
                 entries.push(SelectorEntry {
@@ -103,7 +89,7 @@ impl<'x> SelectorSet<'x> {
                     });
                 }
             };
-            let cached = &view.selector_cache[*slot][d];
+            let cached = view.selector_result(*slot, d);
             let mut code = cached.get();
             if code == 0 {
                 *evaluations += 1;
@@ -154,7 +140,9 @@ impl<'x> SelectorSet<'x> {
         match &view.devices[d].node_ok {
             Ok(true) => Verdict::Match,
             Ok(false) => Verdict::Node,
-            Err(e) => Verdict::Error(AllocationError::NodeSelection { message: e.clone() }),
+            Err(e) => Verdict::Error(AllocationError::NodeSelection {
+                message: e.to_string(),
+            }),
         }
     }
 }
