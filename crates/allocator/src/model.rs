@@ -141,12 +141,19 @@ impl<'a> Dev<'a> {
             if let Some(e) = &self.caps().error {
                 return Err(e.clone());
             }
-            cel::with_interner(|interner| {
-                for (name, a) in &self.device.attributes {
-                    attribute_value(name, a, self.lists, interner)?;
+            for (name, a) in &self.device.attributes {
+                let scalar = a.int.is_some() || a.bool.is_some() || a.string.is_some();
+                if scalar {
+                    continue;
                 }
-                Ok(())
-            })
+                if a.version.is_some() || (self.lists && has_list(a)) {
+                    // Versions must parse (the interner keeps each text's answer).
+                    cel::with_interner(|interner| attribute_value(name, a, self.lists, interner))?;
+                } else {
+                    return Err(format!("attribute {name}: unsupported attribute value"));
+                }
+            }
+            Ok(())
         })
     }
 
@@ -589,6 +596,11 @@ fn parse_caps(d: &Device) -> Caps<'_> {
     }
 }
 
+/// Whether an attribute has a list value (`DRAListTypeAttributes`).
+fn has_list(a: &DeviceAttribute) -> bool {
+    a.ints.is_some() || a.bools.is_some() || a.strings.is_some() || a.versions.is_some()
+}
+
 /// A list-type attribute as a CEL list (`None` when it has no list value).
 fn list_value(a: &DeviceAttribute, interner: &mut Interner) -> Option<Result<Value, String>> {
     let list = |items: Vec<Value>| Value::List(std::sync::Arc::new(items));
@@ -942,6 +954,8 @@ struct CounterSets<'a> {
 
 /// Most counter sets looked up by comparing names; a pool with more indexes them.
 const LINEAR_SETS: usize = 8;
+/// Most distinct amount texts a pool remembers parsed.
+const MAX_AMOUNTS: usize = 16;
 
 impl<'a> CounterSets<'a> {
     /// Flattens the counter sets of `counter_slices`; a set name may be used once.
@@ -956,6 +970,7 @@ impl<'a> CounterSets<'a> {
         let mut available: Vec<Quantity> = Vec::with_capacity(ncounters);
         let mut sets: Vec<(&str, std::ops::Range<usize>)> = Vec::with_capacity(nsets);
         let mut index: FastMap<&str, usize> = FastMap::default();
+        let mut amounts: Vec<(&'a str, Quantity)> = Vec::new();
         for set in all_sets {
             let name = set.name.as_str();
             let duplicate = if nsets <= LINEAR_SETS {
@@ -969,9 +984,20 @@ impl<'a> CounterSets<'a> {
             let start = names.len();
             for (cname, c) in &set.counters {
                 names.push((name, cname.as_str()));
-                available.push(parse_q(c.value.as_str(), &|| {
-                    format!("counter {cname} in counter set {}", set.name)
-                })?);
+                let text = c.value.as_str();
+                let q = match amounts.iter().find(|(t, _)| cel::str_eq(t, text)) {
+                    Some(&(_, q)) => q,
+                    None => {
+                        let q = parse_q(text, &|| {
+                            format!("counter {cname} in counter set {}", set.name)
+                        })?;
+                        if amounts.len() < MAX_AMOUNTS {
+                            amounts.push((text, q));
+                        }
+                        q
+                    }
+                };
+                available.push(q);
             }
             sets.push((name, start..names.len()));
         }
@@ -981,7 +1007,7 @@ impl<'a> CounterSets<'a> {
             index,
             sets,
             last_set: std::cell::Cell::new(None),
-            amounts: std::cell::RefCell::new(Vec::new()),
+            amounts: std::cell::RefCell::new(amounts),
         })
     }
 
@@ -1031,7 +1057,7 @@ impl<'a> CounterSets<'a> {
             return Ok(q);
         }
         let q = parse_q(text, &|| format!("device {} counter {counter}", d.name))?;
-        if seen.len() < 16 {
+        if seen.len() < MAX_AMOUNTS {
             seen.push((text, q));
         }
         Ok(q)
