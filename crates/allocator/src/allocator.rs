@@ -12,6 +12,7 @@ mod selectors;
 use std::time::Duration;
 
 use kubedev_core::Quantity;
+use smallvec::SmallVec;
 
 use crate::api::{
     AllocationResult, DeviceClass, DeviceSelector, DeviceToleration, Node, ResourceClaim,
@@ -216,7 +217,7 @@ pub(crate) struct SubPlan<'c> {
     /// Devices that match or whose selectors fail, in search order; with the error if any.
     pub(crate) cands: Cands<'c>,
     /// Match constraints of the claim that apply to this subplan.
-    pub(crate) match_constraints: Vec<usize>,
+    pub(crate) match_constraints: SmallVec<[usize; 2]>,
     /// Devices the selection policy rejected for this subplan (left out of `cands`), with
     /// the policy's reason.
     pub(crate) policy_rejected: Vec<(u32, String)>,
@@ -225,7 +226,7 @@ pub(crate) struct SubPlan<'c> {
 #[derive(Debug)]
 pub(crate) struct RequestPlan<'c> {
     pub(crate) first_available: bool,
-    pub(crate) subs: Vec<SubPlan<'c>>,
+    pub(crate) subs: SmallVec<[SubPlan<'c>; 1]>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -264,8 +265,8 @@ impl Constraint<'_> {
 pub(crate) struct ClaimPlan<'c> {
     pub(crate) claim: &'c ResourceClaim,
     pub(crate) display: String,
-    pub(crate) requests: Vec<RequestPlan<'c>>,
-    pub(crate) constraints: Vec<Constraint<'c>>,
+    pub(crate) requests: SmallVec<[RequestPlan<'c>; 1]>,
+    pub(crate) constraints: SmallVec<[Constraint<'c>; 1]>,
 }
 
 /// Selector evaluations of the candidate lists (run as the search asked for candidates).

@@ -3,6 +3,7 @@
 //! reordering of candidates.
 
 use kubedev_core::Quantity;
+use smallvec::SmallVec;
 
 use super::{
     AllocateOptions, Cands, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
@@ -35,10 +36,11 @@ pub(super) fn plan_claims<'c>(
     let mut evaluations = 0u64;
     for claim in claims {
         let display = claim_display(claim);
-        let mut requests = Vec::with_capacity(claim.spec.devices.requests.len());
+        let mut requests: SmallVec<[RequestPlan<'c>; 1]> =
+            SmallVec::with_capacity(claim.spec.devices.requests.len());
         let mut min_total = 0usize;
         for r in &claim.spec.devices.requests {
-            let mut subs = Vec::new();
+            let mut subs: SmallVec<[SubPlan<'c>; 1]> = SmallVec::new();
             let first_available = !r.first_available.is_empty();
             if first_available {
                 for s in &r.first_available {
@@ -94,7 +96,7 @@ pub(super) fn plan_claims<'c>(
                 limit: MAX_DEVICES_PER_CLAIM,
             });
         }
-        let mut constraints = Vec::new();
+        let mut constraints: SmallVec<[Constraint<'c>; 1]> = SmallVec::new();
         for (i, c) in claim.spec.devices.constraints.iter().enumerate() {
             let (kind, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
                 (Some(a), _) => (ConstraintKind::Match, a.as_str()),
@@ -254,7 +256,7 @@ fn apply_policy(
         return Ok(());
     }
     sp.cands.complete(view, claim);
-    let old: Vec<(u32, Option<usize>)> = sp.cands.known().clone();
+    let old: Vec<(u32, Option<usize>)> = sp.cands.known().to_vec();
     if old.is_empty() {
         return Ok(());
     }
@@ -396,7 +398,7 @@ fn plan_sub<'c>(
         num_devices: 0,
         all_devices: Vec::new(),
         cands: Cands::none(),
-        match_constraints: Vec::new(),
+        match_constraints: SmallVec::new(),
         policy_rejected: Vec::new(),
     };
     match s.mode.unwrap_or("ExactCount") {

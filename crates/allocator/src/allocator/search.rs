@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use kubedev_core::Quantity;
+use smallvec::SmallVec;
 
 use super::{
     CapFit, ClaimPlan, ConstraintKind, MAX_DEVICES_PER_CLAIM, Mode, SubPlan, capacity_fit,
@@ -64,16 +65,24 @@ struct ConstraintState<'a> {
     sets: Vec<Vec<AttrKey<'a>>>,
 }
 
+/// What the search holds of one device.
+#[derive(Clone, Copy, Default)]
+struct Held {
+    /// The claims that hold it, one bit per claim.
+    claims: u128,
+    /// Allocations sharing it (devices that allow multiple allocations).
+    shares: u32,
+}
+
 pub(crate) struct Search<'s, 'a, 'c> {
     view: &'s NodeView<'a>,
     plan: &'s [ClaimPlan<'c>],
-    claim_bits: Vec<u128>,
-    consumed: Vec<Vec<Quantity>>,
-    shares: Vec<u32>,
+    held: Vec<Held>,
+    consumed: SmallVec<[Vec<Quantity>; 1]>,
     share_capacity: Vec<Vec<Quantity>>,
-    constraint_state: Vec<Vec<ConstraintState<'a>>>,
-    pub(crate) chosen: Vec<Vec<Chosen>>,
-    selected: Vec<Vec<usize>>,
+    constraint_state: SmallVec<[SmallVec<[ConstraintState<'a>; 1]>; 1]>,
+    pub(crate) chosen: SmallVec<[SmallVec<[Chosen; 2]>; 1]>,
+    selected: SmallVec<[SmallVec<[usize; 2]>; 1]>,
     pub(crate) steps: u64,
     deadline: Option<(Instant, Duration)>,
 }
@@ -87,13 +96,12 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         let n = view.devices.len();
         Search {
             view,
-            claim_bits: vec![0; n],
+            held: vec![Held::default(); n],
             consumed: view
                 .pools
                 .iter()
                 .map(|p| vec![Quantity::default(); p.available.len()])
                 .collect(),
-            shares: vec![0; n],
             share_capacity: Vec::new(),
             constraint_state: plan
                 .iter()
@@ -110,8 +118,11 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                         .collect()
                 })
                 .collect(),
-            chosen: plan.iter().map(|_| Vec::new()).collect(),
-            selected: plan.iter().map(|c| vec![0; c.requests.len()]).collect(),
+            chosen: plan.iter().map(|_| SmallVec::new()).collect(),
+            selected: plan
+                .iter()
+                .map(|c| std::iter::repeat_n(0, c.requests.len()).collect())
+                .collect(),
             plan,
             steps: 0,
             deadline: deadline.map(|d| (Instant::now(), d)),
@@ -240,10 +251,10 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             let admin = sp.admin;
             let dev = &self.view.devices[d as usize];
             if admin {
-                if self.claim_bits[d as usize] & (1u128 << r.claim) != 0 {
+                if self.held[d as usize].claims & (1u128 << r.claim) != 0 {
                     continue;
                 }
-            } else if dev.allocated || self.claim_bits[d as usize] != 0 {
+            } else if dev.allocated || self.held[d as usize].claims != 0 {
                 continue;
             }
             if let Some(e) = err {
@@ -321,7 +332,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     }
 
     fn share_capacity_of(&self, d: u32) -> Option<&[Quantity]> {
-        if self.shares[d as usize] == 0 {
+        if self.held[d as usize].shares == 0 {
             return None;
         }
         self.share_capacity.get(d as usize).map(Vec::as_slice)
@@ -335,13 +346,13 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         let sp = &plan[r.claim].requests[r.req].subs[r.sub];
         let multi = dev.multi;
         let bit = 1u128 << r.claim;
-        if !multi && sp.admin && self.claim_bits[d as usize] & bit != 0 {
+        if !multi && sp.admin && self.held[d as usize].claims & bit != 0 {
             return Ok(None);
         }
-        if !sp.admin && (dev.allocated || self.claim_bits[d as usize] != 0) {
+        if !sp.admin && (dev.allocated || self.held[d as usize].claims != 0) {
             return Ok(None);
         }
-        let skip_counters = multi && self.shares[d as usize] > 0;
+        let skip_counters = multi && self.held[d as usize].shares > 0;
         let mut undo = Undo {
             counters: false,
             marked: false,
@@ -378,7 +389,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             undo.constraints += 1;
         }
         if !multi {
-            self.claim_bits[d as usize] |= bit;
+            self.held[d as usize].claims |= bit;
             undo.marked = true;
         }
         let fit = if multi {
@@ -395,13 +406,13 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                         self.share_capacity.resize(view.devices.len(), Vec::new());
                     }
                     let acc = &mut self.share_capacity[d as usize];
-                    if self.shares[d as usize] == 0 || acc.len() != consumed.len() {
+                    if self.held[d as usize].shares == 0 || acc.len() != consumed.len() {
                         *acc = vec![Quantity::default(); consumed.len()];
                     }
                     for (a, c) in acc.iter_mut().zip(&consumed) {
                         *a = a.checked_add(c).unwrap_or(*a);
                     }
-                    self.shares[d as usize] += 1;
+                    self.held[d as usize].shares += 1;
                     undo.share = true;
                     Some(consumed)
                 } else {
@@ -469,7 +480,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         let view = self.view;
         let dev = &view.devices[d as usize];
         if undo.marked {
-            self.claim_bits[d as usize] &= !(1u128 << r.claim);
+            self.held[d as usize].claims &= !(1u128 << r.claim);
         }
         let sp = &self.plan[r.claim].requests[r.req].subs[r.sub];
         let (base, sub) = (sp.base, sp.sub);
@@ -489,7 +500,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             for (a, q) in acc.iter_mut().zip(&consumed) {
                 *a = a.checked_sub(q).unwrap_or_default();
             }
-            self.shares[d as usize] -= 1;
+            self.held[d as usize].shares -= 1;
         }
         self.rollback(r, d, &undo);
     }

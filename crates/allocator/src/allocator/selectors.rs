@@ -5,6 +5,8 @@
 use std::cell::{Cell, Ref, RefCell};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::Verdict;
 use crate::api::{DeviceClass, DeviceSelector};
 use crate::cel;
@@ -16,7 +18,7 @@ use crate::model::NodeView;
 #[derive(Debug)]
 pub(crate) struct SelectorSet<'x> {
     class_name: &'x str,
-    entries: Vec<SelectorEntry>,
+    entries: SmallVec<[SelectorEntry; 2]>,
 }
 
 #[derive(Debug)]
@@ -34,7 +36,7 @@ impl<'x> SelectorSet<'x> {
         selectors: &[DeviceSelector],
     ) -> SelectorSet<'x> {
         let class_obj = &classes[class];
-        let mut entries = Vec::with_capacity(class_obj.spec.selectors.len() + selectors.len());
+        let mut entries = SmallVec::with_capacity(class_obj.spec.selectors.len() + selectors.len());
         let groups: [(&[DeviceSelector], bool); 2] =
             [(&class_obj.spec.selectors, true), (selectors, false)];
         for (list, is_class) in groups {
@@ -147,6 +149,9 @@ impl<'x> SelectorSet<'x> {
     }
 }
 
+/// Candidate devices with the index of their selector error, if any.
+pub(crate) type CandList = SmallVec<[(u32, Option<usize>); 4]>;
+
 /// The candidates of an `ExactCount` request: the devices that match or whose selectors fail,
 /// in device order, with the error if any. Devices are evaluated when the search (or a check)
 /// first asks for a position beyond those known, so a search that succeeds early never looks
@@ -154,7 +159,7 @@ impl<'x> SelectorSet<'x> {
 #[derive(Debug)]
 pub(crate) struct Cands<'x> {
     set: Option<SelectorSet<'x>>,
-    list: RefCell<Vec<(u32, Option<usize>)>>,
+    list: RefCell<CandList>,
     errors: RefCell<Vec<AllocationError>>,
     /// The next device to evaluate.
     next: Cell<usize>,
@@ -166,7 +171,7 @@ impl<'x> Cands<'x> {
     pub(crate) fn new(set: SelectorSet<'x>) -> Cands<'x> {
         Cands {
             set: Some(set),
-            list: RefCell::new(Vec::new()),
+            list: RefCell::new(SmallVec::new()),
             errors: RefCell::new(Vec::new()),
             next: Cell::new(0),
             evaluations: Cell::new(0),
@@ -177,7 +182,7 @@ impl<'x> Cands<'x> {
     pub(crate) fn none() -> Cands<'x> {
         Cands {
             set: None,
-            list: RefCell::new(Vec::new()),
+            list: RefCell::new(SmallVec::new()),
             errors: RefCell::new(Vec::new()),
             next: Cell::new(usize::MAX),
             evaluations: Cell::new(0),
@@ -230,13 +235,13 @@ impl<'x> Cands<'x> {
     }
 
     /// The candidates known so far (all of them after [`Cands::complete`]).
-    pub(crate) fn known(&self) -> Ref<'_, Vec<(u32, Option<usize>)>> {
+    pub(crate) fn known(&self) -> Ref<'_, CandList> {
         self.list.borrow()
     }
 
     /// Replaces the (complete) list, as a selection policy orders it.
     pub(crate) fn replace(&self, list: Vec<(u32, Option<usize>)>) {
-        *self.list.borrow_mut() = list;
+        *self.list.borrow_mut() = list.into();
     }
 
     /// Whether a selector failed on some candidate evaluated so far.
