@@ -126,9 +126,23 @@ pub struct SearchStats {
 #[derive(Debug)]
 pub struct Allocator<'a> {
     classes: &'a [DeviceClass],
+    /// Class positions by name, for many classes (few are searched in order).
     class_index: FastMap<&'a str, usize>,
     views: NodeViews<'a>,
     stats: SearchStats,
+}
+
+/// Most classes looked up by comparing names.
+const LINEAR_CLASSES: usize = 8;
+
+/// The position of the class named `name` (the first of that name), through `index` when
+/// there are many classes.
+fn find_class(classes: &[DeviceClass], index: &FastMap<&str, usize>, name: &str) -> Option<usize> {
+    if classes.len() > LINEAR_CLASSES {
+        index.get(name).copied()
+    } else {
+        classes.iter().position(|c| c.metadata.name == name)
+    }
 }
 
 /// Most node views an allocator keeps.
@@ -203,7 +217,7 @@ pub(crate) enum Mode {
 /// One request, or one subrequest of a `firstAvailable` request.
 #[derive(Debug)]
 pub(crate) struct SubPlan<'c> {
-    pub(crate) full_name: String,
+    pub(crate) full_name: std::borrow::Cow<'c, str>,
     pub(crate) base: &'c str,
     pub(crate) sub: Option<&'c str>,
     pub(crate) class: usize,
@@ -269,6 +283,9 @@ pub(crate) struct ClaimPlan<'c> {
     pub(crate) constraints: SmallVec<[Constraint<'c>; 1]>,
 }
 
+/// The plans of one allocation's claims (mostly one claim per pod).
+pub(crate) type Plans<'c> = Vec<ClaimPlan<'c>>;
+
 /// Selector evaluations of the candidate lists (run as the search asked for candidates).
 fn lazy_evaluations(plan: &[ClaimPlan<'_>]) -> u64 {
     plan.iter()
@@ -303,9 +320,12 @@ impl<'a> Allocator<'a> {
         Allocator {
             classes,
             class_index: {
-                let mut m = FastMap::with_capacity_and_hasher(classes.len(), Default::default());
-                for (i, c) in classes.iter().enumerate() {
-                    m.entry(c.metadata.name.as_str()).or_insert(i);
+                let mut m = FastMap::default();
+                if classes.len() > LINEAR_CLASSES {
+                    m.reserve(classes.len());
+                    for (i, c) in classes.iter().enumerate() {
+                        m.entry(c.metadata.name.as_str()).or_insert(i);
+                    }
                 }
                 m
             },
@@ -378,7 +398,9 @@ impl<'a> Allocator<'a> {
         self.stats = SearchStats::default();
         let classes = self.classes;
         let view = self.views.get(node)?;
-        let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
+        let index = &self.class_index;
+        let class = |name: &str| find_class(classes, index, name);
+        let (plan, evaluations) = plan_claims(view, classes, &class, claims, options)?;
         self.stats.evaluations = evaluations;
         let (results, steps) = if statically_impossible(view, &plan) {
             (Ok(None), 0)
@@ -420,13 +442,15 @@ impl<'a> Allocator<'a> {
         node: &Node,
         claims: &'c [ResourceClaim],
         options: &AllocateOptions<'_>,
-    ) -> Result<Vec<ClaimPlan<'c>>, AllocationError>
+    ) -> Result<Plans<'c>, AllocationError>
     where
         'a: 'c,
     {
         let classes = self.classes;
         let view = self.views.get(node)?;
-        let (plan, evaluations) = plan_claims(view, classes, &self.class_index, claims, options)?;
+        let index = &self.class_index;
+        let class = |name: &str| find_class(classes, index, name);
+        let (plan, evaluations) = plan_claims(view, classes, &class, claims, options)?;
         for cp in &plan {
             for sp in cp.requests.iter().flat_map(|rp| &rp.subs) {
                 sp.cands.complete(view, &cp.display);

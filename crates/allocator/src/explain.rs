@@ -236,7 +236,7 @@ fn explain_sub(
     };
     let notes = shortfall_notes(view, cp, sp, &usable, need);
     let mut re = RequestExplanation {
-        request: sp.full_name.clone(),
+        request: sp.full_name.to_string(),
         wanted,
         considered: view.devices.len(),
         usable: usable.len(),

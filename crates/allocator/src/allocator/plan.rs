@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use super::{
     AllocateOptions, Cands, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
-    MAX_DEVICES_PER_CLAIM, Mode, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fits,
+    MAX_DEVICES_PER_CLAIM, Mode, Plans, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fits,
     claim_display, taint_blocks,
 };
 use crate::api::{DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim};
@@ -21,18 +21,17 @@ use crate::policy::{
 pub(super) fn plan_claims<'c>(
     view: &mut NodeView<'_>,
     classes: &'c [DeviceClass],
-    class_index: &crate::cel::FastMap<&str, usize>,
+    class: &dyn Fn(&str) -> Option<usize>,
     claims: &'c [ResourceClaim],
     options: &AllocateOptions<'_>,
-) -> Result<(Vec<ClaimPlan<'c>>, u64), AllocationError> {
+) -> Result<(Plans<'c>, u64), AllocationError> {
     if claims.len() > MAX_CLAIMS {
         return Err(AllocationError::TooManyClaims {
             count: claims.len(),
             limit: MAX_CLAIMS,
         });
     }
-    let class = |name: &str| class_index.get(name).copied();
-    let mut plans = Vec::with_capacity(claims.len());
+    let mut plans = Plans::with_capacity(claims.len());
     let mut evaluations = 0u64;
     for claim in claims {
         let display = claim_display(claim);
@@ -207,7 +206,7 @@ fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bo
             };
             // The values seen among usable candidates, with their counts: (constraint, value,
             // count).
-            let mut groups: Vec<(usize, AttrKey<'_>, usize)> = Vec::new();
+            let mut groups: SmallVec<[(usize, AttrKey<'_>, usize); 4]> = SmallVec::new();
             let mut count = 0;
             let mut i = 0;
             while let Some((d, _)) = sp.cands.get(view, &cp.display, i) {
@@ -290,7 +289,7 @@ fn apply_policy(
         Err(failure) if fail_closed => {
             return Err(AllocationError::Policy {
                 claim: claim.to_string(),
-                request: sp.full_name.clone(),
+                request: sp.full_name.to_string(),
                 failure: Box::new(failure),
             });
         }
@@ -335,8 +334,8 @@ fn plan_sub<'c>(
     evaluations: &mut u64,
 ) -> Result<SubPlan<'c>, AllocationError> {
     let full_name = match s.sub {
-        Some(sub) => format!("{}/{}", s.base, sub),
-        None => s.base.to_string(),
+        Some(sub) => std::borrow::Cow::Owned(format!("{}/{}", s.base, sub)),
+        None => std::borrow::Cow::Borrowed(s.base),
     };
     for (i, sel) in s.selectors.iter().enumerate() {
         if sel.cel.is_none() {

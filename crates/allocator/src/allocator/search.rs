@@ -642,7 +642,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                     share_id = Some(share_id_for(cp, &sp.full_name, &dev.id(), k));
                 }
                 results.push(DeviceRequestAllocationResult {
-                    request: sp.full_name.clone(),
+                    request: sp.full_name.to_string(),
                     driver: dev.driver.to_string(),
                     pool: dev.pool_name.to_string(),
                     device: dev.device.name.clone(),
@@ -692,7 +692,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             }
             if let Some(&(_, (start, end))) = by_class.iter().find(|(c, _)| *c == sp.class) {
                 for c in &mut config[start..end] {
-                    c.requests.push(sp.full_name.clone());
+                    c.requests.push(sp.full_name.to_string());
                 }
                 continue;
             }
@@ -700,7 +700,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             for cc in class_config {
                 config.push(DeviceAllocationConfiguration {
                     source: "FromClass".into(),
-                    requests: vec![sp.full_name.clone()],
+                    requests: vec![sp.full_name.to_string()],
                     opaque: cc.opaque.clone(),
                 });
             }
@@ -721,7 +721,8 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                     || (rp.first_available
                         && cc
                             .requests
-                            .contains(&rp.subs[self.selected_sub(ci, ri)].full_name));
+                            .iter()
+                            .any(|r| *r == *rp.subs[self.selected_sub(ci, ri)].full_name));
                 if applies {
                     config.push(DeviceAllocationConfiguration {
                         source: "FromClaim".into(),
