@@ -481,8 +481,8 @@ fn counters_short(view: &NodeView<'_>, d: usize) -> Option<(String, String)> {
     let dev = &view.devices[d];
     let pool = &view.pools[dev.pool];
     for (idx, q) in view.counters(dev) {
-        if *q > pool.available[*idx] || pool.overdrawn {
-            let (set, counter) = pool.counter_names[*idx];
+        if *q > pool.available[idx] || pool.overdrawn {
+            let (set, counter) = pool.counter_names[idx];
             return Some((set.to_string(), counter.to_string()));
         }
     }

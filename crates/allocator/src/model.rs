@@ -43,6 +43,8 @@ pub(crate) struct PoolView<'a> {
     pub(crate) counter_names: Vec<(&'a str, &'a str)>,
     /// What is left of each counter after the already-allocated devices (may be negative).
     pub(crate) available: Vec<Quantity>,
+    /// The amounts devices consume (entries of their consumption index them).
+    pub(crate) amounts: Vec<Quantity>,
     /// Some counter is overdrawn by allocated devices: no device consuming from this pool fits.
     pub(crate) overdrawn: bool,
     /// The driver's name as a CEL value (`device.driver` of the pool's devices).
@@ -297,8 +299,8 @@ pub(crate) struct NodeView<'a> {
     pub(crate) pools: Vec<PoolView<'a>>,
     pub(crate) devices: Vec<Dev<'a>>,
     /// The counter consumption of every device, flat: index into the pool's flat counters,
-    /// amount.
-    consumption: Vec<(usize, Quantity)>,
+    /// index into the pool's amounts.
+    consumption: Vec<(u32, u32)>,
     /// Selector results per program and device, program-major (`slot * devices + d`):
     /// 0 = not evaluated, 1 = false, 2 = true, 3 = error.
     selector_cache: Vec<std::cell::Cell<u8>>,
@@ -324,8 +326,14 @@ enum Looked<'a> {
 
 impl<'a> NodeView<'a> {
     /// What device `dev` consumes: index into its pool's flat counters, amount.
-    pub(crate) fn counters(&self, dev: &Dev<'_>) -> &[(usize, Quantity)] {
-        &self.consumption[dev.counters.start as usize..dev.counters.end as usize]
+    pub(crate) fn counters(
+        &self,
+        dev: &Dev<'_>,
+    ) -> impl Iterator<Item = (usize, &Quantity)> + Clone + '_ {
+        let amounts = &self.pools[dev.pool].amounts;
+        self.consumption[dev.counters.start as usize..dev.counters.end as usize]
+            .iter()
+            .map(move |&(idx, at)| (idx as usize, &amounts[at as usize]))
     }
 
     /// The slot of a constraint attribute (`qualified` is the constraint's name for it).
@@ -738,6 +746,7 @@ pub(crate) fn build_node_view<'a>(
                         devices: 0..0,
                         counter_names: Vec::new(),
                         available: Vec::new(),
+                        amounts: Vec::new(),
                         overdrawn: false,
                         driver_value: Value::Null,
                     },
@@ -770,6 +779,7 @@ pub(crate) fn build_node_view<'a>(
                 devices: 0..0,
                 counter_names: Vec::new(),
                 available: Vec::new(),
+                amounts: Vec::new(),
                 overdrawn: false,
                 driver_value: cel::with_interner(|interner| Value::String(interner.str(p.driver))),
             },
@@ -884,6 +894,7 @@ fn prepare_pool<'a>(
     pool.devices = start..view.devices.len();
     pool.counter_names = prep.counters.names;
     pool.available = prep.counters.available;
+    pool.amounts = prep.counters.amounts.into_inner().values;
     pool.overdrawn = overdrawn;
     Ok(())
 }
@@ -938,7 +949,8 @@ fn check_device_names<'s>(
 }
 
 /// The counter sets of a pool, flattened: `(set, counter)` names, what is available of each,
-/// and per set the range of its counters in the flat lists.
+/// and per set the range of its counters in the flat lists; and the amounts devices consume,
+/// each distinct text parsed once.
 struct CounterSets<'a> {
     names: Vec<(&'a str, &'a str)>,
     available: Vec<Quantity>,
@@ -948,8 +960,19 @@ struct CounterSets<'a> {
     index: FastMap<&'a str, usize>,
     /// The set found last.
     last_set: std::cell::Cell<Option<usize>>,
-    /// Amounts parsed so far (text, value).
-    amounts: std::cell::RefCell<Vec<(&'a str, Quantity)>>,
+    /// Consumed amounts: the pool's table of values, and the texts of the first few.
+    amounts: std::cell::RefCell<Amounts<'a>>,
+}
+
+/// The amounts devices of a pool consume.
+#[derive(Default)]
+struct Amounts<'a> {
+    /// Every amount read (entries of consumption index it).
+    values: Vec<Quantity>,
+    /// The texts of the first [`MAX_AMOUNTS`] values, looked up by text.
+    texts: Vec<&'a str>,
+    /// Per flat counter, the amount its last consumer named (devices mostly repeat it).
+    last: Vec<u32>,
 }
 
 /// Most counter sets looked up by comparing names; a pool with more indexes them.
@@ -970,7 +993,8 @@ impl<'a> CounterSets<'a> {
         let mut available: Vec<Quantity> = Vec::with_capacity(ncounters);
         let mut sets: Vec<(&str, std::ops::Range<usize>)> = Vec::with_capacity(nsets);
         let mut index: FastMap<&str, usize> = FastMap::default();
-        let mut amounts: Vec<(&'a str, Quantity)> = Vec::new();
+        // The texts and values of the sets' amounts (devices mostly consume the same ones).
+        let mut seen: Vec<(&'a str, Quantity)> = Vec::new();
         for set in all_sets {
             let name = set.name.as_str();
             let duplicate = if nsets <= LINEAR_SETS {
@@ -985,14 +1009,14 @@ impl<'a> CounterSets<'a> {
             for (cname, c) in &set.counters {
                 names.push((name, cname.as_str()));
                 let text = c.value.as_str();
-                let q = match amounts.iter().find(|(t, _)| cel::str_eq(t, text)) {
+                let q = match seen.iter().find(|(t, _)| cel::str_eq(t, text)) {
                     Some(&(_, q)) => q,
                     None => {
                         let q = parse_q(text, &|| {
                             format!("counter {cname} in counter set {}", set.name)
                         })?;
-                        if amounts.len() < MAX_AMOUNTS {
-                            amounts.push((text, q));
+                        if seen.len() < MAX_AMOUNTS {
+                            seen.push((text, q));
                         }
                         q
                     }
@@ -1001,6 +1025,11 @@ impl<'a> CounterSets<'a> {
             }
             sets.push((name, start..names.len()));
         }
+        let amounts = Amounts {
+            values: seen.iter().map(|&(_, q)| q).collect(),
+            texts: seen.iter().map(|&(t, _)| t).collect(),
+            last: vec![u32::MAX; ncounters],
+        };
         Ok(CounterSets {
             names,
             available,
@@ -1011,22 +1040,29 @@ impl<'a> CounterSets<'a> {
         })
     }
 
-    /// What device `d` consumes (flat counter index and amount), appended to `out`; fails on
-    /// an unknown counter set or counter, or an amount that does not parse.
-    fn consumption(&self, d: &'a Device, out: &mut Vec<(usize, Quantity)>) -> Result<(), String> {
+    /// What device `d` consumes (flat counter index, amount index), appended to `out`; fails
+    /// on an unknown counter set or counter, or an amount that does not parse.
+    fn consumption(&self, d: &'a Device, out: &mut Vec<(u32, u32)>) -> Result<(), String> {
         for cc in &d.consumes_counters {
             let set = self.set(cc.counter_set.as_str())?;
-            for (cname, c) in &cc.counters {
-                let idx = set
-                    .clone()
-                    .find(|&i| cel::str_eq(self.names[i].1, cname))
-                    .ok_or_else(|| {
-                        format!(
-                            "counter {cname} not found in counter set {}",
-                            cc.counter_set
-                        )
-                    })?;
-                out.push((idx, self.amount(c.value.as_str(), d, cname)?));
+            for (k, (cname, c)) in cc.counters.iter().enumerate() {
+                // Counters are listed by name in the set and in the device alike: the k-th
+                // is mostly the set's k-th.
+                let guess = set.start + k;
+                let idx = if guess < set.end && cel::str_eq(self.names[guess].1, cname) {
+                    guess
+                } else {
+                    set.clone()
+                        .find(|&i| cel::str_eq(self.names[i].1, cname))
+                        .ok_or_else(|| {
+                            format!(
+                                "counter {cname} not found in counter set {}",
+                                cc.counter_set
+                            )
+                        })?
+                };
+                let amount = self.amount(idx, c.value.as_str(), d, cname)?;
+                out.push((idx as u32, amount));
             }
         }
         Ok(())
@@ -1050,17 +1086,36 @@ impl<'a> CounterSets<'a> {
         Ok(self.sets[i].1.clone())
     }
 
-    /// A consumed amount, parsed; the few distinct amounts of a pool are parsed once.
-    fn amount(&self, text: &'a str, d: &Device, counter: &str) -> Result<Quantity, String> {
-        let mut seen = self.amounts.borrow_mut();
-        if let Some(&(_, q)) = seen.iter().find(|(t, _)| cel::str_eq(t, text)) {
-            return Ok(q);
+    /// The index of an amount counter `idx` is consumed by, parsed once per distinct text
+    /// (the first few texts; later ones are parsed each time).
+    fn amount(&self, idx: usize, text: &'a str, d: &Device, counter: &str) -> Result<u32, String> {
+        let mut amounts = self.amounts.borrow_mut();
+        let last = amounts.last[idx];
+        if let Some(t) = amounts.texts.get(last as usize)
+            && cel::str_eq(t, text)
+        {
+            return Ok(last);
         }
-        let q = parse_q(text, &|| format!("device {} counter {counter}", d.name))?;
-        if seen.len() < MAX_AMOUNTS {
-            seen.push((text, q));
-        }
-        Ok(q)
+        let found = amounts.texts.iter().position(|t| cel::str_eq(t, text));
+        let at = match found {
+            Some(at) => at as u32,
+            None => {
+                let q = parse_q(text, &|| format!("device {} counter {counter}", d.name))?;
+                if amounts.texts.len() < MAX_AMOUNTS && amounts.texts.len() == amounts.values.len()
+                {
+                    amounts.texts.push(text);
+                }
+                amounts.values.push(q);
+                (amounts.values.len() - 1) as u32
+            }
+        };
+        amounts.last[idx] = at;
+        Ok(at)
+    }
+
+    /// The value of amount `at`.
+    fn value(&self, at: u32) -> Quantity {
+        self.amounts.borrow().values[at as usize]
     }
 }
 
@@ -1106,8 +1161,10 @@ impl<'a> PoolPrep<'a, '_> {
                 used.clear();
                 self.counters.consumption(d, &mut used)?;
                 if is_allocated {
-                    for &(idx, q) in &used {
+                    for &(idx, at) in &used {
+                        let q = self.counters.value(at);
                         let available = &mut self.counters.available;
+                        let idx = idx as usize;
                         available[idx] = available[idx].checked_sub(&q).ok_or_else(|| {
                             format!("counter arithmetic overflow on device {}", d.name)
                         })?;
@@ -1125,7 +1182,7 @@ impl<'a> PoolPrep<'a, '_> {
         node: &Node,
         s: &'a ResourceSlice,
         d: &'a Device,
-        consumption: &mut Vec<(usize, Quantity)>,
+        consumption: &mut Vec<(u32, u32)>,
     ) -> Result<Dev<'a>, String> {
         let per_device = s.spec.per_device_node_selection.unwrap_or(false);
         let node_ok = if per_device {

@@ -443,11 +443,11 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         let mut ok = true;
         let mut applied = 0;
         for (idx, q) in view.counters(dev) {
-            match consumed[*idx].checked_add(q) {
+            match consumed[idx].checked_add(q) {
                 Some(v) => {
-                    consumed[*idx] = v;
+                    consumed[idx] = v;
                     applied += 1;
-                    if v > pool.available[*idx] {
+                    if v > pool.available[idx] {
                         ok = false;
                         break;
                     }
@@ -459,8 +459,8 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             }
         }
         if !ok {
-            for (idx, q) in view.counters(dev).iter().take(applied) {
-                consumed[*idx] = consumed[*idx].checked_sub(q).unwrap_or_default();
+            for (idx, q) in view.counters(dev).take(applied) {
+                consumed[idx] = consumed[idx].checked_sub(q).unwrap_or_default();
             }
         }
         ok
@@ -470,7 +470,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         if undo.counters {
             let consumed = &mut self.consumed[dev.pool];
             for (idx, q) in self.view.counters(dev) {
-                consumed[*idx] = consumed[*idx].checked_sub(q).unwrap_or_default();
+                consumed[idx] = consumed[idx].checked_sub(q).unwrap_or_default();
             }
         }
     }
