@@ -168,34 +168,20 @@ impl<'a> Dev<'a> {
     /// The attribute named `domain`/`id` as the `device` variable has it: of the names that
     /// qualify to it (bare for the driver's domain, or `domain/id`), the first by name.
     fn attribute(&self, domain: &str, id: &str) -> Option<(&'a String, &'a DeviceAttribute)> {
-        let attrs = &self.device.attributes;
-        let bare = if domain == self.driver && !id.contains('/') {
-            attrs.get_key_value(id)
-        } else {
-            None
-        };
-        let qualified = if domain.contains('/') {
-            None
-        } else {
-            let mut found = None;
-            for (k, v) in attrs.range::<str, _>((
-                std::ops::Bound::Included(domain),
-                std::ops::Bound::Unbounded,
-            )) {
-                let Some(rest) = k.strip_prefix(domain) else {
-                    break;
-                };
-                if rest.strip_prefix('/') == Some(id) {
-                    found = Some((k, v));
-                    break;
-                }
-            }
-            found
-        };
-        match (bare, qualified) {
-            (Some(b), Some(q)) => Some(if b.0 <= q.0 { b } else { q }),
-            (b, q) => b.or(q),
-        }
+        // Names split at their first `/`: a bare name is the driver's, and a domain with a
+        // `/` names nothing.
+        let bare = domain == self.driver && !id.contains('/');
+        let qualified = !domain.contains('/');
+        let qualified_len = domain.len() + 1 + id.len();
+        // One pass in name order: the first name that qualifies to `domain`/`id` wins.
+        self.device.attributes.iter().find(|(k, _)| {
+            (bare && cel::str_eq(k, id))
+                || (qualified
+                    && k.len() == qualified_len
+                    && k.as_bytes()[domain.len()] == b'/'
+                    && k.starts_with(domain)
+                    && k.ends_with(id))
+        })
     }
 
     fn caps(&self) -> &Caps<'a> {
@@ -579,6 +565,18 @@ impl cel::DeviceVars for DevVars<'_, '_> {
         }
         let (name, a) = dev.attribute(domain, id)?;
         cel::with_interner(|interner| attribute_value(name, a, dev.lists, interner).ok())
+    }
+
+    fn entry_ref(&self, capacity: bool, domain: &str, id: &str) -> Option<cel::EntryRef<'_>> {
+        if !capacity
+            && let Some((_, a)) = self.dev.attribute(domain, id)
+            && a.int.is_none()
+            && a.bool.is_none()
+            && let Some(s) = &a.string
+        {
+            return Some(cel::EntryRef::Str(s));
+        }
+        self.entry(capacity, domain, id).map(cel::EntryRef::Value)
     }
 }
 

@@ -170,6 +170,32 @@ impl<'a> Evaluator<'a> {
         }
     }
 
+    /// `entry == lit` (or `!=`) for a string literal.
+    fn entry_equals(
+        &mut self,
+        op: BinOp,
+        field: &DeviceField,
+        domain: &str,
+        id: &str,
+        lit: &Value,
+    ) -> R {
+        self.meter.charge(3)?;
+        let device = self.device;
+        let entry = device.entry_ref(matches!(field, DeviceField::Capacity), domain, id);
+        let Some(entry) = entry else {
+            return Err(EvalError::msg(format!("no such key: {id}")));
+        };
+        self.meter.charge(1)?;
+        match (entry, lit) {
+            (super::EntryRef::Str(s), Value::String(l)) => {
+                let equal = s == &**l;
+                Ok(Value::Bool(if op == BinOp::Ne { !equal } else { equal }))
+            }
+            (super::EntryRef::Str(s), other) => self.binary(op, &Value::str(s), other),
+            (super::EntryRef::Value(v), other) => self.binary(op, &v, other),
+        }
+    }
+
     #[inline(never)]
     fn eval_select(&mut self, operand: &Node, field: &str) -> R {
         let v = self.eval(operand)?;
@@ -318,6 +344,20 @@ impl<'a> Evaluator<'a> {
 
     #[inline(never)]
     fn eval_binary(&mut self, op: &BinOp, a: &Node, b: &Node) -> R {
+        if matches!(op, BinOp::Eq | BinOp::Ne) {
+            // A device entry compared with a string literal, either way round: the entry's
+            // string is compared where it lies (same costs and errors as the general path).
+            let pair = match (a, b) {
+                (Node::DeviceEntry { field, domain, id }, Node::Lit(lit @ Value::String(_)))
+                | (Node::Lit(lit @ Value::String(_)), Node::DeviceEntry { field, domain, id }) => {
+                    Some((field, domain, id, lit))
+                }
+                _ => None,
+            };
+            if let Some((field, domain, id, lit)) = pair {
+                return self.entry_equals(*op, field, domain, id, lit);
+            }
+        }
         let x = self.eval(a)?;
         let y = self.eval(b)?;
         self.meter.charge(1)?;

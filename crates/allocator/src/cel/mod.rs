@@ -510,6 +510,17 @@ pub(crate) trait DeviceVars {
     /// `device.attributes[domain][id]` (or capacity) without building maps; `None` when the
     /// id is missing.
     fn entry(&self, capacity: bool, domain: &str, id: &str) -> Option<Value>;
+    /// [`DeviceVars::entry`], with a string borrowed rather than made a value (selectors
+    /// mostly compare string attributes with literals).
+    fn entry_ref(&self, capacity: bool, domain: &str, id: &str) -> Option<EntryRef<'_>> {
+        self.entry(capacity, domain, id).map(EntryRef::Value)
+    }
+}
+
+/// A device entry as [`DeviceVars::entry_ref`] reads it.
+pub(crate) enum EntryRef<'x> {
+    Str(&'x str),
+    Value(Value),
 }
 
 impl DeviceVars for DeviceContext {
@@ -531,6 +542,13 @@ impl DeviceVars for DeviceContext {
 
     fn entry(&self, capacity: bool, domain: &str, id: &str) -> Option<Value> {
         DeviceContext::entry(self, capacity, domain, id).cloned()
+    }
+
+    fn entry_ref(&self, capacity: bool, domain: &str, id: &str) -> Option<EntryRef<'_>> {
+        DeviceContext::entry(self, capacity, domain, id).map(|v| match v {
+            Value::String(s) => EntryRef::Str(s),
+            other => EntryRef::Value(other.clone()),
+        })
     }
 }
 
