@@ -324,3 +324,43 @@ fn str_eq_agrees_with_string_equality() {
         assert!(!super::str_eq(&base, &longer));
     }
 }
+
+/// Comparing a device entry with a string literal (read where the string lies) answers as
+/// the general comparison does, either way round, for strings, other types and missing
+/// entries, and costs the same as comparing the entry with any other operand of no cost.
+#[test]
+fn entry_literal_comparisons_equal_the_general_path() {
+    let d = r#"device.attributes["gpu.example.com"]"#;
+    // The general path: the literal reached through a variable binding it.
+    let general =
+        |entry: &str, op: &str, lit: &str| format!(r#"cel.bind(v, "{lit}", {entry} {op} v)"#);
+    let cases = [
+        (format!("{d}.model"), "h100"),
+        (format!("{d}.model"), "a100"),
+        (format!("{d}.numa"), "1"),
+        (format!("{d}.healthy"), "true"),
+        (format!("{d}.missing"), "x"),
+        (
+            r#"device.attributes["pci.example.com"].root"#.to_string(),
+            "pci0000:00",
+        ),
+    ];
+    for (entry, lit) in &cases {
+        for op in ["==", "!="] {
+            let fast = run(&format!(r#"{entry} {op} "{lit}""#));
+            let flipped = run(&format!(r#""{lit}" {op} {entry}"#));
+            let slow = run(&general(entry, op, lit));
+            assert_eq!(fast, slow, "{entry} {op} {lit:?}");
+            assert_eq!(flipped, slow, "{lit:?} {op} {entry}");
+        }
+    }
+    // Cost: the entry (3) and the comparison (1), as for an integer literal.
+    let cost = |expr: &str| {
+        let p = compile_uncached(expr).expect("compiles");
+        evaluate_with_limit(&p, &gpu(), COST_LIMIT).map(|(_, c)| c)
+    };
+    assert_eq!(
+        cost(&format!(r#"{d}.model == "h100""#)),
+        cost(&format!("{d}.numa == 1"))
+    );
+}
