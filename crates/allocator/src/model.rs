@@ -78,7 +78,7 @@ pub(crate) struct Capacity<'a> {
     /// The name as the device writes it (also the key in results).
     pub(crate) key: &'a str,
     pub(crate) value: Quantity,
-    pub(crate) policy: Option<Policy>,
+    pub(crate) policy: Option<Box<Policy>>,
 }
 
 /// A scalar attribute value, as constraints compare them.
@@ -99,20 +99,12 @@ pub(crate) struct Dev<'a> {
     pub(crate) pool: usize,
     pub(crate) slice: &'a ResourceSlice,
     pub(crate) device: &'a Device,
-    pub(crate) driver: &'a str,
-    pub(crate) pool_name: &'a str,
     /// Listed in `allocatedDevices`.
     pub(crate) allocated: bool,
     /// Per-device node selection result (true when the slice selects nodes).
     pub(crate) node_ok: Result<bool, Box<str>>,
-    /// Whether selectors can read the device, or why not (an attribute without a value
-    /// the scheduler converts, an invalid version or capacity), checked on first use.
-    readable: std::cell::OnceCell<Result<(), String>>,
-    /// The whole CEL `device` variable, built only when an expression reads attributes or
-    /// capacities as maps.
-    full: std::cell::OnceCell<Box<DeviceContext>>,
-    /// The parsed capacities, parsed when first needed.
-    caps: std::cell::OnceCell<Caps<'a>>,
+    /// What selectors and capacity checks need, prepared on first use.
+    prepared: std::cell::OnceCell<Box<Prepared<'a>>>,
     /// Counter consumption: a range of [`NodeView::consumption`].
     counters: std::ops::Range<u32>,
 
@@ -124,10 +116,23 @@ pub(crate) struct Dev<'a> {
     lists: bool,
 }
 
+/// What selectors and capacity checks need of a device, prepared when first needed (most
+/// devices of a node are never looked at closely).
+#[derive(Debug)]
+struct Prepared<'a> {
+    caps: Caps<'a>,
+    /// Whether selectors can read the device, or why not (an attribute without a value
+    /// the scheduler converts, an invalid version or capacity), checked on first use.
+    readable: std::cell::OnceCell<Result<(), String>>,
+    /// The whole CEL `device` variable, built only when an expression reads attributes or
+    /// capacities as maps.
+    full: std::cell::OnceCell<Box<DeviceContext>>,
+}
+
 /// A device's capacities, parsed.
 #[derive(Debug)]
 struct Caps<'a> {
-    list: Vec<Capacity<'a>>,
+    list: smallvec::SmallVec<[Capacity<'a>; 2]>,
     /// A capacity that does not parse.
     error: Option<String>,
     /// No capacity has a request policy.
@@ -139,7 +144,7 @@ impl<'a> Dev<'a> {
     /// has no value the scheduler converts or an invalid version, or a capacity does not
     /// parse. The first problem is reported: capacities first, then attributes by name.
     pub(crate) fn readable(&self) -> &Result<(), String> {
-        self.readable.get_or_init(|| {
+        self.prepared().readable.get_or_init(|| {
             if let Some(e) = &self.caps().error {
                 return Err(e.clone());
             }
@@ -170,7 +175,7 @@ impl<'a> Dev<'a> {
     fn attribute(&self, domain: &str, id: &str) -> Option<(&'a String, &'a DeviceAttribute)> {
         // Names split at their first `/`: a bare name is the driver's, and a domain with a
         // `/` names nothing.
-        let bare = domain == self.driver && !id.contains('/');
+        let bare = domain == self.driver() && !id.contains('/');
         let qualified = !domain.contains('/');
         let qualified_len = domain.len() + 1 + id.len();
         // One pass in name order: the first name that qualifies to `domain`/`id` wins.
@@ -184,8 +189,18 @@ impl<'a> Dev<'a> {
         })
     }
 
+    fn prepared(&self) -> &Prepared<'a> {
+        self.prepared.get_or_init(|| {
+            Box::new(Prepared {
+                caps: parse_caps(self.device),
+                readable: std::cell::OnceCell::new(),
+                full: std::cell::OnceCell::new(),
+            })
+        })
+    }
+
     fn caps(&self) -> &Caps<'a> {
-        self.caps.get_or_init(|| parse_caps(self.device))
+        &self.prepared().caps
     }
 
     /// The device's capacities (those that parse).
@@ -196,6 +211,16 @@ impl<'a> Dev<'a> {
     /// No capacity has a request policy.
     pub(crate) fn plain_capacity(&self) -> bool {
         self.caps().plain
+    }
+
+    /// The driver (of the device's pool).
+    pub(crate) fn driver(&self) -> &'a str {
+        &self.slice.spec.driver
+    }
+
+    /// The name of the device's pool.
+    pub(crate) fn pool_name(&self) -> &'a str {
+        &self.slice.spec.pool.name
     }
 
     /// The device's taints with an effect that blocks allocation.
@@ -212,7 +237,12 @@ impl<'a> Dev<'a> {
     }
 
     pub(crate) fn id(&self) -> String {
-        format!("{}/{}/{}", self.driver, self.pool_name, self.device.name)
+        format!(
+            "{}/{}/{}",
+            self.driver(),
+            self.pool_name(),
+            self.device.name
+        )
     }
 
     /// The attribute a constraint names: the fully qualified name as written, else the bare
@@ -221,7 +251,7 @@ impl<'a> Dev<'a> {
         let attrs = &self.device.attributes;
         attrs.get(qualified).or_else(|| {
             let (domain, id) = qualified.split_once('/')?;
-            if domain != self.driver {
+            if domain != self.driver() {
                 return None;
             }
             attrs.get(id)
@@ -435,7 +465,7 @@ fn parse_q(text: &str, what: &dyn Fn() -> String) -> Result<Quantity, String> {
     Quantity::parse(text).map_err(|e| format!("{}: {e}", what()))
 }
 
-fn parse_policy(cap: &DeviceCapacity, name: &str) -> Result<Option<Policy>, String> {
+fn parse_policy(cap: &DeviceCapacity, name: &str) -> Result<Option<Box<Policy>>, String> {
     let Some(p) = &cap.request_policy else {
         return Ok(None);
     };
@@ -443,7 +473,7 @@ fn parse_policy(cap: &DeviceCapacity, name: &str) -> Result<Option<Policy>, Stri
     let opt = |q: &Option<crate::api::RawQuantity>| -> Result<Option<Quantity>, String> {
         q.as_ref().map(|q| parse_q(q.as_str(), &what)).transpose()
     };
-    Ok(Some(Policy {
+    Ok(Some(Box::new(Policy {
         default: opt(&p.default)?,
         valid_values: p
             .valid_values
@@ -458,7 +488,7 @@ fn parse_policy(cap: &DeviceCapacity, name: &str) -> Result<Option<Policy>, Stri
                 step: opt(&r.step)?,
             }),
         },
-    }))
+    })))
 }
 
 /// Builds the `device` variable as the scheduler does: the first set field of each attribute
@@ -522,15 +552,15 @@ pub(crate) struct DevVars<'d, 'a> {
 impl DevVars<'_, '_> {
     fn full(&self) -> &DeviceContext {
         let dev = self.dev;
-        dev.full.get_or_init(|| {
+        dev.prepared().full.get_or_init(|| {
             let caps = dev.caps();
             Box::new(
                 cel::with_interner(|interner| {
-                    device_context(dev.device, dev.driver, &caps.list, dev.lists, interner)
+                    device_context(dev.device, dev.driver(), &caps.list, dev.lists, interner)
                 })
                 .unwrap_or_else(|_| {
                     // Not readable: selectors are not evaluated on such a device.
-                    DeviceContext::new(dev.driver, [], [], false)
+                    DeviceContext::new(dev.driver(), [], [], false)
                 }),
             )
         })
@@ -560,7 +590,7 @@ impl cel::DeviceVars for DevVars<'_, '_> {
             let c = dev
                 .capacity()
                 .iter()
-                .find(|c| cel::split_qualified(c.key, dev.driver) == (domain, id))?;
+                .find(|c| cel::split_qualified(c.key, dev.driver()) == (domain, id))?;
             return Some(cel::with_interner(|interner| interner.quantity(c.value)));
         }
         let (name, a) = dev.attribute(domain, id)?;
@@ -582,7 +612,8 @@ impl cel::DeviceVars for DevVars<'_, '_> {
 
 /// Parses a device's capacities; the first that does not parse is the error.
 fn parse_caps(d: &Device) -> Caps<'_> {
-    let mut list = Vec::with_capacity(d.capacity.len());
+    let mut list: smallvec::SmallVec<[Capacity<'_>; 2]> =
+        smallvec::SmallVec::with_capacity(d.capacity.len());
     let mut error = None;
     for (name, c) in &d.capacity {
         match (Quantity::parse(c.value.as_str()), parse_policy(c, name)) {
@@ -634,8 +665,11 @@ struct RawPool<'a> {
     driver: &'a str,
     name: &'a str,
     generation: i64,
-    slices: Vec<&'a ResourceSlice>,
+    slices: Slices<'a>,
 }
+
+/// Some slices of a pool (mostly one or two).
+type Slices<'a> = smallvec::SmallVec<[&'a ResourceSlice; 2]>;
 
 /// Gathers the pools relevant for `node` (the scheduler's `GatherPools`) and prepares their
 /// devices.
@@ -646,7 +680,7 @@ pub(crate) fn build_node_view<'a>(
     in_use: &InUse<'a>,
     features: crate::Features,
 ) -> Result<NodeView<'a>, String> {
-    let mut raw: Vec<RawPool<'a>> = Vec::new();
+    let mut raw: smallvec::SmallVec<[RawPool<'a>; 2]> = smallvec::SmallVec::new();
     // Pools by (driver, name): searched in `raw` while there are few, then indexed.
     let mut index: FastMap<(&'a str, &'a str), usize> = FastMap::default();
     let indexed: Option<Vec<&'a ResourceSlice>> =
@@ -677,8 +711,8 @@ pub(crate) fn build_node_view<'a>(
                 if !index.is_empty() {
                     index.insert(key, raw.len());
                 }
-                let mut pool_slices =
-                    Vec::with_capacity(slice.spec.pool.resource_slice_count.clamp(1, 64) as usize);
+                let mut pool_slices = Slices::new();
+                pool_slices.reserve(slice.spec.pool.resource_slice_count.clamp(1, 64) as usize);
                 pool_slices.push(slice);
                 raw.push(RawPool {
                     driver: key.0,
@@ -705,11 +739,12 @@ pub(crate) fn build_node_view<'a>(
     /// pool's other slices), whether a device has binding conditions.
     struct Gathered<'a> {
         pool: PoolView<'a>,
-        relevant: Vec<&'a ResourceSlice>,
+        relevant: Slices<'a>,
         others: Vec<&'a ResourceSlice>,
         binding: bool,
     }
-    let mut gathered: Vec<Gathered<'a>> = Vec::with_capacity(raw.len());
+    let mut gathered: smallvec::SmallVec<[Gathered<'a>; 2]> =
+        smallvec::SmallVec::with_capacity(raw.len());
     for p in raw {
         let wanted = p.slices[0].spec.pool.resource_slice_count;
         let mut others: Vec<&'a ResourceSlice> = Vec::new();
@@ -748,7 +783,7 @@ pub(crate) fn build_node_view<'a>(
                         overdrawn: false,
                         driver_value: Value::Null,
                     },
-                    relevant: Vec::new(),
+                    relevant: Slices::new(),
                     others: Vec::new(),
                     binding: false,
                 });
@@ -916,7 +951,7 @@ fn check_device_names<'s>(
     if total <= 16 {
         // Few names: comparing each pair is cheaper than hashing.
         for (i, a) in names().enumerate() {
-            if names().take(i).any(|b| b == a) {
+            if names().take(i).any(|b| cel::str_eq(a, b)) {
                 return Err(format!("duplicate device name {a}"));
             }
         }
@@ -1201,13 +1236,9 @@ impl<'a> PoolPrep<'a, '_> {
             pool: self.pi,
             slice: s,
             device: d,
-            driver: self.driver,
-            pool_name: self.pool_name,
             allocated: self.is_allocated(d),
             node_ok,
-            readable: std::cell::OnceCell::new(),
-            full: std::cell::OnceCell::new(),
-            caps: std::cell::OnceCell::new(),
+            prepared: std::cell::OnceCell::new(),
             counters,
             multi: d.allow_multiple_allocations.unwrap_or(false),
             binds_to_node: d.binds_to_node.unwrap_or(false),
@@ -1286,15 +1317,15 @@ mod tests {
             .expect("device variable");
         let dev = Dev {
             pool: 0,
-            slice: Box::leak(Box::default()),
+            slice: Box::leak(Box::new({
+                let mut s = ResourceSlice::default();
+                s.spec.driver = driver.to_string();
+                s
+            })),
             device: &device,
-            driver,
-            pool_name: "pool",
             allocated: false,
             node_ok: Ok(true),
-            readable: std::cell::OnceCell::new(),
-            full: std::cell::OnceCell::new(),
-            caps: std::cell::OnceCell::new(),
+            prepared: std::cell::OnceCell::new(),
             counters: 0..0,
             multi: false,
             binds_to_node: false,

@@ -138,13 +138,15 @@ fn fit(
             .iter()
             .position(|c| c.key == *name)
             .or_else(|| match name.split_once('/') {
-                Some((domain, id)) if domain == dev.driver => caps.iter().position(|c| c.key == id),
+                Some((domain, id)) if domain == dev.driver() => {
+                    caps.iter().position(|c| c.key == id)
+                }
                 Some(_) => None,
                 None => caps.iter().position(|c| {
-                    c.key.len() == dev.driver.len() + 1 + name.len()
-                        && c.key.starts_with(dev.driver)
+                    c.key.len() == dev.driver().len() + 1 + name.len()
+                        && c.key.starts_with(dev.driver())
                         && c.key.ends_with(name)
-                        && c.key.as_bytes()[dev.driver.len()] == b'/'
+                        && c.key.as_bytes()[dev.driver().len()] == b'/'
                 }),
             });
         let Some(idx) = idx else {
@@ -160,7 +162,7 @@ fn fit(
         consumed_amount(
             resolved.get(i).and_then(Option::as_ref),
             &cap.value,
-            cap.policy.as_ref(),
+            cap.policy.as_deref(),
         )
     };
     for (i, cap) in caps.iter().enumerate() {
@@ -177,7 +179,7 @@ fn fit(
             Some(out) => out[i],
             None => amount(i)?,
         };
-        if violates_policy(&c, cap.policy.as_ref()) {
+        if violates_policy(&c, cap.policy.as_deref()) {
             return Ok(false);
         }
         let mut total = c;
@@ -192,12 +194,12 @@ fn fit(
         for (name, q) in dev.consumed_before.iter() {
             let same = *name == cap.key
                 || name
-                    .strip_prefix(dev.driver)
+                    .strip_prefix(dev.driver())
                     .and_then(|r| r.strip_prefix('/'))
                     .is_some_and(|id| id == cap.key)
                 || cap
                     .key
-                    .strip_prefix(dev.driver)
+                    .strip_prefix(dev.driver())
                     .and_then(|r| r.strip_prefix('/'))
                     .is_some_and(|id| id == *name);
             if same {

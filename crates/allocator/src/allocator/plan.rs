@@ -263,7 +263,8 @@ fn apply_policy(
         .iter()
         .map(|&(d, _)| {
             let dev = &view.devices[d as usize];
-            PolicyDevice::new(dev.driver, dev.pool_name, dev.device).with_allocated(dev.allocated)
+            PolicyDevice::new(dev.driver(), dev.pool_name(), dev.device)
+                .with_allocated(dev.allocated)
         })
         .collect();
     let in_force: Vec<PolicyConstraint<'_>> = constraints

@@ -643,8 +643,8 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 }
                 results.push(DeviceRequestAllocationResult {
                     request: sp.full_name.to_string(),
-                    driver: dev.driver.to_string(),
-                    pool: dev.pool_name.to_string(),
+                    driver: dev.driver().to_string(),
+                    pool: dev.pool_name().to_string(),
                     device: dev.device.name.clone(),
                     admin_access: sp.admin.then_some(true),
                     tolerations: sp.tolerations.to_vec(),
