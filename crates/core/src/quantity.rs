@@ -344,6 +344,9 @@ impl Quantity {
     /// Compares magnitudes of two non-zero quantities.
     fn cmp_magnitude(&self, other: &Quantity) -> Ordering {
         let (a, b) = (self.mantissa.unsigned_abs(), other.mantissa.unsigned_abs());
+        if self.exponent == other.exponent {
+            return a.cmp(&b);
+        }
         // 10^(order-1) <= |x| < 10^order
         let order_a = i64::from(decimal_len(a)) + i64::from(self.exponent);
         let order_b = i64::from(decimal_len(b)) + i64::from(other.exponent);
