@@ -264,7 +264,7 @@ impl Constraint<'_> {
             return true;
         }
         self.requests.iter().any(|r| {
-            r == base
+            crate::cel::str_eq(r, base)
                 || sub.is_some_and(|s| {
                     r.len() == base.len() + 1 + s.len()
                         && r.starts_with(base)
@@ -275,10 +275,46 @@ impl Constraint<'_> {
     }
 }
 
+/// A claim's name as the scheduler prints it (`namespace/name`), made when first needed
+/// (errors and explanations name the claim; an allocation that succeeds does not).
+#[derive(Debug)]
+pub(crate) struct ClaimName<'c> {
+    claim: &'c ResourceClaim,
+    text: std::cell::OnceCell<String>,
+}
+
+impl<'c> ClaimName<'c> {
+    pub(crate) fn new(claim: &'c ResourceClaim) -> ClaimName<'c> {
+        ClaimName {
+            claim,
+            text: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The name.
+    pub(crate) fn get(&self) -> &str {
+        self.text.get_or_init(|| claim_display(self.claim))
+    }
+}
+
+impl std::ops::Deref for ClaimName<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        self.get()
+    }
+}
+
+impl std::fmt::Display for ClaimName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct ClaimPlan<'c> {
     pub(crate) claim: &'c ResourceClaim,
-    pub(crate) display: String,
+    pub(crate) display: ClaimName<'c>,
     pub(crate) requests: SmallVec<[RequestPlan<'c>; 1]>,
     pub(crate) constraints: SmallVec<[Constraint<'c>; 1]>,
 }

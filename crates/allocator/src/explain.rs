@@ -199,7 +199,7 @@ impl<'a> Allocator<'a> {
         };
         for cp in &plans {
             let mut ce = ClaimExplanation {
-                claim: cp.display.clone(),
+                claim: cp.display.to_string(),
                 requests: Vec::new(),
             };
             for rp in &cp.requests {

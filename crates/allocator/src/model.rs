@@ -137,6 +137,9 @@ struct Caps<'a> {
     error: Option<String>,
     /// No capacity has a request policy.
     plain: bool,
+    /// No capacity has a request policy or a negative value: an allocation that requests no
+    /// capacity (and consumes all of it) fits, unless earlier ones took some.
+    whole_fits: bool,
 }
 
 impl<'a> Dev<'a> {
@@ -211,6 +214,12 @@ impl<'a> Dev<'a> {
     /// No capacity has a request policy.
     pub(crate) fn plain_capacity(&self) -> bool {
         self.caps().plain
+    }
+
+    /// An allocation that requests no capacity fits the device when nothing else took from
+    /// it (no capacity has a request policy or a negative value).
+    pub(crate) fn whole_fits(&self) -> bool {
+        self.caps().whole_fits
     }
 
     /// The driver (of the device's pool).
@@ -628,6 +637,9 @@ fn parse_caps(d: &Device) -> Caps<'_> {
     }
     Caps {
         plain: list.iter().all(|c| c.policy.is_none()),
+        whole_fits: list
+            .iter()
+            .all(|c| c.policy.is_none() && c.value.sign() >= 0),
         list,
         error,
     }

@@ -116,6 +116,14 @@ pub(crate) fn capacity_fits(
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
 ) -> bool {
+    if requests.is_none_or(<[_]>::is_empty)
+        && allocating.is_none()
+        && dev.consumed_before.is_empty()
+        && dev.whole_fits()
+    {
+        // Each capacity is consumed whole, and nothing else took from it.
+        return true;
+    }
     matches!(fit(dev, requests, allocating, None), Ok(true))
 }
 

@@ -6,9 +6,9 @@ use kubedev_core::Quantity;
 use smallvec::SmallVec;
 
 use super::{
-    AllocateOptions, Cands, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
+    AllocateOptions, Cands, ClaimName, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
     MAX_DEVICES_PER_CLAIM, Mode, Plans, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fits,
-    claim_display, taint_blocks,
+    taint_blocks,
 };
 use crate::api::{DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim};
 use crate::error::AllocationError;
@@ -34,7 +34,7 @@ pub(super) fn plan_claims<'c>(
     let mut plans = Plans::with_capacity(claims.len());
     let mut evaluations = 0u64;
     for claim in claims {
-        let display = claim_display(claim);
+        let display = ClaimName::new(claim);
         let mut requests: SmallVec<[RequestPlan<'c>; 1]> =
             SmallVec::with_capacity(claim.spec.devices.requests.len());
         let mut min_total = 0usize;
@@ -62,7 +62,7 @@ pub(super) fn plan_claims<'c>(
             } else {
                 let Some(e) = &r.exactly else {
                     return Err(AllocationError::EmptyRequest {
-                        claim: display,
+                        claim: display.to_string(),
                         request: r.name.clone(),
                     });
                 };
@@ -90,7 +90,7 @@ pub(super) fn plan_claims<'c>(
         }
         if min_total > MAX_DEVICES_PER_CLAIM {
             return Err(AllocationError::TooManyDevices {
-                claim: display,
+                claim: display.to_string(),
                 count: min_total,
                 limit: MAX_DEVICES_PER_CLAIM,
             });
@@ -102,7 +102,7 @@ pub(super) fn plan_claims<'c>(
                 (None, Some(a)) => (ConstraintKind::Distinct, a.as_str()),
                 (None, None) => {
                     return Err(AllocationError::EmptyConstraint {
-                        claim: display,
+                        claim: display.to_string(),
                         index: i,
                     });
                 }
@@ -247,7 +247,7 @@ fn apply_policy(
     view: &NodeView<'_>,
     policy: &dyn SelectionPolicy,
     fail_closed: bool,
-    claim: &str,
+    claim: &ClaimName<'_>,
     constraints: &[Constraint<'_>],
     sp: &mut SubPlan<'_>,
 ) -> Result<(), AllocationError> {
@@ -330,7 +330,7 @@ struct SubSpec<'c> {
 fn plan_sub<'c>(
     view: &mut NodeView<'_>,
     classes: &'c [DeviceClass],
-    claim: &str,
+    claim: &ClaimName<'_>,
     s: SubSpec<'c>,
     evaluations: &mut u64,
 ) -> Result<SubPlan<'c>, AllocationError> {

@@ -8,8 +8,8 @@ use kubedev_core::Quantity;
 use smallvec::SmallVec;
 
 use super::{
-    CapFit, ClaimPlan, ConstraintKind, MAX_DEVICES_PER_CLAIM, Mode, SubPlan, capacity_fit,
-    capacity_fits, taint_blocks,
+    CapFit, ClaimName, ClaimPlan, ConstraintKind, MAX_DEVICES_PER_CLAIM, Mode, SubPlan,
+    capacity_fit, capacity_fits, taint_blocks,
 };
 use crate::api::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
@@ -235,7 +235,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             };
         }
         let need = sp.num_devices - r.dev;
-        let claim = self.plan[r.claim].display.as_str();
+        let claim = &self.plan[r.claim].display;
         let mut i = start;
         loop {
             // Fewer than `need` candidates left: no way to fill the request from here. (Only
@@ -307,7 +307,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 continue;
             };
             let slot = self.plan[r.claim].constraints[ci].slot;
-            let claim = self.plan[r.claim].display.as_str();
+            let claim = &self.plan[r.claim].display;
             let mut found = 0;
             let mut j = i + 1;
             while let Some((d, _)) = self.view_cand(sp, claim, j) {
@@ -327,7 +327,12 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     }
 
     /// Candidate `i` of a subplan, evaluated on first use.
-    fn view_cand(&self, sp: &SubPlan<'_>, claim: &str, i: usize) -> Option<(u32, Option<usize>)> {
+    fn view_cand(
+        &self,
+        sp: &SubPlan<'_>,
+        claim: &ClaimName<'_>,
+        i: usize,
+    ) -> Option<(u32, Option<usize>)> {
         sp.cands.get(self.view, claim, i)
     }
 
@@ -379,7 +384,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 self.undo_counters(dev, &undo);
                 if must {
                     return Err(AllocationError::AllConstraint {
-                        claim: plan[r.claim].display.clone(),
+                        claim: plan[r.claim].display.to_string(),
                         request: sp.sub.unwrap_or(sp.base).to_string(),
                         device: dev.id(),
                     });

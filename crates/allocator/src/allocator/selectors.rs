@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::Verdict;
+use super::{ClaimName, Verdict};
 use crate::api::{DeviceClass, DeviceSelector};
 use crate::cel;
 use crate::error::{AllocationError, SelectorOwner};
@@ -63,7 +63,7 @@ impl<'x> SelectorSet<'x> {
         }
     }
 
-    fn owner(&self, e: &SelectorEntry, claim: &str) -> SelectorOwner {
+    fn owner(&self, e: &SelectorEntry, claim: &ClaimName<'_>) -> SelectorOwner {
         if e.is_class {
             SelectorOwner::Class(self.class_name.to_string())
         } else {
@@ -77,7 +77,7 @@ impl<'x> SelectorSet<'x> {
         &self,
         view: &NodeView<'_>,
         d: usize,
-        claim: &str,
+        claim: &ClaimName<'_>,
         evaluations: &mut u64,
     ) -> Verdict {
         for e in &self.entries {
@@ -193,7 +193,7 @@ impl<'x> Cands<'x> {
     pub(crate) fn get(
         &self,
         view: &NodeView<'_>,
-        claim: &str,
+        claim: &ClaimName<'_>,
         i: usize,
     ) -> Option<(u32, Option<usize>)> {
         loop {
@@ -207,7 +207,7 @@ impl<'x> Cands<'x> {
     }
 
     /// Evaluates the next device; `false` when every device has been evaluated.
-    fn advance(&self, view: &NodeView<'_>, claim: &str) -> bool {
+    fn advance(&self, view: &NodeView<'_>, claim: &ClaimName<'_>) -> bool {
         let d = self.next.get();
         let Some(set) = &self.set else { return false };
         if d >= view.devices.len() {
@@ -230,7 +230,7 @@ impl<'x> Cands<'x> {
     }
 
     /// Evaluates every remaining device.
-    pub(crate) fn complete(&self, view: &NodeView<'_>, claim: &str) {
+    pub(crate) fn complete(&self, view: &NodeView<'_>, claim: &ClaimName<'_>) {
         while self.advance(view, claim) {}
     }
 
