@@ -142,7 +142,7 @@ fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>
 /// The allocator as a scheduler uses it, whole-process CPU with freeing included: build +
 /// allocate per pod for each shared scenario, and per pod over generated clusters (the
 /// allocator's `bench_table` and `per_pod` examples, release build), beside upstream's figures;
-/// and explaining a pod over a 5,000-node dump (the `explain_cluster` example).
+/// and explaining a pod over a 5,000-node dump, JSON and YAML (the `explain_cluster` example).
 fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
     let scenarios = root.join("../shared/bench-scenarios");
     let mut md = String::from("\n## The allocator as a scheduler uses it\n");
@@ -161,6 +161,11 @@ fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
             "explain_cluster",
             vec!["5000".to_string()],
             "`kubedev explain` over a generated 5,000-node JSON dump (reading included)",
+        ),
+        (
+            "explain_cluster",
+            vec!["5000".to_string(), "yaml".to_string()],
+            "`kubedev explain` over the same dump as YAML (reading included)",
         ),
     ] {
         let out = Command::new("cargo")

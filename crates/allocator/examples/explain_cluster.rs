@@ -4,8 +4,8 @@
 //! then reads the dump and answers for every node. Prints the dump's size, the CPU time of
 //! reading and of answering (whole process), and the peak resident memory.
 //!
-//! `cargo run --release -p kubedev-allocator --example explain_cluster [-- NODES]` (NODES
-//! defaults to 5,000).
+//! `cargo run --release -p kubedev-allocator --example explain_cluster [-- NODES [yaml]]`
+//! (NODES defaults to 5,000; `yaml` reads the same dump as YAML).
 
 use std::fmt::Write as _;
 
@@ -105,9 +105,16 @@ fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(5_000);
-    let text = dump(nodes);
+    let yaml = std::env::args().nth(2).as_deref() == Some("yaml");
+    let mut text = dump(nodes);
+    if yaml {
+        // The same dump as `kubectl get … -o yaml` prints it.
+        let value: serde_json::Value = serde_json::from_str(&text).expect("the dump is JSON");
+        text = serde_saphyr::to_string(&value).expect("YAML");
+    }
+    let origin = if yaml { "dump.yaml" } else { "dump.json" };
     let c0 = process_cpu_ns();
-    let cluster = match read_cluster(&text, "dump.json") {
+    let cluster = match read_cluster(&text, origin) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
