@@ -197,13 +197,14 @@ fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bo
                 return true;
             }
             // With list-type attributes values are sets: only the count is checked.
-            let applies = |c: &Constraint<'_>| !view.list_attributes && c.applies(sp.base, sp.sub);
-            let in_force = || {
-                cp.constraints
-                    .iter()
-                    .enumerate()
-                    .filter(move |(_, c)| applies(c))
-            };
+            let applicable: SmallVec<[usize; 4]> = cp
+                .constraints
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| !view.list_attributes && c.applies(sp.base, sp.sub))
+                .map(|(ci, _)| ci)
+                .collect();
+            let in_force = || applicable.iter().map(|&ci| (ci, &cp.constraints[ci]));
             // The values seen among usable candidates, with their counts: (constraint, value,
             // count).
             let mut groups: SmallVec<[(usize, AttrKey<'_>, usize); 4]> = SmallVec::new();

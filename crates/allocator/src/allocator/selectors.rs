@@ -217,11 +217,23 @@ impl<'x> Cands<'x> {
         let mut evaluations = 0;
         let verdict = set.verdict(view, d, claim, &mut evaluations);
         self.evaluations.set(self.evaluations.get() + evaluations);
+        let grow = |list: &mut CandList| {
+            if list.len() == list.capacity() {
+                // Past the inline room: make room for the rest of the node at once.
+                list.reserve(view.devices.len() - d);
+            }
+        };
         match verdict {
-            Verdict::Match => self.list.borrow_mut().push((d as u32, None)),
+            Verdict::Match => {
+                let mut list = self.list.borrow_mut();
+                grow(&mut list);
+                list.push((d as u32, None));
+            }
             Verdict::Error(e) => {
                 let mut errors = self.errors.borrow_mut();
-                self.list.borrow_mut().push((d as u32, Some(errors.len())));
+                let mut list = self.list.borrow_mut();
+                grow(&mut list);
+                list.push((d as u32, Some(errors.len())));
                 errors.push(e);
             }
             _ => {}
