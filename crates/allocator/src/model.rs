@@ -107,7 +107,6 @@ pub(crate) struct Dev<'a> {
     prepared: std::cell::OnceCell<Box<Prepared<'a>>>,
     /// Counter consumption: a range of [`NodeView::consumption`].
     counters: std::ops::Range<u32>,
-
     pub(crate) multi: bool,
     pub(crate) binds_to_node: bool,
     /// Capacity existing allocations took from this (shareable) device: name, amount.
@@ -152,25 +151,14 @@ impl<'a> Dev<'a> {
                 return Err(e.clone());
             }
             for (name, a) in &self.device.attributes {
-                let scalar = a.int.is_some() || a.bool.is_some() || a.string.is_some();
-                if scalar {
-                    continue;
-                }
-                if a.version.is_some() || (self.lists && has_list(a)) {
-                    // Versions must parse (the interner keeps each text's answer).
+                // Scalars always convert; versions must parse (the interner keeps each text's
+                // answer), and anything else is unsupported.
+                if a.int.is_none() && a.bool.is_none() && a.string.is_none() {
                     cel::with_interner(|interner| attribute_value(name, a, self.lists, interner))?;
-                } else {
-                    return Err(format!("attribute {name}: unsupported attribute value"));
                 }
             }
             Ok(())
         })
-    }
-
-    /// The CEL `device` variable of this device (which must be [`Dev::readable`]); `driver`
-    /// is the driver's name as a CEL value.
-    pub(crate) fn vars<'d>(&'d self, driver: &'d Value) -> DevVars<'d, 'a> {
-        DevVars { dev: self, driver }
     }
 
     /// The attribute named `domain`/`id` as the `device` variable has it: of the names that
@@ -426,6 +414,15 @@ impl<'a> NodeView<'a> {
         slot
     }
 
+    /// The CEL `device` variable of device `d` (which must be [`Dev::readable`]).
+    pub(crate) fn device_vars(&self, d: usize) -> DevVars<'_, 'a> {
+        let dev = &self.devices[d];
+        DevVars {
+            dev,
+            driver: &self.pools[dev.pool].driver_value,
+        }
+    }
+
     /// The cached result of the program in `slot` on device `d`.
     pub(crate) fn selector_result(&self, slot: usize, d: usize) -> &std::cell::Cell<u8> {
         &self.selector_cache[slot * self.devices.len() + d]
@@ -643,11 +640,6 @@ fn parse_caps(d: &Device) -> Caps<'_> {
         list,
         error,
     }
-}
-
-/// Whether an attribute has a list value (`DRAListTypeAttributes`).
-fn has_list(a: &DeviceAttribute) -> bool {
-    a.ints.is_some() || a.bools.is_some() || a.strings.is_some() || a.versions.is_some()
 }
 
 /// A list-type attribute as a CEL list (`None` when it has no list value).
@@ -962,8 +954,9 @@ fn check_device_names<'s>(
     };
     if total <= 16 {
         // Few names: comparing each pair is cheaper than hashing.
-        for (i, a) in names().enumerate() {
-            if names().take(i).any(|b| cel::str_eq(a, b)) {
+        let names: smallvec::SmallVec<[&str; 16]> = names().collect();
+        for (i, a) in names.iter().enumerate() {
+            if names[..i].iter().any(|b| cel::str_eq(a, b)) {
                 return Err(format!("duplicate device name {a}"));
             }
         }
@@ -1020,6 +1013,22 @@ struct Amounts<'a> {
     last: Vec<u32>,
 }
 
+impl<'a> Amounts<'a> {
+    /// The index of the amount written `text`, parsed once per distinct text (the first
+    /// [`MAX_AMOUNTS`] texts; later ones are parsed each time); `what` names it in errors.
+    fn index_of(&mut self, text: &'a str, what: &dyn Fn() -> String) -> Result<u32, String> {
+        if let Some(at) = self.texts.iter().position(|t| cel::str_eq(t, text)) {
+            return Ok(at as u32);
+        }
+        let q = parse_q(text, what)?;
+        if self.texts.len() < MAX_AMOUNTS && self.texts.len() == self.values.len() {
+            self.texts.push(text);
+        }
+        self.values.push(q);
+        Ok((self.values.len() - 1) as u32)
+    }
+}
+
 /// Most counter sets looked up by comparing names; a pool with more indexes them.
 const LINEAR_SETS: usize = 8;
 /// Most distinct amount texts a pool remembers parsed.
@@ -1038,8 +1047,11 @@ impl<'a> CounterSets<'a> {
         let mut available: Vec<Quantity> = Vec::with_capacity(ncounters);
         let mut sets: Vec<(&str, std::ops::Range<usize>)> = Vec::with_capacity(nsets);
         let mut index: FastMap<&str, usize> = FastMap::default();
-        // The texts and values of the sets' amounts (devices mostly consume the same ones).
-        let mut seen: Vec<(&'a str, Quantity)> = Vec::new();
+        // The sets' amounts start the table: devices mostly consume the same ones.
+        let mut amounts = Amounts {
+            last: vec![u32::MAX; ncounters],
+            ..Amounts::default()
+        };
         for set in all_sets {
             let name = set.name.as_str();
             let duplicate = if nsets <= LINEAR_SETS {
@@ -1053,28 +1065,13 @@ impl<'a> CounterSets<'a> {
             let start = names.len();
             for (cname, c) in &set.counters {
                 names.push((name, cname.as_str()));
-                let text = c.value.as_str();
-                let q = match seen.iter().find(|(t, _)| cel::str_eq(t, text)) {
-                    Some(&(_, q)) => q,
-                    None => {
-                        let q = parse_q(text, &|| {
-                            format!("counter {cname} in counter set {}", set.name)
-                        })?;
-                        if seen.len() < MAX_AMOUNTS {
-                            seen.push((text, q));
-                        }
-                        q
-                    }
-                };
-                available.push(q);
+                let at = amounts.index_of(c.value.as_str(), &|| {
+                    format!("counter {cname} in counter set {}", set.name)
+                })?;
+                available.push(amounts.values[at as usize]);
             }
             sets.push((name, start..names.len()));
         }
-        let amounts = Amounts {
-            values: seen.iter().map(|&(_, q)| q).collect(),
-            texts: seen.iter().map(|&(t, _)| t).collect(),
-            last: vec![u32::MAX; ncounters],
-        };
         Ok(CounterSets {
             names,
             available,
@@ -1141,19 +1138,7 @@ impl<'a> CounterSets<'a> {
         {
             return Ok(last);
         }
-        let found = amounts.texts.iter().position(|t| cel::str_eq(t, text));
-        let at = match found {
-            Some(at) => at as u32,
-            None => {
-                let q = parse_q(text, &|| format!("device {} counter {counter}", d.name))?;
-                if amounts.texts.len() < MAX_AMOUNTS && amounts.texts.len() == amounts.values.len()
-                {
-                    amounts.texts.push(text);
-                }
-                amounts.values.push(q);
-                (amounts.values.len() - 1) as u32
-            }
-        };
+        let at = amounts.index_of(text, &|| format!("device {} counter {counter}", d.name))?;
         amounts.last[idx] = at;
         Ok(at)
     }
@@ -1346,7 +1331,10 @@ mod tests {
         };
         assert_eq!(dev.readable(), &Ok(()));
         let driver_value = Value::String(driver.into());
-        let vars = dev.vars(&driver_value);
+        let vars = DevVars {
+            dev: &dev,
+            driver: &driver_value,
+        };
         let lookups = [
             (false, driver, "model"),
             (false, driver, "numa"),

@@ -397,16 +397,10 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             self.held[d as usize].claims |= bit;
             undo.marked = true;
         }
-        let fit = if multi {
-            capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d))
-        } else if capacity_fits(dev, sp.capacity.as_deref(), None) {
-            Ok(CapFit::Fits(Vec::new()))
-        } else {
-            Ok(CapFit::NoFit)
-        };
-        let share = match fit {
-            Ok(CapFit::Fits(consumed)) => {
-                if multi {
+        // Only a shared device keeps what each allocation consumed.
+        let share = if multi {
+            match capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d)) {
+                Ok(CapFit::Fits(consumed)) => {
                     if self.share_capacity.len() < view.devices.len() {
                         self.share_capacity.resize(view.devices.len(), Vec::new());
                     }
@@ -420,14 +414,17 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                     self.held[d as usize].shares += 1;
                     undo.share = true;
                     Some(consumed)
-                } else {
-                    None
+                }
+                _ => {
+                    self.rollback(r, d, &undo);
+                    return Ok(None);
                 }
             }
-            _ => {
-                self.rollback(r, d, &undo);
-                return Ok(None);
-            }
+        } else if capacity_fits(dev, sp.capacity.as_deref(), None) {
+            None
+        } else {
+            self.rollback(r, d, &undo);
+            return Ok(None);
         };
         self.chosen[r.claim].push(Chosen {
             req: r.req,

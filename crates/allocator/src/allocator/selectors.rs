@@ -95,11 +95,9 @@ impl<'x> SelectorSet<'x> {
             let mut code = cached.get();
             if code == 0 {
                 *evaluations += 1;
-                let dev = &view.devices[d];
-                let r = match dev.readable() {
+                let r = match view.devices[d].readable() {
                     Ok(()) => {
-                        let vars = dev.vars(&view.pools[dev.pool].driver_value);
-                        cel::evaluate_vars(program, &vars).map_err(|e| e.to_string())
+                        cel::evaluate_vars(program, &view.device_vars(d)).map_err(|e| e.to_string())
                     }
                     Err(e) => Err(e.clone()),
                 };
@@ -121,10 +119,7 @@ impl<'x> SelectorSet<'x> {
                 _ => {
                     let dev = &view.devices[d];
                     let message = match dev.readable() {
-                        Ok(()) => match cel::evaluate_vars(
-                            program,
-                            &dev.vars(&view.pools[dev.pool].driver_value),
-                        ) {
+                        Ok(()) => match cel::evaluate_vars(program, &view.device_vars(d)) {
                             Err(e) => e.to_string(),
                             Ok(_) => "inconsistent evaluation".to_string(),
                         },
@@ -217,27 +212,21 @@ impl<'x> Cands<'x> {
         let mut evaluations = 0;
         let verdict = set.verdict(view, d, claim, &mut evaluations);
         self.evaluations.set(self.evaluations.get() + evaluations);
-        let grow = |list: &mut CandList| {
-            if list.len() == list.capacity() {
-                // Past the inline room: make room for the rest of the node at once.
-                list.reserve(view.devices.len() - d);
-            }
-        };
-        match verdict {
-            Verdict::Match => {
-                let mut list = self.list.borrow_mut();
-                grow(&mut list);
-                list.push((d as u32, None));
-            }
+        let entry = match verdict {
+            Verdict::Match => (d as u32, None),
             Verdict::Error(e) => {
                 let mut errors = self.errors.borrow_mut();
-                let mut list = self.list.borrow_mut();
-                grow(&mut list);
-                list.push((d as u32, Some(errors.len())));
                 errors.push(e);
+                (d as u32, Some(errors.len() - 1))
             }
-            _ => {}
+            _ => return true,
+        };
+        let mut list = self.list.borrow_mut();
+        if list.len() == list.capacity() {
+            // Past the inline room: make room for the rest of the node at once.
+            list.reserve(view.devices.len() - d);
         }
+        list.push(entry);
         true
     }
 
