@@ -170,7 +170,7 @@ impl<'a> Evaluator<'a> {
         }
     }
 
-    /// `entry == lit` (or `!=`) for a string literal.
+    /// `entry == lit` (or `!=`) for a string literal `lit`.
     fn entry_equals(
         &mut self,
         op: BinOp,
@@ -186,13 +186,12 @@ impl<'a> Evaluator<'a> {
             return Err(EvalError::msg(format!("no such key: {id}")));
         };
         self.meter.charge(1)?;
-        match (entry, lit) {
-            (super::EntryRef::Str(s), Value::String(l)) => {
-                let equal = s == &**l;
+        match entry {
+            super::EntryRef::Str(s) => {
+                let equal = matches!(lit, Value::String(l) if s == &**l);
                 Ok(Value::Bool(if op == BinOp::Ne { !equal } else { equal }))
             }
-            (super::EntryRef::Str(s), other) => self.binary(op, &Value::str(s), other),
-            (super::EntryRef::Value(v), other) => self.binary(op, &v, other),
+            super::EntryRef::Value(v) => self.binary(op, &v, lit),
         }
     }
 

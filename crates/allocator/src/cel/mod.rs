@@ -554,7 +554,7 @@ impl DeviceVars for DeviceContext {
 
 /// Evaluates a compiled selector for one device with the scheduler's cost limit.
 pub fn evaluate(program: &Program, device: &DeviceContext) -> Result<bool, RuntimeError> {
-    evaluate_with_limit(program, device, COST_LIMIT).map(|(b, _)| b)
+    evaluate_vars(program, device)
 }
 
 /// [`evaluate`] for any [`DeviceVars`].
