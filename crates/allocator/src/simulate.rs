@@ -77,8 +77,8 @@ pub struct ClaimOutput {
 }
 
 /// Timings over repeated allocations: the runs are timed in batches (the clocks are read
-/// around each batch, not each run, so reading them costs the runs nothing), and each figure
-/// is the median over batches of the time per run.
+/// around each batch, not each run, so their cost is shared by the batch's runs), and each
+/// figure is the median over batches of the time per run.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -216,7 +216,7 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
         // counted in the run (about a microsecond on a virtual machine). Batches of runs
         // share one reading; the median over batches keeps the figure robust to noise.
         let batch = (n / TIMING_BATCHES).max(1);
-        let batches = (n / batch).max(1);
+        let batches = n / batch;
         let time = |run: &mut dyn FnMut()| {
             let (mut wall, mut cpu) = (Vec::with_capacity(batches), Vec::with_capacity(batches));
             for _ in 0..batches {
