@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 use crate::NvidiaError;
 use crate::config::{MigStrategy, NvidiaConfig};
 use crate::devices::{Built, DeviceKind, Owned, build_pool, instance_of};
-use crate::edits::{gpu_edits, mig_edits, read_mig_minors};
+use crate::driver::{DriverFiles, DriverLocation};
+use crate::edits::{EditSource, gpu_edits, mig_edits, read_mig_minors};
 use crate::ffi;
 use crate::health::{HealthTracker, Probe};
 use crate::records::{MigRecord, RecordState, RecordStore};
@@ -71,6 +72,19 @@ struct Inner {
     mig: Mutex<()>,
     /// GPU sharing (time-slicing, MPS) per claim.
     sharing: Sharing,
+    /// The driver's user-space files for the running driver version, found at discovery.
+    driver: RwLock<Arc<DriverState>>,
+}
+
+/// The driver files of one driver version and what they give a container.
+#[derive(Debug, Default)]
+struct DriverState {
+    /// The files found.
+    files: DriverFiles,
+    /// Their mounts and hooks.
+    edits: ContainerEdits,
+    /// The host directory whose `dev/` holds the device nodes.
+    dev_root: std::path::PathBuf,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -113,6 +127,10 @@ impl NvidiaBackend {
             records,
             mig: Mutex::new(()),
             sharing,
+            driver: RwLock::new(Arc::new(DriverState {
+                dev_root: "/".into(),
+                ..DriverState::default()
+            })),
         };
         // Load NVML now so a crash's leftovers are repaired before anything is served; a
         // failure is reported by discovery.
@@ -152,6 +170,66 @@ impl Inner {
         // change: reconcile whatever the strategy is now.
         self.reconcile(&nvml);
         Ok(nvml)
+    }
+
+    /// The driver files in use now.
+    fn driver(&self) -> Arc<DriverState> {
+        self.driver
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Finds the driver files of `version` when it is not the version found last (the first
+    /// discovery, a driver upgrade or reload); what is missing is logged once per version.
+    fn refresh_driver(&self, version: Option<&str>) {
+        let Some(version) = version else { return };
+        let current = self.driver();
+        if current.files.version == version {
+            return;
+        }
+        let root = self.config.driver_root.as_path();
+        let dev_root = match &self.config.dev_root {
+            Some(d) => d.clone(),
+            None if root != std::path::Path::new("/")
+                && self.ctx.host.exists(root.join("dev/nvidiactl")) =>
+            {
+                root.to_path_buf()
+            }
+            None => "/".into(),
+        };
+        let files = DriverLocation {
+            host: &self.ctx.host,
+            root,
+            layout: self.config.library_layout,
+            hook: self.config.cdi_hook_path.as_deref(),
+        }
+        .find(version);
+        if !current.files.version.is_empty() {
+            tracing::warn!(
+                from = %current.files.version, to = %version,
+                "the NVIDIA driver version changed; containers get the new version's files"
+            );
+        }
+        tracing::info!(
+            version = %version,
+            driver_root = %root.display(),
+            libraries = files.libraries.len(),
+            binaries = files.binaries.len(),
+            firmware = files.firmware.is_some(),
+            sockets = files.ipc.len(),
+            hooks = files.hook.is_some(),
+            "NVIDIA driver files found"
+        );
+        for m in &files.missing {
+            tracing::warn!(driver_root = %root.display(), "NVIDIA driver file not found: {m}");
+        }
+        let edits = files.edits();
+        *self.driver.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(DriverState {
+            files,
+            edits,
+            dev_root,
+        });
     }
 
     fn current(&self) -> Option<Arc<Discovered>> {
@@ -242,6 +320,7 @@ impl Inner {
             },
         })?;
         let mut machine = read.machine;
+        self.refresh_driver(machine.driver_version.as_deref());
         let previous = self.current();
         let now = Instant::now();
         for (index, err) in read.failed {
@@ -494,7 +573,15 @@ impl Inner {
                     data["migUUID"] = serde_json::json!(uuid);
                     data["gpuInstance"] = gi.into();
                     data["computeInstance"] = ci.into();
-                    mig_edits(&self.ctx.host, &minors, gpu.minor, &uuid, gi, ci)
+                    let driver = self.driver();
+                    mig_edits(
+                        &self.edit_source(&driver),
+                        &minors,
+                        gpu.minor,
+                        &uuid,
+                        gi,
+                        ci,
+                    )
                 }
             };
             let whole_gpu = matches!(kind, DeviceKind::Gpu { .. });
@@ -523,6 +610,14 @@ impl Inner {
         Ok(out)
     }
 
+    fn edit_source<'a>(&'a self, driver: &'a DriverState) -> EditSource<'a> {
+        EditSource {
+            host: &self.ctx.host,
+            dev_root: &driver.dev_root,
+            driver: &driver.edits,
+        }
+    }
+
     /// Edits of a whole GPU or of a MIG instance that exists already; a MIG placement has
     /// none until `prepare` creates its instance.
     fn existing_edits(
@@ -532,8 +627,10 @@ impl Inner {
         minors: &BTreeMap<String, u32>,
         device: &DeviceRef,
     ) -> Result<ContainerEdits, PrepareError> {
+        let driver = self.driver();
+        let src = self.edit_source(&driver);
         match kind {
-            DeviceKind::Gpu { .. } => Ok(gpu_edits(&self.ctx.host, gpu.minor, &gpu.uuid)),
+            DeviceKind::Gpu { .. } => Ok(gpu_edits(&src, gpu.minor, &gpu.uuid)),
             DeviceKind::Mig { instance, .. } => {
                 let uuid = instance
                     .uuid
@@ -543,7 +640,7 @@ impl Inner {
                         reason: "NVML lists no MIG device (UUID) for this compute instance".into(),
                     })?;
                 Ok(mig_edits(
-                    &self.ctx.host,
+                    &src,
                     minors,
                     gpu.minor,
                     uuid,

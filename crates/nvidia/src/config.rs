@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::NvidiaError;
+use crate::driver::LibraryLayout;
 
 /// How MIG (Multi-Instance GPU) is offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -71,6 +72,27 @@ pub struct NvidiaConfig {
     /// `nvidia-cuda-mps-control`, found on `PATH`.
     #[serde(default = "default_mps_control")]
     pub mps_control_path: PathBuf,
+    /// Where the driver's user-space files (libraries, tools, firmware) are on the host: `/` on
+    /// plain installs, `/run/nvidia/driver` where the GPU Operator's driver container installs
+    /// them, `/usr/local/nvidia` on some cloud images. A host path (read through `hostRoot`).
+    #[serde(default = "default_driver_root")]
+    pub driver_root: PathBuf,
+    /// Where the device nodes are on the host (`<devRoot>/dev/nvidia0`): by default the driver
+    /// root when it holds `dev/nvidiactl`, else `/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev_root: Option<PathBuf>,
+    /// Where the driver's libraries and tools go in a container.
+    #[serde(default)]
+    pub library_layout: LibraryLayout,
+    /// NVIDIA's `nvidia-cdi-hook` on the host: when set, specs run its `create-symlinks` and
+    /// `update-ldcache` in each container so every image's loader finds the libraries. Default:
+    /// no hooks (the libraries are mounted under their SONAMEs instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdi_hook_path: Option<PathBuf>,
+}
+
+fn default_driver_root() -> PathBuf {
+    PathBuf::from("/")
 }
 
 fn default_smi() -> PathBuf {
@@ -114,6 +136,10 @@ impl Default for NvidiaConfig {
             replicas: default_replicas(),
             nvidia_smi_path: default_smi(),
             mps_control_path: default_mps_control(),
+            driver_root: default_driver_root(),
+            dev_root: None,
+            library_layout: LibraryLayout::Host,
+            cdi_hook_path: None,
         }
     }
 }
@@ -159,6 +185,21 @@ impl NvidiaConfig {
             && p.as_os_str().is_empty()
         {
             return Err(bad("libraryPath", "\"\"".into(), "must not be empty"));
+        }
+        for (field, path) in [
+            ("driverRoot", Some(&self.driver_root)),
+            ("devRoot", self.dev_root.as_ref()),
+            ("cdiHookPath", self.cdi_hook_path.as_ref()),
+        ] {
+            if let Some(p) = path
+                && !p.is_absolute()
+            {
+                return Err(bad(
+                    field,
+                    format!("{:?}", p.display().to_string()),
+                    "must be an absolute host path",
+                ));
+            }
         }
         Ok(())
     }
@@ -206,6 +247,9 @@ mod tests {
             (r#"{"healthRecheckSeconds": 0}"#, "healthRecheckSeconds"),
             (r#"{"healthPollMillis": 1}"#, "healthPollMillis"),
             (r#"{"libraryPath": ""}"#, "libraryPath"),
+            (r#"{"driverRoot": "run/nvidia/driver"}"#, "driverRoot"),
+            (r#"{"devRoot": ""}"#, "devRoot"),
+            (r#"{"cdiHookPath": "nvidia-cdi-hook"}"#, "cdiHookPath"),
         ] {
             let c: NvidiaConfig = serde_json::from_str(json).unwrap();
             let err = c.validate().unwrap_err().to_string();

@@ -75,6 +75,7 @@
 mod backend;
 mod config;
 mod devices;
+pub mod driver;
 mod edits;
 mod error;
 pub mod factory;
@@ -91,6 +92,7 @@ pub use config::{DEFAULT_IGNORED_XIDS, MAX_REPLICAS, MigStrategy, NvidiaConfig};
 pub use devices::{
     DOMAIN, STANDARD_PCI_BUS_ID, STANDARD_PCIE_ROOT, TYPE_GPU, TYPE_MIG, attr, counters,
 };
+pub use driver::{DriverFiles, LibraryLayout};
 pub use edits::{MIG_MINORS_FILE, NVIDIA_VISIBLE_DEVICES};
 pub use error::NvidiaError;
 pub use topology::{PcieLevel, Topology};

@@ -1,0 +1,441 @@
+//! The user-space side of the NVIDIA driver a container needs besides device nodes: the
+//! driver's libraries, tools, firmware and sockets, found under the configured driver root for
+//! the version the kernel module runs, and the mounts (and optional hooks) that make them
+//! usable in a container made of only a CDI spec.
+//!
+//! What is looked for, relative to the driver root (`/` on plain installs,
+//! `/run/nvidia/driver` where the GPU Operator installs the driver):
+//!
+//! - **libraries**: the directory holding `libcuda.so.<version>` (else `libnvidia-ml.so.<version>`)
+//!   among the usual library directories, and every `lib*.so.<version>` in it and in its `vdpau`
+//!   subdirectory. 32-bit libraries are never mounted. Each is mounted under its own name and
+//!   under every name the host links to it (`libcuda.so.1`, `libcuda.so`), so the loader finds
+//!   it by SONAME without a symbolic link or `ldconfig` in the container;
+//! - **binaries**: `nvidia-smi`, `nvidia-debugdump`, `nvidia-persistenced`,
+//!   `nvidia-cuda-mps-control`, `nvidia-cuda-mps-server`, found in the usual `bin` directories;
+//! - **firmware**: `lib/firmware/nvidia/<version>/` (GSP firmware);
+//! - **sockets**: the `nvidia-persistenced` and `nvidia-fabricmanager` sockets under `/run` or
+//!   `/var/run`, and the system MPS pipe directory `/tmp/nvidia-mps`.
+//!
+//! Where they go in the container depends on [`LibraryLayout`]. With a `cdiHookPath`, the spec
+//! also runs NVIDIA's `nvidia-cdi-hook` (`create-symlinks`, `update-ldcache`) so any image finds
+//! the libraries through its loader cache.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use kubedev_core::{ContainerEdits, Hook, HostFs, Mount};
+use serde::{Deserialize, Serialize};
+
+/// Where the driver's libraries and tools are mounted in a container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LibraryLayout {
+    /// At the host's paths with the driver root taken off (`/usr/lib/x86_64-linux-gnu/libcuda.so.1`,
+    /// `/usr/bin/nvidia-smi`), as NVIDIA's container toolkit mounts them. Without hooks the
+    /// loader finds them when the image searches the host's library directory by default
+    /// (Debian and Ubuntu images on a Debian or Ubuntu host); with hooks, in any image.
+    #[default]
+    Host,
+    /// Libraries in `/usr/local/nvidia/lib64`, tools in `/usr/local/nvidia/bin`: found by images
+    /// that put those directories on `LD_LIBRARY_PATH` and `PATH`, as NVIDIA's CUDA base images
+    /// do, whatever the host's distribution.
+    UsrLocalNvidia,
+}
+
+/// The library directories searched, relative to the driver root, in order.
+fn library_dirs() -> Vec<String> {
+    let triple = match std::env::consts::ARCH {
+        "aarch64" => "aarch64-linux-gnu",
+        _ => "x86_64-linux-gnu",
+    };
+    vec![
+        String::new(),
+        "usr/lib64".into(),
+        format!("usr/lib/{triple}"),
+        format!("usr/lib/{triple}/nvidia/current"),
+        "lib64".into(),
+        format!("lib/{triple}"),
+        format!("lib/{triple}/nvidia/current"),
+        "usr/local/nvidia/lib64".into(),
+        "usr/lib".into(),
+        "lib".into(),
+    ]
+}
+
+/// The binary directories searched, relative to the driver root, in order.
+const BIN_DIRS: [&str; 7] = [
+    "usr/bin",
+    "usr/sbin",
+    "usr/local/bin",
+    "usr/local/sbin",
+    "bin",
+    "sbin",
+    "usr/local/nvidia/bin",
+];
+
+/// The driver's tools a container gets.
+pub const BINARIES: [&str; 5] = [
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+];
+
+/// Sockets and pipe directories of the driver's daemons, relative to the driver root.
+const IPC: [&str; 5] = [
+    "run/nvidia-persistenced/socket",
+    "var/run/nvidia-persistenced/socket",
+    "run/nvidia-fabricmanager/socket",
+    "var/run/nvidia-fabricmanager/socket",
+    "tmp/nvidia-mps",
+];
+
+/// The names a library must answer to even when the host has no link for them.
+const REQUIRED_ALIASES: [(&str, &str); 2] = [
+    ("libcuda.so.", "libcuda.so.1"),
+    ("libnvidia-ml.so.", "libnvidia-ml.so.1"),
+];
+
+/// Options of read-only driver file mounts.
+const RO_OPTIONS: [&str; 5] = ["ro", "nosuid", "nodev", "rbind", "rprivate"];
+/// Options of socket mounts (writable: clients connect).
+const IPC_OPTIONS: [&str; 5] = ["nosuid", "nodev", "noexec", "rbind", "rprivate"];
+
+/// One library of the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Library {
+    /// The file on the host (canonical host path, driver root included).
+    pub host_path: PathBuf,
+    /// Its directory in the container.
+    pub container_dir: PathBuf,
+    /// Its file name, `lib<name>.so.<version>`.
+    pub name: String,
+    /// Other names the container must find it under (`libcuda.so.1`, `libcuda.so`).
+    pub aliases: Vec<String>,
+}
+
+/// The driver's user-space files on this host for one driver version.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DriverFiles {
+    /// The driver version the files belong to.
+    pub version: String,
+    /// Libraries.
+    pub libraries: Vec<Library>,
+    /// Tools: (host path, container path).
+    pub binaries: Vec<(PathBuf, PathBuf)>,
+    /// The firmware directory: (host path, container path).
+    pub firmware: Option<(PathBuf, PathBuf)>,
+    /// Sockets and pipe directories: (host path, container path).
+    pub ipc: Vec<(PathBuf, PathBuf)>,
+    /// The `nvidia-cdi-hook` to run, when hooks are used.
+    pub hook: Option<PathBuf>,
+    /// What was looked for and not found (for the log).
+    pub missing: Vec<String>,
+}
+
+/// How to find the driver's files.
+#[derive(Debug, Clone)]
+pub(crate) struct DriverLocation<'a> {
+    /// The host file system kubedev sees.
+    pub(crate) host: &'a HostFs,
+    /// The driver root, a host path.
+    pub(crate) root: &'a Path,
+    /// Where the files go in the container.
+    pub(crate) layout: LibraryLayout,
+    /// The hook program, a host path, when hooks are wanted.
+    pub(crate) hook: Option<&'a Path>,
+}
+
+/// `root` joined with the relative `rel` (a host path).
+fn under(root: &Path, rel: &str) -> PathBuf {
+    if rel.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(rel)
+    }
+}
+
+/// The container path of host path `p`: `p` with the driver root taken off.
+fn strip_root(root: &Path, p: &Path) -> PathBuf {
+    match p.strip_prefix(root) {
+        Ok(rel) => Path::new("/").join(rel),
+        Err(_) => p.to_path_buf(),
+    }
+}
+
+impl DriverLocation<'_> {
+    /// The host path `p` (under the driver root), canonical within the host root, and whether
+    /// it is still under the driver root (a link may lead out of it).
+    fn canonical(&self, p: &Path) -> Option<PathBuf> {
+        self.host.canonicalize(p).ok()
+    }
+
+    fn is_file(&self, p: &Path) -> bool {
+        std::fs::metadata(self.host.join(p)).is_ok_and(|m| m.is_file())
+    }
+
+    fn is_executable(&self, p: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::metadata(self.host.join(p))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+
+    /// Finds the files of driver `version`. Never fails: what is absent is listed in
+    /// [`DriverFiles::missing`].
+    pub(crate) fn find(&self, version: &str) -> DriverFiles {
+        let mut out = DriverFiles {
+            version: version.to_owned(),
+            ..DriverFiles::default()
+        };
+        if !is_safe_version(version) {
+            out.missing.push(format!(
+                "driver files: the driver version {version:?} is not a plain version string"
+            ));
+            return out;
+        }
+        self.find_libraries(version, &mut out);
+        self.find_binaries(&mut out);
+        let fw = under(self.root, &format!("lib/firmware/nvidia/{version}"));
+        match self.canonical(&fw) {
+            Some(c) if self.host.join(&c).is_dir() => {
+                let container = strip_root(self.root, &fw);
+                out.firmware = Some((c, container));
+            }
+            _ => out.missing.push(format!("firmware {}", fw.display())),
+        }
+        let mut seen_ipc = BTreeSet::new();
+        for rel in IPC {
+            let p = under(self.root, rel);
+            // `/run` and `/var/run` are usually one directory: mount the socket once.
+            let name = rel.trim_start_matches("var/");
+            if seen_ipc.contains(name) {
+                continue;
+            }
+            if let Some(c) = self.canonical(&p) {
+                seen_ipc.insert(name.to_owned());
+                out.ipc.push((c, strip_root(self.root, &p)));
+            }
+        }
+        if let Some(h) = self.hook {
+            if self.is_executable(h) {
+                out.hook = Some(h.to_path_buf());
+            } else {
+                out.missing.push(format!(
+                    "the CDI hook {} (no executable file there; the spec has no hooks)",
+                    h.display()
+                ));
+            }
+        }
+        out
+    }
+
+    fn find_libraries(&self, version: &str, out: &mut DriverFiles) {
+        let suffix = format!(".so.{version}");
+        let mut dir = None;
+        'find: for anchor in ["libcuda", "libnvidia-ml"] {
+            for rel in library_dirs() {
+                let d = under(self.root, &rel);
+                let candidate = d.join(format!("{anchor}{suffix}"));
+                if self.is_file(&candidate) {
+                    dir = self.canonical(&d);
+                    if dir.is_some() {
+                        break 'find;
+                    }
+                }
+            }
+        }
+        let Some(dir) = dir else {
+            out.missing.push(format!(
+                "libraries: no libcuda{suffix} or libnvidia-ml{suffix} under {} ({})",
+                self.root.display(),
+                library_dirs()
+                    .iter()
+                    .map(|d| format!("/{d}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            return;
+        };
+        for d in [dir.clone(), dir.join("vdpau")] {
+            let Ok(names) = self.host.list_dir(&d) else {
+                continue;
+            };
+            let container_dir = match self.layout {
+                LibraryLayout::Host => strip_root(self.root, &d),
+                LibraryLayout::UsrLocalNvidia => {
+                    let base = PathBuf::from("/usr/local/nvidia/lib64");
+                    if d == dir { base } else { base.join("vdpau") }
+                }
+            };
+            for name in &names {
+                if !(name.starts_with("lib") && name.ends_with(&suffix)) {
+                    continue;
+                }
+                let p = d.join(name);
+                let real = self.host.join(&p);
+                let Ok(meta) = std::fs::symlink_metadata(&real) else {
+                    continue;
+                };
+                if !meta.is_file() {
+                    continue;
+                }
+                let aliases = self.aliases(&d, &names, name);
+                out.libraries.push(Library {
+                    host_path: p,
+                    container_dir: container_dir.clone(),
+                    name: name.clone(),
+                    aliases,
+                });
+            }
+        }
+    }
+
+    /// The names in `names` (entries of `dir`) that are links to `target`, directly or through
+    /// another such link, plus the SONAMEs a container always needs.
+    fn aliases(&self, dir: &Path, names: &[String], target: &str) -> Vec<String> {
+        let mut found: BTreeSet<String> = BTreeSet::new();
+        let mut frontier = vec![target.to_owned()];
+        while let Some(t) = frontier.pop() {
+            for n in names {
+                if n == target || found.contains(n) {
+                    continue;
+                }
+                let Ok(link) = std::fs::read_link(self.host.join(dir.join(n))) else {
+                    continue;
+                };
+                if link.file_name().and_then(|f| f.to_str()) == Some(t.as_str()) {
+                    found.insert(n.clone());
+                    frontier.push(n.clone());
+                }
+            }
+        }
+        for (prefix, soname) in REQUIRED_ALIASES {
+            if target.starts_with(prefix) {
+                found.insert(soname.to_owned());
+            }
+        }
+        found.into_iter().collect()
+    }
+
+    fn find_binaries(&self, out: &mut DriverFiles) {
+        for bin in BINARIES {
+            let found = BIN_DIRS.iter().find_map(|rel| {
+                let p = under(self.root, rel).join(bin);
+                self.is_executable(&p).then_some(p)
+            });
+            match found {
+                Some(p) => {
+                    let container = match self.layout {
+                        LibraryLayout::Host => strip_root(self.root, &p),
+                        LibraryLayout::UsrLocalNvidia => {
+                            Path::new("/usr/local/nvidia/bin").join(bin)
+                        }
+                    };
+                    let host = self.canonical(&p).unwrap_or(p);
+                    out.binaries.push((host, container));
+                }
+                None => out.missing.push(format!("binary {bin}")),
+            }
+        }
+    }
+}
+
+/// A driver version safe to put in a path: digits and dots (`580.159.04`), as NVML reports it.
+fn is_safe_version(v: &str) -> bool {
+    !v.is_empty()
+        && v.len() <= 64
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+        && !v.contains("..")
+        && !v.starts_with('.')
+}
+
+fn path_string(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn mount(host: &Path, container: &Path, options: &[&str]) -> Mount {
+    Mount {
+        host_path: path_string(host),
+        container_path: path_string(container),
+        options: options.iter().map(|o| (*o).to_owned()).collect(),
+        mount_type: Some("bind".into()),
+    }
+}
+
+impl DriverFiles {
+    /// True when nothing was found.
+    pub fn is_empty(&self) -> bool {
+        self.libraries.is_empty()
+            && self.binaries.is_empty()
+            && self.firmware.is_none()
+            && self.ipc.is_empty()
+    }
+
+    /// The mounts (and hooks) that give a container these files.
+    pub fn edits(&self) -> ContainerEdits {
+        let mut e = ContainerEdits::default();
+        let mut links = Vec::new();
+        let mut dirs: BTreeSet<String> = BTreeSet::new();
+        for lib in &self.libraries {
+            let target = lib.container_dir.join(&lib.name);
+            e.mounts.push(mount(&lib.host_path, &target, &RO_OPTIONS));
+            dirs.insert(path_string(&lib.container_dir));
+            for alias in &lib.aliases {
+                let at = lib.container_dir.join(alias);
+                if self.hook.is_some() {
+                    links.push(format!("{}::{}", lib.name, path_string(&at)));
+                } else {
+                    e.mounts.push(mount(&lib.host_path, &at, &RO_OPTIONS));
+                }
+            }
+        }
+        for (host, container) in &self.binaries {
+            e.mounts.push(mount(host, container, &RO_OPTIONS));
+        }
+        if let Some((host, container)) = &self.firmware {
+            e.mounts.push(mount(host, container, &RO_OPTIONS));
+        }
+        for (host, container) in &self.ipc {
+            e.mounts.push(mount(host, container, &IPC_OPTIONS));
+        }
+        if let Some(hook) = &self.hook {
+            let hook_path = path_string(hook);
+            if !links.is_empty() {
+                let mut args = vec!["nvidia-cdi-hook".to_owned(), "create-symlinks".to_owned()];
+                for l in links {
+                    args.push("--link".into());
+                    args.push(l);
+                }
+                e.hooks.push(Hook {
+                    hook_name: "createContainer".into(),
+                    path: hook_path.clone(),
+                    args,
+                    env: Vec::new(),
+                    timeout: None,
+                });
+            }
+            if !dirs.is_empty() {
+                let mut args = vec!["nvidia-cdi-hook".to_owned(), "update-ldcache".to_owned()];
+                for d in dirs {
+                    args.push("--folder".into());
+                    args.push(d);
+                }
+                e.hooks.push(Hook {
+                    hook_name: "createContainer".into(),
+                    path: hook_path,
+                    args,
+                    env: Vec::new(),
+                    timeout: None,
+                });
+            }
+        }
+        e
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests;
