@@ -238,6 +238,19 @@ pub trait Preparer: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// The container edits `prepared` (a device this backend prepared earlier) gives a container
+    /// now, when they are no longer `prepared.edits`: a driver upgraded or reloaded under a
+    /// running daemon replaces the files its edits mount. `Ok(None)` when they still hold; the
+    /// runtime rewrites the claim's CDI spec and record with new edits. The default: a
+    /// device's edits never change once prepared.
+    async fn refreshed_edits(
+        &self,
+        prepared: &PreparedDevice,
+    ) -> Result<Option<ContainerEdits>, PrepareError> {
+        let _ = prepared;
+        Ok(None)
+    }
+
     /// Called by the device-plugin API before a container starts (`PreStartContainer`), e.g. to
     /// reset a device. Must finish well within the kubelet's 30 s; the default does nothing.
     async fn pre_start(&self, devices: &[DeviceRef]) -> Result<(), PrepareError> {

@@ -221,6 +221,21 @@ impl Backends {
         backend.preparer.planned_edits(device).await
     }
 
+    /// The owning backend's current edits for a device it prepared earlier, when they changed
+    /// (`None` when they still hold or no backend owns the device's pool any more).
+    pub async fn refreshed_edits(
+        &self,
+        prepared: &PreparedDevice,
+    ) -> Result<Option<kubedev_core::ContainerEdits>, PrepareError> {
+        let Some(backend) = self
+            .owner(&prepared.device.device.pool)
+            .and_then(|o| self.get(o))
+        else {
+            return Ok(None);
+        };
+        backend.preparer.refreshed_edits(prepared).await
+    }
+
     /// Whether any backend wants `PreStartContainer` calls.
     pub fn needs_pre_start(&self) -> bool {
         read(&self.slots)

@@ -26,6 +26,7 @@ use crate::claim_status::{StatusChange, StatusWriter};
 use crate::failpoint;
 
 mod recover;
+mod refresh;
 use crate::metadata::MetadataWriter;
 use crate::metrics::Metrics;
 use tracing::Instrument as _;

@@ -273,7 +273,16 @@ pub async fn run(
                         tracing::info!(%device, state = %health.state, reason = health.reason.as_deref().unwrap_or(""), "health changed");
                         running.inventory.set_health(&device, health)
                     }
-                    SourceEvent::Rediscover => backends.rediscover(slot, &mut running.inventory).await,
+                    SourceEvent::Rediscover => {
+                        let changed = backends.rediscover(slot, &mut running.inventory).await;
+                        if let Some(dra) = &running.dra {
+                            // A driver upgrade shows as a rediscovery: specs of prepared claims
+                            // must mount the new version's files.
+                            let driver = dra.prepared.clone();
+                            tokio::spawn(async move { driver.refresh_edits().await });
+                        }
+                        changed
+                    }
                     _ => false,
                 };
                 if changed {

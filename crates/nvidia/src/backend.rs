@@ -30,6 +30,9 @@ mod claims;
 
 const BACKEND: &str = "nvidia";
 
+/// The version of the loaded NVIDIA kernel module.
+const MODULE_VERSION: &str = "/sys/module/nvidia/version";
+
 /// The longest single wait on the event set: how quickly a dropped `watch` stops.
 const MAX_WAIT_MS: u64 = 200;
 
@@ -310,6 +313,13 @@ impl Inner {
     }
 
     fn discover_blocking(&self) -> Result<Arc<Discovered>, SourceError> {
+        if self.module_changed() {
+            tracing::warn!(
+                module = ?self.module_version(),
+                "the NVIDIA kernel module changed version; loading NVML again"
+            );
+            *lock(&self.nvml) = None;
+        }
         let nvml = self.nvml().map_err(|e| Self::unavailable(&e))?;
         let mig = self.config.mig_strategy != MigStrategy::None;
         let read = ffi::read_machine(&nvml, &self.ctx.host, mig).map_err(|e| match &e {
@@ -415,12 +425,31 @@ impl Inner {
             .collect()
     }
 
-    /// The watcher loop, on a blocking thread until `stop` is set or nobody listens.
+    /// The watcher loop, on a blocking thread until `stop` is set or nobody listens. After a
+    /// driver reload it waits for discovery to load NVML again and watches the new handle.
     fn watch_blocking(
         &self,
         events: &mpsc::Sender<SourceEvent>,
         stop: &AtomicBool,
     ) -> Result<(), SourceError> {
+        while self.watch_round(events, stop)? {
+            while self.module_changed() {
+                if stop.load(Ordering::Relaxed) || events.is_closed() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(MAX_WAIT_MS));
+            }
+        }
+        Ok(())
+    }
+
+    /// One watch on one NVML handle: `Ok(true)` when the driver changed under it and watching
+    /// must start again on a new handle, `Ok(false)` when the watch is over.
+    fn watch_round(
+        &self,
+        events: &mpsc::Sender<SourceEvent>,
+        stop: &AtomicBool,
+    ) -> Result<bool, SourceError> {
         let nvml = self.nvml().map_err(|e| Self::unavailable(&e))?;
         let discovered = self.discovered_or_discover()?;
         let uuids: Vec<String> = discovered
@@ -467,7 +496,7 @@ impl Inner {
         };
         loop {
             if stop.load(Ordering::Relaxed) || events.is_closed() {
-                return Ok(());
+                return Ok(false);
             }
             let mut probe_now = false;
             match xids.wait(&nvml, wait_ms) {
@@ -477,7 +506,7 @@ impl Inner {
                     if changed {
                         tracing::warn!(gpu = %gpu_uuid, gpu_instance = ?gi, xid = ?xid, "GPU Xid error");
                         if !send(std::slice::from_ref(&gpu_uuid)) {
-                            return Ok(());
+                            return Ok(false);
                         }
                     }
                 }
@@ -493,6 +522,12 @@ impl Inner {
             }
             if probe_now || last_probe.elapsed() >= poll {
                 last_probe = Instant::now();
+                if self.module_changed() {
+                    // Discovery loads NVML again and finds the new version's files; this
+                    // watcher's handle is stale.
+                    tracing::warn!("the NVIDIA driver was reloaded or upgraded; discovering again");
+                    return Ok(events.blocking_send(SourceEvent::Rediscover).is_ok());
+                }
                 let mut changed = Vec::new();
                 for uuid in &uuids {
                     let p = ffi::probe(&nvml, uuid);
@@ -502,7 +537,7 @@ impl Inner {
                     }
                 }
                 if !send(&changed) {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
         }
@@ -608,6 +643,51 @@ impl Inner {
             self.share(claim, devices, &targets, &mut out)?;
         }
         Ok(out)
+    }
+
+    /// `prepared`'s edits with the current driver files in place of those it was prepared
+    /// with: every mount but the claim's MPS pipe directory and every hook are the driver's.
+    /// `None` when nothing changes or no driver version is known yet.
+    fn refreshed(&self, prepared: &PreparedDevice) -> Option<ContainerEdits> {
+        if prepared.device.device.pool != self.pool {
+            return None;
+        }
+        let driver = self.driver();
+        if driver.files.version.is_empty() {
+            return None;
+        }
+        let old = &prepared.edits;
+        let mut new = old.clone();
+        let own: Vec<_> = old
+            .mounts
+            .iter()
+            .filter(|m| m.container_path == crate::sharing::MPS_CONTAINER_PIPE_DIR)
+            .cloned()
+            .collect();
+        new.mounts = driver.edits.mounts.clone();
+        new.mounts.extend(own);
+        new.hooks = driver.edits.hooks.clone();
+        (new != *old).then_some(new)
+    }
+
+    /// The version of the loaded kernel module, from sysfs (`None` when it cannot be read).
+    fn module_version(&self) -> Option<String> {
+        self.ctx
+            .host
+            .read_attr_opt(MODULE_VERSION)
+            .ok()
+            .flatten()
+            .filter(|v| !v.is_empty())
+    }
+
+    /// True when the kernel module now runs another version than the one NVML was loaded for
+    /// (the driver was upgraded or reloaded): the NVML handle is stale.
+    fn module_changed(&self) -> bool {
+        let known = self.driver();
+        !known.files.version.is_empty()
+            && self
+                .module_version()
+                .is_some_and(|v| v != known.files.version)
     }
 
     fn edit_source<'a>(&'a self, driver: &'a DriverState) -> EditSource<'a> {
@@ -870,6 +950,15 @@ impl Preparer for NvidiaBackend {
         tokio::task::spawn_blocking(move || inner.unprepare_blocking(&claim, &devices))
             .await
             .map_err(|e| PrepareError::Other(join_error(e)))?
+    }
+
+    /// The prepared device's edits with the driver files of the driver version running now,
+    /// when they differ (a driver upgrade or reload under a running daemon).
+    async fn refreshed_edits(
+        &self,
+        prepared: &PreparedDevice,
+    ) -> Result<Option<ContainerEdits>, PrepareError> {
+        Ok(self.inner.refreshed(prepared))
     }
 
     /// Whole GPUs and existing MIG instances; `None` for MIG placements (created by prepare).

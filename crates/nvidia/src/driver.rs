@@ -12,10 +12,14 @@
 //!   under every name the host links to it (`libcuda.so.1`, `libcuda.so`), so the loader finds
 //!   it by SONAME without a symbolic link or `ldconfig` in the container;
 //! - **binaries**: `nvidia-smi`, `nvidia-debugdump`, `nvidia-persistenced`,
-//!   `nvidia-cuda-mps-control`, `nvidia-cuda-mps-server`, found in the usual `bin` directories;
-//! - **firmware**: `lib/firmware/nvidia/<version>/` (GSP firmware);
+//!   `nvidia-cuda-mps-control`, `nvidia-cuda-mps-server`: ELF executables (a wrapper script that
+//!   runs the real tool from elsewhere does not work in a container), looked for first in the
+//!   `bin` directory beside the library directory (`/usr/local/nvidia/bin` for
+//!   `/usr/local/nvidia/lib64`), then in the usual `bin` directories;
+//! - **firmware**: `nvidia/<version>/` (GSP firmware) in the kernel's custom firmware path,
+//!   `lib/firmware/updates` or `lib/firmware`;
 //! - **sockets**: the `nvidia-persistenced` and `nvidia-fabricmanager` sockets under `/run` or
-//!   `/var/run`, and the system MPS pipe directory `/tmp/nvidia-mps`.
+//!   `/var/run`.
 //!
 //! Where they go in the container depends on [`LibraryLayout`]. With a `cdiHookPath`, the spec
 //! also runs NVIDIA's `nvidia-cdi-hook` (`create-symlinks`, `update-ldcache`) so any image finds
@@ -74,6 +78,9 @@ const BIN_DIRS: [&str; 7] = [
     "usr/local/nvidia/bin",
 ];
 
+/// The kernel's extra firmware directory, when set.
+const FIRMWARE_PATH_PARAM: &str = "/sys/module/firmware_class/parameters/path";
+
 /// The driver's tools a container gets.
 pub const BINARIES: [&str; 5] = [
     "nvidia-smi",
@@ -84,12 +91,13 @@ pub const BINARIES: [&str; 5] = [
 ];
 
 /// Sockets and pipe directories of the driver's daemons, relative to the driver root.
-const IPC: [&str; 5] = [
+/// (The host-wide MPS pipe directory is not among them: kubedev runs an MPS daemon per claim and
+/// gives the claim's own pipe directory.)
+const IPC: [&str; 4] = [
     "run/nvidia-persistenced/socket",
     "var/run/nvidia-persistenced/socket",
     "run/nvidia-fabricmanager/socket",
     "var/run/nvidia-fabricmanager/socket",
-    "tmp/nvidia-mps",
 ];
 
 /// The names a library must answer to even when the host has no link for them.
@@ -176,6 +184,18 @@ impl DriverLocation<'_> {
         std::fs::metadata(self.host.join(p)).is_ok_and(|m| m.is_file())
     }
 
+    /// An executable ELF file (not a script).
+    fn is_elf_executable(&self, p: &Path) -> bool {
+        use std::io::Read as _;
+        if !self.is_executable(p) {
+            return false;
+        }
+        let mut magic = [0u8; 4];
+        std::fs::File::open(self.host.join(p))
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok_and(|()| magic == *b"\x7fELF")
+    }
+
     fn is_executable(&self, p: &Path) -> bool {
         use std::os::unix::fs::PermissionsExt as _;
         std::fs::metadata(self.host.join(p))
@@ -195,16 +215,9 @@ impl DriverLocation<'_> {
             ));
             return out;
         }
-        self.find_libraries(version, &mut out);
-        self.find_binaries(&mut out);
-        let fw = under(self.root, &format!("lib/firmware/nvidia/{version}"));
-        match self.canonical(&fw) {
-            Some(c) if self.host.join(&c).is_dir() => {
-                let container = strip_root(self.root, &fw);
-                out.firmware = Some((c, container));
-            }
-            _ => out.missing.push(format!("firmware {}", fw.display())),
-        }
+        let lib_dir = self.find_libraries(version, &mut out);
+        self.find_binaries(lib_dir.as_deref(), &mut out);
+        self.find_firmware(version, &mut out);
         let mut seen_ipc = BTreeSet::new();
         for rel in IPC {
             let p = under(self.root, rel);
@@ -231,7 +244,36 @@ impl DriverLocation<'_> {
         out
     }
 
-    fn find_libraries(&self, version: &str, out: &mut DriverFiles) {
+    /// The firmware directory `nvidia/<version>` in the kernel's custom firmware path (sysfs
+    /// `firmware_class.path`), `lib/firmware/updates` or `lib/firmware` under the driver root.
+    fn find_firmware(&self, version: &str, out: &mut DriverFiles) {
+        let custom = self
+            .host
+            .read_attr_opt(FIRMWARE_PATH_PARAM)
+            .ok()
+            .flatten()
+            .filter(|p| p.starts_with('/'));
+        let mut tried = Vec::new();
+        let bases = custom
+            .iter()
+            .map(|c| under(self.root, c.trim_start_matches('/')))
+            .chain(["lib/firmware/updates", "lib/firmware"].map(|b| under(self.root, b)));
+        for base in bases {
+            let fw = base.join("nvidia").join(version);
+            if let Some(c) = self.canonical(&fw)
+                && self.host.join(&c).is_dir()
+            {
+                let container = strip_root(self.root, &fw);
+                out.firmware = Some((c, container));
+                return;
+            }
+            tried.push(fw.display().to_string());
+        }
+        out.missing.push(format!("firmware ({})", tried.join(", ")));
+    }
+
+    /// Finds the libraries; returns their directory (a canonical host path).
+    fn find_libraries(&self, version: &str, out: &mut DriverFiles) -> Option<PathBuf> {
         let suffix = format!(".so.{version}");
         let mut dir = None;
         'find: for anchor in ["libcuda", "libnvidia-ml"] {
@@ -256,7 +298,7 @@ impl DriverLocation<'_> {
                     .collect::<Vec<_>>()
                     .join(", ")
             ));
-            return;
+            return None;
         };
         for d in [dir.clone(), dir.join("vdpau")] {
             let Ok(names) = self.host.list_dir(&d) else {
@@ -290,6 +332,7 @@ impl DriverLocation<'_> {
                 });
             }
         }
+        Some(dir)
     }
 
     /// The names in `names` (entries of `dir`) that are links to `target`, directly or through
@@ -319,11 +362,16 @@ impl DriverLocation<'_> {
         found.into_iter().collect()
     }
 
-    fn find_binaries(&self, out: &mut DriverFiles) {
+    fn find_binaries(&self, lib_dir: Option<&Path>, out: &mut DriverFiles) {
+        let beside = lib_dir.and_then(Path::parent).map(|p| p.join("bin"));
+        let dirs: Vec<PathBuf> = beside
+            .into_iter()
+            .chain(BIN_DIRS.iter().map(|rel| under(self.root, rel)))
+            .collect();
         for bin in BINARIES {
-            let found = BIN_DIRS.iter().find_map(|rel| {
-                let p = under(self.root, rel).join(bin);
-                self.is_executable(&p).then_some(p)
+            let found = dirs.iter().find_map(|d| {
+                let p = d.join(bin);
+                self.is_elf_executable(&p).then_some(p)
             });
             match found {
                 Some(p) => {
@@ -336,7 +384,19 @@ impl DriverLocation<'_> {
                     let host = self.canonical(&p).unwrap_or(p);
                     out.binaries.push((host, container));
                 }
-                None => out.missing.push(format!("binary {bin}")),
+                None => {
+                    let script = dirs
+                        .iter()
+                        .map(|d| d.join(bin))
+                        .find(|p| self.is_executable(p));
+                    out.missing.push(match script {
+                        Some(p) => format!(
+                            "binary {bin} (only a script at {}, not the tool itself)",
+                            p.display()
+                        ),
+                        None => format!("binary {bin}"),
+                    });
+                }
             }
         }
     }

@@ -131,6 +131,89 @@ impl CdiContainerEdits {
 }
 
 impl CdiSpec {
+    /// Moves the edits every device of the spec has in common to the spec's own
+    /// `containerEdits`, which a runtime applies whenever any device of the spec is used, so
+    /// they are written once (a GPU claim's driver libraries, tools and hooks). Mounts and hooks
+    /// move whenever all devices share them; device nodes and environment variables only when
+    /// every device still has an edit of its own afterwards (a CDI device must change the
+    /// container). Nothing moves when the spec has fewer than two devices, or when a device
+    /// would be left without edits.
+    pub fn hoist_common_edits(&mut self) {
+        if self.devices.len() < 2 {
+            return;
+        }
+        fn common<T: Clone + PartialEq>(
+            devices: &[CdiDevice],
+            items: impl Fn(&CdiContainerEdits) -> &Vec<T>,
+        ) -> Vec<T> {
+            items(&devices[0].container_edits)
+                .iter()
+                .filter(|x| {
+                    devices[1..]
+                        .iter()
+                        .all(|d| items(&d.container_edits).contains(x))
+                })
+                .cloned()
+                .collect()
+        }
+        let mounts = common(&self.devices, |e| &e.mounts);
+        let hooks = common(&self.devices, |e| &e.hooks);
+        let nodes = common(&self.devices, |e| &e.device_nodes);
+        let env = common(&self.devices, |e| &e.env);
+        let keeps_own = |e: &CdiContainerEdits, with_nodes_and_env: bool| {
+            e.mounts.iter().any(|m| !mounts.contains(m))
+                || e.hooks.iter().any(|h| !hooks.contains(h))
+                || !e.additional_gids.is_empty()
+                || !with_nodes_and_env && (!e.device_nodes.is_empty() || !e.env.is_empty())
+                || with_nodes_and_env
+                    && (e.device_nodes.iter().any(|n| !nodes.contains(n))
+                        || e.env.iter().any(|v| !env.contains(v)))
+        };
+        if !self
+            .devices
+            .iter()
+            .all(|d| keeps_own(&d.container_edits, false))
+        {
+            return;
+        }
+        let with_nodes_and_env = self
+            .devices
+            .iter()
+            .all(|d| keeps_own(&d.container_edits, true));
+        let spec = &mut self.container_edits;
+        for d in &mut self.devices {
+            let e = &mut d.container_edits;
+            e.mounts.retain(|m| !mounts.contains(m));
+            e.hooks.retain(|h| !hooks.contains(h));
+            if with_nodes_and_env {
+                e.device_nodes.retain(|n| !nodes.contains(n));
+                e.env.retain(|v| !env.contains(v));
+            }
+        }
+        for m in mounts {
+            if !spec.mounts.contains(&m) {
+                spec.mounts.push(m);
+            }
+        }
+        for h in hooks {
+            if !spec.hooks.contains(&h) {
+                spec.hooks.push(h);
+            }
+        }
+        if with_nodes_and_env {
+            for n in nodes {
+                if !spec.device_nodes.contains(&n) {
+                    spec.device_nodes.push(n);
+                }
+            }
+            for v in env {
+                if !spec.env.contains(&v) {
+                    spec.env.push(v);
+                }
+            }
+        }
+    }
+
     /// The lowest CDI version whose features this spec uses (the rules of the CDI reference
     /// implementation):
     /// - 0.3.0: the baseline;
@@ -171,7 +254,8 @@ impl CdiSpec {
     /// A spec of `kind` (`<vendor>/<class>`) with one CDI device per named set of edits, in the
     /// order given, at the lowest version its content needs; validated (names, unique devices,
     /// non-empty edits). Each device keeps its own values: unlike a claim's spec, nothing is
-    /// joined across devices.
+    /// joined across devices; edits all devices share are written once, at the spec level
+    /// ([`CdiSpec::hoist_common_edits`]).
     pub fn for_devices(kind: &str, devices: &[(String, ContainerEdits)]) -> Result<Self, CdiError> {
         let mut spec = CdiSpec {
             cdi_version: String::new(),
@@ -187,6 +271,7 @@ impl CdiSpec {
                 .collect(),
             container_edits: CdiContainerEdits::default(),
         };
+        spec.hoist_common_edits();
         spec.cdi_version = spec.minimum_version().to_owned();
         spec.validate()?;
         Ok(spec)

@@ -190,6 +190,7 @@ impl CdiWriter {
             devices,
             container_edits: CdiContainerEdits::default(),
         };
+        spec.hoist_common_edits();
         spec.cdi_version = spec.minimum_version().to_owned();
         spec.validate()?;
         Ok((Some(spec), ids))

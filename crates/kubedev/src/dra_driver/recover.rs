@@ -84,6 +84,10 @@ impl DraDriver {
                 }
             }
         }
+        // Edits that changed while the daemon was down (a driver upgraded meanwhile).
+        for uid in self.refresh_edits().await {
+            tracing::info!(claim_uid = %uid, "a prepared claim's container edits changed while the daemon was stopped");
+        }
         let cdi = self.cdi.clone();
         let spec_files =
             blocking(move || cdi.list_claim_files().map_err(|e| e.to_string())).await?;

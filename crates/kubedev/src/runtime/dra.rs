@@ -7,6 +7,9 @@ pub(super) struct Dra {
     pub(super) handle: DraPluginHandle,
     pub(super) health: watch::Sender<Vec<DeviceHealthReport>>,
     pub(super) slices: Arc<dyn Publisher>,
+    /// The driver itself, for work outside the kubelet's calls (rewriting specs whose edits
+    /// changed).
+    pub(super) prepared: Arc<DraDriver>,
 }
 
 pub(super) async fn start_dra(
@@ -70,6 +73,7 @@ pub(super) async fn start_dra(
         cfg = cfg.pod_uid(uid);
     }
     let in_use = driver.clone();
+    let in_use_driver = driver.clone();
     let handle = DraPlugin::start(cfg, driver, health_rx, cancel.child_token())
         .context("starting the DRA plugin")?;
     tracing::info!(driver = %spec.driver, socket = %handle.dra_socket().display(), "DRA plugin started");
@@ -102,6 +106,7 @@ pub(super) async fn start_dra(
         handle,
         health,
         slices: cluster.slices,
+        prepared: in_use_driver,
     }))
 }
 

@@ -31,8 +31,7 @@ fn install(base: &Path, root: &str, libdir: &str) -> PathBuf {
     let bin = r.join("usr/bin");
     std::fs::create_dir_all(&bin).unwrap();
     for b in ["nvidia-smi", "nvidia-cuda-mps-control"] {
-        std::fs::write(bin.join(b), "#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(bin.join(b), std::fs::Permissions::from_mode(0o755)).unwrap();
+        elf(&bin.join(b));
     }
     // Not executable: not a tool.
     std::fs::write(bin.join("nvidia-debugdump"), "").unwrap();
@@ -45,6 +44,13 @@ fn install(base: &Path, root: &str, libdir: &str) -> PathBuf {
     std::fs::create_dir_all(r.join("run/nvidia-persistenced")).unwrap();
     std::fs::write(r.join("run/nvidia-persistenced/socket"), "").unwrap();
     r
+}
+
+/// An executable that looks like an ELF program.
+fn elf(path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, b"\x7fELF\x02\x01\x01").unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 fn mounts(e: &ContainerEdits) -> Vec<(String, String)> {
@@ -164,9 +170,15 @@ fn the_cuda_image_layout_and_hooks() {
     // A cloud image's layout: the driver under /usr/local/nvidia with lib64 and bin.
     install(base.path(), "/usr/local/nvidia", "lib64");
     let hook = base.path().join("usr/bin/nvidia-cdi-hook");
-    std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
-    std::fs::write(&hook, "#!/bin/sh\n").unwrap();
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    elf(&hook);
+    // The tool beside the libraries wins over a wrapper script on the PATH that runs it (as
+    // some cloud images have in /usr/bin).
+    elf(&base.path().join("usr/local/nvidia/bin/nvidia-debugdump"));
+    let wrapper = base
+        .path()
+        .join("usr/local/nvidia/usr/bin/nvidia-persistenced");
+    std::fs::write(&wrapper, "#!/bin/sh\nexec /elsewhere \"$@\"\n").unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let host = HostFs::new(base.path());
     let loc = DriverLocation {
         host: &host,
@@ -184,6 +196,18 @@ fn the_cuda_image_layout_and_hooks() {
         "/usr/local/nvidia/usr/bin/nvidia-smi".into(),
         "/usr/local/nvidia/bin/nvidia-smi".into()
     )));
+    assert!(m.contains(&(
+        "/usr/local/nvidia/bin/nvidia-debugdump".into(),
+        "/usr/local/nvidia/bin/nvidia-debugdump".into()
+    )));
+    assert!(
+        files
+            .missing
+            .iter()
+            .any(|m| m.contains("nvidia-persistenced (only a script")),
+        "{:?}",
+        files.missing
+    );
 
     // With the hook the libraries are mounted once and linked and cached by it.
     let files = DriverLocation {

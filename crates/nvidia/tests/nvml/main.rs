@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, missing_docs, missing_debug_implementations)]
 
 mod discovery;
+mod driver_files;
 mod health;
 mod mig;
 mod sharing;

@@ -11,7 +11,12 @@ fn a_variable_several_devices_set_carries_the_whole_claims_value() {
     let b = prepared("gpu-1");
     let (spec, _) = w.claim_spec(UID, &[a, b]).unwrap();
     let spec = spec.unwrap();
-    let env = |i: usize| spec.devices[i].container_edits.env.clone();
+    // What a container given device i gets: the spec's edits, then the device's.
+    let env = |i: usize| {
+        let mut v = spec.container_edits.env.clone();
+        v.extend(spec.devices[i].container_edits.env.iter().cloned());
+        v
+    };
     // A container given both devices sees both GPUs, whichever device's edits apply last.
     assert!(
         env(0).contains(&"GPU_VISIBLE=gpu-0,gpu-1".to_string()),
@@ -251,4 +256,75 @@ fn devices_without_edits_get_no_cdi_device() {
     assert_eq!(out.file, None);
     assert_eq!(out.device_ids, [None]);
     assert!(dir.names().is_empty(), "{:?}", dir.names());
+}
+
+#[test]
+fn edits_every_device_shares_are_written_once_at_the_spec_level() {
+    let w = writer(Path::new("/nonexistent"));
+    let driver = [
+        Mount::bind("/usr/lib/libgpu.so.1.2", "/usr/lib/libgpu.so.1", true),
+        Mount::bind("/usr/bin/gpu-smi", "/usr/bin/gpu-smi", true),
+    ];
+    let mut devices: Vec<_> = ["gpu-0", "gpu-1", "gpu-2"]
+        .into_iter()
+        .map(|d| {
+            let mut p = prepared(d);
+            p.edits.mounts.extend(driver.iter().cloned());
+            p.edits
+                .device_nodes
+                .push(kubedev_core::DeviceNode::new("/dev/gpuctl", "rw"));
+            p
+        })
+        .collect();
+    devices[1]
+        .edits
+        .mounts
+        .push(Mount::bind("/run/gpu-1", "/run/gpu", false));
+    let (spec, ids) = w.claim_spec(UID, &devices).unwrap();
+    let spec = spec.unwrap();
+    assert_eq!(ids.iter().flatten().count(), 3);
+    assert_eq!(spec.container_edits.mounts, driver);
+    let ctl: Vec<_> = spec
+        .container_edits
+        .device_nodes
+        .iter()
+        .map(|n| n.path.as_str())
+        .collect();
+    assert_eq!(ctl, ["/dev/gpuctl"]);
+    assert!(
+        spec.container_edits
+            .env
+            .contains(&"GPU_VISIBLE=gpu-0,gpu-1,gpu-2".to_string())
+    );
+    for (i, d) in spec.devices.iter().enumerate() {
+        let nodes: Vec<_> = d
+            .container_edits
+            .device_nodes
+            .iter()
+            .map(|n| n.path.as_str())
+            .collect();
+        assert_eq!(nodes.len(), 1, "each device keeps its own node: {nodes:?}");
+        assert!(nodes[0].ends_with(&i.to_string()), "{nodes:?}");
+        let own: Vec<_> = d
+            .container_edits
+            .mounts
+            .iter()
+            .map(|m| m.container_path.as_str())
+            .collect();
+        assert_eq!(own, if i == 1 { vec!["/run/gpu"] } else { vec![] });
+    }
+    // Two handles on one device (replicas) share everything: their nodes and variables stay
+    // on the devices, so neither CDI device is empty; the shared mounts still move.
+    let mut a = prepared("gpu-0");
+    a.edits.mounts.extend(driver.iter().cloned());
+    let mut b = a.clone();
+    b.device.device.device = kubedev_core::DeviceName::new("gpu-0-replica-1").unwrap();
+    let (spec, _) = w.claim_spec(UID, &[a, b]).unwrap();
+    let spec = spec.unwrap();
+    assert_eq!(spec.container_edits.mounts, driver);
+    assert!(spec.container_edits.device_nodes.is_empty());
+    for d in &spec.devices {
+        assert!(!d.container_edits.is_empty());
+        assert!(d.container_edits.mounts.is_empty());
+    }
 }

@@ -1,0 +1,89 @@
+//! Container edits that changed under prepared claims: a driver upgraded or reloaded while the
+//! daemon runs replaces the files a claim's CDI spec mounts, so the spec is rewritten with what
+//! the backend gives now.
+
+use super::{DraDriver, blocking};
+use crate::checkpoint::{Change, ClaimState};
+
+impl DraDriver {
+    /// Asks the owning backends whether each completed claim's container edits still hold and,
+    /// for every claim where one changed, records the new edits in the checkpoint and rewrites
+    /// the claim's CDI spec. Each claim is handled under its lock, so a prepare or unprepare of
+    /// the same claim never interleaves. Returns the UIDs of the claims rewritten; a failure is
+    /// logged and leaves that claim as it was.
+    pub async fn refresh_edits(&self) -> Vec<String> {
+        let uids: Vec<String> = {
+            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            store
+                .claims()
+                .values()
+                .filter(|r| r.state == ClaimState::PrepareCompleted)
+                .map(|r| r.claim.uid.to_string())
+                .collect()
+        };
+        let mut rewritten = Vec::new();
+        for uid in uids {
+            let lock = self.lock_for(&uid);
+            let _held = lock.lock().await;
+            // Read again under the claim's lock: it may have been unprepared meanwhile.
+            let record = {
+                let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+                store.get(&uid).cloned()
+            };
+            let Some(record) = record.filter(|r| r.state == ClaimState::PrepareCompleted) else {
+                continue;
+            };
+            let mut prepared = record.prepared.clone();
+            let mut changed = false;
+            for p in &mut prepared {
+                match self.backends.refreshed_edits(p).await {
+                    Ok(Some(edits)) => {
+                        p.edits = edits;
+                        changed = true;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(claim = %record.claim, device = %p.device.device, error = %e, "cannot tell whether a prepared device's container edits changed");
+                    }
+                }
+            }
+            if !changed {
+                continue;
+            }
+            // The record first: a crash before the spec is rewritten leaves recovery to write
+            // the spec from the new record.
+            let change = Change::Complete {
+                uid: uid.clone(),
+                prepared: prepared.clone(),
+                cdi_file: record.cdi_file.clone(),
+                pod_claim_name: record.pod_claim_name.clone(),
+            };
+            if let Err(e) = self
+                .with_store(move |s| {
+                    s.apply(vec![change])
+                        .map_err(|e| e.to_string())?
+                        .pop()
+                        .unwrap_or(Ok(()))
+                        .map_err(|e| e.to_string())
+                })
+                .await
+            {
+                tracing::warn!(claim = %record.claim, error = %e, "cannot record a prepared claim's new container edits");
+                continue;
+            }
+            let cdi = self.cdi.clone();
+            let u = uid.clone();
+            match blocking(move || cdi.ensure_claim(&u, &prepared).map_err(|e| e.to_string())).await
+            {
+                Ok(_) => {
+                    tracing::info!(claim = %record.claim, "rewrote a prepared claim's CDI spec: its container edits changed (driver upgrade or reload)");
+                    rewritten.push(uid);
+                }
+                Err(e) => {
+                    tracing::warn!(claim = %record.claim, error = %e, "cannot rewrite a prepared claim's CDI spec with its new container edits");
+                }
+            }
+        }
+        rewritten
+    }
+}
