@@ -106,20 +106,27 @@ async fn cdi_mode_answers_with_cdi_names_and_writes_the_spec() {
         .allocate("example.com/gpu", &["gpu-3", "gpu-0"])
         .await
         .unwrap();
+    assert_eq!(a.cdi_devices.len(), 1);
     assert_eq!(a.cdi_devices[0].name, "k8s.example.com/claim=dp-gpu-gpu-1");
-    let names: Vec<_> = b.cdi_devices.iter().map(|d| d.name.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "k8s.example.com/claim=dp-gpu-gpu-3",
-            "k8s.example.com/claim=dp-gpu-gpu-0"
-        ]
+    // Devices allocated together are one CDI device, named after the set (the same set in
+    // another order gets the same name).
+    assert_eq!(b.cdi_devices.len(), 1, "{:?}", b.cdi_devices);
+    let together = b.cdi_devices[0].name.clone();
+    assert!(
+        together.starts_with("k8s.example.com/claim=dp-gpu-alloc-"),
+        "{together}"
     );
+    let again = kubelet
+        .allocate("example.com/gpu", &["gpu-0", "gpu-3"])
+        .await
+        .unwrap();
+    assert_eq!(again.cdi_devices[0].name, together);
     assert!(
         a.devices.is_empty() && a.envs.is_empty(),
         "CDI mode leaves the edits to the runtime"
     );
-    // One spec holds every device handed out so far, so earlier containers still resolve.
+    // One spec holds every allocation handed out so far, so earlier containers still resolve;
+    // each allocation's variables are its own devices' only.
     let spec: serde_json::Value = serde_json::from_slice(
         &std::fs::read(dir.path().join("cdi/k8s.example.com-claim_dp-gpu.json")).unwrap(),
     )
@@ -130,7 +137,38 @@ async fn cdi_mode_answers_with_cdi_names_and_writes_the_spec() {
         .iter()
         .map(|d| d["name"].as_str().unwrap())
         .collect();
-    assert_eq!(devices, ["dp-gpu-gpu-0", "dp-gpu-gpu-1", "dp-gpu-gpu-3"]);
+    let alloc = together.split('=').nth(1).unwrap();
+    let mut want = vec![alloc, "dp-gpu-gpu-1"];
+    want.sort_unstable();
+    assert_eq!(devices, want);
+    let env = |name: &str| -> Vec<String> {
+        let d = spec["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == name)
+            .unwrap();
+        let mut v: Vec<String> = spec["containerEdits"]["env"]
+            .as_array()
+            .into_iter()
+            .chain(d["containerEdits"]["env"].as_array())
+            .flatten()
+            .map(|e| e.as_str().unwrap().to_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let single = env("dp-gpu-gpu-1");
+    assert!(
+        single.iter().any(|e| e.ends_with("=gpu-1")),
+        "gpu-1's container learns gpu-1 only: {single:?}"
+    );
+    assert!(
+        !single
+            .iter()
+            .any(|e| e.contains("gpu-0") || e.contains("gpu-3")),
+        "{single:?}"
+    );
     node.stop().await;
 }
 

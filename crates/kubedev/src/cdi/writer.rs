@@ -88,6 +88,10 @@ pub struct CdiWriter {
     kind: String,
     /// `k8s.<driver>-claim_`: every claim file of this driver starts with it.
     file_prefix: String,
+    /// Whether a variable several devices set carries the joined value of all of them (a
+    /// claim's devices go to one container together); false when each CDI device is used on its
+    /// own.
+    join_env: bool,
 }
 
 impl CdiWriter {
@@ -106,7 +110,16 @@ impl CdiWriter {
             dir: cdi_dir.into(),
             kind: format!("{vendor}/{class}"),
             file_prefix: format!("{vendor}-{class}_"),
+            join_env: true,
         }
+    }
+
+    /// The same writer for specs whose CDI devices are given to containers independently (the
+    /// device plugin's, one CDI device per `Allocate`): each device keeps its own variables,
+    /// nothing is joined across devices.
+    pub fn with_independent_devices(mut self) -> Self {
+        self.join_env = false;
+        self
     }
 
     /// The CDI directory.
@@ -140,7 +153,7 @@ impl CdiWriter {
         // it carries the joined value of the whole claim, as the device-plugin path merges it.
         let mut joined: BTreeMap<String, String> = BTreeMap::new();
         let mut setters: BTreeMap<&str, usize> = BTreeMap::new();
-        for p in prepared {
+        for p in prepared.iter().filter(|_| self.join_env) {
             for (k, v) in &p.edits.env {
                 kubedev_core::join_env_value(&mut joined, k, v);
                 *setters.entry(k.as_str()).or_default() += 1;

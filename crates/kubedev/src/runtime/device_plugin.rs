@@ -14,15 +14,30 @@ pub(super) struct ResourceHandler {
     pub(super) metrics: Arc<Metrics>,
 }
 
-/// CDI mode of one device-plugin resource: every device ever allocated gets a CDI device in one
-/// spec file for the resource (kind `k8s.<resource domain>/claim`, devices `dp-<name>-<device>`),
-/// so `Allocate` can answer with CDI names. The kubelet never releases device-plugin devices
-/// explicitly, so the spec only grows while the daemon runs; a device's edits do not change.
+/// CDI mode of one device-plugin resource: every `Allocate` gets one CDI device in one spec file
+/// for the resource (kind `k8s.<resource domain>/claim`), holding the edits of exactly the
+/// devices allocated together, so `Allocate` can answer with its CDI name: `dp-<name>-<device>`
+/// for one device, `dp-<name>-alloc-<hash of the device names>` for several. Variables are never
+/// joined across allocations, so a container only learns its own devices. The kubelet never
+/// releases device-plugin devices explicitly, so the spec only grows while the daemon runs; an
+/// allocation's edits do not change.
 pub(super) struct DevicePluginCdi {
     pub(super) writer: CdiWriter,
     pub(super) key: String,
-    pub(super) devices:
-        std::sync::Mutex<std::collections::BTreeMap<DeviceRef, kubedev_core::PreparedDevice>>,
+    pub(super) allocations:
+        std::sync::Mutex<std::collections::BTreeMap<String, kubedev_core::PreparedDevice>>,
+}
+
+/// FNV-1a over the sorted device names: a short, stable name for a set of devices.
+fn allocation_hash(names: &[&str]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for n in names {
+        for b in n.bytes().chain(std::iter::once(0)) {
+            h ^= u32::from(b);
+            h = h.wrapping_mul(0x0100_0193);
+        }
+    }
+    h
 }
 
 impl DevicePluginCdi {
@@ -39,37 +54,56 @@ impl DevicePluginCdi {
         })?;
         let key = format!("dp-{}", name.replace(['.', '_'], "-").to_ascii_lowercase());
         Ok(DevicePluginCdi {
-            writer: CdiWriter::new(dir, &driver),
+            writer: CdiWriter::new(dir, &driver).with_independent_devices(),
             key,
-            devices: Default::default(),
+            allocations: Default::default(),
         })
     }
 
-    /// Adds `prepared` to the resource's spec and returns their CDI names.
+    /// Adds the allocation of `prepared` to the resource's spec and returns its CDI name (none
+    /// when the devices need no container edits).
     pub(super) fn write(
         &self,
         prepared: &[kubedev_core::PreparedDevice],
     ) -> Result<Vec<String>, PrepareError> {
-        let mut devices = self.devices.lock().unwrap_or_else(|e| e.into_inner());
-        for p in prepared {
-            devices.insert(p.device.device.clone(), p.clone());
+        let Some(first) = prepared.first() else {
+            return Ok(Vec::new());
+        };
+        let mut entry = first.clone();
+        if prepared.len() > 1 {
+            let mut names: Vec<&str> = prepared
+                .iter()
+                .map(|p| p.device.device.device.as_str())
+                .collect();
+            names.sort_unstable();
+            let name = format!("alloc-{:08x}", allocation_hash(&names));
+            entry.device.device.device = kubedev_core::DeviceName::new(&name)
+                .map_err(|e| PrepareError::Other(format!("naming the CDI device {name}: {e}")))?;
+            entry.device.share_id = None;
+            entry.edits = ContainerEdits::default();
+            for p in prepared {
+                entry.edits.merge(&p.edits);
+            }
         }
-        let all: Vec<_> = devices.values().cloned().collect();
+        let mut allocations = self.allocations.lock().unwrap_or_else(|e| e.into_inner());
+        let key = entry.device.device.device.to_string();
+        allocations.insert(key.clone(), entry);
+        let all: Vec<_> = allocations.values().cloned().collect();
         let written = self
             .writer
             .write_claim(&self.key, &all)
             .map_err(|e| PrepareError::Other(format!("writing the CDI spec: {e}")))?;
-        let mut names = Vec::new();
-        for p in prepared {
-            let i = all
-                .iter()
-                .position(|a| a.device.device == p.device.device)
-                .unwrap_or_default();
-            if let Some(Some(id)) = written.device_ids.get(i) {
-                names.push(id.clone());
-            }
-        }
-        Ok(names)
+        let i = all
+            .iter()
+            .position(|a| a.device.device.device.as_str() == key)
+            .unwrap_or_default();
+        Ok(written
+            .device_ids
+            .get(i)
+            .cloned()
+            .flatten()
+            .into_iter()
+            .collect())
     }
 }
 
