@@ -86,6 +86,53 @@ fn disk_note(target: &Path) -> String {
     }
 }
 
+/// Installs the Debian packages that are missing, when this process may (root with apt-get);
+/// otherwise fails naming them and `purpose` (what needs them).
+pub(crate) fn ensure_debian_packages(purpose: &str, packages: &[&str]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let root_user = rustix::process::geteuid().is_root();
+    let apt = Command::new("apt-get").arg("--version").output().is_ok();
+    if !(root_user && apt) {
+        bail!(
+            "{purpose} needs these Debian packages: {} (install them with \
+             `apt-get install -y --no-install-recommends {}` as root)",
+            missing.join(" "),
+            missing.join(" ")
+        );
+    }
+    eprintln!("$ apt-get install {}", missing.join(" "));
+    let quiet = |cmd: &mut Command| -> anyhow::Result<()> {
+        let out = cmd
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .context("running apt-get")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "apt-get failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    };
+    quiet(Command::new("apt-get").args(["update", "-q"]))?;
+    quiet(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing),
+    )
+}
+
 fn has_nextest(root: &Path) -> bool {
     Command::new("cargo")
         .args(["nextest", "--version"])
@@ -183,6 +230,9 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         eprintln!("cargo-nextest not found; using cargo test");
         run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])?;
     }
+
+    step("CDI specs applied by a real container runtime: podman and runc (cargo xtask containers)");
+    crate::containers::containers(root)?;
 
     step("kubelet sockets against Python grpcio and Debian grpc-go (cargo xtask interop)");
     crate::interop::interop(root)?;

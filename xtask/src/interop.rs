@@ -68,7 +68,7 @@ pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
     generate_python_stubs(root, &python, stubs.path())?;
     let script = root.join("crates/kubelet-grpc/interop/python/kubelet_client.py");
     let go_script = root.join("crates/kubelet-grpc/interop/go/run.sh");
-    ensure_debian_packages(GO_PACKAGES)?;
+    crate::ci::ensure_debian_packages("the grpc-go interop client", GO_PACKAGES)?;
 
     let python_client = |authority: &'static str| {
         vec![
@@ -379,50 +379,4 @@ fn generate_python_stubs(root: &Path, python: &Path, out: &Path) -> anyhow::Resu
         .context("running grpc_tools.protoc")?;
     ensure!(status.success(), "grpc_tools.protoc failed on {files:?}");
     Ok(())
-}
-
-/// Installs the Debian packages that are missing, when this process may (root with apt-get);
-/// otherwise fails naming them.
-fn ensure_debian_packages(packages: &[&str]) -> anyhow::Result<()> {
-    let missing: Vec<&str> = packages
-        .iter()
-        .copied()
-        .filter(|p| {
-            !Command::new("dpkg-query")
-                .args(["-W", "-f=${Status}", p])
-                .output()
-                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-        })
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    let root_user = rustix::process::geteuid().is_root();
-    let apt = Command::new("apt-get").arg("--version").output().is_ok();
-    if !(root_user && apt) {
-        bail!(
-            "the grpc-go interop client needs these Debian packages: {} (install them with \
-             apt-get as root)",
-            missing.join(" ")
-        );
-    }
-    eprintln!("$ apt-get install {}", missing.join(" "));
-    let quiet = |cmd: &mut Command| -> anyhow::Result<()> {
-        let out = cmd
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .output()
-            .context("running apt-get")?;
-        ensure!(
-            out.status.success(),
-            "apt-get failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    };
-    quiet(Command::new("apt-get").args(["update", "-q"]))?;
-    quiet(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing),
-    )
 }

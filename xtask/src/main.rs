@@ -6,6 +6,7 @@
 mod bench;
 mod ci;
 mod codegen;
+mod containers;
 mod demo;
 mod deploy;
 mod e2e;
@@ -55,6 +56,9 @@ enum Command {
     /// kubedev's kubelet sockets against Python's grpcio and Debian's grpc-go acting as the
     /// kubelet (installs what they need); prints the :authority each client sent.
     Interop,
+    /// The CDI specs kubedev writes, applied by podman with runc (installs them from Debian's
+    /// packages, as root), with what each container sees asserted from inside it.
+    Containers,
     /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while.
     Fuzz {
         /// Seconds per target.
@@ -76,6 +80,7 @@ fn main() -> anyhow::Result<()> {
         Command::BuildPlugins => plugins::build_plugins(&root).map(|_| ()),
         Command::Fuzz { seconds } => fuzz::fuzz(&root, seconds),
         Command::Interop => interop::interop(&root),
+        Command::Containers => containers::containers(&root),
     }
 }
 

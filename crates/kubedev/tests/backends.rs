@@ -417,68 +417,6 @@ mod nvidia {
         node.stop().await;
     }
 
-    /// The scheduler's part done by the allocator: a claim for MIG slices of a GPU published
-    /// as partitionable, allocated against the published counters; `allocated` lists devices
-    /// already in use. Returns the chosen devices.
-    fn schedule(
-        inv: &Inventory,
-        profile: &str,
-        count: u32,
-        allocated: &[String],
-    ) -> Vec<DeviceRef> {
-        let driver = kubedev_core::DriverName::new(DRIVER).unwrap();
-        let mut slices = serde_json::to_value(
-            kubedev_apiserver::render_slices(
-                inv,
-                &driver,
-                "node-a",
-                kubedev_apiserver::UnhealthyDevices::Omit,
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        for (i, s) in slices.as_array_mut().unwrap().iter_mut().enumerate() {
-            s["metadata"]["name"] = format!("slice-{i}").into();
-        }
-        let scenario = serde_json::json!({
-            "node": {"name": "node-a"},
-            "deviceClasses": [{
-                "metadata": {"name": "mig"},
-                "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]},
-            }],
-            "resourceSlices": slices,
-            "allocatedDevices": allocated,
-            "claims": [{
-                "metadata": {"name": "slices", "namespace": "default", "uid": "uid-sched"},
-                "spec": {"devices": {"requests": [{
-                    "name": "mig",
-                    "exactly": {
-                        "deviceClassName": "mig",
-                        "allocationMode": "ExactCount",
-                        "count": count,
-                        "selectors": [{"cel": {"expression": format!(
-                            "\"profile\" in device.attributes[\"gpu.nvidia.com\"] && device.attributes[\"gpu.nvidia.com\"].profile == \"{profile}\""
-                        )}}],
-                    },
-                }]}},
-            }],
-        });
-        let scenario: kubedev_allocator::Scenario = serde_json::from_value(scenario).unwrap();
-        let out =
-            kubedev_allocator::simulate(&scenario, &kubedev_allocator::SimulateOptions::default());
-        let v: serde_json::Value = serde_json::from_str(&out.to_json()).unwrap();
-        assert_eq!(v["allocatable"], true, "{v:#}");
-        v["claims"][0]["allocation"]["devices"]["results"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| DeviceRef {
-                pool: kubedev_core::PoolName::new(r["pool"].as_str().unwrap()).unwrap(),
-                device: kubedev_core::DeviceName::new(r["device"].as_str().unwrap()).unwrap(),
-            })
-            .collect()
-    }
-
     /// The distinct MIG UUIDs a CDI spec names.
     fn mig_uuids(spec: &str) -> usize {
         spec.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
@@ -499,12 +437,12 @@ mod nvidia {
 
         // Three 1g.5gb slices, then four more on the MIG-enabled GPUs, all distinct
         // placements, because the counters say which memory slices each one takes.
-        let first = schedule(&inv, "1g.5gb", 3, &[]);
+        let first = common::schedule_mig(&inv, DRIVER, "1g.5gb", 3, &[]);
         assert_eq!(first.len(), 3);
         let spec = node.prepare("uid-mig-1", &first).await;
         assert_eq!(mig_uuids(&spec), 3, "three MIG devices: {spec}");
         let used: Vec<String> = first.iter().map(|d| format!("{DRIVER}/{d}")).collect();
-        let second = schedule(&inv, "1g.5gb", 4, &used);
+        let second = common::schedule_mig(&inv, DRIVER, "1g.5gb", 4, &used);
         assert!(
             second.iter().all(|d| !first.contains(d)),
             "{first:?} {second:?}"

@@ -72,6 +72,34 @@ impl HostRoot {
         self.file(rel, b"")
     }
 
+    /// Creates a real character device node `major:minor` at `rel` (mode 0600), replacing what
+    /// is there, e.g. the stand-in of [`HostRoot::device_node`]: for tests that hand the node to
+    /// a container runtime (see `podman::FakeNode::from_host_root`). Needs root (`CAP_MKNOD`).
+    pub fn char_device(
+        &self,
+        rel: impl AsRef<Path>,
+        major: u32,
+        minor: u32,
+    ) -> std::io::Result<PathBuf> {
+        use rustix::fs::{CWD, FileType, Mode, makedev, mknodat};
+        let p = self.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match std::fs::remove_file(&p) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        mknodat(
+            CWD,
+            &p,
+            FileType::CharacterDevice,
+            Mode::from_raw_mode(0o600),
+            makedev(major, minor),
+        )?;
+        Ok(p)
+    }
+
     /// Removes a file or a whole directory under the root (a hot-unplug).
     pub fn remove(&self, rel: impl AsRef<Path>) -> std::io::Result<()> {
         let p = self.join(rel);

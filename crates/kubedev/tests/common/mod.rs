@@ -47,6 +47,15 @@ impl Claims {
             .expect("claims lock")
             .insert(uid.to_string(), list);
     }
+
+    /// Gives the claim with UID `uid` exactly `devices` (with their requests, share IDs and
+    /// configuration), replacing what it had.
+    pub(crate) fn allocate_devices(&self, uid: &str, devices: Vec<AllocatedDevice>) {
+        self.0
+            .lock()
+            .expect("claims lock")
+            .insert(uid.to_string(), devices);
+    }
 }
 
 #[async_trait]
@@ -373,4 +382,66 @@ pub(crate) fn http_get(port: u16, path: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+/// The scheduler's part done by the allocator: a claim for MIG slices of a GPU published
+/// as partitionable, allocated against the published counters; `allocated` lists devices
+/// already in use. Returns the chosen devices.
+pub(crate) fn schedule_mig(
+    inv: &Inventory,
+    driver_name: &str,
+    profile: &str,
+    count: u32,
+    allocated: &[String],
+) -> Vec<DeviceRef> {
+    let driver = kubedev_core::DriverName::new(driver_name).unwrap();
+    let mut slices = serde_json::to_value(
+        kubedev_apiserver::render_slices(
+            inv,
+            &driver,
+            "node-a",
+            kubedev_apiserver::UnhealthyDevices::Omit,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    for (i, s) in slices.as_array_mut().unwrap().iter_mut().enumerate() {
+        s["metadata"]["name"] = format!("slice-{i}").into();
+    }
+    let scenario = serde_json::json!({
+        "node": {"name": "node-a"},
+        "deviceClasses": [{
+            "metadata": {"name": "mig"},
+            "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver_name}\"")}}]},
+        }],
+        "resourceSlices": slices,
+        "allocatedDevices": allocated,
+        "claims": [{
+            "metadata": {"name": "slices", "namespace": "default", "uid": "uid-sched"},
+            "spec": {"devices": {"requests": [{
+                "name": "mig",
+                "exactly": {
+                    "deviceClassName": "mig",
+                    "allocationMode": "ExactCount",
+                    "count": count,
+                    "selectors": [{"cel": {"expression": format!(
+                        "\"profile\" in device.attributes[\"gpu.nvidia.com\"] && device.attributes[\"gpu.nvidia.com\"].profile == \"{profile}\""
+                    )}}],
+                },
+            }]}},
+        }],
+    });
+    let scenario: kubedev_allocator::Scenario = serde_json::from_value(scenario).unwrap();
+    let out =
+        kubedev_allocator::simulate(&scenario, &kubedev_allocator::SimulateOptions::default());
+    let v: serde_json::Value = serde_json::from_str(&out.to_json()).unwrap();
+    assert_eq!(v["allocatable"], true, "{v:#}");
+    v["claims"][0]["allocation"]["devices"]["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| DeviceRef {
+            pool: kubedev_core::PoolName::new(r["pool"].as_str().unwrap()).unwrap(),
+            device: kubedev_core::DeviceName::new(r["device"].as_str().unwrap()).unwrap(),
+        })
+        .collect()
 }

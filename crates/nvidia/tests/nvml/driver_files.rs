@@ -18,7 +18,11 @@ fn install(root: &Path, version: &str) {
     std::os::unix::fs::symlink(format!("libcuda.so.{version}"), &link).unwrap();
     std::fs::create_dir_all(root.join(format!("lib/firmware/nvidia/{version}"))).unwrap();
     std::fs::create_dir_all(root.join("sys/module/nvidia")).unwrap();
-    std::fs::write(root.join("sys/module/nvidia/version"), format!("{version}\n")).unwrap();
+    std::fs::write(
+        root.join("sys/module/nvidia/version"),
+        format!("{version}\n"),
+    )
+    .unwrap();
 }
 
 fn mounted(edits: &kubedev_core::ContainerEdits) -> Vec<String> {
