@@ -559,3 +559,72 @@ async fn vgpu_types_are_created_at_start_and_served_as_mediated_devices() {
     );
     node.stop().await;
 }
+
+#[cfg(feature = "nvidia")]
+#[tokio::test]
+async fn a_driver_upgraded_under_the_daemon_gets_prepared_claims_a_spec_with_the_new_files() {
+    /// The driver's files of `version` on the fake host, and the module's version in sysfs.
+    fn install(host: &Path, version: &str) {
+        let lib = host.join("usr/lib/x86_64-linux-gnu");
+        std::fs::create_dir_all(&lib).unwrap();
+        std::fs::write(lib.join(format!("libcuda.so.{version}")), version).unwrap();
+        std::fs::create_dir_all(host.join("sys/module/nvidia")).unwrap();
+        std::fs::write(
+            host.join("sys/module/nvidia/version"),
+            format!("{version}\n"),
+        )
+        .unwrap();
+    }
+    if std::env::consts::ARCH != "x86_64" {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let host = tempfile::tempdir().unwrap();
+    install(host.path(), "550.54.15");
+    let machine = dir.path().join("machine.yaml");
+    let original = std::fs::read_to_string(nvml_mock::machine_path("workstation")).unwrap();
+    std::fs::write(&machine, &original).unwrap();
+    let lib = nvml_mock::isolated_library(dir.path(), &machine, None).unwrap();
+    let backends = format!(
+        "  nvidia:\n    libraryPath: {}\n    healthPollMillis: 50\n",
+        lib.display()
+    );
+    let node = dra_node(dir.path(), host.path(), &backends).await;
+    let published = node.published().await;
+    let gpu = published
+        .iter()
+        .find(|d| d.device.as_str() == "gpu-0")
+        .unwrap()
+        .clone();
+    let spec = node
+        .prepare("uid-upgrade", std::slice::from_ref(&gpu))
+        .await;
+    assert!(spec.contains("libcuda.so.550.54.15"), "{spec}");
+
+    // The driver is upgraded while kubedev runs: new files, the module and NVML say so.
+    std::fs::write(&machine, original.replace("550.54.15", "560.35.03")).unwrap();
+    install(host.path(), "560.35.03");
+    let file = common::cdi_files(&node.root.join("cdi"))
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("uid-upgrade"))
+        .unwrap();
+    let rewritten = common::eventually(WAIT, || {
+        let now = std::fs::read_to_string(&file).unwrap_or_default();
+        async move {
+            if now.contains("libcuda.so.560.35.03") {
+                Ok(now)
+            } else {
+                Err(format!("the spec still mounts the old driver: {now}"))
+            }
+        }
+    })
+    .await;
+    assert!(!rewritten.contains("550.54.15"), "{rewritten}");
+    // The kubelet's next prepare of the claim answers from the new record, unchanged.
+    node.prepare("uid-upgrade", std::slice::from_ref(&gpu))
+        .await;
+    let again = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(again, rewritten);
+    node.unprepare("uid-upgrade").await;
+    node.stop().await;
+}

@@ -30,11 +30,17 @@
 //!   NVML reports lost is unhealthy (and stays published under its name); a GPU that answers
 //!   again after `healthRecheckSeconds` without a new Xid is healthy again. GPUs are probed
 //!   every `healthPollMillis`.
-//! - **Prepare** gives `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` (when the
-//!   host has them), `/dev/nvidia<minor>`, for MIG devices the capability nodes
-//!   `/dev/nvidia-caps/nvidia-cap<N>` numbered from the host's
-//!   `/proc/driver/nvidia-caps/mig-minors`, and `NVIDIA_VISIBLE_DEVICES=<uuid>` (the MIG UUID
-//!   for MIG devices).
+//! - **Prepare** gives `/dev/nvidiactl`, `/dev/nvidia-uvm`, `/dev/nvidia-uvm-tools` and
+//!   `/dev/nvidia-modeset` (when the host has them), `/dev/nvidia<minor>`, for MIG devices the
+//!   capability nodes `/dev/nvidia-caps/nvidia-cap<N>` numbered from the host's
+//!   `/proc/driver/nvidia-caps/mig-minors` (nodes from `devRoot`), the user-space driver of the
+//!   running version found under `driverRoot` ([`driver`]: libraries under their SONAMEs,
+//!   tools, firmware, sockets, optionally NVIDIA's CDI hooks), so a container made of only the
+//!   CDI spec runs CUDA; and `NVIDIA_VISIBLE_DEVICES=<uuid>` (the MIG UUID for MIG devices) for
+//!   nodes that still run NVIDIA's legacy runtime hook. A driver reloaded or upgraded under the
+//!   daemon (`/sys/module/nvidia/version` changes) makes the backend load NVML again, find the
+//!   new version's files and give prepared devices new edits
+//!   ([`Preparer::refreshed_edits`](kubedev_core::Preparer::refreshed_edits)).
 //! - **Time-slicing**: with `replicas: N` every GPU (and static MIG device) is published N
 //!   times, `<device>-replica-<r>` with attribute `replica`, all preparing to the same GPU. The
 //!   inventory is shared by both kubelet APIs, so in DRA too each replica is a separately
