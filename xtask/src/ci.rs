@@ -256,6 +256,45 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         &[("CARGO_TARGET_DIR", target_dir(root).as_os_str())],
     )?;
 
+    step("the GPU check's tools (tools/gpu-check, tools/cdi-chroot) build and are clean");
+    // Its own workspace, run on GPU machines only; checked here so it never rots.
+    let manifest = "tools/cdi-chroot/Cargo.toml";
+    run(
+        root,
+        "cargo",
+        &["fmt", "--manifest-path", manifest, "--check"],
+    )?;
+    run_with_env(
+        root,
+        "cargo",
+        &[
+            "clippy",
+            "--locked",
+            "--manifest-path",
+            manifest,
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[(
+            "CARGO_TARGET_DIR",
+            target_dir(root).join("tools").as_os_str(),
+        )],
+    )?;
+    run(
+        root,
+        "cc",
+        &[
+            "-fsyntax-only",
+            "-Wall",
+            "-Werror",
+            "tools/gpu-check/cudacheck.c",
+        ],
+    )?;
+    for script in ["tools/gpu-check/run.sh", "tools/gpu-check/prepare.sh"] {
+        run(root, "bash", &["-n", script])?;
+    }
+
     step("deployment: the Helm chart renders, every object parses as its type; the image matches");
     run(root, "cargo", &["xtask", "deploy-check"])?;
 
