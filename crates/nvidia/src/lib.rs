@@ -40,7 +40,7 @@
 //!   nodes that still run NVIDIA's legacy runtime hook. A driver reloaded or upgraded under the
 //!   daemon (`/sys/module/nvidia/version` changes) makes the backend load NVML again, find the
 //!   new version's files and give prepared devices new edits
-//!   ([`Preparer::refreshed_edits`](kubedev_core::Preparer::refreshed_edits)).
+//!   ([`Preparer::refreshed_edits`]).
 //! - **Time-slicing**: with `replicas: N` every GPU (and static MIG device) is published N
 //!   times, `<device>-replica-<r>` with attribute `replica`, all preparing to the same GPU. The
 //!   inventory is shared by both kubelet APIs, so in DRA too each replica is a separately

@@ -425,10 +425,23 @@ impl DraCrash<'_> {
         let prepared: Vec<usize> = (0..self.claims.len())
             .filter(|&i| self.want[i] == Want::Prepared)
             .collect();
-        let spec_damage: Vec<Option<Damage>> = prepared
+        let mut spec_damage: Vec<Option<Damage>> = prepared
             .iter()
             .map(|_| rng.bool().then(|| Damage::draw(rng, 400)))
             .collect();
+        // A deleted checkpoint with every spec deleted too leaves a node no trace of what was
+        // prepared: kubedev asks the API server only when something says a record was lost
+        // (a first start looks the same and must not prepare claims the kubelet has not asked
+        // for). Such a round keeps one spec.
+        if matches!(checkpoint_damage, Some(Damage::Delete))
+            && !spec_damage.is_empty()
+            && spec_damage
+                .iter()
+                .all(|d| matches!(d, Some(Damage::Delete)))
+            && let Some(last) = spec_damage.last_mut()
+        {
+            *last = None;
+        }
         let pod_gone = (!prepared.is_empty() && rng.u8(..3) == 0)
             .then(|| prepared[rng.usize(..prepared.len())]);
 
