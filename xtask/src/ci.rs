@@ -31,6 +31,31 @@ pub(crate) fn build_daemon(root: &Path) -> anyhow::Result<std::path::PathBuf> {
 }
 
 /// Runs one command in `root`, echoing it; fails when it fails.
+/// A project with its own workspace inside this repository: `cargo fmt --check`, then
+/// `cargo <command> --locked` (the command's own arguments after a `--` stay last), built into
+/// `target`.
+fn own_workspace(
+    root: &Path,
+    manifest: &str,
+    command: &[&str],
+    target: &Path,
+) -> anyhow::Result<()> {
+    run(
+        root,
+        "cargo",
+        &["fmt", "--manifest-path", manifest, "--check"],
+    )?;
+    let (cmd, rest) = command.split_first().context("a cargo command")?;
+    let mut args = vec![*cmd, "--locked", "--manifest-path", manifest];
+    args.extend_from_slice(rest);
+    run_with_env(
+        root,
+        "cargo",
+        &args,
+        &[("CARGO_TARGET_DIR", target.as_os_str())],
+    )
+}
+
 pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> anyhow::Result<()> {
     run_with_env(root, program, args, &[])
 }
@@ -243,43 +268,20 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
     step("the out-of-tree driver of docs/writing-a-backend.md (examples/vendor-driver)");
     // Its own workspace: checked and tested on its own, built into this workspace's target
     // directory so nothing is built twice. Its tests also hold the guide to its files.
-    let manifest = "examples/vendor-driver/Cargo.toml";
-    run(
+    own_workspace(
         root,
-        "cargo",
-        &["fmt", "--manifest-path", manifest, "--check"],
-    )?;
-    run_with_env(
-        root,
-        "cargo",
-        &["test", "--locked", "--manifest-path", manifest],
-        &[("CARGO_TARGET_DIR", target_dir(root).as_os_str())],
+        "examples/vendor-driver/Cargo.toml",
+        &["test"],
+        &target_dir(root),
     )?;
 
     step("the GPU check's tools (tools/gpu-check, tools/cdi-chroot) build and are clean");
     // Its own workspace, run on GPU machines only; checked here so it never rots.
-    let manifest = "tools/cdi-chroot/Cargo.toml";
-    run(
+    own_workspace(
         root,
-        "cargo",
-        &["fmt", "--manifest-path", manifest, "--check"],
-    )?;
-    run_with_env(
-        root,
-        "cargo",
-        &[
-            "clippy",
-            "--locked",
-            "--manifest-path",
-            manifest,
-            "--",
-            "-D",
-            "warnings",
-        ],
-        &[(
-            "CARGO_TARGET_DIR",
-            target_dir(root).join("tools").as_os_str(),
-        )],
+        "tools/cdi-chroot/Cargo.toml",
+        &["clippy", "--", "-D", "warnings"],
+        &target_dir(root).join("tools"),
     )?;
     run(
         root,

@@ -367,6 +367,30 @@ impl LoaderProbe {
     }
 }
 
+/// What the NVIDIA container tests start from: the podman harness, a fake driver root, the
+/// checksum of its `libcuda`, a work directory and a copy of the NVML stand-in in it.
+struct Fixture {
+    podman: Podman,
+    root: DriverRoot,
+    cuda_sha: String,
+    dir: tempfile::TempDir,
+    lib: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let root = DriverRoot::new();
+        let dir = tempfile::tempdir().unwrap();
+        Fixture {
+            podman: Podman::new().unwrap(),
+            cuda_sha: sha256(&root.libcuda()),
+            lib: nvml(dir.path()),
+            root,
+            dir,
+        }
+    }
+}
+
 /// Installs kubedev's `spec` unchanged, runs `script` in a container given every device of it,
 /// and checks every edit of the spec from inside; the spec stays installed while the guard
 /// lives.
@@ -393,11 +417,13 @@ fn run_spec(
 #[tokio::test]
 #[ignore = "needs root, podman and runc: run by cargo xtask ci"]
 async fn a_dra_claim_gives_the_container_the_gpu_and_a_usable_driver() {
-    let podman = Podman::new().unwrap();
-    let root = DriverRoot::new();
-    let cuda_sha = sha256(&root.libcuda());
-    let dir = tempfile::tempdir().unwrap();
-    let lib = nvml(dir.path());
+    let Fixture {
+        podman,
+        root,
+        cuda_sha,
+        dir,
+        lib,
+    } = Fixture::new();
     let node = dra_node(dir.path(), &nvidia_backend(&lib, &root)).await;
 
     // One GPU: everything a CUDA user needs, checked edit by edit and from the user's side,
@@ -445,11 +471,13 @@ async fn a_dra_claim_gives_the_container_the_gpu_and_a_usable_driver() {
 #[tokio::test]
 #[ignore = "needs root, podman and runc: run by cargo xtask ci"]
 async fn the_device_plugin_in_cdi_mode_gives_the_container_the_gpu_and_the_driver() {
-    let podman = Podman::new().unwrap();
-    let root = DriverRoot::new();
-    let cuda_sha = sha256(&root.libcuda());
-    let dir = tempfile::tempdir().unwrap();
-    let lib = nvml(dir.path());
+    let Fixture {
+        podman,
+        root,
+        cuda_sha,
+        dir,
+        lib,
+    } = Fixture::new();
     let dp = dir.path().join("dp");
     std::fs::create_dir_all(&dp).unwrap();
     let resource = "nvidia.com/gpu";
@@ -806,11 +834,13 @@ async fn a_static_mig_device_gives_the_container_its_gpu_capabilities_and_mig_uu
 #[tokio::test]
 #[ignore = "needs root, podman and runc: run by cargo xtask ci"]
 async fn a_mig_placement_created_on_prepare_gives_the_container_its_gpu_and_mig_uuid() {
-    let podman = Podman::new().unwrap();
-    let root = DriverRoot::new();
-    let cuda_sha = sha256(&root.libcuda());
-    let dir = tempfile::tempdir().unwrap();
-    let lib = nvml(dir.path());
+    let Fixture {
+        podman,
+        root,
+        cuda_sha,
+        dir,
+        lib,
+    } = Fixture::new();
     let backends = format!(
         "{}    migStrategy: partitionable\n",
         nvidia_backend(&lib, &root)
@@ -866,11 +896,13 @@ async fn a_mig_placement_created_on_prepare_gives_the_container_its_gpu_and_mig_
 #[tokio::test]
 #[ignore = "needs root, podman and runc: run by cargo xtask ci"]
 async fn both_time_sliced_replicas_of_a_gpu_in_one_claim_give_the_container_that_gpu() {
-    let podman = Podman::new().unwrap();
-    let root = DriverRoot::new();
-    let cuda_sha = sha256(&root.libcuda());
-    let dir = tempfile::tempdir().unwrap();
-    let lib = nvml(dir.path());
+    let Fixture {
+        podman,
+        root,
+        cuda_sha,
+        dir,
+        lib,
+    } = Fixture::new();
     let backends = format!("{}    replicas: 2\n", nvidia_backend(&lib, &root));
     let node = dra_node(dir.path(), &backends).await;
     let replicas = gpus(&node, &["gpu-0-replica-0", "gpu-0-replica-1"]).await;
@@ -921,11 +953,13 @@ async fn both_time_sliced_replicas_of_a_gpu_in_one_claim_give_the_container_that
 #[tokio::test]
 #[ignore = "needs root, podman and runc: run by cargo xtask ci"]
 async fn an_mps_claim_gives_the_container_its_mps_pipe_directory() {
-    let podman = Podman::new().unwrap();
-    let root = DriverRoot::new();
-    let cuda_sha = sha256(&root.libcuda());
-    let dir = tempfile::tempdir().unwrap();
-    let lib = nvml(dir.path());
+    let Fixture {
+        podman,
+        root,
+        cuda_sha,
+        dir,
+        lib,
+    } = Fixture::new();
     let smi = nvml_mock::tools::smi_wrapper(
         &dir.path().join("nvidia-smi"),
         &dir.path().join("gpu-settings.json"),
@@ -1003,10 +1037,13 @@ async fn an_mps_claim_gives_the_container_its_mps_pipe_directory() {
 #[tokio::test]
 #[ignore = "needs root, podman and runc: run by cargo xtask ci"]
 async fn with_a_cdi_hook_the_runtime_runs_it_to_link_and_cache_the_libraries() {
-    let podman = Podman::new().unwrap();
-    let root = DriverRoot::new();
-    let dir = tempfile::tempdir().unwrap();
-    let lib = nvml(dir.path());
+    let Fixture {
+        podman,
+        root,
+        dir,
+        lib,
+        ..
+    } = Fixture::new();
     // A stand-in for NVIDIA's hook: it records its arguments and the container state the
     // runtime hands it on standard input, one file per run.
     let log = dir.path().join("hook-log");

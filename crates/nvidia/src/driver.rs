@@ -174,32 +174,51 @@ fn strip_root(root: &Path, p: &Path) -> PathBuf {
 }
 
 impl DriverLocation<'_> {
-    /// The host path `p` (under the driver root), canonical within the host root, and whether
-    /// it is still under the driver root (a link may lead out of it).
+    /// The container path of host path `p`: `p` with the driver root taken off, whether `p`
+    /// is written under the driver root as configured or under where its links lead.
+    fn container_path(&self, p: &Path) -> PathBuf {
+        if p.starts_with(self.root) {
+            return strip_root(self.root, p);
+        }
+        match self.canonical(self.root) {
+            Some(real) if p.starts_with(&real) => strip_root(&real, p),
+            _ => p.to_path_buf(),
+        }
+    }
+
+    /// The host path `p` with every link resolved inside the host root; `None` when it does
+    /// not exist.
     fn canonical(&self, p: &Path) -> Option<PathBuf> {
         self.host.canonicalize(p).ok()
     }
 
+    /// The metadata of host path `p`, links resolved inside the host root (an absolute link
+    /// such as `/lib64 -> /usr/lib64` stays on the host, not in kubedev's own file system).
+    fn metadata(&self, p: &Path) -> Option<std::fs::Metadata> {
+        std::fs::metadata(self.host.resolve(p).ok()?).ok()
+    }
+
     fn is_file(&self, p: &Path) -> bool {
-        std::fs::metadata(self.host.join(p)).is_ok_and(|m| m.is_file())
+        self.metadata(p).is_some_and(|m| m.is_file())
+    }
+
+    fn is_executable(&self, p: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt as _;
+        self.metadata(p)
+            .is_some_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     }
 
     /// An executable ELF file (not a script).
     fn is_elf_executable(&self, p: &Path) -> bool {
         use std::io::Read as _;
-        if !self.is_executable(p) {
-            return false;
-        }
         let mut magic = [0u8; 4];
-        std::fs::File::open(self.host.join(p))
-            .and_then(|mut f| f.read_exact(&mut magic))
-            .is_ok_and(|()| magic == *b"\x7fELF")
-    }
-
-    fn is_executable(&self, p: &Path) -> bool {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::metadata(self.host.join(p))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        self.is_executable(p)
+            && self
+                .host
+                .resolve(p)
+                .ok()
+                .and_then(|real| std::fs::File::open(real).ok())
+                .is_some_and(|mut f| f.read_exact(&mut magic).is_ok() && magic == *b"\x7fELF")
     }
 
     /// Finds the files of driver `version`. Never fails: what is absent is listed in
@@ -228,7 +247,7 @@ impl DriverLocation<'_> {
             }
             if let Some(c) = self.canonical(&p) {
                 seen_ipc.insert(name.to_owned());
-                out.ipc.push((c, strip_root(self.root, &p)));
+                out.ipc.push((c, self.container_path(&p)));
             }
         }
         if let Some(h) = self.hook {
@@ -263,7 +282,7 @@ impl DriverLocation<'_> {
             if let Some(c) = self.canonical(&fw)
                 && self.host.join(&c).is_dir()
             {
-                let container = strip_root(self.root, &fw);
+                let container = self.container_path(&fw);
                 out.firmware = Some((c, container));
                 return;
             }
@@ -305,7 +324,7 @@ impl DriverLocation<'_> {
                 continue;
             };
             let container_dir = match self.layout {
-                LibraryLayout::Host => strip_root(self.root, &d),
+                LibraryLayout::Host => self.container_path(&d),
                 LibraryLayout::UsrLocalNvidia => {
                     let base = PathBuf::from("/usr/local/nvidia/lib64");
                     if d == dir { base } else { base.join("vdpau") }
@@ -376,7 +395,7 @@ impl DriverLocation<'_> {
             match found {
                 Some(p) => {
                     let container = match self.layout {
-                        LibraryLayout::Host => strip_root(self.root, &p),
+                        LibraryLayout::Host => self.container_path(&p),
                         LibraryLayout::UsrLocalNvidia => {
                             Path::new("/usr/local/nvidia/bin").join(bin)
                         }

@@ -117,6 +117,40 @@ impl CdiContainerEdits {
         }
     }
 
+    /// These edits less every item `other` has.
+    fn without(&self, other: &CdiContainerEdits) -> CdiContainerEdits {
+        fn less<T: Clone + PartialEq>(items: &[T], other: &[T]) -> Vec<T> {
+            items
+                .iter()
+                .filter(|x| !other.contains(x))
+                .cloned()
+                .collect()
+        }
+        CdiContainerEdits {
+            env: less(&self.env, &other.env),
+            device_nodes: less(&self.device_nodes, &other.device_nodes),
+            hooks: less(&self.hooks, &other.hooks),
+            mounts: less(&self.mounts, &other.mounts),
+            additional_gids: less(&self.additional_gids, &other.additional_gids),
+        }
+    }
+
+    /// Adds every item of `other` these edits lack, in `other`'s order.
+    fn add_missing(&mut self, other: CdiContainerEdits) {
+        fn add<T: PartialEq>(items: &mut Vec<T>, other: Vec<T>) {
+            for x in other {
+                if !items.contains(&x) {
+                    items.push(x);
+                }
+            }
+        }
+        add(&mut self.env, other.env);
+        add(&mut self.device_nodes, other.device_nodes);
+        add(&mut self.hooks, other.hooks);
+        add(&mut self.mounts, other.mounts);
+        add(&mut self.additional_gids, other.additional_gids);
+    }
+
     fn needs_host_path(&self) -> bool {
         self.device_nodes
             .iter()
@@ -156,62 +190,29 @@ impl CdiSpec {
                 .cloned()
                 .collect()
         }
-        let mounts = common(&self.devices, |e| &e.mounts);
-        let hooks = common(&self.devices, |e| &e.hooks);
-        let nodes = common(&self.devices, |e| &e.device_nodes);
-        let env = common(&self.devices, |e| &e.env);
-        let keeps_own = |e: &CdiContainerEdits, with_nodes_and_env: bool| {
-            e.mounts.iter().any(|m| !mounts.contains(m))
-                || e.hooks.iter().any(|h| !hooks.contains(h))
-                || !e.additional_gids.is_empty()
-                || !with_nodes_and_env && (!e.device_nodes.is_empty() || !e.env.is_empty())
-                || with_nodes_and_env
-                    && (e.device_nodes.iter().any(|n| !nodes.contains(n))
-                        || e.env.iter().any(|v| !env.contains(v)))
+        let mut shared = CdiContainerEdits {
+            env: common(&self.devices, |e| &e.env),
+            device_nodes: common(&self.devices, |e| &e.device_nodes),
+            hooks: common(&self.devices, |e| &e.hooks),
+            mounts: common(&self.devices, |e| &e.mounts),
+            additional_gids: Vec::new(),
         };
-        if !self
-            .devices
-            .iter()
-            .all(|d| keeps_own(&d.container_edits, false))
-        {
-            return;
+        let all_keep_own = |shared: &CdiContainerEdits| {
+            self.devices
+                .iter()
+                .all(|d| !d.container_edits.without(shared).is_empty())
+        };
+        if !all_keep_own(&shared) {
+            shared.device_nodes.clear();
+            shared.env.clear();
+            if !all_keep_own(&shared) {
+                return;
+            }
         }
-        let with_nodes_and_env = self
-            .devices
-            .iter()
-            .all(|d| keeps_own(&d.container_edits, true));
-        let spec = &mut self.container_edits;
         for d in &mut self.devices {
-            let e = &mut d.container_edits;
-            e.mounts.retain(|m| !mounts.contains(m));
-            e.hooks.retain(|h| !hooks.contains(h));
-            if with_nodes_and_env {
-                e.device_nodes.retain(|n| !nodes.contains(n));
-                e.env.retain(|v| !env.contains(v));
-            }
+            d.container_edits = d.container_edits.without(&shared);
         }
-        for m in mounts {
-            if !spec.mounts.contains(&m) {
-                spec.mounts.push(m);
-            }
-        }
-        for h in hooks {
-            if !spec.hooks.contains(&h) {
-                spec.hooks.push(h);
-            }
-        }
-        if with_nodes_and_env {
-            for n in nodes {
-                if !spec.device_nodes.contains(&n) {
-                    spec.device_nodes.push(n);
-                }
-            }
-            for v in env {
-                if !spec.env.contains(&v) {
-                    spec.env.push(v);
-                }
-            }
-        }
+        self.container_edits.add_missing(shared);
     }
 
     /// The lowest CDI version whose features this spec uses (the rules of the CDI reference

@@ -153,10 +153,12 @@ impl CdiWriter {
         // it carries the joined value of the whole claim, as the device-plugin path merges it.
         let mut joined: BTreeMap<String, String> = BTreeMap::new();
         let mut setters: BTreeMap<&str, usize> = BTreeMap::new();
-        for p in prepared.iter().filter(|_| self.join_env) {
-            for (k, v) in &p.edits.env {
-                kubedev_core::join_env_value(&mut joined, k, v);
-                *setters.entry(k.as_str()).or_default() += 1;
+        if self.join_env {
+            for p in prepared {
+                for (k, v) in &p.edits.env {
+                    kubedev_core::join_env_value(&mut joined, k, v);
+                    *setters.entry(k.as_str()).or_default() += 1;
+                }
             }
         }
         joined.retain(|k, _| setters.get(k.as_str()).is_some_and(|n| *n > 1));

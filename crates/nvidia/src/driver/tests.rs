@@ -280,3 +280,52 @@ fn nothing_installed_or_a_hostile_version_gives_no_files_and_says_why() {
         assert!(files.missing[0].contains("not a plain version"), "{bad}");
     }
 }
+
+#[test]
+fn links_in_the_driver_root_are_followed_inside_the_host_root() {
+    if std::env::consts::ARCH != "x86_64" {
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    // The driver root is an absolute link on the host (`/opt/nvidia -> /drivers/580`), as a
+    // driver container's mount may be: it must be read in the host root, not in kubedev's own
+    // file system.
+    install(base.path(), "/drivers/580", "usr/lib/x86_64-linux-gnu");
+    elf(&base.path().join("drivers/580/usr/bin/nvidia-debugdump"));
+    std::fs::create_dir_all(base.path().join("opt")).unwrap();
+    symlink("/drivers/580", base.path().join("opt/nvidia")).unwrap();
+    let host = HostFs::new(base.path());
+    let files = DriverLocation {
+        host: &host,
+        root: Path::new("/opt/nvidia"),
+        layout: LibraryLayout::Host,
+        hook: None,
+    }
+    .find(V);
+    let cuda = files
+        .libraries
+        .iter()
+        .find(|l| l.name == format!("libcuda.so.{V}"))
+        .unwrap_or_else(|| panic!("{files:?}"));
+    assert_eq!(
+        cuda.host_path,
+        Path::new("/drivers/580/usr/lib/x86_64-linux-gnu").join(&cuda.name)
+    );
+    assert_eq!(
+        cuda.container_dir,
+        Path::new("/usr/lib/x86_64-linux-gnu"),
+        "the driver root is taken off where its link leads too"
+    );
+    let tools: Vec<_> = files
+        .binaries
+        .iter()
+        .map(|(h, c)| (h.display().to_string(), c.display().to_string()))
+        .collect();
+    assert!(
+        tools.contains(&(
+            "/drivers/580/usr/bin/nvidia-debugdump".into(),
+            "/usr/bin/nvidia-debugdump".into()
+        )),
+        "{tools:?}"
+    );
+}
