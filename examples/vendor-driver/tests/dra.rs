@@ -116,8 +116,10 @@ async fn a_claim_is_prepared_into_a_cdi_spec_and_a_card_out_of_operation_is_repo
         assert_eq!(edits["deviceNodes"][0]["path"], format!("/dev/{card}"), "{spec:#}");
         // Each card sets FPGA_CARDS; CDI gives every device the value of the whole claim, so
         // the container sees both names whichever device the runtime applies last.
-        assert_eq!(edits["env"], json!(["FPGA_CARDS=fpga0,fpga1"]), "{spec:#}");
-        assert_eq!(edits["mounts"][0]["hostPath"], "/lib/firmware", "{spec:#}");
+        assert_eq!(applied(&spec, i, "env"), [json!("FPGA_CARDS=fpga0,fpga1")], "{spec:#}");
+        let mounts = applied(&spec, i, "mounts");
+        assert_eq!(mounts.len(), 1, "{spec:#}");
+        assert_eq!(mounts[0]["hostPath"], "/lib/firmware", "{spec:#}");
     }
 
     // fpga1 stops operating: the kubelet hears it on the resource health stream.
@@ -136,4 +138,13 @@ async fn a_claim_is_prepared_into_a_cdi_spec_and_a_card_out_of_operation_is_repo
     assert!(answer["claim-uid-1"].is_ok(), "{answer:?}");
     assert!(env.cdi_files().is_empty(), "{:?}", env.cdi_files());
     driver.stop();
+}
+
+/// The `key` edits a runtime applies for device `i` of `spec`: the spec's own edits, which every
+/// device of the spec shares, then the device's.
+fn applied(spec: &Value, i: usize, key: &str) -> Vec<Value> {
+    let list = |edits: &Value| edits[key].as_array().cloned().unwrap_or_default();
+    let mut all = list(&spec["containerEdits"]);
+    all.extend(list(&spec["devices"][i]["containerEdits"]));
+    all
 }
