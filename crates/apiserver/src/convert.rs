@@ -47,11 +47,11 @@ pub(crate) const MAX_TAINTS_1_34: usize = 4;
 /// Counters one device consumes over all its consumptions in Kubernetes 1.34.
 pub(crate) const MAX_COUNTERS_PER_DEVICE_1_34: usize = 32;
 
-/// The attribute that carries a device's NUMA node (an integer), in the driver's own domain
-/// (`device.attributes["<driver>"].numaNode` in CEL). Kubernetes defines no standard NUMA
-/// attribute (its standard ones, in `resource.kubernetes.io`, are `pcieRoot` and `pciBusID`), so
-/// kubedev does not invent one there.
-pub const NUMA_NODE_ATTRIBUTE: &str = "numaNode";
+/// The standard attribute that carries a device's NUMA node (an integer), defined by Kubernetes
+/// 1.37 (KEP-6072, GA) beside `resource.kubernetes.io/pcieRoot` and `pciBusID`, so a claim can
+/// `matchAttribute` it across drivers (a GPU and a NIC on one node). Any API server keeps it: it
+/// is a qualified attribute name like any other, which 1.34–1.36 accept as well.
+pub const NUMA_NODE_ATTRIBUTE: &str = "resource.kubernetes.io/numaNode";
 
 /// What the publisher does with devices whose health is `Unhealthy`.
 ///

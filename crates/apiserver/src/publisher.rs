@@ -184,8 +184,8 @@ impl Default for Settings {
 ///
 /// The publisher is a cheap handle: clones share the same state. Set options before `start`.
 ///
-/// NUMA: a device's `numa_node` is published as the integer attribute `numaNode` in the
-/// driver's own domain, unless the device sets that attribute itself. Unhealthy devices: see [`UnhealthyDevices`].
+/// NUMA: a device's `numa_node` is published as the standard integer attribute
+/// `resource.kubernetes.io/numaNode`, unless the device sets that attribute itself. Unhealthy devices: see [`UnhealthyDevices`].
 #[derive(Clone)]
 pub struct SlicePublisher {
     shared: Arc<Shared>,

@@ -130,7 +130,7 @@ pub(crate) fn taint_value(reason: &str) -> String {
         .to_owned()
 }
 
-/// Maps one device. The attribute `resource.kubernetes.io/numaNode` is added from
+/// Maps one device. The standard attribute `resource.kubernetes.io/numaNode` is added from
 /// `numa_node` when the device does not set it itself and there is room for it.
 pub(crate) fn map_device(
     pool: &Pool,

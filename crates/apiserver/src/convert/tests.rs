@@ -369,7 +369,7 @@ fn devices_map_to_the_v1_shape() {
                 "example.com/driverVersion": {"version": "550.54.15"},
                 "mig": {"bool": true},
                 "model": {"string": "A100"},
-                "numaNode": {"int": 1},
+                "resource.kubernetes.io/numaNode": {"int": 1},
             },
             "capacity": {"memory": {"value": "40Gi"}},
             "taints": [{"key": "example.com/flaky", "value": "xid-79", "effect": "NoExecute"}],

@@ -219,7 +219,7 @@ async fn a_thousand_devices_are_published() {
         for d in s["spec"]["devices"].as_array().unwrap() {
             seen.insert(
                 d["name"].as_str().unwrap().to_owned(),
-                d["attributes"]["numaNode"]["int"].clone(),
+                d["attributes"]["resource.kubernetes.io/numaNode"]["int"].clone(),
             );
         }
     }
