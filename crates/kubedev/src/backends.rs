@@ -76,6 +76,17 @@ impl Backends {
         slots[i] = backend;
     }
 
+    /// The pools slot `i` published at its last discovery.
+    pub fn pools_of(&self, i: usize) -> Vec<PoolName> {
+        let mut pools: Vec<PoolName> = read(&self.owners)
+            .iter()
+            .filter(|(_, o)| **o == i)
+            .map(|(p, _)| p.clone())
+            .collect();
+        pools.sort();
+        pools
+    }
+
     /// Discovers all backends into one inventory; a backend that fails, a pool whose name another
     /// backend already uses, and an invalid pool are logged and left out.
     pub async fn discover_all(&self) -> Inventory {

@@ -4,7 +4,8 @@
 //! `KUBEDEV_FAILPOINTS` holds a comma-separated list of step names; the process aborts (no
 //! unwinding, no cleanup — like `kill -9`) the first time it reaches one of them. A step written
 //! `<step>=pause:<ms>` pauses that long there instead (to hold an operation in flight, e.g.
-//! while a second instance starts). Unset, every check is a cheap lookup in an empty map.
+//! while a second instance starts); one written `<step>=fail` makes the step fail with an
+//! error where the step can ([`fails`]). Unset, every check is a cheap lookup in an empty map.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -27,6 +28,7 @@ pub const STEPS: [&str; 5] = [
 enum Action {
     Abort,
     Pause(Duration),
+    Fail,
 }
 
 fn parse(v: &str) -> HashMap<String, Action> {
@@ -34,6 +36,7 @@ fn parse(v: &str) -> HashMap<String, Action> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| match s.split_once("=pause:") {
+            None if s.ends_with("=fail") => (s.trim_end_matches("=fail").to_string(), Action::Fail),
             Some((step, ms)) => match ms.parse::<u64>() {
                 Ok(ms) => (step.to_string(), Action::Pause(Duration::from_millis(ms))),
                 // A malformed pause still marks the step: abort, which a test notices.
@@ -58,7 +61,14 @@ pub async fn reached(step: &str) {
             std::process::abort();
         }
         Some(Action::Pause(d)) => tokio::time::sleep(*d).await,
+        Some(Action::Fail) => {}
     }
+}
+
+/// Whether `step` is armed to fail (`<step>=fail`): the caller then fails as the step would.
+/// The first backend watch of the daemon fails at `backend-watch`.
+pub fn fails(step: &str) -> bool {
+    armed().get(step) == Some(&Action::Fail)
 }
 
 #[cfg(test)]
@@ -67,14 +77,16 @@ mod tests {
 
     #[test]
     fn steps_abort_or_pause() {
-        let m =
-            parse(" after-cdi-write , after-prepare-started=pause:250,during-unprepare=pause:x,");
+        let m = parse(
+            " after-cdi-write , after-prepare-started=pause:250,during-unprepare=pause:x,backend-watch=fail",
+        );
         assert_eq!(m["after-cdi-write"], Action::Abort);
         assert_eq!(
             m["after-prepare-started"],
             Action::Pause(Duration::from_millis(250))
         );
         assert_eq!(m["during-unprepare"], Action::Abort);
-        assert_eq!(m.len(), 3);
+        assert_eq!(m["backend-watch"], Action::Fail);
+        assert_eq!(m.len(), 4);
     }
 }

@@ -15,7 +15,7 @@ use anyhow::Context as _;
 use async_trait::async_trait;
 use kubedev_core::{
     AllocatedDevice, Consumer, ContainerEdits, DeviceFilter, DeviceRef, Health, Inventory,
-    PrepareError, Publisher, SourceEvent,
+    PoolName, PrepareError, Publisher, SourceEvent,
 };
 use kubedev_kubelet_grpc::device_plugin::{
     Allocation, DevicePlugin, DevicePluginConfig, DevicePluginHandle, DevicePluginHandler,
@@ -73,28 +73,75 @@ struct Observe {
     probes: Arc<Probes>,
 }
 
-/// Starts the watcher of the backend in `slot`; it stops when `stop` fires.
+/// What a backend slot's watcher tells the main loop.
+#[derive(Debug)]
+enum Watched {
+    /// An event the backend sent.
+    Event(SourceEvent),
+    /// The backend's watch failed with this error; it is started again after a pause.
+    Failed(String),
+}
+
+/// The first pause before a failed watch is started again; it doubles after each failure that
+/// follows a short run, up to [`WATCH_RETRY_MAX`].
+const WATCH_RETRY_FIRST: Duration = Duration::from_secs(5);
+/// The longest pause before a failed watch is started again.
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(300);
+/// A watch that ran this long before failing starts again after [`WATCH_RETRY_FIRST`].
+const WATCH_RAN_WELL: Duration = Duration::from_secs(60);
+
+/// Starts the watcher of the backend in `slot`; it stops when `stop` fires. A watch that fails
+/// is reported as [`Watched::Failed`] and started again after a pause, preceded by a
+/// rediscovery so the devices' health is read afresh; a watch that returns `Ok` has nothing
+/// to watch and is not started again.
 fn spawn_watcher(
     watchers: &mut JoinSet<()>,
     slot: usize,
     backend: &Backend,
-    tx: mpsc::Sender<(usize, SourceEvent)>,
+    tx: mpsc::Sender<(usize, Watched)>,
     stop: CancellationToken,
 ) {
     let (btx, mut brx) = mpsc::channel(64);
     let source = backend.source.clone();
     let name = source.name().to_string();
+    let failures = tx.clone();
     watchers.spawn(async move {
-        tokio::select! {
-            _ = stop.cancelled() => {}
-            r = source.watch(btx) => if let Err(e) = r {
-                tracing::error!(backend = %name, error = %e, "watch failed");
-            },
+        let mut pause = WATCH_RETRY_FIRST;
+        let mut first = true;
+        loop {
+            let started = tokio::time::Instant::now();
+            let result = if std::mem::take(&mut first) && crate::failpoint::fails("backend-watch") {
+                Err(kubedev_core::SourceError::Unavailable {
+                    backend: name.clone(),
+                    reason: "fail point backend-watch".into(),
+                })
+            } else {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = source.watch(btx.clone()) => r,
+                }
+            };
+            let Err(e) = result else { return };
+            if started.elapsed() >= WATCH_RAN_WELL {
+                pause = WATCH_RETRY_FIRST;
+            }
+            tracing::error!(backend = %name, error = %e, retry_in = ?pause, "watch failed; the kubelet sees this backend's DRA devices as Unknown until it runs again");
+            if failures.send((slot, Watched::Failed(e.to_string()))).await.is_err() {
+                return;
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            pause = (pause * 2).min(WATCH_RETRY_MAX);
+            if btx.send(SourceEvent::Rediscover).await.is_err() {
+                return;
+            }
         }
     });
     watchers.spawn(async move {
         while let Some(ev) = brx.recv().await {
-            if tx.send((slot, ev)).await.is_err() {
+            if tx.send((slot, Watched::Event(ev))).await.is_err() {
                 break;
             }
         }
@@ -236,7 +283,7 @@ pub async fn run(
     obs.probes.set_started();
 
     // Backend watchers feed one event channel.
-    let (tx, mut rx) = mpsc::channel::<(usize, SourceEvent)>(256);
+    let (tx, mut rx) = mpsc::channel::<(usize, Watched)>(256);
     let mut watchers = JoinSet::new();
     for (slot, b) in backends.list() {
         let stop = cancel.child_token();
@@ -268,20 +315,22 @@ pub async fn run(
                 }
             }
             Some((slot, ev)) = rx.recv() => {
+                let mut rediscovered = false;
                 let changed = match ev {
-                    SourceEvent::Health { device, health } => {
+                    Watched::Failed(why) => {
+                        let pools = backends.pools_of(slot);
+                        let name = backends.get(slot).map(|b| b.source.name().to_string()).unwrap_or_default();
+                        running.clock.set_stale(slot, &pools, format!("the {name} backend's health watch failed: {why}"));
+                        true
+                    }
+                    Watched::Event(SourceEvent::Health { device, health }) => {
                         tracing::info!(%device, state = %health.state, reason = health.reason.as_deref().unwrap_or(""), "health changed");
                         running.inventory.set_health(&device, health)
                     }
-                    SourceEvent::Rediscover => {
+                    Watched::Event(SourceEvent::Rediscover) => {
+                        rediscovered = true;
                         let changed = backends.rediscover(slot, &mut running.inventory).await;
-                        if let Some(dra) = &running.dra {
-                            // A driver upgrade shows as a rediscovery: specs of prepared claims
-                            // must mount the new version's files.
-                            let driver = dra.prepared.clone();
-                            tokio::spawn(async move { driver.refresh_edits().await });
-                        }
-                        changed
+                        running.clock.clear_stale(slot) || changed
                     }
                     _ => false,
                 };
@@ -289,6 +338,13 @@ pub async fn run(
                     *shared_inventory.write().unwrap_or_else(|e| e.into_inner()) =
                         running.inventory.clone();
                     running.publish(&obs).await;
+                }
+                if let Some(dra) = running.dra.as_ref().filter(|_| rediscovered) {
+                    // A driver upgrade shows as a rediscovery: specs of prepared claims must
+                    // mount the new version's files, and their device metadata must say what
+                    // the devices are now.
+                    let driver = dra.prepared.clone();
+                    tokio::spawn(async move { driver.refresh_edits().await });
                 }
             }
         }
@@ -351,7 +407,7 @@ impl Running {
         new: Config,
         sh: &Shared<'_>,
         watchers: &mut JoinSet<()>,
-        tx: &mpsc::Sender<(usize, SourceEvent)>,
+        tx: &mpsc::Sender<(usize, Watched)>,
     ) -> anyhow::Result<String> {
         let old = &self.config;
         // 1. Everything that can fail; backends last, since building one may act on the host
@@ -427,6 +483,7 @@ impl Running {
             let present = backend.is_some();
             sh.backends.set(slot, backend.clone());
             sh.backends.rediscover(slot, &mut self.inventory).await;
+            self.clock.clear_stale(slot);
             if let Some(b) = &backend {
                 let stop = sh.cancel.child_token();
                 spawn_watcher(watchers, slot, b, tx.clone(), stop.clone());
@@ -438,6 +495,11 @@ impl Running {
             ));
         }
         *sh.inventory.write().unwrap_or_else(|e| e.into_inner()) = self.inventory.clone();
+        if let Some(dra) = self.dra.as_ref().filter(|_| !summary.is_empty()) {
+            // Rebuilt backends may give prepared claims other edits or other device data.
+            let driver = dra.prepared.clone();
+            tokio::spawn(async move { driver.refresh_edits().await });
+        }
 
         // 3. Device-plugin resources.
         for name in &to_stop {

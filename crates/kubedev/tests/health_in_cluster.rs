@@ -95,3 +95,54 @@ async fn without_device_taints_an_unhealthy_device_is_left_out_until_it_recovers
     );
     stop(daemon);
 }
+
+/// A backend whose health watch fails: the kubelet hears `Unknown` for its devices, with why,
+/// while the ResourceSlices stay as they were; after a pause the daemon discovers the backend
+/// again and watches it anew, and the kubelet hears the backend's health again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_health_watch_shows_as_unknown_until_the_backend_is_watched_again() {
+    let env = Env::new().await;
+    env.edit_config(|c| c.replace("  enabled: true\n", "  enabled: true\n  health: true\n"));
+    let daemon = env.start("backend-watch=fail").await;
+    let kubelet_sees = |state: &'static str| {
+        move |k: &kubedev_testkit::kubelet::DraKubelet| {
+            let h = k.health(DRIVER);
+            h.len() == 4 && h.values().all(|d| d.health == state)
+        }
+    };
+    assert!(
+        env.kubelet.wait_until(WAIT, kubelet_sees("UNKNOWN")).await,
+        "{:?}",
+        env.kubelet.health(DRIVER)
+    );
+    let seen = env.kubelet.health(DRIVER)["node-a/gpu-0"].clone();
+    assert!(
+        seen.message
+            .contains("static backend's health watch failed")
+            && seen.message.contains("fail point backend-watch"),
+        "{seen:?}"
+    );
+    assert_eq!(seen.timeout_seconds, 30);
+    // Unknown is not unhealthy: nothing is tainted.
+    until(&env, "all four published untainted", |p| {
+        p.len() == 4 && p.values().all(Value::is_null)
+    })
+    .await;
+
+    // Watched again (after 5 s): the backend's own health, and its changes, reach the kubelet.
+    assert!(
+        env.kubelet.wait_until(WAIT, kubelet_sees("HEALTHY")).await,
+        "{:?}",
+        env.kubelet.health(DRIVER)
+    );
+    env.set_present("gpu-1", false);
+    assert!(
+        env.kubelet
+            .wait_until(WAIT, |k| k
+                .health(DRIVER)
+                .get("node-a/gpu-1")
+                .is_some_and(|d| d.health == "UNHEALTHY"))
+            .await
+    );
+    stop(daemon);
+}

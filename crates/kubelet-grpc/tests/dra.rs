@@ -81,6 +81,7 @@ async fn fixture(versions: &[&str], handler: Handler) -> Fixture {
         device: "gpu-0".into(),
         health: Health::healthy(),
         last_updated: 100,
+        timeout_seconds: 0,
     }]);
     let handler = Arc::new(handler);
     let plugin = DraPlugin::start(cfg, handler.clone(), rx, CancellationToken::new()).unwrap();
@@ -257,6 +258,115 @@ async fn health_stream_sends_snapshots_on_change() {
     let seen = &f.kubelet.health(DRIVER)["node-a/gpu-0"];
     assert_eq!(seen.message, "Xid 79");
     assert_eq!(seen.last_updated, 200);
+}
+
+fn report(device: &str, timeout_seconds: i64) -> DeviceHealthReport {
+    DeviceHealthReport {
+        pool: "node-a".into(),
+        device: device.into(),
+        health: Health::unhealthy(format!("{device} is failing")),
+        last_updated: 100,
+        timeout_seconds,
+    }
+}
+
+#[tokio::test]
+async fn the_kubelet_shows_a_device_left_out_of_the_reports_as_unknown_after_its_timeout() {
+    let f = fixture(&["v1.DRAPlugin"], Handler::default()).await;
+    f.health
+        .send_replace(vec![report("gpu-0", 0), report("gpu-1", 1)]);
+    let shows = |device: &'static str, health: &'static str| {
+        move |k: &DraKubelet| {
+            k.health(DRIVER)
+                .get(&format!("node-a/{device}"))
+                .is_some_and(|h| h.health == health)
+        }
+    };
+    assert!(
+        f.kubelet
+            .wait_until(WAIT, shows("gpu-1", "UNHEALTHY"))
+            .await
+    );
+    let seen = f.kubelet.health(DRIVER);
+    assert_eq!(seen["node-a/gpu-1"].timeout_seconds, 1);
+    assert_eq!(seen["node-a/gpu-1"].message, "gpu-1 is failing");
+    assert_eq!(seen["node-a/gpu-0"].timeout_seconds, 0);
+
+    // gpu-1 is no longer reported: the kubelet keeps what it had for its timeout, then shows
+    // Unknown without the message; gpu-0, reported again and again, stays as reported.
+    f.health.send_replace(vec![report("gpu-0", 0)]);
+    let start = Instant::now();
+    while start.elapsed() < WAIT && !shows("gpu-1", "UNKNOWN")(&f.kubelet) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = f.kubelet.health(DRIVER);
+    assert_eq!(seen["node-a/gpu-1"].health, "UNKNOWN", "{seen:?}");
+    assert_eq!(seen["node-a/gpu-1"].message, "");
+    assert_eq!(seen["node-a/gpu-0"].health, "UNHEALTHY");
+
+    // The stream ends with the plugin: the kubelet forgets the driver's devices.
+    f.plugin.stop().await;
+    assert!(
+        f.kubelet
+            .wait_until(WAIT, |k| k.health(DRIVER).is_empty())
+            .await
+    );
+}
+
+#[tokio::test]
+async fn without_health_nothing_is_advertised_and_a_stray_stream_is_unimplemented() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = dir.path().join("plugins_registry");
+    let kubelet = DraKubelet::start(&registry).unwrap();
+    let cfg = DraPluginConfig::new(DriverName::new(DRIVER).unwrap())
+        .plugin_dir(dir.path().join("plugins").join(DRIVER))
+        .registry_dir(&registry);
+    let (_health, rx) = watch::channel(vec![report("gpu-0", 0)]);
+    let plugin = DraPlugin::start(
+        cfg,
+        Arc::new(Handler::default()),
+        rx,
+        CancellationToken::new(),
+    )
+    .unwrap();
+    assert!(plugin.wait_registered(WAIT).await);
+    let d = &kubelet.drivers()[DRIVER];
+    assert!(
+        !d.supported_versions
+            .iter()
+            .any(|v| v.contains("DRAResourceHealth")),
+        "{:?}",
+        d.supported_versions
+    );
+    assert_eq!(d.health_service, None);
+
+    // A kubelet that opens the stream anyway (1.36 does) hears at once that there is none,
+    // on both versions.
+    use kubedev_kubelet_grpc::authority::{ClientAuthority, dial};
+    use kubedev_kubelet_grpc::pb::drahealth::{v1, v1alpha1};
+    let channel = dial(plugin.dra_socket(), ClientAuthority::Localhost, WAIT)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let v1 = v1::dra_resource_health_client::DraResourceHealthClient::new(channel.clone())
+        .node_watch_resources(v1::NodeWatchResourcesRequest {})
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(v1.code(), tonic::Code::Unimplemented, "{v1:?}");
+    let alpha = v1alpha1::dra_resource_health_client::DraResourceHealthClient::new(channel)
+        .node_watch_resources(v1alpha1::NodeWatchResourcesRequest {})
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert_eq!(alpha.code(), tonic::Code::Unimplemented, "{alpha:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(kubelet.health(DRIVER).is_empty());
+    plugin.stop().await;
 }
 
 #[tokio::test]

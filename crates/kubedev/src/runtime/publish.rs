@@ -3,11 +3,35 @@
 
 use super::*;
 
-/// Health of every device with the time it last changed, for the DRA health stream.
+/// How long the kubelet keeps a device's health without a new report before it shows
+/// `Unknown`; the health stream repeats its snapshot well within it.
+pub(super) const HEALTH_TIMEOUT_SECONDS: i64 = 30;
+
+/// Health of every device with the time it last changed, for the DRA health stream, and the
+/// pools whose backend's watch has failed: their devices are reported `Unknown` until the
+/// backend is discovered again.
 #[derive(Debug, Default)]
-pub(super) struct HealthClock(HashMap<DeviceRef, (Health, i64)>);
+pub(super) struct HealthClock {
+    since: HashMap<DeviceRef, (Health, i64)>,
+    /// Pool → (backend slot, why its health is unknown).
+    stale: HashMap<PoolName, (usize, String)>,
+}
 
 impl HealthClock {
+    /// Reports the devices of `pools` (slot `slot`'s) as `Unknown`, for `why`.
+    pub(super) fn set_stale(&mut self, slot: usize, pools: &[PoolName], why: String) {
+        for p in pools {
+            self.stale.insert(p.clone(), (slot, why.clone()));
+        }
+    }
+
+    /// Reports slot `slot`'s devices as the backend says again; true when any were stale.
+    pub(super) fn clear_stale(&mut self, slot: usize) -> bool {
+        let before = self.stale.len();
+        self.stale.retain(|_, (s, _)| *s != slot);
+        self.stale.len() != before
+    }
+
     pub(super) fn reports(&mut self, inventory: &Inventory) -> Vec<DeviceHealthReport> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -20,19 +44,24 @@ impl HealthClock {
                 pool: pool.name.clone(),
                 device: dev.name.clone(),
             };
-            let since = match self.0.get(&r) {
-                Some((h, t)) if *h == dev.health => *t,
+            let health = match self.stale.get(&pool.name) {
+                Some((_, why)) => Health::unknown(why.clone()),
+                None => dev.health.clone(),
+            };
+            let since = match self.since.get(&r) {
+                Some((h, t)) if *h == health => *t,
                 _ => now,
             };
             out.push(DeviceHealthReport {
                 pool: pool.name.to_string(),
                 device: dev.name.to_string(),
-                health: dev.health.clone(),
+                health: health.clone(),
                 last_updated: since,
+                timeout_seconds: HEALTH_TIMEOUT_SECONDS,
             });
-            seen.insert(r, (dev.health.clone(), since));
+            seen.insert(r, (health, since));
         }
-        self.0 = seen;
+        self.since = seen;
         out
     }
 }

@@ -1,6 +1,12 @@
 //! The resource health stream (`DRAResourceHealth`, `v1alpha1` and `v1`).
+//!
+//! The kubelet (1.35 and later) keeps each device's health for the device's
+//! `health_check_timeout_seconds` after it received it (30 s when the plugin gives none) and
+//! shows `Unknown` after that, so the stream sends the complete snapshot at once, again on every
+//! change, and again whenever a third of the smallest timeout has passed without one.
 
 use std::pin::Pin;
+use std::time::Duration;
 
 use futures::Stream;
 use kubedev_core::HealthState;
@@ -13,17 +19,41 @@ use crate::pb::drahealth::{v1, v1alpha1};
 
 /// The kubelet's limit on a health message.
 const MAX_MESSAGE_CHARS: usize = 1024;
+/// What a cut message ends with, as the kubelet cuts one.
+const CUT_MARK: &str = "...";
+/// The kubelet's timeout for a device whose report gives none.
+pub const KUBELET_DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The shortest time between two repeats of an unchanged snapshot.
+const MIN_REPEAT: Duration = Duration::from_secs(1);
 
 pub(super) struct HealthService {
     pub(super) devices: watch::Receiver<Vec<DeviceHealthReport>>,
     pub(super) shutdown: CancellationToken,
 }
 
+/// `s` within the kubelet's limit: a longer message keeps its first 1021 characters and ends
+/// with `...`, as the kubelet would show it.
 fn truncate(s: &str) -> String {
-    match s.char_indices().nth(MAX_MESSAGE_CHARS) {
-        Some((i, _)) => s[..i].to_string(),
-        None => s.to_string(),
+    if s.chars().nth(MAX_MESSAGE_CHARS).is_none() {
+        return s.to_string();
     }
+    let keep = MAX_MESSAGE_CHARS - CUT_MARK.chars().count();
+    let end = s.char_indices().nth(keep).map_or(s.len(), |(i, _)| i);
+    format!("{}{CUT_MARK}", &s[..end])
+}
+
+/// How often an unchanged snapshot is sent again: a third of the smallest timeout of its
+/// devices (the kubelet's default for those without one), at least a second.
+fn repeat_interval(devices: &[DeviceHealthReport]) -> Duration {
+    let smallest = devices
+        .iter()
+        .map(|d| match u64::try_from(d.timeout_seconds) {
+            Ok(s) if s > 0 => Duration::from_secs(s),
+            _ => KUBELET_DEFAULT_HEALTH_TIMEOUT,
+        })
+        .min()
+        .unwrap_or(KUBELET_DEFAULT_HEALTH_TIMEOUT);
+    (smallest / 3).max(MIN_REPEAT)
 }
 
 fn v1_snapshot(devices: &[DeviceHealthReport]) -> v1::NodeWatchResourcesResponse {
@@ -41,32 +71,37 @@ fn v1_snapshot(devices: &[DeviceHealthReport]) -> v1::NodeWatchResourcesResponse
                     HealthState::Unknown => v1::HealthStatus::Unknown,
                 } as i32,
                 last_updated_time: d.last_updated,
-                health_check_timeout_seconds: 0,
+                health_check_timeout_seconds: d.timeout_seconds.max(0),
                 message: truncate(d.health.reason.as_deref().unwrap_or("")),
             })
             .collect(),
     }
 }
 
-/// A stream of complete snapshots: one at once, then one per change, until shutdown.
+/// A stream of complete snapshots: one at once, then one per change and one whenever
+/// [`repeat_interval`] passes without a change, until shutdown.
 fn snapshots<T: Send + 'static>(
     rx: watch::Receiver<Vec<DeviceHealthReport>>,
     shutdown: CancellationToken,
     convert: fn(&[DeviceHealthReport]) -> T,
 ) -> Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>> {
     Box::pin(futures::stream::unfold(
-        (rx, false),
-        move |(mut rx, sent)| {
+        (rx, None::<Duration>),
+        move |(mut rx, repeat)| {
             let shutdown = shutdown.clone();
             async move {
-                if sent {
+                if let Some(repeat) = repeat {
                     tokio::select! {
                         _ = shutdown.cancelled() => return None,
                         r = rx.changed() => if r.is_err() { return None },
+                        _ = tokio::time::sleep(repeat) => {}
                     }
                 }
-                let msg = convert(&rx.borrow_and_update());
-                Some((Ok(msg), (rx, true)))
+                let (msg, repeat) = {
+                    let devices = rx.borrow_and_update();
+                    (convert(&devices), repeat_interval(&devices))
+                };
+                Some((Ok(msg), (rx, Some(repeat))))
             }
         },
     ))
@@ -130,6 +165,7 @@ impl v1alpha1::dra_resource_health_server::DraResourceHealth for HealthService {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use kubedev_core::Health;
@@ -142,17 +178,27 @@ mod tests {
                 device: "d0".into(),
                 health: Health::unhealthy("é".repeat(2000)),
                 last_updated: 7,
+                timeout_seconds: 45,
             },
             DeviceHealthReport {
                 pool: "p".into(),
                 device: "d1".into(),
                 health: Health::unknown("no answer"),
                 last_updated: 8,
+                timeout_seconds: 0,
             },
         ];
         let s = v1_snapshot(&devs);
         assert_eq!(s.devices[0].health, v1::HealthStatus::Unhealthy as i32);
         assert_eq!(s.devices[0].message.chars().count(), 1024);
+        assert!(
+            s.devices[0].message.ends_with("é..."),
+            "{}",
+            s.devices[0].message
+        );
+        assert_eq!(s.devices[0].health_check_timeout_seconds, 45);
+        assert_eq!(s.devices[1].health_check_timeout_seconds, 0);
+        assert_eq!(s.devices[1].message, "no answer");
         assert_eq!(s.devices[1].health, v1::HealthStatus::Unknown as i32);
         let a = v1alpha1_snapshot(&devs);
         assert_eq!(
@@ -160,5 +206,57 @@ mod tests {
             Some("d1")
         );
         assert_eq!(a.devices[0].last_updated_time, 7);
+        assert_eq!(a.devices[0].health_check_timeout_seconds, 45);
+    }
+
+    #[test]
+    fn messages_within_the_limit_are_kept_whole() {
+        let exact = "x".repeat(MAX_MESSAGE_CHARS);
+        assert_eq!(truncate(&exact), exact);
+        assert_eq!(truncate(""), "");
+    }
+
+    fn report(timeout_seconds: i64) -> DeviceHealthReport {
+        DeviceHealthReport {
+            pool: "p".into(),
+            device: "d".into(),
+            health: Health::healthy(),
+            last_updated: 0,
+            timeout_seconds,
+        }
+    }
+
+    #[test]
+    fn snapshots_repeat_within_a_third_of_the_smallest_timeout() {
+        assert_eq!(repeat_interval(&[]), Duration::from_secs(10));
+        assert_eq!(repeat_interval(&[report(0)]), Duration::from_secs(10));
+        assert_eq!(repeat_interval(&[report(-5)]), Duration::from_secs(10));
+        assert_eq!(
+            repeat_interval(&[report(0), report(9), report(60)]),
+            Duration::from_secs(3)
+        );
+        assert_eq!(repeat_interval(&[report(1)]), MIN_REPEAT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unchanged_snapshot_is_sent_again_before_the_kubelet_would_time_it_out() {
+        use futures::StreamExt;
+        let (tx, rx) = watch::channel(vec![report(6)]);
+        let shutdown = CancellationToken::new();
+        let mut stream = snapshots(rx, shutdown.clone(), v1_snapshot);
+        let start = tokio::time::Instant::now();
+        assert!(stream.next().await.is_some());
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert!(stream.next().await.is_some());
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        // A change goes out at once, and the repeat follows the new timeout.
+        tx.send_replace(vec![report(30)]);
+        let changed = stream.next().await.unwrap().unwrap();
+        assert_eq!(changed.devices[0].health_check_timeout_seconds, 30);
+        assert_eq!(start.elapsed(), Duration::from_secs(2));
+        assert!(stream.next().await.is_some());
+        assert_eq!(start.elapsed(), Duration::from_secs(12));
+        shutdown.cancel();
+        assert!(stream.next().await.is_none());
     }
 }

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::uds::{SocketGuard, bind_private, error_chain, fit_socket_path};
 pub use claim_error::{ClaimError, Retry};
+pub use health::KUBELET_DEFAULT_HEALTH_TIMEOUT;
 
 /// The kubelet's default plugin registry directory.
 pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";
@@ -73,6 +74,10 @@ pub struct DeviceHealthReport {
     pub health: Health,
     /// When the health was last determined, in seconds since the Unix epoch.
     pub last_updated: i64,
+    /// How many seconds the kubelet keeps this health without a new report before it shows
+    /// `Unknown`; 0 for the kubelet's default (30 s). The stream repeats its snapshot within a
+    /// third of the smallest timeout.
+    pub timeout_seconds: i64,
 }
 
 /// How the DRA plugin runs.

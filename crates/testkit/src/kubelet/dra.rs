@@ -73,7 +73,13 @@ pub struct DraDriverState {
     pub health_service: Option<String>,
 }
 
-/// One device's health as the kubelet last saw it on the health stream.
+/// One device's health as the kubelet shows it from the health stream.
+///
+/// As the kubelet (1.35 and later) keeps it: each report updates only the devices it lists;
+/// a device keeps its health for its `health_check_timeout_seconds` after the report arrived
+/// (the kubelet's default, 30 s, when the plugin gave none or a negative value) and shows
+/// `UNKNOWN` with no message after that; when the stream ends, the driver's devices are
+/// forgotten.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceHealthSeen {
     /// `HEALTHY`, `UNHEALTHY` or `UNKNOWN`.
@@ -82,6 +88,37 @@ pub struct DeviceHealthSeen {
     pub message: String,
     /// Last-updated time from the plugin.
     pub last_updated: i64,
+    /// The timeout the plugin gave, in seconds (0 or less: the kubelet's default).
+    pub timeout_seconds: i64,
+}
+
+/// The kubelet's timeout for a device whose report gives none.
+pub const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One device's health with the time the kubelet received it.
+#[derive(Debug, Clone)]
+struct HealthEntry {
+    seen: DeviceHealthSeen,
+    received: std::time::Instant,
+}
+
+impl HealthEntry {
+    /// What the kubelet shows now.
+    fn shown(&self) -> DeviceHealthSeen {
+        let timeout = match u64::try_from(self.seen.timeout_seconds) {
+            Ok(s) if s > 0 => Duration::from_secs(s),
+            _ => DEFAULT_HEALTH_TIMEOUT,
+        };
+        if self.received.elapsed() > timeout {
+            DeviceHealthSeen {
+                health: "UNKNOWN".into(),
+                message: String::new(),
+                ..self.seen.clone()
+            }
+        } else {
+            self.seen.clone()
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -90,8 +127,11 @@ struct DraState {
     /// Rejections: (socket, reason).
     rejected: Vec<(PathBuf, String)>,
     /// driver → (pool/device → health).
-    health: BTreeMap<String, BTreeMap<String, DeviceHealthSeen>>,
+    health: BTreeMap<String, BTreeMap<String, HealthEntry>>,
     health_snapshots: BTreeMap<String, u64>,
+    /// driver → the health stream that last started for it (a plugin's new instance opens a
+    /// new one while the old one may still be ending).
+    health_streams: BTreeMap<String, u64>,
     registrations: u64,
 }
 
@@ -199,14 +239,20 @@ impl DraKubelet {
             .clone()
     }
 
-    /// The health the kubelet last saw for `driver`'s devices (`pool/device` → health).
+    /// The health the kubelet shows now for `driver`'s devices (`pool/device` → health); see
+    /// [`DeviceHealthSeen`] for how reports and timeouts combine.
     pub fn health(&self, driver: &str) -> BTreeMap<String, DeviceHealthSeen> {
         self.state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .health
             .get(driver)
-            .cloned()
+            .map(|devices| {
+                devices
+                    .iter()
+                    .map(|(id, e)| (id.clone(), e.shown()))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -485,6 +531,7 @@ fn seen(msg: drahealth::v1::NodeWatchResourcesResponse) -> Vec<(String, DeviceHe
                 health: status_name(d.health).into(),
                 message: d.message,
                 last_updated: d.last_updated_time,
+                timeout_seconds: d.health_check_timeout_seconds,
             };
             (id, seen)
         })
@@ -543,10 +590,23 @@ async fn follow_health(
     let Ok(channel) = connect(&endpoint, &authority).await else {
         return;
     };
-    let apply = |devices: Vec<(String, DeviceHealthSeen)>| {
+    let stream_id = {
         let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
-        st.health
-            .insert(driver.clone(), devices.into_iter().collect());
+        let id = st.registrations;
+        st.health_streams.insert(driver.clone(), id);
+        id
+    };
+    let apply = |devices: Vec<(String, DeviceHealthSeen)>| {
+        let received = std::time::Instant::now();
+        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.health_streams.get(&driver) != Some(&stream_id) {
+            // A newer stream of the driver's reports.
+            return;
+        }
+        let known = st.health.entry(driver.clone()).or_default();
+        for (id, seen) in devices {
+            known.insert(id, HealthEntry { seen, received });
+        }
         *st.health_snapshots.entry(driver.clone()).or_default() += 1;
         drop(st);
         changed.send_modify(|n| *n += 1);
@@ -566,6 +626,15 @@ async fn follow_health(
             follow(resp.into_inner(), &cancel, |m| apply(seen(v1_of(m)))).await;
         }
     }
+    // The stream is over: the kubelet forgets the driver's devices (they show as unknown),
+    // unless a newer stream of the driver has taken over.
+    let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+    if st.health_streams.get(&driver) == Some(&stream_id) {
+        st.health_streams.remove(&driver);
+        st.health.remove(&driver);
+    }
+    drop(st);
+    changed.send_modify(|n| *n += 1);
 }
 
 /// The plugin watcher: every `*.sock` that appears in the registry directory is registered; a

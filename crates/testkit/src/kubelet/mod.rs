@@ -20,8 +20,8 @@ use kubedev_kubelet_grpc::authority::ClientAuthority;
 
 pub use device_plugin::{DeviceState, KubeletEmulator, RegistrationRecord, ResourceState};
 pub use dra::{
-    ClaimId, DeviceHealthSeen, DraDriverState, DraKubelet, KUBELET_DRA_SERVICES, PrepareAnswer,
-    PreparedDeviceAnswer,
+    ClaimId, DEFAULT_HEALTH_TIMEOUT, DeviceHealthSeen, DraDriverState, DraKubelet,
+    KUBELET_DRA_SERVICES, PrepareAnswer, PreparedDeviceAnswer,
 };
 pub use pod_resources::PodResourcesEmulator;
 
