@@ -770,12 +770,17 @@ async fn device_metadata_file_is_readable_at_the_documented_path() {
     }
     let run_out = run(&podman, container);
     run_out.assert_ok();
-    let meta: Value = serde_json::from_str(run_out.value("meta").unwrap()).unwrap_or_else(|e| {
-        panic!(
-            "the metadata file does not parse: {e}\n{}",
-            run_out.report()
-        )
-    });
+    // The file is a stream of objects (v1beta1 first, then v1alpha1): read the first.
+    let meta: Value = serde_json::Deserializer::from_str(run_out.value("meta").unwrap())
+        .into_iter::<Value>()
+        .next()
+        .expect("an object in the metadata file")
+        .unwrap_or_else(|e| {
+            panic!(
+                "the metadata file does not parse: {e}\n{}",
+                run_out.report()
+            )
+        });
     assert_eq!(meta["kind"], "DeviceMetadata", "{meta}");
     assert_eq!(meta["metadata"]["uid"], uid, "{meta}");
     assert_eq!(meta["podClaimName"], "gpus", "{meta}");

@@ -1,14 +1,15 @@
-//! Container edits that changed under prepared claims: a driver upgraded or reloaded while the
-//! daemon runs replaces the files a claim's CDI spec mounts, so the spec is rewritten with what
-//! the backend gives now.
+//! Container edits and device data that changed under prepared claims: a driver upgraded or
+//! reloaded while the daemon runs replaces the files a claim's CDI spec mounts, so the spec is
+//! rewritten with what the backend gives now; a device whose attributes changed gets its
+//! device metadata file rewritten with the next generation.
 
 use super::{DraDriver, blocking};
 use crate::checkpoint::{Change, ClaimState};
 
 impl DraDriver {
-    /// Asks the owning backends whether each completed claim's container edits still hold and,
-    /// for every claim where one changed, records the new edits in the checkpoint and rewrites
-    /// the claim's CDI spec. Each claim is handled under its lock, so a prepare or unprepare of
+    /// Brings each completed claim's device metadata up to date with the inventory, and asks the
+    /// owning backends whether its container edits still hold: for every claim where one
+    /// changed, records the new edits in the checkpoint and rewrites the claim's CDI spec. Each claim is handled under its lock, so a prepare or unprepare of
     /// the same claim never interleaves. Returns the UIDs of the claims rewritten; a failure is
     /// logged and leaves that claim as it was.
     pub async fn refresh_edits(&self) -> Vec<String> {
@@ -33,6 +34,19 @@ impl DraDriver {
             let Some(record) = record.filter(|r| r.state == ClaimState::PrepareCompleted) else {
                 continue;
             };
+            // Device metadata first: it says what the devices are now (an unchanged file is
+            // left alone; a changed one gets the next generation).
+            if let Err(e) = self
+                .metadata_files(
+                    &record.claim,
+                    record.pod_claim_name.clone(),
+                    &record.prepared,
+                    true,
+                )
+                .await
+            {
+                tracing::warn!(claim = %record.claim, error = %e, "cannot bring a prepared claim's device metadata up to date");
+            }
             let mut prepared = record.prepared.clone();
             let mut changed = false;
             for p in &mut prepared {
