@@ -53,6 +53,13 @@ impl HostFsError {
         matches!(self, HostFsError::Io { kind, .. } if *kind == io::ErrorKind::NotFound)
     }
 
+    /// Whether the path is absent: it does not exist, or a component on its way is not a
+    /// directory.
+    fn is_absent(&self) -> bool {
+        matches!(self, HostFsError::Io { kind, .. }
+            if matches!(kind, io::ErrorKind::NotFound | io::ErrorKind::NotADirectory))
+    }
+
     fn io(path: &Path, e: &io::Error) -> Self {
         HostFsError::Io {
             path: path.to_path_buf(),
@@ -156,6 +163,16 @@ impl HostFs {
     /// Whether `host_path` exists (after resolving links inside the root).
     pub fn exists(&self, host_path: impl AsRef<Path>) -> bool {
         self.canonicalize(host_path).is_ok()
+    }
+
+    /// Whether `host_path` exists, telling "no" (it, or a directory on its way, is missing)
+    /// from "cannot tell" (the error: permission denied, a link loop, an I/O error).
+    pub fn presence(&self, host_path: impl AsRef<Path>) -> Result<bool, HostFsError> {
+        match self.canonicalize(host_path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_absent() => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// The whole content of a file.
@@ -388,6 +405,29 @@ mod tests {
         )
         .unwrap();
         (d, fs)
+    }
+
+    #[test]
+    fn presence_tells_missing_from_cannot_tell() {
+        let (d, fs) = tree();
+        assert_eq!(
+            fs.presence("/sys/bus/pci/devices/0000:01:00.0/vendor").ok(),
+            Some(true)
+        );
+        assert_eq!(
+            fs.presence("/sys/bus/pci/devices/0000:02:00.0").ok(),
+            Some(false)
+        );
+        // A file where a directory should be: absent too.
+        assert_eq!(
+            fs.presence("/sys/bus/pci/devices/0000:01:00.0/vendor/x")
+                .ok(),
+            Some(false)
+        );
+        // A link loop: nobody can tell.
+        symlink("loop", d.path().join("loop")).unwrap();
+        let err = fs.presence("/loop").unwrap_err();
+        assert!(err.to_string().contains("symbolic links"), "{err}");
     }
 
     #[test]

@@ -184,22 +184,39 @@ impl HostBackend {
     fn health_of(&self, e: &Entry) -> Health {
         let path = e.path.display();
         match &e.kind {
-            Kind::Char { .. } => {
-                if self.host.exists(&e.path) {
-                    Health::healthy()
-                } else {
-                    Health::unhealthy(format!("device node {path} is missing"))
-                }
-            }
+            Kind::Char { .. } => match self.host.presence(&e.path) {
+                Ok(true) => Health::healthy(),
+                Ok(false) => Health::unhealthy(format!("device node {path} is missing")),
+                Err(err) => Health::unknown(format!(
+                    "cannot tell whether device node {path} exists: {err}"
+                )),
+            },
             Kind::Socket(s) => {
                 if s.optional {
                     return Health::healthy();
                 }
-                let meta = self
-                    .host
-                    .resolve(&e.path)
-                    .ok()
-                    .and_then(|real| std::fs::symlink_metadata(real).ok());
+                let meta = match self.host.presence(&e.path) {
+                    Ok(false) => None,
+                    Ok(true) => match self
+                        .host
+                        .resolve(&e.path)
+                        .map_err(|err| err.to_string())
+                        .and_then(|real| {
+                            std::fs::symlink_metadata(real).map_err(|err| err.to_string())
+                        }) {
+                        Ok(m) => Some(m),
+                        Err(err) => {
+                            return Health::unknown(format!(
+                                "cannot tell whether socket {path} exists: {err}"
+                            ));
+                        }
+                    },
+                    Err(err) => {
+                        return Health::unknown(format!(
+                            "cannot tell whether socket {path} exists: {err}"
+                        ));
+                    }
+                };
                 match meta {
                     Some(m) if m.file_type().is_socket() => Health::healthy(),
                     Some(_) => Health::unhealthy(format!("{path} is not a socket")),

@@ -98,9 +98,13 @@ impl StaticBackend {
     }
 
     fn health_of(dev: &StaticDevice) -> Health {
-        match &dev.presence_path {
-            Some(p) if !p.exists() => Health::unhealthy(format!("{} is missing", p.display())),
-            _ => Health::healthy(),
+        let Some(p) = &dev.presence_path else {
+            return Health::healthy();
+        };
+        match p.try_exists() {
+            Ok(true) => Health::healthy(),
+            Ok(false) => Health::unhealthy(format!("{} is missing", p.display())),
+            Err(e) => Health::unknown(format!("cannot tell whether {} exists: {e}", p.display())),
         }
     }
 
@@ -266,6 +270,25 @@ mod tests {
             ]
         });
         serde_json::from_value(yaml).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_presence_path_nobody_can_look_up_gives_unknown_health() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        // A link to itself: whether it exists cannot be told.
+        std::os::unix::fs::symlink(dir.join("dev-0"), dir.join("dev-0")).unwrap();
+        let b = StaticBackend::new(config(dir)).unwrap();
+        let pools = b.discover().await.unwrap();
+        let h = &pools[0].devices[0].health;
+        assert_eq!(h.state, kubedev_core::HealthState::Unknown, "{h:?}");
+        assert!(
+            h.reason
+                .as_deref()
+                .unwrap_or("")
+                .contains("cannot tell whether"),
+            "{h:?}"
+        );
     }
 
     #[tokio::test]

@@ -4,8 +4,10 @@
 //!   which the GPU needs a reset (see [`needs_reset`]) makes it unusable for the workloads already
 //!   on it too ([`Health::unusable`], published as a `NoExecute` taint).
 //! - A GPU whose probe reports "GPU lost" is unusable.
+//! - A healthy GPU whose probe fails otherwise [`UNANSWERED_PROBES`] times in a row is of
+//!   unknown health: NVML cannot tell (an unhealthy GPU stays unhealthy).
 //! - A GPU that answers its probe again, and has had no Xid for the recheck period, is healthy
-//!   again (a lost GPU that answers again recovers at once).
+//!   again (a lost GPU, or one NVML could not tell about, that answers again recovers at once).
 //!
 //! Time is passed in, so the machine is tested without waiting.
 
@@ -21,14 +23,19 @@ pub(crate) enum Probe {
     Answers,
     /// NVML says the GPU has fallen off the bus.
     Lost(String),
-    /// Some other failure: not a health verdict, nothing changes.
+    /// Some other failure: not a health verdict by itself.
     Failed(String),
 }
+
+/// How many probes in a row must fail (other than "GPU lost") before a healthy GPU's health is
+/// unknown.
+pub(crate) const UNANSWERED_PROBES: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Cause {
     Xid { last: Instant },
     Lost,
+    Unanswered,
 }
 
 #[derive(Debug, Clone)]
@@ -49,6 +56,8 @@ pub(crate) struct HealthTracker {
     ignored: BTreeSet<u64>,
     recheck: Duration,
     states: BTreeMap<Scope, State>,
+    /// GPU → probes failed in a row.
+    unanswered: BTreeMap<String, u32>,
 }
 
 /// The reason given for an Xid.
@@ -90,6 +99,7 @@ impl HealthTracker {
             ignored,
             recheck,
             states: BTreeMap::new(),
+            unanswered: BTreeMap::new(),
         }
     }
 
@@ -154,13 +164,29 @@ impl HealthTracker {
     /// and its instances whose last Xid is older than the recheck period. Returns whether
     /// anything changed.
     pub(crate) fn on_probe(&mut self, gpu: &str, probe: &Probe, now: Instant) -> bool {
+        if !matches!(probe, Probe::Failed(_)) {
+            self.unanswered.remove(gpu);
+        }
         match probe {
             Probe::Lost(why) => self.set(
                 (gpu.to_owned(), None),
                 Health::unusable(format!("GPU lost: {why}")),
                 Some(Cause::Lost),
             ),
-            Probe::Failed(_) => false,
+            Probe::Failed(why) => {
+                let n = self.unanswered.entry(gpu.to_owned()).or_default();
+                *n = n.saturating_add(1);
+                if *n < UNANSWERED_PROBES || !self.get(gpu, None).is_healthy() {
+                    return false;
+                }
+                self.set(
+                    (gpu.to_owned(), None),
+                    Health::unknown(format!(
+                        "NVML cannot tell: the last {UNANSWERED_PROBES} probes of the GPU failed ({why})"
+                    )),
+                    Some(Cause::Unanswered),
+                )
+            }
             Probe::Answers => {
                 let recheck = self.recheck;
                 let mut changed = false;
@@ -171,7 +197,7 @@ impl HealthTracker {
                     let heal = match state.cause {
                         None => false,
                         Some(Cause::Xid { last }) => now.duration_since(last) >= recheck,
-                        Some(Cause::Lost) => true,
+                        Some(Cause::Lost | Cause::Unanswered) => true,
                     };
                     if heal {
                         state.cause = None;
@@ -272,6 +298,46 @@ mod tests {
         assert!(
             t.on_xid("GPU-a", None, None, Instant::now()),
             "unknown Xid counts"
+        );
+    }
+
+    #[test]
+    fn a_gpu_nvml_cannot_tell_about_is_unknown_until_it_answers() {
+        let mut t = tracker();
+        let now = Instant::now();
+        let failed = Probe::Failed("Unknown Error".into());
+        for _ in 1..UNANSWERED_PROBES {
+            assert!(!t.on_probe("GPU-a", &failed, now));
+        }
+        // An answer in between starts the count again.
+        assert!(!t.on_probe("GPU-a", &Probe::Answers, now));
+        for _ in 1..UNANSWERED_PROBES {
+            assert!(!t.on_probe("GPU-a", &failed, now));
+        }
+        assert!(t.on_probe("GPU-a", &failed, now));
+        let h = t.health("GPU-a", None);
+        assert_eq!(h.state, kubedev_core::HealthState::Unknown);
+        assert!(
+            h.reason.as_deref().unwrap_or("").contains("Unknown Error"),
+            "{h:?}"
+        );
+        // Its MIG devices are unknown too.
+        assert_eq!(
+            t.health("GPU-a", Some(1)).state,
+            kubedev_core::HealthState::Unknown
+        );
+        assert!(!t.on_probe("GPU-a", &failed, now), "no news");
+        assert!(t.on_probe("GPU-a", &Probe::Answers, now));
+        assert!(t.health("GPU-a", None).is_healthy());
+
+        // An unhealthy GPU stays unhealthy whatever NVML fails to say.
+        assert!(t.on_xid("GPU-b", None, Some(79), now));
+        for _ in 0..UNANSWERED_PROBES * 2 {
+            assert!(!t.on_probe("GPU-b", &failed, now));
+        }
+        assert_eq!(
+            t.health("GPU-b", None).state,
+            kubedev_core::HealthState::Unhealthy
         );
     }
 

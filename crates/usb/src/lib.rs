@@ -139,23 +139,32 @@ impl UsbBackend {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Healthy when every member's node exists; `nodes` is a listing of `/dev/bus/usb` taken
-    /// just before (nodes elsewhere are looked up one by one).
+    /// Healthy when every member's node exists, unhealthy when one is missing, unknown when
+    /// whether one exists cannot be told; `nodes` is a listing of `/dev/bus/usb` taken just
+    /// before (nodes elsewhere are looked up one by one).
     fn health_of(&self, instance: &Instance, nodes: Option<&BTreeSet<String>>) -> Health {
-        let present = |node: &str| match nodes {
-            Some(listed) if node.starts_with(DEV_BUS_USB) => listed.contains(node),
-            _ => self.host.exists(node),
-        };
-        let missing: Vec<String> = instance
-            .members
-            .iter()
-            .filter(|m| !present(&m.node))
-            .map(|m| format!("{} ({})", m.node, m.sysfs_name))
-            .collect();
-        if missing.is_empty() {
-            Health::healthy()
-        } else {
+        let mut missing = Vec::new();
+        let mut unknown = Vec::new();
+        for m in &instance.members {
+            let present = match nodes {
+                Some(listed) if m.node.starts_with(DEV_BUS_USB) => Ok(listed.contains(&m.node)),
+                _ => self.host.presence(&m.node),
+            };
+            match present {
+                Ok(true) => {}
+                Ok(false) => missing.push(format!("{} ({})", m.node, m.sysfs_name)),
+                Err(e) => unknown.push(format!("{} ({}): {e}", m.node, m.sysfs_name)),
+            }
+        }
+        if !missing.is_empty() {
             Health::unhealthy(format!("USB device node missing: {}", missing.join(", ")))
+        } else if !unknown.is_empty() {
+            Health::unknown(format!(
+                "cannot tell whether USB device nodes exist: {}",
+                unknown.join(", ")
+            ))
+        } else {
+            Health::healthy()
         }
     }
 

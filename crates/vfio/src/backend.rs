@@ -173,11 +173,13 @@ impl Inner {
             Offered::Pci(u) => unit_health(&self.host, u, self.config.bind_on_prepare),
             Offered::Mdev(u) => {
                 if let Some(h) = container_missing(&self.host) {
-                    h
-                } else if self.host.exists(u.group_node()) {
-                    Health::healthy()
-                } else {
-                    Health::unhealthy(format!("{} is missing", u.group_node()))
+                    return h;
+                }
+                let node = u.group_node();
+                match self.host.presence(&node) {
+                    Ok(true) => Health::healthy(),
+                    Ok(false) => Health::unhealthy(format!("{node} is missing")),
+                    Err(e) => Health::unknown(format!("cannot tell whether {node} exists: {e}")),
                 }
             }
         }

@@ -530,13 +530,17 @@ pub(crate) fn unit_device(u: &PciUnit, health: Health) -> Device {
 }
 
 /// Unhealthy when the VFIO container node `/dev/vfio/vfio` is missing: no VFIO device can be
-/// used then.
+/// used then; unknown when whether it exists cannot be told.
 pub(crate) fn container_missing(host: &HostFs) -> Option<Health> {
-    (!host.exists(VFIO_CONTAINER)).then(|| {
-        Health::unhealthy(format!(
+    match host.presence(VFIO_CONTAINER) {
+        Ok(true) => None,
+        Ok(false) => Some(Health::unhealthy(format!(
             "{VFIO_CONTAINER} is missing (is the vfio module loaded?)"
-        ))
-    })
+        ))),
+        Err(e) => Some(Health::unknown(format!(
+            "cannot tell whether {VFIO_CONTAINER} exists: {e}"
+        ))),
+    }
 }
 
 /// A unit's health now: healthy while `/dev/vfio/vfio` and `/dev/vfio/<group>` exist, or while
@@ -547,8 +551,10 @@ pub(crate) fn unit_health(host: &HostFs, u: &PciUnit, bind_on_prepare: bool) -> 
         return h;
     }
     let node = u.group_node();
-    if host.exists(&node) {
-        return Health::healthy();
+    match host.presence(&node) {
+        Ok(true) => return Health::healthy(),
+        Ok(false) => {}
+        Err(e) => return Health::unknown(format!("cannot tell whether {node} exists: {e}")),
     }
     if bind_on_prepare && u.kind == PciKind::Passthrough {
         // Re-read the drivers: the node is absent exactly while nothing is bound to vfio-pci.

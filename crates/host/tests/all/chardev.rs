@@ -150,3 +150,31 @@ async fn this_machines_dev() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_node_nobody_can_look_up_is_of_unknown_health_with_why() {
+    let root = HostRoot::new().unwrap();
+    root.device_node("/dev/kvm").unwrap();
+    // /dev/tdx is a link to itself: whether the node exists cannot be told.
+    std::os::unix::fs::symlink("tdx", root.path().join("dev/tdx")).unwrap();
+    let b = backend(
+        &root,
+        serde_json::json!({"characterDevices": [
+            {"name": "kvm", "path": "/dev/kvm"},
+            {"name": "tdx", "path": "/dev/tdx"},
+            {"name": "sev", "path": "/dev/sev"}
+        ]}),
+    );
+    let pool = b.discover().await.unwrap().remove(0);
+    let health = |name: &str| pool.device(name).unwrap().health.clone();
+    assert!(health("kvm-0").is_healthy());
+    assert_eq!(health("sev-0").state, HealthState::Unhealthy);
+    let tdx = health("tdx-0");
+    assert_eq!(tdx.state, HealthState::Unknown, "{tdx:?}");
+    let why = tdx.reason.unwrap();
+    assert!(
+        why.contains("cannot tell whether device node /dev/tdx exists")
+            && why.contains("symbolic links"),
+        "{why}"
+    );
+}
