@@ -47,6 +47,51 @@ pub enum HostFsError {
     },
 }
 
+/// The PCIe root complex of a canonical sysfs device path: the first component below
+/// `/sys/devices` when it is named `pci<domain>:<bus>`, as Kubernetes' standard
+/// `resource.kubernetes.io/pcieRoot` attribute defines it
+/// (`/sys/devices/pci0000:00/0000:00:01.0/0000:07:00.0` → `pci0000:00`).
+pub fn pcie_root_of(canonical: &Path) -> Option<String> {
+    let rest = canonical.strip_prefix("/sys/devices").ok()?;
+    let first = rest.components().next()?.as_os_str().to_str()?;
+    let (domain, bus) = first.strip_prefix("pci")?.split_once(':')?;
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(domain) && domain.len() >= 4 && bus.len() == 2 && hex(bus)).then(|| first.to_owned())
+}
+
+/// The nearest PCI function at or above a canonical sysfs device path: the longest prefix
+/// whose last component is a PCI address (`/sys/devices/pci0000:00/0000:00:14.0/usb1/1-1` →
+/// `/sys/devices/pci0000:00/0000:00:14.0`, the USB controller).
+pub fn pci_function_of(canonical: &Path) -> Option<PathBuf> {
+    let is_bdf = |name: &str| {
+        let b = name.as_bytes();
+        // dddd:bb:dd.f, with a domain of at least four hex digits.
+        let Some(dot) = name.rfind('.') else {
+            return false;
+        };
+        let (addr, func) = (&name[..dot], &name[dot + 1..]);
+        let parts: Vec<&str> = addr.split(':').collect();
+        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|c| c.is_ascii_hexdigit());
+        b.len() >= 12
+            && parts.len() == 3
+            && parts[0].len() >= 4
+            && parts[0].bytes().all(|c| c.is_ascii_hexdigit())
+            && hex(parts[1], 2)
+            && hex(parts[2], 2)
+            && func.len() == 1
+            && matches!(func.as_bytes()[0], b'0'..=b'7')
+    };
+    let mut found = None;
+    let mut prefix = PathBuf::new();
+    for c in canonical.components() {
+        prefix.push(c);
+        if c.as_os_str().to_str().is_some_and(is_bdf) {
+            found = Some(prefix.clone());
+        }
+    }
+    found
+}
+
 impl HostFsError {
     /// Whether the path (or a component of it) does not exist.
     pub fn is_not_found(&self) -> bool {
@@ -405,6 +450,27 @@ mod tests {
         )
         .unwrap();
         (d, fs)
+    }
+
+    #[test]
+    fn pci_placement_of_sysfs_paths() {
+        let usb = Path::new("/sys/devices/pci0000:00/0000:00:14.0/usb1/1-1/1-1.4");
+        assert_eq!(pcie_root_of(usb).as_deref(), Some("pci0000:00"));
+        assert_eq!(
+            pci_function_of(usb),
+            Some(PathBuf::from("/sys/devices/pci0000:00/0000:00:14.0"))
+        );
+        let gpu = Path::new("/sys/devices/pci10000:3a/10000:3a:00.0/10000:3b:00.0");
+        assert_eq!(pcie_root_of(gpu).as_deref(), Some("pci10000:3a"));
+        assert_eq!(pci_function_of(gpu), Some(gpu.to_path_buf()));
+        let virt = Path::new("/sys/devices/platform/dummy_hcd.0/usb3/3-1");
+        assert_eq!(pcie_root_of(virt), None);
+        assert_eq!(pci_function_of(virt), None);
+        assert_eq!(pcie_root_of(Path::new("/sys/devices/pcifoo")), None);
+        assert_eq!(
+            pci_function_of(Path::new("/sys/devices/pci0000:00/0000:00:14.8")),
+            None
+        );
     }
 
     #[test]

@@ -243,16 +243,7 @@ fn pcie_root(host: &HostFs, bus: &str) -> Option<String> {
     let real = host
         .canonicalize(format!("/sys/bus/pci/devices/{bus}"))
         .ok()?;
-    let mut parts = real.components().map(|c| c.as_os_str().to_string_lossy());
-    while let Some(p) = parts.next() {
-        if p == "devices"
-            && let Some(root) = parts.next()
-            && root.starts_with("pci")
-        {
-            return Some(root.into_owned());
-        }
-    }
-    None
+    kubedev_core::hostfs::pcie_root_of(&real)
 }
 
 fn nvlinks(dev: &Device<'_>) -> (Vec<String>, Vec<String>) {

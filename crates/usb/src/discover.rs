@@ -40,6 +40,10 @@ pub struct UsbDevice {
     /// The device node as a host path, `/dev/` + the uevent's `DEVNAME`
     /// (`/dev/bus/usb/BBB/DDD` when the uevent has none).
     pub node: String,
+    /// The NUMA node of the PCI USB controller the device hangs off, when the kernel knows it.
+    pub numa_node: Option<i64>,
+    /// The PCIe root complex of that controller (`pci0000:00`), when it is on PCI.
+    pub pcie_root: Option<String>,
     /// The sort key: bus number, then the port numbers of the chain.
     port_key: (u32, Vec<u32>),
 }
@@ -270,8 +274,22 @@ fn read_device(
             fallback
         }
     };
+    // Where the device hangs off: the PCI controller above its sysfs directory.
+    let canonical = host
+        .canonicalize(Path::new(SYSFS_USB_DEVICES).join(name))
+        .ok();
+    let pcie_root = canonical
+        .as_deref()
+        .and_then(kubedev_core::hostfs::pcie_root_of);
+    let numa_node = canonical
+        .as_deref()
+        .and_then(kubedev_core::hostfs::pci_function_of)
+        .and_then(|f| host.read_dec(f.join("numa_node")).ok())
+        .filter(|n| *n >= 0);
     Ok(UsbDevice {
         sysfs_name: name.to_string(),
+        numa_node,
+        pcie_root,
         vendor,
         product,
         bcd_device,

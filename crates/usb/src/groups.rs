@@ -148,5 +148,23 @@ pub(crate) fn device_of(instance: &Instance, resource: &UsbResource) -> Device {
         attr_name("busnum"),
         AttributeValue::Int(i64::from(m[0].busnum)),
     );
+    // Placement, where every member agrees: the NUMA node (published as the standard
+    // `resource.kubernetes.io/numaNode`) and the standard PCIe root.
+    dev.numa_node = agreed(m.iter().map(|d| d.numa_node));
+    if let Some(root) = agreed(m.iter().map(|d| d.pcie_root.clone()))
+        && let Ok(v) = AttributeValue::string(root)
+        && let Ok(name) = kubedev_core::QualifiedName::new(PCIE_ROOT_ATTRIBUTE)
+    {
+        dev.attributes.insert(name, v);
+    }
     dev
 }
+
+/// The value every member has; `None` when one has none or two differ.
+fn agreed<T: PartialEq>(mut values: impl Iterator<Item = Option<T>>) -> Option<T> {
+    let first = values.next()??;
+    values.all(|v| v.as_ref() == Some(&first)).then_some(first)
+}
+
+/// The standard attribute naming the PCIe root complex a device hangs off.
+const PCIE_ROOT_ATTRIBUTE: &str = "resource.kubernetes.io/pcieRoot";

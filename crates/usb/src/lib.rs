@@ -27,6 +27,8 @@
 //! | `serial` | string | the serial number, if any |
 //! | `manufacturer` | string | the manufacturer string, if any |
 //! | `product` | string | the product string, if any |
+//! | `resource.kubernetes.io/pcieRoot` | string | the PCIe root complex of the USB controller (`pci0000:00`), when every member hangs off the same one |
+//! | `resource.kubernetes.io/numaNode` | int | the USB controller's NUMA node, when the kernel knows it and every member agrees |
 //!
 //! For an instance of several devices, the string attributes list the members' values in
 //! selector order, joined with `,` (a member without the value contributes an empty string);

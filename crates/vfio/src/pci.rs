@@ -190,16 +190,7 @@ pub fn read_function(host: &HostFs, name: &str) -> Result<PciFunction, VfioError
     })
 }
 
-/// The PCIe root complex of a canonical sysfs device path: the first component below
-/// `/sys/devices` when it is named `pci<domain>:<bus>` (as Kubernetes' `pcieRoot` attribute
-/// defines it).
-pub fn pcie_root_of(canonical: &Path) -> Option<String> {
-    let rest = canonical.strip_prefix("/sys/devices").ok()?;
-    let first = rest.components().next()?.as_os_str().to_str()?;
-    let (domain, bus) = first.strip_prefix("pci")?.split_once(':')?;
-    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
-    (hex(domain) && domain.len() >= 4 && bus.len() == 2 && hex(bus)).then(|| first.to_owned())
-}
+pub use kubedev_core::hostfs::pcie_root_of;
 
 /// A non-negative decimal attribute; `None` when the file does not exist.
 fn read_count(host: &HostFs, p: &Path) -> Result<Option<u32>, HostFsError> {

@@ -117,7 +117,12 @@ async fn attribute_table_of_a_single_device_instance() {
     for (id, value) in &expect {
         assert_eq!(attr(d, id), Some(value), "{id}");
     }
-    assert_eq!(d.attributes.len(), expect.len(), "{:?}", d.attributes);
+    // And the standard PCIe root of the controller.
+    assert_eq!(
+        d.attribute("resource.kubernetes.io/pcieRoot"),
+        Some(&s("pci0000:00"))
+    );
+    assert_eq!(d.attributes.len(), expect.len() + 1, "{:?}", d.attributes);
     assert_eq!(attr(&devs[2], "busDev"), Some(&s("2:2")));
 }
 
@@ -270,4 +275,41 @@ fn this_machines_sysfs() {
     } else {
         assert!(found.is_empty());
     }
+}
+
+#[tokio::test]
+async fn devices_carry_the_controllers_numa_node_and_pcie_root() {
+    let root = usb::three_devices().unwrap();
+    // Without numa_node the NUMA node is unknown; the PCIe root comes from the path alone.
+    let devices = read_usb_devices(&HostFs::new(root.path())).unwrap();
+    assert_eq!(devices[0].numa_node, None);
+    assert_eq!(devices[0].pcie_root.as_deref(), Some("pci0000:00"));
+
+    root.file("/sys/devices/pci0000:00/0000:00:14.0/numa_node", "1\n")
+        .unwrap();
+    let devices = read_usb_devices(&HostFs::new(root.path())).unwrap();
+    assert!(
+        devices.iter().all(|d| d.numa_node == Some(1)),
+        "{devices:?}"
+    );
+
+    // A pair of YubiKeys on one controller: one NUMA node, one root; published as the
+    // standard attributes.
+    let b = backend(
+        &root,
+        &[("example.com/yubikey-pair", &["1050:0407", "1050:0407"])],
+    );
+    let devs = b.discover().await.unwrap().remove(0).devices;
+    assert_eq!(devs.len(), 1);
+    assert_eq!(devs[0].numa_node, Some(1));
+    assert_eq!(
+        devs[0].attribute("resource.kubernetes.io/pcieRoot"),
+        Some(&s("pci0000:00"))
+    );
+
+    // -1: the kernel does not know.
+    root.file("/sys/devices/pci0000:00/0000:00:14.0/numa_node", "-1\n")
+        .unwrap();
+    let devices = read_usb_devices(&HostFs::new(root.path())).unwrap();
+    assert_eq!(devices[0].numa_node, None);
 }
