@@ -266,7 +266,7 @@ pub(crate) fn e2e(root: &Path) -> anyhow::Result<()> {
     let run_started = Instant::now();
     for b in &list {
         // DRA against the oldest and the newest supported Kubernetes release.
-        for mode in ["device-plugin", "dra 1.34", "dra 1.37"] {
+        for mode in ["device-plugin", "dra 1.34", "dra 1.38"] {
             let started = Instant::now();
             let mut rec = Record::default();
             let mut rng = scenario_rng(seed, b.name, mode);

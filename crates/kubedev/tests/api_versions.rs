@@ -442,8 +442,8 @@ async fn kubernetes_1_35_with_default_gates_gets_whole_gpus() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubernetes_1_36_and_1_37_keep_everything_in_split_slices() {
-    for release in [KubeRelease::V1_36, KubeRelease::V1_37] {
+async fn kubernetes_1_36_to_1_38_keep_everything_in_split_slices() {
+    for release in [KubeRelease::V1_36, KubeRelease::V1_37, KubeRelease::V1_38] {
         let run = Run::start(release, &[]).await;
         let slices = run.settled_slices().await;
         counters_kept(&slices);

@@ -14,7 +14,7 @@
 //! # Releases and feature gates
 //!
 //! The emulator behaves like the API server of one Kubernetes release, chosen with
-//! [`ApiServerBuilder::kubernetes`] ([`KubeRelease::V1_34`] to [`KubeRelease::V1_37`]; the
+//! [`ApiServerBuilder::kubernetes`] ([`KubeRelease::V1_34`] to [`KubeRelease::V1_38`]; the
 //! newest by default), running with that release's default feature gates, each of which
 //! [`ApiServerBuilder::feature_gate`] may override as `--feature-gates` would (an unknown gate,
 //! or a change to one locked to its default, makes [`ApiServerBuilder::start`] fail as the

@@ -27,8 +27,8 @@ pub mod gate {
 
 /// A Kubernetes minor release whose API server the emulator imitates.
 ///
-/// 1.37 follows the upstream development branch after v1.37.0-beta.0; it may still change
-/// before the release.
+/// 1.38 (due December 2026) follows what its enhancement pull requests plan for the DRA feature
+/// gates, as of the enhancement freeze (2026-09-30); it may still change before the release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[non_exhaustive]
 pub enum KubeRelease {
@@ -40,22 +40,27 @@ pub enum KubeRelease {
     /// Kubernetes 1.36: most DRA features reach beta and are on by default; list attributes
     /// arrive (alpha, off).
     V1_36,
-    /// Kubernetes 1.37 (pre-release): device taints and extended resources reach GA.
-    #[default]
+    /// Kubernetes 1.37 (released 2026-08-26): device taints, extended resources and claim
+    /// device status reach GA.
     V1_37,
+    /// Kubernetes 1.38 (planned): binding conditions, partitionable devices and consumable
+    /// capacity reach GA; list-type attributes reach beta and are on by default.
+    #[default]
+    V1_38,
 }
 
 impl KubeRelease {
     /// Every supported release, oldest first.
-    pub const ALL: [KubeRelease; 4] = [
+    pub const ALL: [KubeRelease; 5] = [
         KubeRelease::V1_34,
         KubeRelease::V1_35,
         KubeRelease::V1_36,
         KubeRelease::V1_37,
+        KubeRelease::V1_38,
     ];
 
     /// The newest supported release, the emulator's default.
-    pub const NEWEST: KubeRelease = KubeRelease::V1_37;
+    pub const NEWEST: KubeRelease = KubeRelease::V1_38;
 
     /// The major version, always 1.
     pub fn major(self) -> u32 {
@@ -69,6 +74,7 @@ impl KubeRelease {
             KubeRelease::V1_35 => 35,
             KubeRelease::V1_36 => 36,
             KubeRelease::V1_37 => 37,
+            KubeRelease::V1_38 => 38,
         }
     }
 
@@ -183,15 +189,27 @@ const fn stage(since: u32, stage: FeatureStage, default: bool, locked: bool) -> 
 
 use FeatureStage::{Alpha, Beta, Ga};
 
-/// The upstream versioned specs of the modelled gates.
+/// The upstream versioned specs of the modelled gates. Up to 1.37 they are read from each
+/// release's `kube_features.go`; the 1.38 entries are what that release's enhancement pull
+/// requests plan (KEP numbers beside them), a GA gate locked to on as upstream locks them.
 const GATES: &[GateSpec] = &[
     GateSpec {
         name: gate::DRA_CONSUMABLE_CAPACITY,
-        history: &[stage(34, Alpha, false, false), stage(36, Beta, true, false)],
+        history: &[
+            stage(34, Alpha, false, false),
+            stage(36, Beta, true, false),
+            // KEP-5075: GA, kubernetes/enhancements#6375 (approved, not merged at the freeze).
+            stage(38, Ga, true, true),
+        ],
     },
     GateSpec {
         name: gate::DRA_DEVICE_BINDING_CONDITIONS,
-        history: &[stage(34, Alpha, false, false), stage(36, Beta, true, false)],
+        history: &[
+            stage(34, Alpha, false, false),
+            stage(36, Beta, true, false),
+            // KEP-5007: GA, kubernetes/enhancements#6005 (merged).
+            stage(38, Ga, true, true),
+        ],
     },
     GateSpec {
         name: gate::DRA_DEVICE_TAINTS,
@@ -199,6 +217,8 @@ const GATES: &[GateSpec] = &[
             stage(33, Alpha, false, false),
             stage(36, Beta, true, false),
             stage(37, Ga, true, false),
+            // Locked in 1.38: kubernetes/kubernetes#140256 (merged).
+            stage(38, Ga, true, true),
         ],
     },
     GateSpec {
@@ -211,11 +231,21 @@ const GATES: &[GateSpec] = &[
     },
     GateSpec {
         name: gate::DRA_LIST_TYPE_ATTRIBUTES,
-        history: &[stage(36, Alpha, false, false)],
+        history: &[
+            stage(36, Alpha, false, false),
+            // KEP-5491: beta, kubernetes/enhancements#6354 (open); on, as beta gates are.
+            stage(38, Beta, true, false),
+        ],
     },
     GateSpec {
         name: gate::DRA_PARTITIONABLE_DEVICES,
-        history: &[stage(33, Alpha, false, false), stage(36, Beta, true, false)],
+        history: &[
+            stage(33, Alpha, false, false),
+            stage(36, Beta, true, false),
+            // KEP-4815: GA, kubernetes/enhancements#6381 (open; the 1.38 release team's
+            // tracking still says beta, which changes nothing here: on either way).
+            stage(38, Ga, true, true),
+        ],
     },
     GateSpec {
         name: gate::DRA_RESOURCE_CLAIM_DEVICE_STATUS,
@@ -297,11 +327,28 @@ mod tests {
         assert_eq!(on(KubeRelease::V1_35, list), None);
         assert_eq!(on(KubeRelease::V1_36, list), Some(false));
         assert_eq!(on(KubeRelease::V1_37, list), Some(false));
+        assert_eq!(on(KubeRelease::V1_38, list), Some(true));
+        for g in [
+            gate::DRA_PARTITIONABLE_DEVICES,
+            gate::DRA_DEVICE_BINDING_CONDITIONS,
+            gate::DRA_CONSUMABLE_CAPACITY,
+        ] {
+            let gates = KubeRelease::V1_38.default_feature_gates();
+            assert_eq!(gates.get(g), Some(true), "{g}");
+            assert_eq!(gates.stage(g), Some(FeatureStage::Ga), "{g}");
+            assert!(
+                KubeRelease::V1_38
+                    .resolve_gates(&[(g.to_owned(), false)])
+                    .is_err(),
+                "{g} is locked in 1.38"
+            );
+        }
         for r in KubeRelease::ALL {
             assert_eq!(on(r, gate::DRA_RESOURCE_CLAIM_DEVICE_STATUS), Some(true));
         }
         assert_eq!(KubeRelease::default(), KubeRelease::NEWEST);
         assert_eq!(KubeRelease::V1_37.minor(), 37);
+        assert_eq!(KubeRelease::NEWEST.minor(), 38);
         assert_eq!(KubeRelease::from_minor(35), Some(KubeRelease::V1_35));
         assert_eq!(
             KubeRelease::V1_36

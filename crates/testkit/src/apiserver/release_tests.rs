@@ -8,7 +8,7 @@ mod counters;
 mod gates;
 mod server;
 
-use KubeRelease::{V1_34, V1_35, V1_36, V1_37};
+use KubeRelease::{V1_34, V1_35, V1_36, V1_37, V1_38};
 use serde_json::{Value, json};
 
 use super::release::{KubeRelease, gate};

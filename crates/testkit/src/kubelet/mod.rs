@@ -36,17 +36,20 @@ pub enum KubeletRelease {
     /// Kubernetes 1.36 (grpc-go 1.79).
     V1_36,
     /// Kubernetes 1.37 (grpc-go 1.81).
-    #[default]
     V1_37,
+    /// Kubernetes 1.38 (planned; dials as 1.37 does).
+    #[default]
+    V1_38,
 }
 
 impl KubeletRelease {
     /// Every release kubedev supports, oldest first.
-    pub const ALL: [KubeletRelease; 4] = [
+    pub const ALL: [KubeletRelease; 5] = [
         KubeletRelease::V1_34,
         KubeletRelease::V1_35,
         KubeletRelease::V1_36,
         KubeletRelease::V1_37,
+        KubeletRelease::V1_38,
     ];
 
     /// How this release's kubelet dials plugin sockets.

@@ -444,6 +444,17 @@ fn list_attributes_are_unknown_before_1_36_and_gated_after() {
         );
     }
 
+    // 1.38 turns the gate on by default (beta): kept.
+    let stored = created(
+        &store(V1_38),
+        Resource::ResourceSlices,
+        list_slice(json!({"ints": [0, 1]})),
+    );
+    assert_eq!(
+        stored["spec"]["devices"][0]["attributes"]["numa"]["ints"],
+        json!([0, 1])
+    );
+
     // With the gate on: kept and validated.
     let store = store_with(V1_36, &[(gate::DRA_LIST_TYPE_ATTRIBUTES, true)]);
     let stored = created(

@@ -143,7 +143,7 @@ async fn start_refuses_gates_the_release_does_not_allow() {
     assert!(err.to_string().contains("locked to true"), "{err}");
     let server = ApiServer::start().await.expect("start");
     assert_eq!(server.release(), KubeRelease::NEWEST);
-    assert_eq!(server.feature_gates(), V1_37.default_feature_gates());
+    assert_eq!(server.feature_gates(), V1_38.default_feature_gates());
     server.shutdown().await;
 }
 
