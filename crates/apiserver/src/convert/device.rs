@@ -130,6 +130,35 @@ pub(crate) fn taint_value(reason: &str) -> String {
         .to_owned()
 }
 
+/// The name under which an attribute or capacity `name` of `device` is published: a name in the
+/// driver's own domain (`gpu.example.com/model` for the driver `gpu.example.com`) without its
+/// domain (`model`). The two mean the same to the scheduler and in CEL, and the API server is
+/// to refuse the qualified form (kubernetes/kubernetes#142218). An error when both forms are
+/// set, as they would be one name.
+fn published_name<V>(
+    pool: &Pool,
+    device: &Device,
+    driver: &DriverName,
+    name: &kubedev_core::QualifiedName,
+    taken: &BTreeMap<String, V>,
+    what: &str,
+) -> Result<String, Error> {
+    let published = match name.domain() {
+        Some(domain) if domain == driver.as_str() => name.id().to_owned(),
+        _ => name.to_string(),
+    };
+    if taken.contains_key(&published) {
+        return Err(invalid(
+            pool,
+            format!(
+                "device {} sets the {what} {published} twice, bare and in the driver's own domain {driver}",
+                device.name
+            ),
+        ));
+    }
+    Ok(published)
+}
+
 /// Maps one device. The standard attribute `resource.kubernetes.io/numaNode` is added from
 /// `numa_node` when the device does not set it itself and there is room for it.
 pub(crate) fn map_device(
@@ -139,15 +168,14 @@ pub(crate) fn map_device(
 ) -> Result<res::Device, Error> {
     let mut attributes = BTreeMap::new();
     for (name, value) in &device.attributes {
-        attributes.insert(
-            name.to_string(),
-            attribute(pool, device, name.as_str(), value)?,
-        );
+        let published = published_name(pool, device, driver, name, &attributes, "attribute")?;
+        attributes.insert(published, attribute(pool, device, name.as_str(), value)?);
     }
     let mut capacity = BTreeMap::new();
     for (name, cap) in &device.capacity {
+        let published = published_name(pool, device, driver, name, &capacity, "capacity")?;
         capacity.insert(
-            name.to_string(),
+            published,
             res::DeviceCapacity {
                 value: K8sQuantity(cap.value.to_string()),
                 request_policy: cap.request_policy.as_ref().map(request_policy),

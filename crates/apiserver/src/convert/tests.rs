@@ -379,6 +379,47 @@ fn devices_map_to_the_v1_shape() {
 }
 
 #[test]
+fn names_in_the_drivers_own_domain_are_published_bare() {
+    let d = plain(0)
+        .with_attribute(
+            QualifiedName::new("gpu.example.com/model").unwrap(),
+            AttributeValue::string("a100").unwrap(),
+        )
+        .with_attribute(
+            QualifiedName::new("example.com/driverVersion").unwrap(),
+            AttributeValue::version("550.54.15").unwrap(),
+        )
+        .with_capacity(
+            QualifiedName::new("gpu.example.com/memory").unwrap(),
+            Quantity::parse("40Gi").unwrap(),
+        );
+    let out = serde_json::to_value(map_device(&pool_of(vec![]), &d, &driver()).unwrap()).unwrap();
+    assert_eq!(
+        out["attributes"],
+        serde_json::json!({
+            "model": {"string": "a100"},
+            "example.com/driverVersion": {"version": "550.54.15"},
+        })
+    );
+    assert_eq!(
+        out["capacity"],
+        serde_json::json!({"memory": {"value": "40Gi"}})
+    );
+
+    // Both forms of one name are one name set twice.
+    let twice = d.with_attribute(
+        QualifiedName::new("model").unwrap(),
+        AttributeValue::string("h100").unwrap(),
+    );
+    let err = map_device(&pool_of(vec![]), &twice, &driver()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("device dev-0 sets the attribute model twice, bare and in the driver's own domain gpu.example.com"),
+        "{err}"
+    );
+}
+
+#[test]
 fn numa_attribute_set_by_the_device_wins() {
     let d = plain(0)
         .with_attribute(
