@@ -366,7 +366,63 @@ async fn without_health_nothing_is_advertised_and_a_stray_stream_is_unimplemente
         started.elapsed()
     );
     assert!(kubelet.health(DRIVER).is_empty());
+    assert!(
+        kubelet.health_calls(DRIVER).is_empty(),
+        "a 1.37+ kubelet asks only where told"
+    );
     plugin.stop().await;
+}
+
+/// A 1.36 kubelet opens the health stream of every plugin and opens it again 5 s after it
+/// failed: a plugin without health answers `Unimplemented` each time, at once; with health on,
+/// the same kubelet gets the reports over `v1alpha1`.
+#[tokio::test]
+async fn a_1_36_kubelet_asking_every_plugin_for_health_hears_unimplemented_or_the_reports() {
+    use kubedev_testkit::kubelet::KubeletRelease;
+    for health in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = dir.path().join("plugins_registry");
+        let kubelet = DraKubelet::start_release(&registry, KubeletRelease::V1_36).unwrap();
+        let cfg = DraPluginConfig::new(DriverName::new(DRIVER).unwrap())
+            .plugin_dir(dir.path().join("plugins").join(DRIVER))
+            .registry_dir(&registry)
+            .health(health);
+        let (_health, rx) = watch::channel(vec![report("gpu-0", 0)]);
+        let plugin = DraPlugin::start(
+            cfg,
+            Arc::new(Handler::default()),
+            rx,
+            CancellationToken::new(),
+        )
+        .unwrap();
+        assert!(plugin.wait_registered(WAIT).await);
+        if health {
+            assert!(
+                kubelet
+                    .wait_until(WAIT, |k| k
+                        .health(DRIVER)
+                        .get("node-a/gpu-0")
+                        .is_some_and(|h| h.health == "UNHEALTHY"))
+                    .await
+            );
+            assert!(
+                kubelet.health_calls(DRIVER).is_empty(),
+                "the stream stays open"
+            );
+        } else {
+            let twice = kubelet
+                .wait_until(Duration::from_secs(8), |k| {
+                    k.health_calls(DRIVER).len() >= 2
+                })
+                .await;
+            assert!(twice, "{:?}", kubelet.health_calls(DRIVER));
+            assert_eq!(
+                kubelet.health_calls(DRIVER)[..2],
+                ["Unimplemented", "Unimplemented"]
+            );
+        }
+        plugin.stop().await;
+    }
 }
 
 #[tokio::test]

@@ -132,6 +132,8 @@ struct DraState {
     /// driver → the health stream that last started for it (a plugin's new instance opens a
     /// new one while the old one may still be ending).
     health_streams: BTreeMap<String, u64>,
+    /// driver → how each health stream the kubelet opened ended (`Unimplemented`, `ended`, …).
+    health_calls: BTreeMap<String, Vec<String>>,
     registrations: u64,
 }
 
@@ -196,6 +198,7 @@ impl DraKubelet {
         };
         k.task = Some(tokio::spawn(watch_registry(
             versions,
+            release,
             dialing,
             k.registry_dir.clone(),
             k.state.clone(),
@@ -237,6 +240,18 @@ impl DraKubelet {
             .unwrap_or_else(|e| e.into_inner())
             .rejected
             .clone()
+    }
+
+    /// How each resource health stream this kubelet opened to `driver` ended, oldest first: a
+    /// gRPC status code name (`Unimplemented`), or `ended` for a stream the plugin closed.
+    pub fn health_calls(&self, driver: &str) -> Vec<String> {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .health_calls
+            .get(driver)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// The health the kubelet shows now for `driver`'s devices (`pool/device` → health); see
@@ -425,9 +440,11 @@ async fn notify(channel: Channel, ok: bool, error: String) {
         .await;
 }
 
-/// Handles one registration socket: GetInfo, validation, version choice, notification, health.
+/// Handles one registration socket: GetInfo, validation, version choice, notification, and
+/// the health stream as `release`'s kubelet opens it.
 async fn register(
     versions: Arc<Vec<String>>,
+    release: KubeletRelease,
     dialing: Arc<KubeletDialing>,
     socket: PathBuf,
     state: Arc<Mutex<DraState>>,
@@ -507,11 +524,47 @@ async fn register(
         );
     });
     notify(channel, true, String::new()).await;
-    if let Some(h) = health_service {
-        let dra = dialing.dra.clone();
-        follow_health(driver, endpoint_path, dra, h, state, changed, cancel).await;
+    let unadvertised = release.watches_health_unadvertised();
+    let service = match health_service {
+        _ if unadvertised => "v1alpha1.DRAResourceHealth".to_owned(),
+        Some(h) => h,
+        None => return,
+    };
+    loop {
+        let ended = follow_health(
+            driver.clone(),
+            endpoint_path.clone(),
+            dialing.dra.clone(),
+            service.clone(),
+            state.clone(),
+            changed.clone(),
+            cancel.clone(),
+        )
+        .await;
+        if cancel.is_cancelled() {
+            return;
+        }
+        let outcome = ended.map_or_else(|| "ended".to_owned(), |c| format!("{c:?}"));
+        state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .health_calls
+            .entry(driver.clone())
+            .or_default()
+            .push(outcome);
+        changed.send_modify(|n| *n += 1);
+        if !unadvertised && ended == Some(tonic::Code::Unimplemented) {
+            return;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(HEALTH_RETRY) => {}
+        }
     }
 }
+
+/// How long the kubelet waits before it opens a failed or ended health stream again.
+const HEALTH_RETRY: Duration = Duration::from_secs(5);
 
 /// The health snapshot as the kubelet keeps it: `pool/device` → health.
 fn seen(msg: drahealth::v1::NodeWatchResourcesResponse) -> Vec<(String, DeviceHealthSeen)> {
@@ -560,20 +613,22 @@ fn v1_of(
     }
 }
 
-/// Hands every message of `stream` to `on` until the stream ends or `cancel` fires.
+/// Hands every message of `stream` to `on` until the stream ends or `cancel` fires; the
+/// status code it failed with, if it did.
 async fn follow<T>(
     mut stream: tonic::Streaming<T>,
     cancel: &CancellationToken,
     mut on: impl FnMut(T),
-) {
+) -> Option<tonic::Code> {
     loop {
         let msg = tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => return None,
             m = stream.message() => m,
         };
         match msg {
             Ok(Some(m)) => on(m),
-            _ => return,
+            Ok(None) => return None,
+            Err(status) => return Some(status.code()),
         }
     }
 }
@@ -586,9 +641,10 @@ async fn follow_health(
     state: Arc<Mutex<DraState>>,
     changed: watch::Sender<u64>,
     cancel: CancellationToken,
-) {
-    let Ok(channel) = connect(&endpoint, &authority).await else {
-        return;
+) -> Option<tonic::Code> {
+    let channel = match connect(&endpoint, &authority).await {
+        Ok(c) => c,
+        Err(status) => return Some(status.code()),
     };
     let stream_id = {
         let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -611,21 +667,23 @@ async fn follow_health(
         drop(st);
         changed.send_modify(|n| *n += 1);
     };
-    if service == "v1.DRAResourceHealth" {
+    let ended = if service == "v1.DRAResourceHealth" {
         let mut c =
             drahealth::v1::dra_resource_health_client::DraResourceHealthClient::new(channel);
         let req = drahealth::v1::NodeWatchResourcesRequest {};
-        if let Ok(resp) = c.node_watch_resources(req).await {
-            follow(resp.into_inner(), &cancel, |m| apply(seen(m))).await;
+        match c.node_watch_resources(req).await {
+            Ok(resp) => follow(resp.into_inner(), &cancel, |m| apply(seen(m))).await,
+            Err(status) => Some(status.code()),
         }
     } else {
         let mut c =
             drahealth::v1alpha1::dra_resource_health_client::DraResourceHealthClient::new(channel);
         let req = drahealth::v1alpha1::NodeWatchResourcesRequest {};
-        if let Ok(resp) = c.node_watch_resources(req).await {
-            follow(resp.into_inner(), &cancel, |m| apply(seen(v1_of(m)))).await;
+        match c.node_watch_resources(req).await {
+            Ok(resp) => follow(resp.into_inner(), &cancel, |m| apply(seen(v1_of(m)))).await,
+            Err(status) => Some(status.code()),
         }
-    }
+    };
     // The stream is over: the kubelet forgets the driver's devices (they show as unknown),
     // unless a newer stream of the driver has taken over.
     let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
@@ -635,12 +693,14 @@ async fn follow_health(
     }
     drop(st);
     changed.send_modify(|n| *n += 1);
+    ended
 }
 
 /// The plugin watcher: every `*.sock` that appears in the registry directory is registered; a
 /// removed socket deregisters its driver.
 async fn watch_registry(
     versions: Arc<Vec<String>>,
+    release: KubeletRelease,
     dialing: Arc<KubeletDialing>,
     dir: PathBuf,
     state: Arc<Mutex<DraState>>,
@@ -686,6 +746,7 @@ async fn watch_registry(
             known.insert(p.clone(), (ident, token.clone()));
             tokio::spawn(register(
                 versions.clone(),
+                release,
                 dialing.clone(),
                 p.clone(),
                 state.clone(),

@@ -52,6 +52,15 @@ impl KubeletRelease {
         KubeletRelease::V1_38,
     ];
 
+    /// Whether this release's kubelet opens the resource health stream of every DRA plugin,
+    /// advertised or not, as `v1alpha1`, and opens it again 5 s after any failure
+    /// (`Unimplemented` included; 1.34 to 1.36 with `ResourceHealthStatus` on). From 1.37 the
+    /// kubelet opens it only where the plugin advertises a health service, prefers `v1`, and
+    /// stops for good on `Unimplemented` (kubernetes/kubernetes#139477).
+    pub fn watches_health_unadvertised(self) -> bool {
+        self <= KubeletRelease::V1_36
+    }
+
     /// How this release's kubelet dials plugin sockets.
     pub fn dialing(self) -> KubeletDialing {
         // The same calls in every supported release (read from the kubelet's source at each
