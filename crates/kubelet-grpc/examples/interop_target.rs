@@ -136,7 +136,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         device: "gpu-0".into(),
         health: Health::healthy(),
         last_updated: 1_700_000_000,
-        timeout_seconds: 60,
+        timeout_seconds: 3,
     }]);
     let config = DraPluginConfig::new(driver.clone())
         .plugin_dir(dir.join("plugins").join(driver.as_str()))

@@ -21,6 +21,7 @@ import os
 import queue
 import sys
 import threading
+import time
 import uuid
 from concurrent import futures
 
@@ -146,6 +147,18 @@ def health(endpoint, version, authority):
             f"health {version} first snapshot",
             ("node-a", "gpu-0", "HEALTHY") in devices,
             devices,
+        )
+        timeouts = [d.health_check_timeout_seconds for d in first.devices]
+        check(f"health {version} timeout", timeouts == [3], timeouts)
+        # Unchanged health is sent again within a third of the timeout, before the kubelet
+        # would show the device as unknown.
+        started = time.monotonic()
+        second = next(stream)
+        waited = time.monotonic() - started
+        check(
+            f"health {version} repeated within the timeout",
+            len(second.devices) == 1 and 0.5 <= waited <= 2.5,
+            f"{len(second.devices)} devices after {waited:.2f} s",
         )
         stream.cancel()
 
