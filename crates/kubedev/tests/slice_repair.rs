@@ -115,10 +115,12 @@ async fn during_a_rolling_update_two_instances_repair_without_fighting() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(writes(&env), 0, "{:?}", env.api.request_counts());
 
-    // Both see the delete and the edit; the repairs still take a bounded number of writes.
+    // Both see the delete and the edit; the repairs still take a bounded number of writes: at
+    // most a create, a delete and an update per instance and repair (both may re-create the
+    // deleted slice at once, and one of the two copies then goes).
     let repairs = delete_then_edit(&env).await;
     assert!(
-        (2..=4).contains(&repairs),
+        (2..=12).contains(&repairs),
         "two repairs by two instances took {repairs} slice writes: {:?}",
         env.api.request_counts()
     );
