@@ -63,23 +63,25 @@ pub fn pcie_root_of(canonical: &Path) -> Option<String> {
 /// whose last component is a PCI address (`/sys/devices/pci0000:00/0000:00:14.0/usb1/1-1` →
 /// `/sys/devices/pci0000:00/0000:00:14.0`, the USB controller).
 pub fn pci_function_of(canonical: &Path) -> Option<PathBuf> {
+    // dddd:bb:dd.f, with a domain of at least four hex digits.
     let is_bdf = |name: &str| {
-        let b = name.as_bytes();
-        // dddd:bb:dd.f, with a domain of at least four hex digits.
-        let Some(dot) = name.rfind('.') else {
+        let hex = |s: &str| !s.is_empty() && s.bytes().all(|c| c.is_ascii_hexdigit());
+        let Some((addr, func)) = name.rsplit_once('.') else {
             return false;
         };
-        let (addr, func) = (&name[..dot], &name[dot + 1..]);
-        let parts: Vec<&str> = addr.split(':').collect();
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|c| c.is_ascii_hexdigit());
-        b.len() >= 12
-            && parts.len() == 3
-            && parts[0].len() >= 4
-            && parts[0].bytes().all(|c| c.is_ascii_hexdigit())
-            && hex(parts[1], 2)
-            && hex(parts[2], 2)
-            && func.len() == 1
-            && matches!(func.as_bytes()[0], b'0'..=b'7')
+        let mut parts = addr.split(':');
+        let (Some(domain), Some(bus), Some(slot), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return false;
+        };
+        domain.len() >= 4
+            && hex(domain)
+            && bus.len() == 2
+            && hex(bus)
+            && slot.len() == 2
+            && hex(slot)
+            && matches!(func.as_bytes(), [b'0'..=b'7'])
     };
     let mut found = None;
     let mut prefix = PathBuf::new();

@@ -404,27 +404,21 @@ impl MetadataWriter {
         );
         let update = match &previous {
             None => FileUpdate::Created,
-            Some(prev) if doc.same_data(prev) => {
-                doc.metadata.generation = prev.metadata.generation;
-                let bytes = encode(&doc);
-                if existing.as_deref() == Some(bytes.as_slice()) {
-                    return Ok(FileUpdate::Unchanged {
-                        generation: doc.metadata.generation,
-                    });
-                }
-                put(&file.host_path, &bytes)?;
-                return Ok(FileUpdate::Rewritten {
-                    generation: doc.metadata.generation,
-                });
-            }
-            Some(prev) => {
-                doc.metadata.generation = prev.metadata.generation.saturating_add(1);
-                FileUpdate::Updated {
-                    generation: doc.metadata.generation,
-                }
-            }
+            Some(prev) if doc.same_data(prev) => FileUpdate::Rewritten {
+                generation: prev.metadata.generation,
+            },
+            Some(prev) => FileUpdate::Updated {
+                generation: prev.metadata.generation.saturating_add(1),
+            },
         };
-        put(&file.host_path, &encode(&doc))?;
+        doc.metadata.generation = update.generation();
+        let bytes = encode(&doc);
+        if let FileUpdate::Rewritten { generation } = update
+            && existing.as_deref() == Some(bytes.as_slice())
+        {
+            return Ok(FileUpdate::Unchanged { generation });
+        }
+        put(&file.host_path, &bytes)?;
         Ok(update)
     }
 

@@ -11,7 +11,7 @@ use kubedev_kubelet_grpc::dra::{
     ClaimError, DeviceHealthReport, DraHandler, DraPlugin, DraPluginConfig, DraPluginHandle,
     PreparedClaimDevice,
 };
-use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
+use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletRelease};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -313,15 +313,24 @@ async fn the_kubelet_shows_a_device_left_out_of_the_reports_as_unknown_after_its
     );
 }
 
-#[tokio::test]
-async fn without_health_nothing_is_advertised_and_a_stray_stream_is_unimplemented() {
+/// A plugin registered with a kubelet of `release`, health on or off, reporting gpu-0 as in
+/// [`report`].
+struct Registered {
+    _dir: tempfile::TempDir,
+    kubelet: DraKubelet,
+    plugin: DraPluginHandle,
+    _health: watch::Sender<Vec<DeviceHealthReport>>,
+}
+
+async fn registered(release: KubeletRelease, health: bool) -> Registered {
     let dir = tempfile::tempdir().unwrap();
     let registry = dir.path().join("plugins_registry");
-    let kubelet = DraKubelet::start(&registry).unwrap();
+    let kubelet = DraKubelet::start_release(&registry, release).unwrap();
     let cfg = DraPluginConfig::new(DriverName::new(DRIVER).unwrap())
         .plugin_dir(dir.path().join("plugins").join(DRIVER))
-        .registry_dir(&registry);
-    let (_health, rx) = watch::channel(vec![report("gpu-0", 0)]);
+        .registry_dir(&registry)
+        .health(health);
+    let (tx, rx) = watch::channel(vec![report("gpu-0", 0)]);
     let plugin = DraPlugin::start(
         cfg,
         Arc::new(Handler::default()),
@@ -330,6 +339,22 @@ async fn without_health_nothing_is_advertised_and_a_stray_stream_is_unimplemente
     )
     .unwrap();
     assert!(plugin.wait_registered(WAIT).await);
+    Registered {
+        _dir: dir,
+        kubelet,
+        plugin,
+        _health: tx,
+    }
+}
+
+#[tokio::test]
+async fn without_health_nothing_is_advertised_and_a_stray_stream_is_unimplemented() {
+    let Registered {
+        _dir,
+        _health,
+        kubelet,
+        plugin,
+    } = registered(KubeletRelease::default(), false).await;
     let d = &kubelet.drivers()[DRIVER];
     assert!(
         !d.supported_versions
@@ -378,24 +403,13 @@ async fn without_health_nothing_is_advertised_and_a_stray_stream_is_unimplemente
 /// the same kubelet gets the reports over `v1alpha1`.
 #[tokio::test]
 async fn a_1_36_kubelet_asking_every_plugin_for_health_hears_unimplemented_or_the_reports() {
-    use kubedev_testkit::kubelet::KubeletRelease;
     for health in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let registry = dir.path().join("plugins_registry");
-        let kubelet = DraKubelet::start_release(&registry, KubeletRelease::V1_36).unwrap();
-        let cfg = DraPluginConfig::new(DriverName::new(DRIVER).unwrap())
-            .plugin_dir(dir.path().join("plugins").join(DRIVER))
-            .registry_dir(&registry)
-            .health(health);
-        let (_health, rx) = watch::channel(vec![report("gpu-0", 0)]);
-        let plugin = DraPlugin::start(
-            cfg,
-            Arc::new(Handler::default()),
-            rx,
-            CancellationToken::new(),
-        )
-        .unwrap();
-        assert!(plugin.wait_registered(WAIT).await);
+        let Registered {
+            _dir,
+            _health,
+            kubelet,
+            plugin,
+        } = registered(KubeletRelease::V1_36, health).await;
         if health {
             assert!(
                 kubelet

@@ -160,15 +160,21 @@ pub fn read_usb_devices(host: &HostFs) -> Result<Vec<UsbDevice>, HostFsError> {
 struct DevDir {
     fd: OwnedFd,
     host_dir: PathBuf,
+    /// Where the directory really is, as a host path (`/sys/devices/pci…/usb1/1-1`).
+    canonical: PathBuf,
 }
 
 impl DevDir {
     fn open(host: &HostFs, host_dir: PathBuf) -> Result<Self, HostFsError> {
-        let real = host.resolve(&host_dir)?;
+        let canonical = host.canonicalize(&host_dir)?;
         let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
-        let fd =
-            rustix::fs::open(&real, flags, Mode::empty()).map_err(|e| io_error(&host_dir, e))?;
-        Ok(DevDir { fd, host_dir })
+        let fd = rustix::fs::open(host.join(&canonical), flags, Mode::empty())
+            .map_err(|e| io_error(&host_dir, e))?;
+        Ok(DevDir {
+            fd,
+            host_dir,
+            canonical,
+        })
     }
 
     /// The attribute's content, surrounding white space removed; `None` when it does not exist.
@@ -275,15 +281,8 @@ fn read_device(
         }
     };
     // Where the device hangs off: the PCI controller above its sysfs directory.
-    let canonical = host
-        .canonicalize(Path::new(SYSFS_USB_DEVICES).join(name))
-        .ok();
-    let pcie_root = canonical
-        .as_deref()
-        .and_then(kubedev_core::hostfs::pcie_root_of);
-    let numa_node = canonical
-        .as_deref()
-        .and_then(kubedev_core::hostfs::pci_function_of)
+    let pcie_root = kubedev_core::hostfs::pcie_root_of(&dir.canonical);
+    let numa_node = kubedev_core::hostfs::pci_function_of(&dir.canonical)
         .and_then(|f| host.read_dec(f.join("numa_node")).ok())
         .filter(|n| *n >= 0);
     Ok(UsbDevice {

@@ -84,8 +84,9 @@ impl DraDriver {
                 }
             }
         }
-        // Edits that changed while the daemon was down (a driver upgraded meanwhile).
-        for uid in self.refresh_edits().await {
+        // Edits that changed while the daemon was down (a driver upgraded meanwhile); the
+        // metadata was brought up to date above.
+        for uid in self.refresh(false).await {
             tracing::info!(claim_uid = %uid, "a prepared claim's container edits changed while the daemon was stopped");
         }
         let cdi = self.cdi.clone();

@@ -13,6 +13,12 @@ impl DraDriver {
     /// the same claim never interleaves. Returns the UIDs of the claims rewritten; a failure is
     /// logged and leaves that claim as it was.
     pub async fn refresh_edits(&self) -> Vec<String> {
+        self.refresh(true).await
+    }
+
+    /// [`DraDriver::refresh_edits`], bringing the device metadata up to date too when
+    /// `metadata` (start-up recovery has just done that itself).
+    pub(super) async fn refresh(&self, metadata: bool) -> Vec<String> {
         let uids: Vec<String> = {
             let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
             store
@@ -36,14 +42,15 @@ impl DraDriver {
             };
             // Device metadata first: it says what the devices are now (an unchanged file is
             // left alone; a changed one gets the next generation).
-            if let Err(e) = self
-                .metadata_files(
-                    &record.claim,
-                    record.pod_claim_name.clone(),
-                    &record.prepared,
-                    true,
-                )
-                .await
+            if metadata
+                && let Err(e) = self
+                    .metadata_files(
+                        &record.claim,
+                        record.pod_claim_name.clone(),
+                        &record.prepared,
+                        true,
+                    )
+                    .await
             {
                 tracing::warn!(claim = %record.claim, error = %e, "cannot bring a prepared claim's device metadata up to date");
             }
