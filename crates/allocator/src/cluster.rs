@@ -294,17 +294,19 @@ impl Cluster {
     /// goes through the lenient path, which drops unknown fields and names real errors.
     fn add_json(&mut self, text: &str) -> Result<(), String> {
         let items: Vec<&RawValue> = if text.trim_start().starts_with('[') {
-            serde_json::from_str(text).map_err(|e| e.to_string())?
+            serde_json::from_str(text).map_err(|e| kubedev_core::echo::chain(&e))?
         } else {
-            let head: ListHead<'_> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            let head: ListHead<'_> =
+                serde_json::from_str(text).map_err(|e| kubedev_core::echo::chain(&e))?;
             match head.items {
                 Some(items) if head.kind.as_deref().is_some_and(|k| k.ends_with("List")) => items,
-                _ => vec![serde_json::from_str(text).map_err(|e| e.to_string())?],
+                _ => vec![serde_json::from_str(text).map_err(|e| kubedev_core::echo::chain(&e))?],
             }
         };
         for raw in items {
             if !self.add_typed(raw.get()) {
-                let v: Value = serde_json::from_str(raw.get()).map_err(|e| e.to_string())?;
+                let v: Value =
+                    serde_json::from_str(raw.get()).map_err(|e| kubedev_core::echo::chain(&e))?;
                 self.add_object(v)?;
             }
         }
@@ -374,9 +376,8 @@ impl Cluster {
                 let status = v.as_object_mut().and_then(|m| m.remove("status"));
                 let status: ClaimStatusDoc = match status {
                     None | Some(Value::Null) => ClaimStatusDoc::default(),
-                    Some(status) => {
-                        serde_json::from_value(status).map_err(|e| what(format!("status: {e}")))?
-                    }
+                    Some(status) => serde_json::from_value(status)
+                        .map_err(|e| what(format!("status: {}", kubedev_core::echo::chain(&e))))?,
                 };
                 let (allocated, consumed) = status.allocation().map_err(what)?;
                 self.consumed.extend(consumed);
@@ -531,7 +532,7 @@ impl Cluster {
                 Ok(None) => {
                     let reasons = match allocator.explain_with(node, &claims, &options) {
                         Ok(e) => e.pools.iter().cloned().chain(e.summary).collect(),
-                        Err(e) => vec![e.to_string()],
+                        Err(e) => vec![kubedev_core::echo::chain(&e)],
                     };
                     NodeAnswer {
                         node: node.name.clone(),
@@ -542,7 +543,7 @@ impl Cluster {
                 Err(e) => NodeAnswer {
                     node: node.name.clone(),
                     fits: false,
-                    reasons: vec![e.to_string()],
+                    reasons: vec![kubedev_core::echo::chain(&e)],
                 },
             };
             answers.push(answer);

@@ -269,7 +269,7 @@ fn classify_devices(
             }
             Verdict::Node => Some(Reason::NodeMismatch),
             Verdict::Error(e) => Some(Reason::SelectorError {
-                message: e.to_string(),
+                message: kubedev_core::echo::chain(&e),
             }),
             Verdict::Match => fit_reason(view, cp, sp, d, policy),
         };

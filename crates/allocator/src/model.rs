@@ -628,7 +628,12 @@ fn parse_caps(d: &Device) -> Caps<'_> {
                 value,
                 policy,
             }),
-            (Err(e), _) => error = Some(format!("capacity {name}: {e}")),
+            (Err(e), _) => {
+                error = Some(format!(
+                    "capacity {name}: {}",
+                    kubedev_core::echo::chain(&e)
+                ))
+            }
             (_, Err(e)) => error = Some(e),
         }
     }

@@ -95,7 +95,7 @@ pub enum ScenarioError {
         message: String,
     },
     /// An `allocatedDevices` entry is not `driver/pool/device`.
-    #[error("{origin}: allocatedDevices entry {entry:?} is not driver/pool/device")]
+    #[error("{origin}: allocatedDevices entry {0} is not driver/pool/device", kubedev_core::echo::echo(.entry))]
     AllocatedDevice {
         /// The file name (`scenario text` for [`Scenario::from_text`]).
         origin: String,

@@ -196,7 +196,7 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
     .with_features(features);
     let outcome = allocator.allocate(&scenario.node, &scenario.claims, &alloc_options);
     let mut out = match outcome {
-        Err(e) => failed(scenario, e.to_string()),
+        Err(e) => failed(scenario, kubedev_core::echo::chain(&e)),
         Ok(results) => SimulateOutput {
             allocatable: results.is_some(),
             error: None,
@@ -208,7 +208,7 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
     if options.explain && out.error.is_none() {
         match allocator.explain_with(&scenario.node, &scenario.claims, &alloc_options) {
             Ok(e) => out.explanation = Some(e),
-            Err(e) => out.error = Some(e.to_string()),
+            Err(e) => out.error = Some(kubedev_core::echo::chain(&e)),
         }
     }
     if let Some(n) = options.repeat.filter(|n| *n > 0) {
@@ -261,7 +261,7 @@ impl SimulateOutput {
     /// The `-o json` form: one pretty-printed object.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self)
-            .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()))
+            .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", kubedev_core::echo::chain(&e)))
     }
 
     /// The `-o yaml` form.

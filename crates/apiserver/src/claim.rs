@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use kubedev_core::{AllocatedDevice, ClaimRef, DeviceConfig, Quantity};
 
-mod allocation;
+pub(crate) mod allocation;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod client_tests;

@@ -147,7 +147,7 @@ pub async fn apply_device_classes_until_done(
                 return;
             }
             Err(e) => {
-                tracing::error!(error = %e, retry = ?retry, "applying DeviceClasses failed")
+                tracing::error!(error = %kubedev_core::echo::Chain(&e), retry = ?retry, "applying DeviceClasses failed")
             }
         }
         tokio::time::sleep(retry).await;

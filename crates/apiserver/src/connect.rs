@@ -28,9 +28,9 @@ pub async fn connect(kubeconfig: Option<&Path>) -> Result<kube::Client, ConnectE
         Some(path) => from_kubeconfig(path).await?,
         None => kube::Config::infer()
             .await
-            .map_err(|e| ConnectError::Infer(e.to_string()))?,
+            .map_err(|e| ConnectError::Infer(kubedev_core::echo::chain(&e)))?,
     };
-    kube::Client::try_from(config).map_err(|e| ConnectError::Client(e.to_string()))
+    kube::Client::try_from(config).map_err(|e| ConnectError::Client(kubedev_core::echo::chain(&e)))
 }
 
 /// Whether [`connect`] can use the kubeconfig file `path`: it must be readable and parse, and
@@ -43,12 +43,12 @@ pub async fn check_kubeconfig(path: &Path) -> Result<(), ConnectError> {
 async fn from_kubeconfig(path: &Path) -> Result<kube::Config, ConnectError> {
     let file = kube::config::Kubeconfig::read_from(path).map_err(|e| ConnectError::Kubeconfig {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: kubedev_core::echo::chain(&e),
     })?;
     kube::Config::from_custom_kubeconfig(file, &Default::default())
         .await
         .map_err(|e| ConnectError::Kubeconfig {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: kubedev_core::echo::chain(&e),
         })
 }

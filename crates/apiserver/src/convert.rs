@@ -148,7 +148,7 @@ pub(crate) fn desired_pools_in(
 ) -> Result<Vec<DesiredPool>, Error> {
     inventory.validate().map_err(|e| Error::InvalidInventory {
         pool: String::new(),
-        message: e.to_string(),
+        message: kubedev_core::echo::chain(&e),
     })?;
     inventory
         .pools

@@ -11,7 +11,7 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum Error {
     /// The node name given to the publisher is not a valid Kubernetes node name.
-    #[error("invalid node name {node:?}: {reason}")]
+    #[error("invalid node name {0}: {reason}", kubedev_core::echo::echo(.node))]
     InvalidNodeName {
         /// The rejected name.
         node: String,
@@ -139,7 +139,7 @@ pub enum Error {
     },
     /// The claim's name or namespace breaks a Kubernetes naming rule, so it cannot be a claim
     /// the API server holds; no request was made for it.
-    #[error("ResourceClaim {field} {value:?} ({claim}) is not a valid {rule}: {reason}")]
+    #[error("ResourceClaim {field} {0} ({claim}) is not a valid {rule}: {reason}", kubedev_core::echo::echo(.value))]
     InvalidClaimName {
         /// Which part is wrong: `name` or `namespace`.
         field: &'static str,
@@ -274,7 +274,7 @@ mod tests {
             error: Box::new(api_error(409, "Conflict", "the object has been modified")),
         };
         assert_eq!(
-            err.to_string(),
+            kubedev_core::echo::chain(&err),
             "updating ResourceSlice 00000-gpu.example.com-node-a-x7k2p: HTTP 409 Conflict: the object has been modified"
         );
         assert_eq!(err.http_status(), Some(409));

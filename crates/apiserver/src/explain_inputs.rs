@@ -101,7 +101,7 @@ fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource
 fn typed(ar: &ApiResource, object: &DynamicObject) -> Result<Value, Error> {
     let mut v = serde_json::to_value(object).map_err(|e| Error::Explain {
         what: ar.kind.clone(),
-        message: e.to_string(),
+        message: kubedev_core::echo::chain(&e),
     })?;
     if let Some(m) = v.as_object_mut() {
         m.insert("apiVersion".into(), json!(ar.api_version));

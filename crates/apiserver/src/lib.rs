@@ -41,6 +41,8 @@ mod error;
 mod events;
 mod explain_inputs;
 mod features;
+#[doc(hidden)]
+pub mod fuzzing;
 mod node_claims;
 mod plan;
 mod publisher;

@@ -397,7 +397,7 @@ impl Publisher for SlicePublisher {
         let (pools, actions) = self
             .shared
             .derive(inventory)
-            .map_err(|e| PublishError::Invalid(e.to_string()))?;
+            .map_err(|e| PublishError::Invalid(kubedev_core::echo::chain(&e)))?;
         if self.shared.status.borrow().stopped {
             return Err(PublishError::Transport(self.stopped_error().to_string()));
         }
@@ -450,7 +450,7 @@ impl PublisherTask {
         if let Some(join) = self.join.take()
             && let Err(e) = join.await
         {
-            warn!(error = %e, "ResourceSlice publisher task ended abnormally");
+            warn!(error = %kubedev_core::echo::Chain(&e), "ResourceSlice publisher task ended abnormally");
         }
     }
 }

@@ -281,7 +281,7 @@ mod tests {
     use super::*;
 
     fn from_json(json: &str) -> Result<AttributeValue, String> {
-        serde_json::from_str(json).map_err(|e| e.to_string())
+        serde_json::from_str(json).map_err(|e| crate::echo::chain(&e))
     }
 
     #[test]

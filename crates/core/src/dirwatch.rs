@@ -399,7 +399,7 @@ mod tests {
         let missing = root.path().join("missing");
         let err = DirWatch::watching(&missing).unwrap_err();
         assert!(
-            err.to_string().contains(&*missing.to_string_lossy()),
+            crate::echo::chain(&err).contains(&*missing.to_string_lossy()),
             "{err}"
         );
     }

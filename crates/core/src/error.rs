@@ -5,7 +5,7 @@
 #[non_exhaustive]
 pub enum ModelError {
     /// Two devices of one pool have the same name.
-    #[error("pool {pool}: device name {device:?} is used twice")]
+    #[error("pool {pool}: device name {0} is used twice", crate::echo::echo(.device))]
     DuplicateDevice {
         /// The pool.
         pool: String,
@@ -13,13 +13,13 @@ pub enum ModelError {
         device: String,
     },
     /// Two pools have the same name.
-    #[error("pool name {pool:?} is used twice")]
+    #[error("pool name {0} is used twice", crate::echo::echo(.pool))]
     DuplicatePool {
         /// The repeated name.
         pool: String,
     },
     /// Two counter sets of one pool have the same name.
-    #[error("pool {pool}: counter set {set:?} is defined twice")]
+    #[error("pool {pool}: counter set {0} is defined twice", crate::echo::echo(.set))]
     DuplicateCounterSet {
         /// The pool.
         pool: String,
@@ -144,7 +144,7 @@ impl PrepareError {
     pub fn config(claim: impl std::fmt::Display, error: crate::ConfigError) -> Self {
         PrepareError::Config {
             claim: claim.to_string(),
-            message: error.to_string(),
+            message: crate::echo::chain(&error),
         }
     }
 

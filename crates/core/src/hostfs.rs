@@ -30,7 +30,7 @@ pub enum HostFsError {
         error: String,
     },
     /// The file was read but does not hold what was expected.
-    #[error("{}: {value:?} is not {expected}", path.display())]
+    #[error("{}: {1} is not {expected}", path.display(), crate::echo::echo(.value))]
     Parse {
         /// The host path.
         path: PathBuf,
@@ -564,7 +564,7 @@ mod tests {
             .unwrap_err();
         assert!(e.is_not_found());
         assert!(
-            e.to_string()
+            crate::echo::chain(&e)
                 .starts_with("/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/missing"),
             "{e}"
         );
@@ -579,7 +579,7 @@ mod tests {
         std::fs::write(d.path().join("sys/bad"), "zz\n").unwrap();
         let e = fs.read_hex("/sys/bad").unwrap_err();
         assert_eq!(
-            e.to_string(),
+            crate::echo::chain(&e),
             "/sys/bad: \"zz\" is not a hexadecimal number"
         );
         let e = fs.read_dec("/sys/bad").unwrap_err();

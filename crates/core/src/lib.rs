@@ -21,6 +21,7 @@ pub mod atomic_file;
 mod attribute;
 pub mod dirwatch;
 pub mod durable;
+pub mod echo;
 mod edits;
 mod error;
 pub mod factory;

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// A name that broke a Kubernetes naming rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {kind} {value:?}: {reason}")]
+#[error("invalid {kind} {}: {reason}", crate::echo::echo(value))]
 pub struct NameError {
     /// What kind of name was being checked ("device name", "driver name", ...).
     pub kind: &'static str,

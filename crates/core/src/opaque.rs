@@ -204,7 +204,7 @@ mod tests {
         bad[0].parameters = json!({"kind": "Cfg", "inner": {"percent": 200}});
         let e = effective_config::<Cfg>(&bad, is_cfg).unwrap_err();
         assert_eq!(
-            e.to_string(),
+            crate::echo::chain(&e),
             "config[0] (from the device class): inner.percent: must be at most 100, got 200"
         );
         assert!(
@@ -222,7 +222,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            e.to_string()
+            crate::echo::chain(&e)
                 .starts_with("config[3] (from the claim): inner.percent: invalid type"),
             "{e}"
         );
@@ -252,7 +252,7 @@ mod tests {
         )
         .unwrap_err();
         assert!(
-            e.to_string().starts_with("config (from the claim): "),
+            crate::echo::chain(&e).starts_with("config (from the claim): "),
             "{e}"
         );
     }

@@ -65,13 +65,13 @@ pub enum QuantityError {
     #[error("a quantity cannot be empty")]
     Empty,
     /// The number part has no digit at all (e.g. `-`, `.`, `Ki`).
-    #[error("invalid quantity {input:?}: the number has no digits")]
+    #[error("invalid quantity {0}: the number has no digits", crate::echo::echo(.input))]
     NoDigits {
         /// The rejected input.
         input: String,
     },
     /// A character that cannot appear in a quantity (a space, a second dot, a letter).
-    #[error("invalid quantity {input:?}: unexpected character {character:?}")]
+    #[error("invalid quantity {0}: unexpected character {character:?}", crate::echo::echo(.input))]
     UnexpectedCharacter {
         /// The rejected input.
         input: String,
@@ -90,19 +90,19 @@ pub enum QuantityError {
         suffix: String,
     },
     /// A decimal exponent outside what Kubernetes accepts (±2147483647).
-    #[error("invalid quantity {input:?}: the exponent is outside -2147483647..=2147483647")]
+    #[error("invalid quantity {0}: the exponent is outside -2147483647..=2147483647", crate::echo::echo(.input))]
     ExponentOutOfRange {
         /// The rejected input.
         input: String,
     },
     /// More than 38 significant digits remain after rounding to the nano.
-    #[error("quantity {input:?} has more than 38 significant digits")]
+    #[error("quantity {0} has more than 38 significant digits", crate::echo::echo(.input))]
     TooManyDigits {
         /// The rejected input.
         input: String,
     },
     /// The value is too large: its decimal exponent would exceed 2147483647.
-    #[error("quantity {input:?} is too large (its decimal exponent exceeds 2147483647)")]
+    #[error("quantity {0} is too large (its decimal exponent exceeds 2147483647)", crate::echo::echo(.input))]
     OutOfRange {
         /// The rejected input.
         input: String,

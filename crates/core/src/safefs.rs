@@ -247,7 +247,7 @@ mod tests {
                 ..
             }
         ));
-        let text = err.to_string();
+        let text = crate::echo::chain(&err);
         assert!(
             text.contains("checkpoint.json") && text.contains("FIFO"),
             "{text}"

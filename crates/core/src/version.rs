@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[non_exhaustive]
 pub enum VersionError {
     /// The string breaks the Semantic Versioning 2.0.0 grammar, or a number does not fit 64 bits.
-    #[error("invalid semantic version {input:?}: {reason}")]
+    #[error("invalid semantic version {0}: {reason}", crate::echo::echo(.input))]
     Invalid {
         /// The rejected input.
         input: String,
@@ -421,7 +421,7 @@ mod tests {
         ] {
             let err = Version::parse(input).expect_err(input);
             assert!(
-                err.to_string().contains(&format!("{input:?}")),
+                crate::echo::chain(&err).contains(&format!("{input:?}")),
                 "{err} does not name {input:?}"
             );
         }
@@ -533,7 +533,7 @@ mod tests {
             #[test]
             fn parses_and_displays_back(text in version()) {
                 let version = Version::parse(&text)
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    .map_err(|e| TestCaseError::fail(crate::echo::chain(&e)))?;
                 prop_assert_eq!(version.to_string(), text);
             }
 

@@ -9,7 +9,7 @@ use kubedev_core::HostFsError;
 #[non_exhaustive]
 pub enum HostError {
     /// A configuration value is wrong.
-    #[error("host configuration: {field} = {value:?}: {reason}")]
+    #[error("host configuration: {field} = {0}: {reason}", kubedev_core::echo::echo(.value))]
     Config {
         /// The field, e.g. `socketDevices[0].path`.
         field: String,
@@ -19,7 +19,7 @@ pub enum HostError {
         reason: String,
     },
     /// The pool name made from the node name is not a valid pool name.
-    #[error("host: pool name {pool:?} made from the node name is invalid: {reason}")]
+    #[error("host: pool name {0} made from the node name is invalid: {reason}", kubedev_core::echo::echo(.pool))]
     PoolName {
         /// The rejected pool name.
         pool: String,
@@ -27,7 +27,7 @@ pub enum HostError {
         reason: String,
     },
     /// A line of the cgroup `misc.capacity` file is not `<resource> <count>`.
-    #[error("{}: line {line}: {content:?}: {reason}", path.display())]
+    #[error("{}: line {line}: {1}: {reason}", path.display(), kubedev_core::echo::echo(.content))]
     MiscCapacity {
         /// The file, as a host path.
         path: PathBuf,

@@ -200,9 +200,10 @@ impl HostBackend {
                     Ok(true) => match self
                         .host
                         .resolve(&e.path)
-                        .map_err(|err| err.to_string())
+                        .map_err(|err| kubedev_core::echo::chain(&err))
                         .and_then(|real| {
-                            std::fs::symlink_metadata(real).map_err(|err| err.to_string())
+                            std::fs::symlink_metadata(real)
+                                .map_err(|err| kubedev_core::echo::chain(&err))
                         }) {
                         Ok(m) => Some(m),
                         Err(err) => {
@@ -298,7 +299,7 @@ impl HostBackend {
             for (name, slot) in names {
                 let name = DeviceName::new(name).map_err(|err| SourceError::Config {
                     backend: BACKEND_NAME.into(),
-                    message: err.to_string(),
+                    message: kubedev_core::echo::chain(&err),
                 })?;
                 let mut d = Device::new(name)
                     .with_attribute(Self::attr("name"), AttributeValue::String(e.name.clone()))
@@ -482,8 +483,12 @@ impl HostBackend {
         let mut found = self.lookup(device);
         if found.is_none() && device.pool == self.pool {
             // Not offered by the last discovery (or none ran yet): look again once.
-            self.refresh()
-                .map_err(|e| PrepareError::Other(format!("rediscovering host devices: {e}")))?;
+            self.refresh().map_err(|e| {
+                PrepareError::Other(format!(
+                    "rediscovering host devices: {}",
+                    kubedev_core::echo::chain(&e)
+                ))
+            })?;
             found = self.lookup(device);
         }
         found

@@ -96,7 +96,7 @@ impl Backends {
             match b.source.discover().await {
                 Ok(found) => Self::adopt(i, &b, found, &mut owners, &mut pools),
                 Err(e) => {
-                    tracing::error!(backend = b.source.name(), error = %e, "discovery failed")
+                    tracing::error!(backend = b.source.name(), error = %kubedev_core::echo::Chain(&e), "discovery failed")
                 }
             }
         }
@@ -111,7 +111,7 @@ impl Backends {
             Some(b) => match b.source.discover().await {
                 Ok(f) => Some((b, f)),
                 Err(e) => {
-                    tracing::error!(backend = b.source.name(), error = %e, "rediscovery failed");
+                    tracing::error!(backend = b.source.name(), error = %kubedev_core::echo::Chain(&e), "rediscovery failed");
                     return false;
                 }
             },
@@ -139,7 +139,7 @@ impl Backends {
                 continue;
             }
             if let Err(e) = p.validate() {
-                tracing::error!(backend = b.source.name(), error = %e, "invalid pool left out");
+                tracing::error!(backend = b.source.name(), error = %kubedev_core::echo::Chain(&e), "invalid pool left out");
                 continue;
             }
             owners.insert(p.name.clone(), i);
@@ -200,7 +200,7 @@ impl Backends {
                         for (o, g) in done {
                             let Some(b) = self.get(o) else { continue };
                             if let Err(u) = b.preparer.unprepare(claim, &g).await {
-                                tracing::error!(claim = %claim, error = %u, "rolling back a partial prepare failed");
+                                tracing::error!(claim = %claim, error = %kubedev_core::echo::Chain(&u), "rolling back a partial prepare failed");
                             }
                         }
                     }

@@ -57,7 +57,7 @@ pub const MAX_SHARE_ID_LEN: usize = 128;
 #[non_exhaustive]
 pub enum CdiError {
     /// A name breaks the CDI naming rules (or is unsafe in a path).
-    #[error("invalid CDI {what} {value:?}: {reason}")]
+    #[error("invalid CDI {what} {0}: {reason}", kubedev_core::echo::echo(.value))]
     InvalidName {
         /// What kind of name: "vendor", "class", "device name", "claim UID", "share ID", "kind".
         what: &'static str,
@@ -75,7 +75,7 @@ pub enum CdiError {
         reason: String,
     },
     /// Two devices of one claim get the same CDI device name.
-    #[error("two devices get the CDI device name {name:?}")]
+    #[error("two devices get the CDI device name {0}", kubedev_core::echo::echo(.name))]
     DuplicateDevice {
         /// The name.
         name: String,

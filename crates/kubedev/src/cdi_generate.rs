@@ -106,7 +106,7 @@ pub async fn generate(config: &Config, path: &Path, kind: &str) -> anyhow::Resul
             }),
             Err(e) => skipped.push(Skipped {
                 device: device.clone(),
-                reason: e.to_string(),
+                reason: kubedev_core::echo::chain(&e),
             }),
         }
     }

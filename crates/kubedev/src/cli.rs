@@ -233,14 +233,35 @@ fn init_logging(format: LogFormat) {
     });
     // A closed stderr (the reader of our logs went away) must not panic a task mid-log:
     // tracing-subscriber would report its write error with `eprintln!`, which panics.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(ansi)
         .log_internal_errors(false)
-        .with_writer(std::io::stderr);
+        .with_writer(move || OneLineStderr { colours: ansi });
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Standard error for log events: each event is written whole, with every control character
+/// escaped but its final newline, so that a value from a request can never start a forged log
+/// line or reach the operator's terminal as an escape sequence (the terminal's own colours stay).
+struct OneLineStderr {
+    colours: bool,
+}
+
+impl std::io::Write for OneLineStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let line = kubedev_core::echo::escape_log_line(&text, self.colours);
+        std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::Write::flush(&mut std::io::stderr())
     }
 }
 
@@ -586,7 +607,7 @@ fn simulate_with_policy(
     let options: kubedev_allocator::SimulateOptions<'_> = options;
     let options = options.with_policy(&session);
     let out = kubedev_allocator::simulate(scenario, &options);
-    let failure = session.failure().map(|e| e.to_string());
+    let failure = session.failure().map(|e| kubedev_core::echo::chain(&e));
     Ok((out, failure))
 }
 

@@ -32,7 +32,7 @@ impl ClaimSource for ApiClaims {
             ClaimError::new(
                 "claim_lookup",
                 Retry::from_retryable(e.is_retryable()),
-                e.to_string(),
+                kubedev_core::echo::chain(&e),
             )
         })?;
         let mut out = ClaimAllocation::new(found.devices());
@@ -52,7 +52,7 @@ impl ClaimSource for ApiClaims {
         self.reader
             .set_device_status(claim, &devices)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| kubedev_core::echo::chain(&e))
     }
 
     async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), String> {
@@ -62,7 +62,7 @@ impl ClaimSource for ApiClaims {
         self.reader
             .clear_device_status(claim)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| kubedev_core::echo::chain(&e))
     }
 
     async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
@@ -74,7 +74,7 @@ impl ClaimSource for ApiClaims {
                     .map(|c| (c.claim.clone(), c.devices()))
                     .collect()
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| kubedev_core::echo::chain(&e))
     }
 }
 

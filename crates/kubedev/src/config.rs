@@ -491,7 +491,7 @@ impl Config {
             )
         })?;
         let driver = kubedev_core::DriverName::new(name)
-            .map_err(|e| invalid("dra.driverName", e.to_string()))?;
+            .map_err(|e| invalid("dra.driverName", kubedev_core::echo::chain(&e)))?;
         let node_name = self
             .node_name
             .clone()
@@ -526,23 +526,27 @@ impl Config {
             .pod_uid(pod_uid.clone().unwrap_or_default());
         sockets
             .dra_socket()
-            .map_err(|e| invalid("dra.pluginDir", e.to_string()))?;
+            .map_err(|e| invalid("dra.pluginDir", kubedev_core::echo::chain(&e)))?;
         sockets
             .registration_socket()
-            .map_err(|e| invalid("dra.registryDir", e.to_string()))?;
+            .map_err(|e| invalid("dra.registryDir", kubedev_core::echo::chain(&e)))?;
         let mut device_classes = Vec::new();
         for (i, c) in d.device_classes.iter().enumerate() {
             let field = |f: &str| format!("dra.deviceClasses[{i}].{f}");
             kubedev_core::check_dns_subdomain(&c.name, 253)
                 .map_err(|e| invalid(&field("name"), format!("{:?} {e}", c.name)))?;
             if let Some(ext) = &c.extended_resource_name {
-                ExtendedResourceName::new(ext.clone())
-                    .map_err(|e| invalid(&field("extendedResourceName"), e.to_string()))?;
+                ExtendedResourceName::new(ext.clone()).map_err(|e| {
+                    invalid(
+                        &field("extendedResourceName"),
+                        kubedev_core::echo::chain(&e),
+                    )
+                })?;
             }
             let mut selectors = vec![format!("device.driver == {:?}", driver.as_str())];
             if let Some(cel) = &c.cel {
                 kubedev_allocator::cel::validate_new(cel)
-                    .map_err(|e| invalid(&field("cel"), e.to_string()))?;
+                    .map_err(|e| invalid(&field("cel"), kubedev_core::echo::chain(&e)))?;
                 selectors.push(cel.clone());
             }
             device_classes.push(kubedev_apiserver::DeviceClassSpec {
@@ -619,7 +623,12 @@ impl Config {
                 kubedev_kubelet_grpc::device_plugin::DevicePluginConfig::new(name)
                     .plugin_dir(&self.device_plugin.directory)
                     .socket_path()
-                    .map_err(|e| invalid("devicePlugin.directory".into(), e.to_string()))?;
+                    .map_err(|e| {
+                        invalid(
+                            "devicePlugin.directory".into(),
+                            kubedev_core::echo::chain(&e),
+                        )
+                    })?;
             }
         }
         if (self.dra.enabled
@@ -646,7 +655,7 @@ impl Config {
                         path: path.to_path_buf(),
                         line: None,
                         field: format!("devicePlugin.resources[{i}].name"),
-                        message: e.to_string(),
+                        message: kubedev_core::echo::chain(&e),
                     }
                 })?;
                 // Bare attribute names in a CEL selector belong to the DRA driver's domain when

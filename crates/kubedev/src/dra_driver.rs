@@ -165,18 +165,21 @@ async fn committer(store: Arc<Mutex<CheckpointStore>>, mut rx: mpsc::UnboundedRe
         match outcome {
             Ok(Ok(results)) => {
                 for (reply, r) in replies.into_iter().zip(results) {
-                    let _ = reply.send(r.map_err(|e| e.to_string()));
+                    let _ = reply.send(r.map_err(|e| kubedev_core::echo::chain(&e)));
                 }
             }
             Ok(Err(e)) => {
-                let msg = format!("writing the checkpoint: {e}");
+                let msg = format!("writing the checkpoint: {}", kubedev_core::echo::chain(&e));
                 for reply in replies {
                     let _ = reply.send(Err(msg.clone()));
                 }
             }
             Err(e) => {
                 for reply in replies {
-                    let _ = reply.send(Err(format!("checkpoint task failed: {e}")));
+                    let _ = reply.send(Err(format!(
+                        "checkpoint task failed: {}",
+                        kubedev_core::echo::chain(&e)
+                    )));
                 }
             }
         }
@@ -242,7 +245,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, String> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| format!("internal task failed: {e}"))?
+        .map_err(|e| format!("internal task failed: {}", kubedev_core::echo::chain(&e)))?
 }
 
 /// A backend's failure for the kubelet: permanent when the backend says preparing again cannot
@@ -491,8 +494,11 @@ impl DraDriver {
     ) -> Result<(crate::cdi::CdiClaimSpec, BTreeMap<String, String>), ClaimError> {
         let cdi = self.cdi.clone();
         let (uid, p) = (claim.uid.clone(), prepared.to_vec());
-        let written =
-            blocking(move || cdi.write_claim(uid.as_str(), &p).map_err(|e| e.to_string())).await;
+        let written = blocking(move || {
+            cdi.write_claim(uid.as_str(), &p)
+                .map_err(|e| kubedev_core::echo::chain(&e))
+        })
+        .await;
         let metadata = match &written {
             Ok(_) => self
                 .metadata_files(claim, pod_claim_name, prepared, false)
@@ -504,14 +510,14 @@ impl DraDriver {
             Ok(w) => Ok(w),
             Err(e) => {
                 if let Err(u) = self.backends.unprepare(claim, devices).await {
-                    tracing::error!(claim = %claim, error = %u, "rolling back after a CDI failure failed");
+                    tracing::error!(claim = %claim, error = %kubedev_core::echo::Chain(&u), "rolling back after a CDI failure failed");
                 }
                 let cdi = self.cdi.clone();
                 let uid = claim.uid.clone();
                 if let Err(r) = blocking(move || {
                     cdi.remove_claim(uid.as_str())
                         .map(|_| ())
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| kubedev_core::echo::chain(&e))
                 })
                 .await
                 .and(self.remove_metadata(claim).await)
@@ -548,7 +554,7 @@ impl DraDriver {
             let (uid, prepared) = (claim.uid.clone(), r.prepared.clone());
             let (check, ids) = blocking(move || {
                 cdi.ensure_claim_ids(uid.as_str(), &prepared)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| kubedev_core::echo::chain(&e))
             })
             .await
             .map_err(retryable("cdi"))?;
@@ -616,7 +622,10 @@ impl DraDriver {
                 })
                 .await
                 .map_err(retryable("checkpoint"))?;
-                return Err(backend_error(&e, format!("preparing claim {claim}: {e}")));
+                return Err(backend_error(
+                    &e,
+                    format!("preparing claim {claim}: {}", kubedev_core::echo::chain(&e)),
+                ));
             }
         };
         failpoint::reached("after-device-prepare").await;
@@ -657,14 +666,22 @@ impl DraDriver {
             self.backends
                 .unprepare(&r.claim, &r.devices)
                 .await
-                .map_err(|e| backend_error(&e, format!("unpreparing claim {claim}: {e}")))?;
+                .map_err(|e| {
+                    backend_error(
+                        &e,
+                        format!(
+                            "unpreparing claim {claim}: {}",
+                            kubedev_core::echo::chain(&e)
+                        ),
+                    )
+                })?;
         }
         let cdi = self.cdi.clone();
         let uid = claim.uid.clone();
         blocking(move || {
             cdi.remove_claim(uid.as_str())
                 .map(|_| ())
-                .map_err(|e| e.to_string())
+                .map_err(|e| kubedev_core::echo::chain(&e))
         })
         .await
         .map_err(retryable("checkpoint"))?;

@@ -292,7 +292,7 @@ pub async fn serve(
                 r = listener.accept() => match r {
                     Ok((s, _)) => s,
                     Err(e) => {
-                        tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                        tracing::warn!(error = %kubedev_core::echo::Chain(&e), "metrics endpoint: accept failed");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
@@ -312,7 +312,7 @@ pub async fn serve(
                 tokio::select! {
                     _ = stop.cancelled() => {}
                     r = conn => if let Err(e) = r {
-                        tracing::debug!(error = %e, "metrics endpoint: connection ended");
+                        tracing::debug!(error = %kubedev_core::echo::Chain(&e), "metrics endpoint: connection ended");
                     },
                 }
             });

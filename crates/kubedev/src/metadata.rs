@@ -462,7 +462,7 @@ impl MetadataWriter {
     ) -> Result<BTreeMap<String, String>, String> {
         let files = self
             .files(claim, pod_claim_name, prepared)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| kubedev_core::echo::chain(&e))?;
         for f in &files {
             let update = self
                 .update_file(claim, pod_claim_name, f, prepared, inventory)
@@ -490,14 +490,19 @@ impl MetadataWriter {
         files: &[RequestFile],
         ensure: bool,
     ) -> Result<BTreeMap<String, String>, String> {
-        let devices = spec_devices(claim, files).map_err(|e| e.to_string())?;
+        let devices = spec_devices(claim, files).map_err(|e| kubedev_core::echo::chain(&e))?;
         let uid = claim.uid.as_str();
         let ids = if ensure {
             self.cdi.ensure_claim_ids(uid, &devices).map(|(_, ids)| ids)
         } else {
             self.cdi.write_claim(uid, &devices).map(|w| w.device_ids)
         }
-        .map_err(|e| format!("writing the device metadata CDI spec: {e}"))?;
+        .map_err(|e| {
+            format!(
+                "writing the device metadata CDI spec: {}",
+                kubedev_core::echo::chain(&e)
+            )
+        })?;
         Ok(files
             .iter()
             .zip(ids)
@@ -509,8 +514,10 @@ impl MetadataWriter {
     pub fn remove_claim(&self, claim: &ClaimRef) -> Result<(), String> {
         self.cdi
             .remove_claim(claim.uid.as_str())
-            .map_err(|e| e.to_string())?;
-        let dir = self.claim_dir(claim).map_err(|e| e.to_string())?;
+            .map_err(|e| kubedev_core::echo::chain(&e))?;
+        let dir = self
+            .claim_dir(claim)
+            .map_err(|e| kubedev_core::echo::chain(&e))?;
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -545,12 +552,12 @@ fn spec_devices(claim: &ClaimRef, files: &[RequestFile]) -> Result<Vec<PreparedD
         let name = DeviceName::new(f.request.clone()).map_err(|e| CdiError::InvalidName {
             what: "request",
             value: f.request.clone(),
-            reason: e.to_string(),
+            reason: kubedev_core::echo::chain(&e),
         })?;
         let pool = PoolName::new(claim.namespace.clone()).map_err(|e| CdiError::InvalidName {
             what: "namespace",
             value: claim.namespace.clone(),
-            reason: e.to_string(),
+            reason: kubedev_core::echo::chain(&e),
         })?;
         let mut edits = ContainerEdits::default();
         edits.mounts.push(Mount::bind(

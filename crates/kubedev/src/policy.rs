@@ -93,7 +93,7 @@ mod imp {
                         .collect()
                 }),
                 Err(e) => {
-                    tracing::warn!(resource = %resource.name(), error = %e, "selection policy failed; using NUMA packing");
+                    tracing::warn!(resource = %resource.name(), error = %kubedev_core::echo::Chain(&e), "selection policy failed; using NUMA packing");
                     None
                 }
             }

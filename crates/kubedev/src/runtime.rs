@@ -125,8 +125,8 @@ fn spawn_watcher(
             if started.elapsed() >= WATCH_RAN_WELL {
                 pause = WATCH_RETRY_FIRST;
             }
-            tracing::error!(backend = %name, error = %e, retry_in = ?pause, "watch failed; the kubelet sees this backend's DRA devices as Unknown until it runs again");
-            if failures.send((slot, Watched::Failed(e.to_string()))).await.is_err() {
+            tracing::error!(backend = %name, error = %kubedev_core::echo::Chain(&e), retry_in = ?pause, "watch failed; the kubelet sees this backend's DRA devices as Unknown until it runs again");
+            if failures.send((slot, Watched::Failed(kubedev_core::echo::chain(&e)))).await.is_err() {
                 return;
             }
             tokio::select! {
@@ -177,7 +177,7 @@ async fn watch_config(
             }
             Err(e) => {
                 metrics.reload("rejected");
-                tracing::error!(error = %e, "configuration change rejected; the running configuration stays");
+                tracing::error!(error = %kubedev_core::echo::Chain(&e), "configuration change rejected; the running configuration stays");
             }
         }
     }

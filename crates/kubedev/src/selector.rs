@@ -28,7 +28,8 @@ impl std::fmt::Debug for CelSelector {
 impl CelSelector {
     /// Compiles `expression`; the error says what is wrong with it.
     pub fn new(expression: &str, driver: &str) -> Result<Self, String> {
-        let program = kubedev_allocator::cel::compile(expression).map_err(|e| e.to_string())?;
+        let program = kubedev_allocator::cel::compile(expression)
+            .map_err(|e| kubedev_core::echo::chain(&e))?;
         Ok(CelSelector {
             expression: expression.to_string(),
             program,
@@ -122,7 +123,7 @@ mod tests {
         )
         .unwrap();
         let e = s.matches(&pool, &gpu("gpu-0", "gpu", "1Gi")).unwrap_err();
-        let msg = e.to_string();
+        let msg = kubedev_core::echo::chain(&e);
         assert!(
             msg.contains("node-a/gpu-0") && msg.contains("profile"),
             "{msg}"

@@ -239,7 +239,7 @@ impl Section for StaticConfig {
         }
         StaticBackend::new(self.clone())
             .map(|_| ())
-            .map_err(|e| SectionError::new("", e.to_string()))
+            .map_err(|e| SectionError::new("", kubedev_core::echo::chain(&e)))
     }
 }
 
@@ -247,7 +247,7 @@ impl Section for StaticConfig {
 /// pool itself.
 pub fn factory() -> impl BackendFactory {
     typed("static", |config: StaticConfig, _ctx: &BuildContext| {
-        StaticBackend::new(config).map_err(|e| SectionError::new("", e.to_string()))
+        StaticBackend::new(config).map_err(|e| SectionError::new("", kubedev_core::echo::chain(&e)))
     })
     .names_its_pools()
 }

@@ -24,6 +24,8 @@ pub mod authority;
 pub mod device_plugin;
 pub mod dra;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod pod_resources;
 mod uds;
 

@@ -240,7 +240,7 @@ pub(crate) async fn dial(path: &Path, timeout: Duration) -> Result<Channel, Erro
     let uri = format!("unix://{}", path.display());
     let endpoint = Endpoint::from_shared(uri).map_err(|e| Error::Dial {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: kubedev_core::echo::chain(&e),
     })?;
     // A peer's gRPC server may check `:authority`; name the host the way grpc-go's own `unix:`
     // targets do, instead of tonic's placeholder.
@@ -252,23 +252,8 @@ pub(crate) async fn dial(path: &Path, timeout: Duration) -> Result<Channel, Erro
         .await
         .map_err(|e| Error::Dial {
             path: path.to_path_buf(),
-            message: error_chain(&e),
+            message: kubedev_core::echo::chain(&e),
         })
-}
-
-/// Renders an error with its sources, for messages that travel to logs.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(src) = cur {
-        let m = src.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = src.source();
-    }
-    s
 }
 
 #[cfg(test)]

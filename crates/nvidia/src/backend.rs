@@ -106,7 +106,7 @@ impl NvidiaBackend {
             NvidiaError::Config {
                 field: "nodeName",
                 value: ctx.node_name.clone(),
-                reason: e.to_string(),
+                reason: kubedev_core::echo::chain(&e),
             }
         })?;
         let records = RecordStore::open(&ctx.state_dir)?;
@@ -138,7 +138,7 @@ impl NvidiaBackend {
         // Load NVML now so a crash's leftovers are repaired before anything is served; a
         // failure is reported by discovery.
         if let Err(e) = inner.nvml() {
-            tracing::warn!(error = %e, "NVIDIA backend starts without NVML");
+            tracing::warn!(error = %kubedev_core::echo::Chain(&e), "NVIDIA backend starts without NVML");
         }
         Ok(NvidiaBackend {
             inner: Arc::new(inner),
@@ -248,7 +248,7 @@ impl Inner {
         let records = match self.records.all() {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read MIG records; not reconciled");
+                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "cannot read MIG records; not reconciled");
                 return;
             }
         };
@@ -269,10 +269,12 @@ impl Inner {
                     ) {
                         Ok(()) => {
                             if let Err(e) = self.records.remove(&rec.device) {
-                                tracing::warn!(error = %e, "cannot remove MIG record");
+                                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "cannot remove MIG record");
                             }
                         }
-                        Err(e) => tracing::warn!(device = %rec.device, error = %e, "{what} failed"),
+                        Err(e) => {
+                            tracing::warn!(device = %rec.device, error = %kubedev_core::echo::Chain(&e), "{what} failed")
+                        }
                     }
                 }
                 RecordState::Created => {
@@ -283,7 +285,7 @@ impl Inner {
                             "the MIG instance prepared for this claim is gone; preparing it again recreates it"
                         ),
                         Err(e) => {
-                            tracing::warn!(device = %rec.device, error = %e, "cannot check MIG instance")
+                            tracing::warn!(device = %rec.device, error = %kubedev_core::echo::Chain(&e), "cannot check MIG instance")
                         }
                     }
                 }
@@ -299,7 +301,7 @@ impl Inner {
                 .map(|r| ((r.gpu_uuid.clone(), r.placement()), r.gi_id))
                 .collect(),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read MIG records");
+                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "cannot read MIG records");
                 Owned::new()
             }
         }
@@ -326,7 +328,7 @@ impl Inner {
             NvidiaError::Unavailable(_) => Self::unavailable(&e),
             _ => SourceError::Unavailable {
                 backend: BACKEND.into(),
-                reason: format!("NVML unavailable: {e}"),
+                reason: format!("NVML unavailable: {}", kubedev_core::echo::chain(&e)),
             },
         })?;
         let mut machine = read.machine;
@@ -341,10 +343,16 @@ impl Inner {
             match (lost, known) {
                 (true, Some(gpu)) => {
                     // Keep publishing a lost GPU under its name, unhealthy, so its claims see it.
-                    lock(&self.health).on_probe(&gpu.uuid, &Probe::Lost(err.to_string()), now);
+                    lock(&self.health).on_probe(
+                        &gpu.uuid,
+                        &Probe::Lost(kubedev_core::echo::chain(&err)),
+                        now,
+                    );
                     machine.gpus.push(gpu);
                 }
-                _ => tracing::warn!(gpu = index, error = %err, "GPU skipped"),
+                _ => {
+                    tracing::warn!(gpu = index, error = %kubedev_core::echo::Chain(&err), "GPU skipped")
+                }
             }
         }
         machine.gpus.sort_by_key(|g| g.index);
@@ -366,7 +374,7 @@ impl Inner {
                 &owned,
             );
             for e in errors {
-                tracing::warn!(error = %e, "device skipped");
+                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "device skipped");
             }
             // Recorded while the tracker is locked, so the watcher compares its next change with
             // exactly what this discovery publishes.
@@ -460,7 +468,7 @@ impl Inner {
             .collect();
         let xids = ffi::XidEvents::open(&nvml, &uuids).map_err(|e| SourceError::Unavailable {
             backend: BACKEND.into(),
-            reason: e.to_string(),
+            reason: kubedev_core::echo::chain(&e),
         })?;
         tracing::debug!(gpus = ?xids.watched().collect::<Vec<_>>(), "watching Xid events");
         let poll = Duration::from_millis(self.config.health_poll_millis);
@@ -550,7 +558,7 @@ impl Inner {
     ) -> Result<Vec<PreparedDevice>, PrepareError> {
         let d = self
             .discovered_or_discover()
-            .map_err(|e| PrepareError::Other(e.to_string()))?;
+            .map_err(|e| PrepareError::Other(kubedev_core::echo::chain(&e)))?;
         let claim = match consumer {
             Consumer::Claim(c) => Some(c),
             _ => None,
@@ -739,7 +747,7 @@ impl Inner {
     fn planned_blocking(&self, device: &DeviceRef) -> Result<Option<ContainerEdits>, PrepareError> {
         let d = self
             .discovered_or_discover()
-            .map_err(|e| PrepareError::Other(e.to_string()))?;
+            .map_err(|e| PrepareError::Other(kubedev_core::echo::chain(&e)))?;
         let unknown = || PrepareError::UnknownDevice {
             device: device.to_string(),
         };
@@ -833,7 +841,7 @@ impl Inner {
             Err(e) => {
                 // Nothing was left behind (create rolls back its own GPU instance).
                 if let Err(re) = self.records.remove(device) {
-                    tracing::warn!(error = %re, "cannot remove MIG record after a failed create");
+                    tracing::warn!(error = %kubedev_core::echo::Chain(&re), "cannot remove MIG record after a failed create");
                 }
                 return Err(e);
             }
@@ -882,7 +890,10 @@ fn realign_levels(machine: &MachineInfo, previous: Option<&Discovered>) -> Vec<V
 }
 
 fn join_error(e: tokio::task::JoinError) -> String {
-    format!("the NVML worker thread failed: {e}")
+    format!(
+        "the NVML worker thread failed: {}",
+        kubedev_core::echo::chain(&e)
+    )
 }
 
 /// Sets the flag when dropped: stops the blocking watcher when `watch` is cancelled.

@@ -116,7 +116,7 @@ pub(crate) struct Built {
 /// Problems building the model; each names the offending value.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum BuildError {
-    #[error("GPU {gpu}: {what} {value:?} cannot be published: {reason}")]
+    #[error("GPU {gpu}: {what} {0} cannot be published: {reason}", kubedev_core::echo::echo(.value))]
     Value {
         gpu: u32,
         what: &'static str,
@@ -128,7 +128,7 @@ pub(crate) enum BuildError {
 fn q(name: &str) -> QualifiedName {
     // Every name passed here is a constant of this module, checked by a test.
     QualifiedName::new(format!("{DOMAIN}/{name}"))
-        .unwrap_or_else(|e| unreachable_name(name, &e.to_string()))
+        .unwrap_or_else(|e| unreachable_name(name, &kubedev_core::echo::chain(&e)))
 }
 
 #[cold]
@@ -141,7 +141,7 @@ fn unreachable_name(name: &str, why: &str) -> QualifiedName {
 
 fn counter(name: &str) -> CounterName {
     CounterName::new(name).unwrap_or_else(|e| {
-        tracing::error!(name, error = %e, "invalid counter name");
+        tracing::error!(name, error = %kubedev_core::echo::Chain(&e), "invalid counter name");
         CounterName::new("invalid").unwrap_or_else(|_| unreachable!("\"invalid\" is a valid name"))
     })
 }
@@ -243,7 +243,7 @@ fn string_attr(
         gpu: gpu.index,
         what,
         value: value.to_owned(),
-        reason: e.to_string(),
+        reason: kubedev_core::echo::chain(&e),
     })
 }
 
@@ -315,7 +315,7 @@ fn device(name: &str) -> Result<Device, BuildError> {
             gpu: 0,
             what: "device name",
             value: name.to_owned(),
-            reason: e.to_string(),
+            reason: kubedev_core::echo::chain(&e),
         })
 }
 

@@ -72,7 +72,7 @@ pub(crate) fn read_mig_minors(host: &HostFs) -> BTreeMap<String, u32> {
         Ok(text) => parse_mig_minors(&text),
         Err(e) => {
             if !e.is_not_found() {
-                tracing::warn!(error = %e, "cannot read the MIG capability minors");
+                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "cannot read the MIG capability minors");
             }
             BTreeMap::new()
         }

@@ -153,7 +153,9 @@ impl RecordStore {
                     }),
                 }) {
                 Ok(r) => out.push(r),
-                Err(e) => tracing::warn!(error = %e, "skipping unreadable MIG record"),
+                Err(e) => {
+                    tracing::warn!(error = %kubedev_core::echo::Chain(&e), "skipping unreadable MIG record")
+                }
             }
         }
         out.sort_by(|a, b| a.device.cmp(&b.device));

@@ -238,7 +238,7 @@ fn run(mut cmd: Command, input: &str) -> Result<String, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("running {program}: {e}"))?;
+        .map_err(|e| format!("running {program}: {}", kubedev_core::echo::chain(&e)))?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(input.as_bytes());
     }
@@ -255,12 +255,20 @@ fn run(mut cmd: Command, input: &str) -> Result<String, String> {
                     TOOL_TIMEOUT.as_secs()
                 ));
             }
-            Err(e) => return Err(format!("waiting for {program}: {e}")),
+            Err(e) => {
+                return Err(format!(
+                    "waiting for {program}: {}",
+                    kubedev_core::echo::chain(&e)
+                ));
+            }
         }
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("reading {program}'s output: {e}"))?;
+    let out = child.wait_with_output().map_err(|e| {
+        format!(
+            "reading {program}'s output: {}",
+            kubedev_core::echo::chain(&e)
+        )
+    })?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
         Ok(text)
@@ -402,7 +410,7 @@ impl Sharing {
             // process starts, kubedev inherits it (also when it is not PID 1 of its container)
             // and can reap it once it quits, instead of leaving a zombie.
             if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
-                tracing::debug!(error = %e, "cannot become the subreaper of the MPS daemons");
+                tracing::debug!(error = %kubedev_core::echo::Chain(&e), "cannot become the subreaper of the MPS daemons");
             }
             self.mps(&dir, &devices, &["-d"], "")
                 .map_err(|e| format!("starting the MPS control daemon of claim {claim}: {e}"))?;

@@ -151,8 +151,12 @@ pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String>
             ));
         }
         let bytes = r.take(len, "a rejection reason")?;
-        let reason = std::str::from_utf8(bytes)
-            .map_err(|e| format!("rejection reason of candidate {i} is not UTF-8: {e}"))?;
+        let reason = std::str::from_utf8(bytes).map_err(|e| {
+            format!(
+                "rejection reason of candidate {i} is not UTF-8: {}",
+                kubedev_core::echo::chain(&e)
+            )
+        })?;
         rejections.push((i, reason.to_string()));
     }
     if r.at != buf.len() {

@@ -122,7 +122,7 @@ impl PolicyDir {
         match self.try_reload() {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "policy directory unreadable; policies unchanged");
+                tracing::warn!(dir = %self.dir.display(), error = %kubedev_core::echo::Chain(&e), "policy directory unreadable; policies unchanged");
                 ReloadReport {
                     rejected: vec![(".".to_string(), e)],
                     ..ReloadReport::default()
@@ -177,9 +177,9 @@ impl PolicyDir {
                 }
                 Err(e) => {
                     if state.policies.contains_key(&name) {
-                        tracing::warn!(policy = %name, error = %e, "new module refused; the previous policy stays");
+                        tracing::warn!(policy = %name, error = %kubedev_core::echo::Chain(&e), "new module refused; the previous policy stays");
                     } else {
-                        tracing::warn!(policy = %name, error = %e, "policy module refused");
+                        tracing::warn!(policy = %name, error = %kubedev_core::echo::Chain(&e), "policy module refused");
                     }
                     report.rejected.push((name, e));
                 }

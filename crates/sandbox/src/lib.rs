@@ -185,3 +185,16 @@ pub use sandbox::Sandbox;
 
 /// The allocator's hook this crate implements, re-exported for convenience.
 pub use kubedev_allocator::SelectionPolicy;
+
+/// Decodes a policy's output message for `candidates` candidates as the sandbox does after each
+/// call: the preference order (a permutation of the candidates) and the rejected candidates with
+/// their reasons, or why the message is malformed. For kubedev's fuzz targets; not part of the
+/// stable API.
+#[doc(hidden)]
+#[allow(clippy::type_complexity)]
+pub fn decode_policy_output(
+    bytes: &[u8],
+    candidates: usize,
+) -> Result<(Vec<usize>, Vec<(usize, String)>), String> {
+    abi::decode_output(bytes, candidates).map(|d| (d.order, d.rejections))
+}

@@ -134,7 +134,10 @@ impl Sandbox {
                 message: e.to_string(),
             })?;
         let ticker = Ticker::start(engine.weak()).map_err(|e| PolicyError::Engine {
-            message: format!("start the epoch ticker thread: {e}"),
+            message: format!(
+                "start the epoch ticker thread: {}",
+                kubedev_core::echo::chain(&e)
+            ),
         })?;
         Ok(Sandbox {
             inner: Arc::new(SandboxInner {
@@ -261,7 +264,12 @@ impl Sandbox {
             .spawn(move || {
                 let _ = tx.send(Module::from_binary(&engine, &bytes));
             })
-            .map_err(|e| format!("cannot start a compiler thread: {e}"))?;
+            .map_err(|e| {
+                format!(
+                    "cannot start a compiler thread: {}",
+                    kubedev_core::echo::chain(&e)
+                )
+            })?;
         match rx.recv_timeout(timeout) {
             Ok(Ok(module)) => Ok(module),
             Ok(Err(e)) => Err(format!("does not compile: {}", chain(&e))),

@@ -656,8 +656,9 @@ impl Podman {
     /// `kubedev-test-<pid>-<n>-<vendor>_<class>.json`, unchanged; it is removed when the
     /// returned guard is dropped. Refuses a `cdiVersion` newer than this podman reads.
     pub fn install_spec(&self, json: &str) -> Result<InstalledSpec, PodmanError> {
-        let spec: Value =
-            serde_json::from_str(json).map_err(|e| PodmanError::Spec(format!("not JSON: {e}")))?;
+        let spec: Value = serde_json::from_str(json).map_err(|e| {
+            PodmanError::Spec(format!("not JSON: {}", kubedev_core::echo::chain(&e)))
+        })?;
         let kind = spec["kind"]
             .as_str()
             .ok_or_else(|| PodmanError::Spec("no kind".into()))?
@@ -997,8 +998,9 @@ fn overlaid(path: &str) -> bool {
 
 impl SpecExpectations {
     fn new(spec: &str, devices: &[String], fakes: &[FakeNode]) -> Result<Self, PodmanError> {
-        let spec: Value =
-            serde_json::from_str(spec).map_err(|e| PodmanError::Spec(format!("not JSON: {e}")))?;
+        let spec: Value = serde_json::from_str(spec).map_err(|e| {
+            PodmanError::Spec(format!("not JSON: {}", kubedev_core::echo::chain(&e)))
+        })?;
         let kind = spec["kind"].as_str().unwrap_or_default().to_string();
         let mut out = SpecExpectations::default();
         out.add_edits(
@@ -1055,7 +1057,10 @@ fn node_expect(n: &Value, origin: &str, fakes: &[FakeNode]) -> NodeExpect {
             return Ok((f.char_device, f.major.into(), f.minor.into()));
         }
         let meta = std::fs::metadata(&host).map_err(|e| {
-            format!("its host node {host} cannot be read ({e}) and no fake node stands for it")
+            format!(
+                "its host node {host} cannot be read ({}) and no fake node stands for it",
+                kubedev_core::echo::chain(&e)
+            )
         })?;
         let ft = meta.file_type();
         if !(ft.is_char_device() || ft.is_block_device()) {
@@ -1119,7 +1124,9 @@ fn mount_expect(m: &Value, origin: &str) -> MountExpect {
                         .map(|b| HostObject::File {
                             sha256: hex(&sha2::Sha256::digest(&b)),
                         })
-                        .map_err(|e| format!("reading {host_path}: {e}"))
+                        .map_err(|e| {
+                            format!("reading {host_path}: {}", kubedev_core::echo::chain(&e))
+                        })
                 } else if ft.is_dir() {
                     std::fs::read_dir(&host_path)
                         .map(|d| {
@@ -1130,13 +1137,18 @@ fn mount_expect(m: &Value, origin: &str) -> MountExpect {
                             names.sort();
                             HostObject::Dir { names }
                         })
-                        .map_err(|e| format!("listing {host_path}: {e}"))
+                        .map_err(|e| {
+                            format!("listing {host_path}: {}", kubedev_core::echo::chain(&e))
+                        })
                 } else {
                     Ok(HostObject::Other)
                 };
                 object.map(|o| (o, file_kind(ft)))
             }
-            Err(e) => Err(format!("its host path {host_path} cannot be read: {e}")),
+            Err(e) => Err(format!(
+                "its host path {host_path} cannot be read: {}",
+                kubedev_core::echo::chain(&e)
+            )),
         }
     } else {
         Ok((HostObject::Other, ""))

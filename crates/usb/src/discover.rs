@@ -217,7 +217,7 @@ fn io_error(path: &Path, e: impl Into<std::io::Error>) -> HostFsError {
     HostFsError::Io {
         path: path.to_path_buf(),
         kind: e.kind(),
-        error: e.to_string(),
+        error: kubedev_core::echo::chain(&e),
     }
 }
 
@@ -270,7 +270,7 @@ fn read_device(
             Err(error) => {
                 return Err(HostFsError::Parse {
                     path: uevent_path,
-                    value: error.to_string(),
+                    value: kubedev_core::echo::chain(&error),
                     expected: "KEY=VALUE lines",
                 });
             }

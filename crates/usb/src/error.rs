@@ -5,7 +5,7 @@
 #[non_exhaustive]
 pub enum UsbError {
     /// A configuration value is wrong.
-    #[error("usb configuration: {field} = {value:?}: {reason}")]
+    #[error("usb configuration: {field} = {0}: {reason}", kubedev_core::echo::echo(.value))]
     Config {
         /// The field, e.g. `resources[1].selectors`.
         field: String,
@@ -15,7 +15,7 @@ pub enum UsbError {
         reason: String,
     },
     /// The pool name made from the node name is not a valid pool name.
-    #[error("usb: pool name {pool:?} made from the node name is invalid: {reason}")]
+    #[error("usb: pool name {0} made from the node name is invalid: {reason}", kubedev_core::echo::echo(.pool))]
     PoolName {
         /// The rejected pool name.
         pool: String,

@@ -174,7 +174,7 @@ impl UsbBackend {
     fn refresh(&self) -> Result<Pool, SourceError> {
         let devices = read_usb_devices(&self.host).map_err(|e| SourceError::Unavailable {
             backend: BACKEND_NAME.into(),
-            reason: e.to_string(),
+            reason: kubedev_core::echo::chain(&e),
         })?;
         let nodes: BTreeSet<String> = discover::list_nodes(&self.host).into_iter().collect();
         let instances = groups::form_instances(&self.config.resources, &devices);
@@ -305,8 +305,12 @@ impl StatelessPreparer for UsbBackend {
         let mut edits = self.edits_for(device)?;
         if edits.is_none() {
             // Not seen by the last discovery (or none ran yet): look again once.
-            self.refresh()
-                .map_err(|e| PrepareError::Other(format!("rediscovering USB devices: {e}")))?;
+            self.refresh().map_err(|e| {
+                PrepareError::Other(format!(
+                    "rediscovering USB devices: {}",
+                    kubedev_core::echo::chain(&e)
+                ))
+            })?;
             edits = self.edits_for(device)?;
         }
         edits.ok_or_else(|| PrepareError::UnknownDevice {

@@ -179,7 +179,10 @@ impl Inner {
                 match self.host.presence(&node) {
                     Ok(true) => Health::healthy(),
                     Ok(false) => Health::unhealthy(format!("{node} is missing")),
-                    Err(e) => Health::unknown(format!("cannot tell whether {node} exists: {e}")),
+                    Err(e) => Health::unknown(format!(
+                        "cannot tell whether {node} exists: {}",
+                        kubedev_core::echo::chain(&e)
+                    )),
                 }
             }
         }
@@ -379,7 +382,7 @@ impl Inner {
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| format!("blocking task failed: {e}"))
+        .map_err(|e| format!("blocking task failed: {}", kubedev_core::echo::chain(&e)))
 }
 
 #[async_trait]
@@ -418,18 +421,20 @@ impl DeviceSource for VfioBackend {
         let dev = match host.resolve("/dev") {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(error = %e, "no /dev under the host root: not watching VFIO nodes");
+                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "no /dev under the host root: not watching VFIO nodes");
                 return Ok(());
             }
         };
-        let mut w = DirWatch::try_new().map_err(|e| unavailable(format!("inotify: {e}")))?;
-        w.try_watch(&dev).map_err(|e| unavailable(e.to_string()))?;
+        let mut w = DirWatch::try_new()
+            .map_err(|e| unavailable(format!("inotify: {}", kubedev_core::echo::chain(&e))))?;
+        w.try_watch(&dev)
+            .map_err(|e| unavailable(kubedev_core::echo::chain(&e)))?;
         let watch_vfio = |w: &mut DirWatch| -> Option<PathBuf> {
             let p = host.resolve("/dev/vfio").ok()?;
             match w.try_watch(&p) {
                 Ok(()) => Some(p),
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch /dev/vfio");
+                    tracing::warn!(error = %kubedev_core::echo::Chain(&e), "cannot watch /dev/vfio");
                     None
                 }
             }
@@ -566,7 +571,7 @@ impl Preparer for VfioBackend {
             let mut first_err = None;
             for a in &devices {
                 if let Err(e) = inner.unprepare_one(a) {
-                    tracing::warn!(device = %a.device, error = %e, "unprepare failed");
+                    tracing::warn!(device = %a.device, error = %kubedev_core::echo::Chain(&e), "unprepare failed");
                     first_err.get_or_insert(e);
                 }
             }

@@ -159,13 +159,13 @@ pub(crate) fn restore(
         Err(e) => {
             return Err(VfioError::State {
                 path: rec,
-                error: e.to_string(),
+                error: kubedev_core::echo::chain(&e),
             });
         }
     };
     let record: BindRecord = serde_json::from_slice(&text).map_err(|e| VfioError::State {
         path: rec.clone(),
-        error: e.to_string(),
+        error: kubedev_core::echo::chain(&e),
     })?;
     for f in &record.functions {
         let a = PciAddress::parse(&f.address)
@@ -210,7 +210,7 @@ pub(crate) fn restore(
     }
     kubedev_core::durable::remove(&rec).map_err(|e| VfioError::State {
         path: rec.clone(),
-        error: e.to_string(),
+        error: kubedev_core::echo::chain(&e),
     })?;
     Ok(true)
 }
@@ -221,8 +221,9 @@ fn write_record(path: &Path, record: &BindRecord) -> Result<(), VfioError> {
         error: e,
     };
     if let Some(dir) = path.parent() {
-        kubedev_core::safefs::create_private_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        kubedev_core::safefs::create_private_dir_all(dir)
+            .map_err(|e| err(kubedev_core::echo::chain(&e)))?;
     }
-    let json = serde_json::to_vec_pretty(record).map_err(|e| err(e.to_string()))?;
-    kubedev_core::durable::write(path, &json).map_err(|e| err(e.to_string()))
+    let json = serde_json::to_vec_pretty(record).map_err(|e| err(kubedev_core::echo::chain(&e)))?;
+    kubedev_core::durable::write(path, &json).map_err(|e| err(kubedev_core::echo::chain(&e)))
 }

@@ -398,7 +398,7 @@ mod tests {
         ];
         for (json, field, value) in cases {
             let err = parse(json).unwrap().validate().unwrap_err();
-            let msg = err.to_string();
+            let msg = kubedev_core::echo::chain(&err);
             assert!(msg.contains(field), "{msg}");
             assert!(msg.contains(value), "{msg}");
         }

@@ -9,7 +9,7 @@ use kubedev_core::{HostFsError, PrepareError, SourceError};
 #[non_exhaustive]
 pub enum VfioError {
     /// A configuration field holds a bad value.
-    #[error("vfio config: {field} = {value:?}: {reason}")]
+    #[error("vfio config: {field} = {0}: {reason}", kubedev_core::echo::echo(.value))]
     Config {
         /// The field, e.g. `pciDevices[0].selector`.
         field: String,

@@ -44,7 +44,7 @@ pub fn factory() -> impl BackendFactory {
                         }
                     }
                     Err(e) => {
-                        tracing::error!(error = %e, "applying backends.vfio.desiredMdevTypes failed")
+                        tracing::error!(error = %kubedev_core::echo::Chain(&e), "applying backends.vfio.desiredMdevTypes failed")
                     }
                 }
             }

@@ -58,7 +58,7 @@ pub fn scan_mdevs(host: &HostFs) -> Result<Vec<MdevInstance>, VfioError> {
         match read_instance(host, &name) {
             Ok(i) => out.push(i),
             Err(e) => {
-                tracing::warn!(entry = %name, error = %e, "skipping unreadable mdev instance")
+                tracing::warn!(entry = %name, error = %kubedev_core::echo::Chain(&e), "skipping unreadable mdev instance")
             }
         }
     }
@@ -163,7 +163,9 @@ pub fn scan_mdev_parents(host: &HostFs) -> Result<Vec<MdevParent>, VfioError> {
     for name in names {
         match read_parent(host, &name) {
             Ok(p) => out.push(p),
-            Err(e) => tracing::warn!(entry = %name, error = %e, "skipping unreadable mdev parent"),
+            Err(e) => {
+                tracing::warn!(entry = %name, error = %kubedev_core::echo::Chain(&e), "skipping unreadable mdev parent")
+            }
         }
     }
     Ok(out)
@@ -386,8 +388,8 @@ impl MdevTypeManager {
                 match self.remove(uuid) {
                     Ok(()) => report.removed.push(uuid.clone()),
                     Err(e) => {
-                        tracing::warn!(uuid = %uuid, error = %e, "removing mdev instance failed");
-                        report.errors.push(e.to_string());
+                        tracing::warn!(uuid = %uuid, error = %kubedev_core::echo::Chain(&e), "removing mdev instance failed");
+                        report.errors.push(kubedev_core::echo::chain(&e));
                     }
                 }
             }
@@ -395,8 +397,8 @@ impl MdevTypeManager {
         for p in &plan.parents {
             let Some(t) = &p.type_id else { continue };
             if let Err(e) = self.fill(p.parent, t, &mut report) {
-                tracing::warn!(parent = %p.parent, mdev_type = %t, error = %e, "creating mdev instances failed");
-                report.errors.push(e.to_string());
+                tracing::warn!(parent = %p.parent, mdev_type = %t, error = %kubedev_core::echo::Chain(&e), "creating mdev instances failed");
+                report.errors.push(kubedev_core::echo::chain(&e));
             }
         }
         Ok(report)

@@ -115,7 +115,9 @@ pub fn scan(host: &HostFs) -> Result<Vec<PciFunction>, VfioError> {
     for name in names {
         match read_function(host, &name) {
             Ok(f) => out.push(f),
-            Err(e) => tracing::warn!(entry = %name, error = %e, "skipping unreadable PCI function"),
+            Err(e) => {
+                tracing::warn!(entry = %name, error = %kubedev_core::echo::Chain(&e), "skipping unreadable PCI function")
+            }
         }
     }
     Ok(out)
@@ -411,7 +413,7 @@ pub(crate) fn set(d: Device, name: &str, value: AttributeValue) -> Device {
     match QualifiedName::new(name) {
         Ok(q) => d.with_attribute(q, value),
         Err(e) => {
-            tracing::error!(attribute = name, error = %e, "invalid attribute name left out");
+            tracing::error!(attribute = name, error = %kubedev_core::echo::Chain(&e), "invalid attribute name left out");
             d
         }
     }
@@ -545,7 +547,12 @@ pub(crate) fn unit_health(host: &HostFs, u: &PciUnit, bind_on_prepare: bool) -> 
     match host.presence(&node) {
         Ok(true) => return Health::healthy(),
         Ok(false) => {}
-        Err(e) => return Health::unknown(format!("cannot tell whether {node} exists: {e}")),
+        Err(e) => {
+            return Health::unknown(format!(
+                "cannot tell whether {node} exists: {}",
+                kubedev_core::echo::chain(&e)
+            ));
+        }
     }
     if bind_on_prepare && u.kind == PciKind::Passthrough {
         // Re-read the drivers: the node is absent exactly while nothing is bound to vfio-pci.

@@ -379,7 +379,10 @@ fn plan_sub<'c>(
                     Quantity::parse(q.as_str()).map_err(|e| AllocationError::CapacityRequest {
                         claim: claim.to_string(),
                         request: s.name.to_string(),
-                        message: format!("capacity request {name}: {e}"),
+                        message: format!(
+                            "capacity request {name}: {}",
+                            kubedev_core::echo::chain(&e)
+                        ),
                     })?;
                 out.push((name.as_str(), q));
             }

@@ -48,7 +48,7 @@ impl<'x> SelectorSet<'x> {
                     .unwrap_or("");
                 let program = match cel::compile(expr) {
                     Ok(p) => Ok((view.program_slot(&p), p)),
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(kubedev_core::echo::chain(&e)),
                 };
                 entries.push(SelectorEntry {
                     is_class,
@@ -96,9 +96,8 @@ impl<'x> SelectorSet<'x> {
             if code == 0 {
                 *evaluations += 1;
                 let r = match view.devices[d].readable() {
-                    Ok(()) => {
-                        cel::evaluate_vars(program, &view.device_vars(d)).map_err(|e| e.to_string())
-                    }
+                    Ok(()) => cel::evaluate_vars(program, &view.device_vars(d))
+                        .map_err(|e| kubedev_core::echo::chain(&e)),
                     Err(e) => Err(e.clone()),
                 };
                 code = match r {
@@ -120,7 +119,7 @@ impl<'x> SelectorSet<'x> {
                     let dev = &view.devices[d];
                     let message = match dev.readable() {
                         Ok(()) => match cel::evaluate_vars(program, &view.device_vars(d)) {
-                            Err(e) => e.to_string(),
+                            Err(e) => kubedev_core::echo::chain(&e),
                             Ok(_) => "inconsistent evaluation".to_string(),
                         },
                         Err(e) => e.clone(),

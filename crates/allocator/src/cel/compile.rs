@@ -150,7 +150,7 @@ pub(crate) fn compile(expression: &str) -> Result<Program, CompileError> {
         .enable_optional_syntax(true)
         .max_recursion_depth(MAX_NESTING as u16)
         .parse(expression)
-        .map_err(|e| CompileError::Syntax(e.to_string()))?;
+        .map_err(|e| CompileError::Syntax(kubedev_core::echo::chain(&e)))?;
     let depth = ast_depth(&ast);
     if depth > MAX_AST_DEPTH {
         return Err(CompileError::TooDeep {

@@ -44,7 +44,7 @@ pub(crate) fn build_regex(pattern: &str) -> Result<regex::Regex, String> {
         .build()
         .map_err(|e| {
             // A syntax error shows the pattern with a caret, then `error: <what>`.
-            let text = e.to_string();
+            let text = kubedev_core::echo::chain(&e);
             text.lines()
                 .find_map(|l| l.strip_prefix("error: "))
                 .map_or_else(|| text.replace('\n', " "), str::to_owned)

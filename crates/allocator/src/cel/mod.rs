@@ -81,7 +81,7 @@ pub enum CompileError {
     #[error("{0}")]
     Type(String),
     /// A literal regular expression (of `matches`, `find` or `findAll`) that does not compile.
-    #[error("invalid regular expression {pattern:?}: {message}")]
+    #[error("invalid regular expression {0}: {message}", kubedev_core::echo::echo(.pattern))]
     Regex {
         /// The pattern as written.
         pattern: String,
@@ -364,7 +364,9 @@ impl Interner {
         if let Some(v) = self.versions.get(text) {
             return Ok(v.clone());
         }
-        let v = Value::Semver(Arc::new(Version::parse(text).map_err(|e| e.to_string())?));
+        let v = Value::Semver(Arc::new(
+            Version::parse(text).map_err(|e| kubedev_core::echo::chain(&e))?,
+        ));
         if self.versions.len() < MAX_INTERNED {
             self.versions.insert(Box::from(text), v.clone());
         }

@@ -73,13 +73,17 @@ pub(crate) fn allocated_claim(
             continue;
         }
         let pool = PoolName::new(result.pool.clone())
-            .map_err(|e| content(format!("results[{i}]: {e}")))?;
+            .map_err(|e| content(format!("results[{i}]: {}", kubedev_core::echo::chain(&e))))?;
         let device = DeviceName::new(result.device.clone())
-            .map_err(|e| content(format!("results[{i}]: {e}")))?;
+            .map_err(|e| content(format!("results[{i}]: {}", kubedev_core::echo::chain(&e))))?;
         let mut consumed_capacity = BTreeMap::new();
         for (name, q) in result.consumed_capacity.iter().flatten() {
-            let value = Quantity::parse(&q.0)
-                .map_err(|e| content(format!("results[{i}]: consumed capacity {name}: {e}")))?;
+            let value = Quantity::parse(&q.0).map_err(|e| {
+                content(format!(
+                    "results[{i}]: consumed capacity {name}: {}",
+                    kubedev_core::echo::chain(&e)
+                ))
+            })?;
             consumed_capacity.insert(name.clone(), value);
         }
         let applicable = config

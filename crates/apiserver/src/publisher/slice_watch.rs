@@ -99,7 +99,7 @@ pub(super) async fn watch_slices(
                 let error = Error::Watch {
                     driver: shared.driver.to_string(),
                     node: shared.node.clone(),
-                    message: e.to_string(),
+                    message: kubedev_core::echo::chain(&e),
                 };
                 let now = Instant::now();
                 let retry_in = retry.failed(now, jitter_unit());
@@ -123,7 +123,7 @@ pub(super) async fn watch_slices(
                 }
                 shared
                     .status
-                    .send_modify(|s| s.last_error = Some(error.to_string()));
+                    .send_modify(|s| s.last_error = Some(kubedev_core::echo::chain(&error)));
                 tokio::time::sleep(retry_in).await;
             }
         }

@@ -192,7 +192,7 @@ impl Worker {
                     warn!(%error, retry_in = ?delay, "publishing ResourceSlices failed");
                     self.shared
                         .status
-                        .send_modify(|s| s.last_error = Some(error.to_string()));
+                        .send_modify(|s| s.last_error = Some(kubedev_core::echo::chain(&error)));
                     due = Some(now + delay);
                 }
             }

@@ -51,7 +51,7 @@ impl Worker {
         }
         if news {
             if let Err(e) = self.shared.rederive() {
-                warn!(error = %e, "deriving the ResourceSlices again failed");
+                warn!(error = %kubedev_core::echo::Chain(&e), "deriving the ResourceSlices again failed");
             }
             return;
         }

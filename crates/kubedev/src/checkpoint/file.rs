@@ -71,7 +71,8 @@ pub(super) fn read_checkpoint(path: &Path) -> Result<FileState, CheckpointError>
 
 /// Parses a checkpoint file; the error says what is wrong with it.
 fn decode(bytes: &[u8]) -> Result<Payload, String> {
-    let doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON: {e}"))?;
+    let doc: Value = serde_json::from_slice(bytes)
+        .map_err(|e| format!("not valid JSON: {}", kubedev_core::echo::chain(&e)))?;
     let Value::Object(mut doc) = doc else {
         return Err("not a JSON object".into());
     };
@@ -97,14 +98,19 @@ fn decode(bytes: &[u8]) -> Result<Payload, String> {
         .ok_or("no \"checksum\" string")?
         .to_owned();
     let payload = doc.remove("payload").ok_or("no \"payload\"")?;
-    let expected = checksum_of(&payload).map_err(|e| format!("payload unreadable: {e}"))?;
+    let expected = checksum_of(&payload)
+        .map_err(|e| format!("payload unreadable: {}", kubedev_core::echo::chain(&e)))?;
     if checksum != expected {
         return Err(format!(
             "checksum mismatch: file says {checksum:?}, payload has {expected:?}"
         ));
     }
-    let payload: Payload =
-        serde_json::from_value(payload).map_err(|e| format!("payload has the wrong shape: {e}"))?;
+    let payload: Payload = serde_json::from_value(payload).map_err(|e| {
+        format!(
+            "payload has the wrong shape: {}",
+            kubedev_core::echo::chain(&e)
+        )
+    })?;
     if let Some((key, record)) = payload.claims.iter().find(|(k, r)| **k != r.claim.uid) {
         return Err(format!(
             "claim recorded under UID {key:?} has UID {:?}",

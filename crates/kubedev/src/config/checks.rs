@@ -14,21 +14,6 @@ fn invalid(path: &Path, field: impl Into<String>, message: impl Into<String>) ->
     }
 }
 
-/// `error` and the errors it wraps, as one line.
-#[cfg(feature = "wasm")]
-fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        cause = c.source();
-    }
-    text
-}
-
 /// Where a device-plugin resource's selection policy comes from.
 #[cfg_attr(not(feature = "wasm"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,7 +101,10 @@ impl Config {
                     invalid(
                         path,
                         "nodeName",
-                        format!("the {kind} backend's pool name {pool:?} is invalid: {e}"),
+                        format!(
+                            "the {kind} backend's pool name {pool:?} is invalid: {}",
+                            kubedev_core::echo::chain(&e)
+                        ),
                     )
                 })?;
             }
@@ -156,10 +144,10 @@ impl Config {
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
-                        .map_err(|e| e.to_string())?;
+                        .map_err(|e| kubedev_core::echo::chain(&e))?;
                     runtime
                         .block_on(kubedev_apiserver::check_kubeconfig(&kubeconfig))
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| kubedev_core::echo::chain(&e))
                 })
                 .join()
                 .unwrap_or_else(|_| Err("reading the kubeconfig failed".into()))
@@ -186,7 +174,7 @@ impl Config {
                             invalid(
                                 path,
                                 format!("devicePlugin.resources[{i}].policy"),
-                                e.to_string(),
+                                kubedev_core::echo::chain(&e),
                             )
                         },
                     )?,
@@ -198,7 +186,7 @@ impl Config {
                         invalid(
                             path,
                             "devicePlugin.policyDir",
-                            format!("{}: {}", dir.display(), with_causes(&e)),
+                            format!("{}: {}", dir.display(), kubedev_core::echo::chain(&e)),
                         )
                     })?;
                 }
@@ -210,7 +198,7 @@ impl Config {
                             format!(
                                 "loading the selection policy {}: {}",
                                 file.display(),
-                                with_causes(&e)
+                                kubedev_core::echo::chain(&e)
                             ),
                         )
                     })?;

@@ -45,12 +45,18 @@ impl DraDriver {
                         .map_err(|e| format!("rolling back claim {}: {e}", r.claim))?;
                     let cdi = self.cdi.clone();
                     let u = uid.clone();
-                    blocking(move || cdi.remove_claim(u.as_str()).map_err(|e| e.to_string()))
-                        .await?;
+                    blocking(move || {
+                        cdi.remove_claim(u.as_str())
+                            .map_err(|e| kubedev_core::echo::chain(&e))
+                    })
+                    .await?;
                     self.remove_metadata(&r.claim).await?;
                     let u = uid.clone();
-                    self.with_store(move |s| s.remove(u.as_str()).map_err(|e| e.to_string()))
-                        .await?;
+                    self.with_store(move |s| {
+                        s.remove(u.as_str())
+                            .map_err(|e| kubedev_core::echo::chain(&e))
+                    })
+                    .await?;
                     rec.rolled_back.push(uid.to_string());
                 }
                 _ => {
@@ -59,7 +65,7 @@ impl DraDriver {
                     let prepared = r.prepared.clone();
                     let check = blocking(move || {
                         cdi.ensure_claim(u.as_str(), &prepared)
-                            .map_err(|e| e.to_string())
+                            .map_err(|e| kubedev_core::echo::chain(&e))
                     })
                     .await?;
                     if let SpecCheck::Repaired { found } = check {
@@ -74,8 +80,9 @@ impl DraDriver {
                         {
                             Ok(_) => rec.reapplied.push(uid.to_string()),
                             Err(e) => {
-                                tracing::warn!(claim = %r.claim, error = %e, "applying a prepared claim's configuration again failed");
-                                rec.reapply_failed.push((uid.to_string(), e.to_string()));
+                                tracing::warn!(claim = %r.claim, error = %kubedev_core::echo::Chain(&e), "applying a prepared claim's configuration again failed");
+                                rec.reapply_failed
+                                    .push((uid.to_string(), kubedev_core::echo::chain(&e)));
                             }
                         }
                     }
@@ -90,8 +97,11 @@ impl DraDriver {
             tracing::info!(claim_uid = %uid, "a prepared claim's container edits changed while the daemon was stopped");
         }
         let cdi = self.cdi.clone();
-        let spec_files =
-            blocking(move || cdi.list_claim_files().map_err(|e| e.to_string())).await?;
+        let spec_files = blocking(move || {
+            cdi.list_claim_files()
+                .map_err(|e| kubedev_core::echo::chain(&e))
+        })
+        .await?;
         rec.checkpoint_lost = match checkpoint {
             LoadOutcome::Corrupt { .. } => Some(checkpoint.to_string()),
             LoadOutcome::Created if !spec_files.is_empty() => Some(format!(
@@ -118,7 +128,7 @@ impl DraDriver {
                     std::time::Duration::ZERO
                 };
                 cdi.remove_stale_temp_files(margin)
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| kubedev_core::echo::chain(&e))
             })
             .await?;
         Ok(rec)
@@ -137,10 +147,18 @@ impl DraDriver {
         self.with_store(move |s| {
             s.with_fresh_claims(|owned| {
                 let (mut removed, mut kept) = (Vec::new(), Vec::new());
-                let mut files = cdi.list_claim_files().map_err(|e| e.to_string())?;
+                let mut files = cdi
+                    .list_claim_files()
+                    .map_err(|e| kubedev_core::echo::chain(&e))?;
                 if let Some(m) = &metadata {
-                    files.extend(m.cdi().list_claim_files().map_err(|e| e.to_string())?);
-                    let dirs = m.list_claim_dirs().map_err(|e| e.to_string())?;
+                    files.extend(
+                        m.cdi()
+                            .list_claim_files()
+                            .map_err(|e| kubedev_core::echo::chain(&e))?,
+                    );
+                    let dirs = m
+                        .list_claim_dirs()
+                        .map_err(|e| kubedev_core::echo::chain(&e))?;
                     for (ns, name, path) in dirs {
                         let has_record = owned
                             .values()
@@ -172,7 +190,7 @@ impl DraDriver {
                 }
                 Ok((removed, kept))
             })
-            .map_err(|e| e.to_string())?
+            .map_err(|e| kubedev_core::echo::chain(&e))?
         })
         .await
     }

@@ -64,7 +64,7 @@ impl DraDriver {
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        tracing::warn!(claim = %record.claim, device = %p.device.device, error = %e, "cannot tell whether a prepared device's container edits changed");
+                        tracing::warn!(claim = %record.claim, device = %p.device.device, error = %kubedev_core::echo::Chain(&e), "cannot tell whether a prepared device's container edits changed");
                     }
                 }
             }
@@ -82,10 +82,10 @@ impl DraDriver {
             if let Err(e) = self
                 .with_store(move |s| {
                     s.apply(vec![change])
-                        .map_err(|e| e.to_string())?
+                        .map_err(|e| kubedev_core::echo::chain(&e))?
                         .pop()
                         .unwrap_or(Ok(()))
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| kubedev_core::echo::chain(&e))
                 })
                 .await
             {
@@ -94,7 +94,11 @@ impl DraDriver {
             }
             let cdi = self.cdi.clone();
             let u = uid.clone();
-            match blocking(move || cdi.ensure_claim(&u, &prepared).map_err(|e| e.to_string())).await
+            match blocking(move || {
+                cdi.ensure_claim(&u, &prepared)
+                    .map_err(|e| kubedev_core::echo::chain(&e))
+            })
+            .await
             {
                 Ok(_) => {
                     tracing::info!(claim = %record.claim, "rewrote a prepared claim's CDI spec: its container edits changed (driver upgrade or reload)");

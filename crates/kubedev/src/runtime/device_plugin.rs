@@ -77,8 +77,12 @@ impl DevicePluginCdi {
                 .collect();
             names.sort_unstable();
             let name = format!("alloc-{:08x}", allocation_hash(&names));
-            entry.device.device.device = kubedev_core::DeviceName::new(&name)
-                .map_err(|e| PrepareError::Other(format!("naming the CDI device {name}: {e}")))?;
+            entry.device.device.device = kubedev_core::DeviceName::new(&name).map_err(|e| {
+                PrepareError::Other(format!(
+                    "naming the CDI device {name}: {}",
+                    kubedev_core::echo::chain(&e)
+                ))
+            })?;
             entry.device.share_id = None;
             entry.edits = ContainerEdits::default();
             for p in prepared {
@@ -89,10 +93,12 @@ impl DevicePluginCdi {
         let key = entry.device.device.device.to_string();
         allocations.insert(key.clone(), entry);
         let all: Vec<_> = allocations.values().cloned().collect();
-        let written = self
-            .writer
-            .write_claim(&self.key, &all)
-            .map_err(|e| PrepareError::Other(format!("writing the CDI spec: {e}")))?;
+        let written = self.writer.write_claim(&self.key, &all).map_err(|e| {
+            PrepareError::Other(format!(
+                "writing the CDI spec: {}",
+                kubedev_core::echo::chain(&e)
+            ))
+        })?;
         let i = all
             .iter()
             .position(|a| a.device.device.device.as_str() == key)

@@ -157,7 +157,7 @@ pub(super) async fn report_api_features(
             if let Some(events) = &events
                 && let Err(e) = events.warn("FeatureUnavailable", "Publish", &summary).await
             {
-                tracing::warn!(error = %e, "could not record the missing API feature as an Event");
+                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "could not record the missing API feature as an Event");
             }
         }
         for feature in shown.keys() {
@@ -255,7 +255,7 @@ pub(super) async fn report_recovery(
     if let Some(events) = events
         && let Err(e) = events.warn("CheckpointLost", "Recover", &summary).await
     {
-        tracing::warn!(error = %e, "could not record the lost checkpoint as an Event");
+        tracing::warn!(error = %kubedev_core::echo::Chain(&e), "could not record the lost checkpoint as an Event");
     }
 }
 

@@ -107,7 +107,7 @@ pub(super) async fn publish_all(
     obs.metrics.devices.clear();
     if let Some(p) = dp {
         if let Err(e) = p.publish(inventory).await {
-            tracing::error!(error = %e, "device-plugin publishing failed");
+            tracing::error!(error = %kubedev_core::echo::Chain(&e), "device-plugin publishing failed");
         }
         for r in p.resources() {
             let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
@@ -160,7 +160,7 @@ pub(super) async fn publish_all(
         .inc();
     obs.probes.set_published(published.is_ok());
     if let Err(e) = published {
-        tracing::error!(error = %e, "ResourceSlice publishing failed");
+        tracing::error!(error = %kubedev_core::echo::Chain(&e), "ResourceSlice publishing failed");
     }
     dra.health.send_replace(clock.reports(&view));
 }
@@ -246,7 +246,7 @@ pub(super) async fn watch_holders(
                     }
                 }
                 Err(e) => {
-                    let e = e.to_string();
+                    let e = kubedev_core::echo::chain(&e);
                     if last_error.as_deref() != Some(e.as_str()) {
                         tracing::warn!(error = %e, "reading the kubelet's pod resources failed");
                         last_error = Some(e);

@@ -108,18 +108,41 @@ impl Env {
 
     /// Starts the daemon as the pod `pod_uid` (per-pod socket names, as during a rolling update).
     pub(crate) async fn start_pod(&self, failpoints: &str, pod_uid: Option<&str>) -> Daemon {
-        let before = self.kubelet.registrations();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubedev"));
         if let Some(uid) = pod_uid {
             cmd.env("POD_UID", uid);
         }
+        self.start_command(cmd, failpoints, &[]).await
+    }
+
+    /// Starts the daemon with `log_format` (`text` or `json`) and the log filter `filter`.
+    pub(crate) async fn start_logging(&self, log_format: &str, filter: &str) -> Daemon {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubedev"));
+        cmd.env("RUST_LOG", filter);
+        self.start_command(cmd, "", &["--log-format", log_format])
+            .await
+    }
+
+    /// Starts `cmd` (the daemon, or a program that ends by running it with the arguments it is
+    /// given) with `run --config <this configuration>` and `extra` added, and waits until it has
+    /// registered with the kubelet.
+    pub(crate) async fn start_command(
+        &self,
+        mut cmd: Command,
+        failpoints: &str,
+        extra: &[&str],
+    ) -> Daemon {
+        let before = self.kubelet.registrations();
+        if !cmd.get_envs().any(|(k, _)| k == "RUST_LOG") {
+            cmd.env(
+                "RUST_LOG",
+                std::env::var("KUBEDEV_TEST_LOG").unwrap_or("error".into()),
+            );
+        }
         let child = Daemon(
             cmd.args(["run", "--config"])
                 .arg(self.root.path().join("kubedev.yaml"))
-                .env(
-                    "RUST_LOG",
-                    std::env::var("KUBEDEV_TEST_LOG").unwrap_or("error".into()),
-                )
+                .args(extra)
                 .env("RUST_BACKTRACE", "0")
                 .env(kubedev::failpoint::ENV, failpoints)
                 .stdin(Stdio::null())

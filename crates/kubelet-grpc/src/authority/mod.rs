@@ -238,7 +238,7 @@ pub async fn dial(
             }
         }))
         .await
-        .map_err(|e| dial_error(crate::uds::error_chain(&e)))
+        .map_err(|e| dial_error(kubedev_core::echo::chain(&e)))
 }
 
 #[cfg(test)]

@@ -93,12 +93,12 @@ where
         () = &mut requests => {
             // The server sees the end of the requests and finishes its answers.
             if let Err(e) = (&mut responses).await {
-                tracing::debug!(socket = %socket.path, error = %e, "connection ended");
+                tracing::debug!(socket = %socket.path, error = %kubedev_core::echo::Chain(&e), "connection ended");
             }
         }
         r = &mut responses => {
             if let Err(e) = r {
-                tracing::debug!(socket = %socket.path, error = %e, "connection ended");
+                tracing::debug!(socket = %socket.path, error = %kubedev_core::echo::Chain(&e), "connection ended");
             }
         }
     }
@@ -128,7 +128,7 @@ where
         match self.frames().await {
             Ok(()) | Err(Stop::Closed) => {}
             Err(Stop::Io(e)) => {
-                tracing::debug!(socket = %self.socket.path, error = %e, "reading a request failed");
+                tracing::debug!(socket = %self.socket.path, error = %kubedev_core::echo::Chain(&e), "reading a request failed");
             }
             Err(Stop::Fatal(f)) => {
                 self.socket.warn_limited(|suppressed| {

@@ -15,7 +15,8 @@ use super::{
 };
 use crate::Error;
 use crate::pb::deviceplugin::v1beta1 as api;
-use crate::uds::{SocketGuard, bind_private, dial, error_chain};
+use crate::uds::{SocketGuard, bind_private, dial};
+use kubedev_core::echo::chain as error_chain;
 
 /// A serving generation: the socket and the server task behind it.
 struct Serving {
@@ -127,7 +128,7 @@ pub(super) async fn run(
     let mut watch = match DirWatch::watching(&config.plugin_dir) {
         Ok(w) => Some(w),
         Err(e) => {
-            tracing::warn!(%resource, error = %e, "cannot watch for kubelet restarts; relying on retries");
+            tracing::warn!(%resource, error = %kubedev_core::echo::Chain(&e), "cannot watch for kubelet restarts; relying on retries");
             None
         }
     };
@@ -156,8 +157,8 @@ pub(super) async fn run(
                     status.send_modify(|st| st.registered = false);
                 }
                 Err(e) => {
-                    tracing::error!(%resource, error = %e, "cannot serve; retrying");
-                    status.send_modify(|st| st.last_error = Some(e.to_string()));
+                    tracing::error!(%resource, error = %kubedev_core::echo::Chain(&e), "cannot serve; retrying");
+                    status.send_modify(|st| st.last_error = Some(kubedev_core::echo::chain(&e)));
                     next_try = None;
                     tokio::select! {
                         _ = cancel.cancelled() => break,
@@ -186,11 +187,11 @@ pub(super) async fn run(
                     let delay =
                         config.register_backoff[attempt.min(config.register_backoff.len() - 1)];
                     attempt += 1;
-                    tracing::warn!(%resource, error = %e, retry_in = ?delay, "registration failed");
+                    tracing::warn!(%resource, error = %kubedev_core::echo::Chain(&e), retry_in = ?delay, "registration failed");
                     next_try = Some(Instant::now() + delay);
                     status.send_modify(|st| {
                         st.registered = false;
-                        st.last_error = Some(e.to_string());
+                        st.last_error = Some(kubedev_core::echo::chain(&e));
                     });
                 }
             }

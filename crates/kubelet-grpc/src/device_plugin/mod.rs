@@ -8,7 +8,7 @@
 mod lifecycle;
 mod preferred;
 mod publisher;
-mod service;
+pub(crate) mod service;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -257,7 +257,7 @@ impl DevicePluginHandle {
     pub async fn stop(self) {
         self.cancel.cancel();
         if let Err(e) = self.task.await {
-            tracing::error!(error = %e, "device-plugin task failed while stopping");
+            tracing::error!(error = %kubedev_core::echo::Chain(&e), "device-plugin task failed while stopping");
         }
     }
 }

@@ -105,7 +105,7 @@ impl DevicePluginPublisher {
                 Err(e) => {
                     let key = format!("{}/{}", pool.name, dev.name);
                     if !failing.contains(&key) {
-                        tracing::warn!(resource = %r.name, error = %e, "selector failed; device left out");
+                        tracing::warn!(resource = %r.name, error = %kubedev_core::echo::Chain(&e), "selector failed; device left out");
                     }
                     now_failing.insert(key);
                     continue;

@@ -17,12 +17,13 @@ use super::{Allocation, DevicePluginHandler, MAX_MESSAGE_BYTES, PluginDevice};
 use crate::pb::deviceplugin::v1beta1 as api;
 
 /// The service behind one resource's socket.
-pub(super) struct Service {
-    pub(super) resource: String,
-    pub(super) devices: watch::Receiver<Vec<PluginDevice>>,
-    pub(super) handler: Arc<dyn DevicePluginHandler>,
-    pub(super) pre_start_timeout: Duration,
-    pub(super) shutdown: CancellationToken,
+#[allow(missing_debug_implementations)] // holds the handler, a trait object
+pub struct Service {
+    pub(crate) resource: String,
+    pub(crate) devices: watch::Receiver<Vec<PluginDevice>>,
+    pub(crate) handler: Arc<dyn DevicePluginHandler>,
+    pub(crate) pre_start_timeout: Duration,
+    pub(crate) shutdown: CancellationToken,
 }
 
 /// The ListAndWatch message for a device list.
@@ -231,8 +232,8 @@ impl api::device_plugin_server::DevicePlugin for Service {
         let mut responses = Vec::with_capacity(resolved.len());
         for (i, devs) in resolved.iter().enumerate() {
             let allocation = self.handler.allocate(devs).await.map_err(|e| {
-                tracing::warn!(resource = %self.resource, error = %e, "allocate failed");
-                Status::internal(format!("container_requests[{i}]: {e}"))
+                tracing::warn!(resource = %self.resource, error = %kubedev_core::echo::Chain(&e), "allocate failed");
+                Status::internal(format!("container_requests[{i}]: {}", kubedev_core::echo::chain(&e)))
             })?;
             responses.push(to_response(allocation));
         }
@@ -252,7 +253,10 @@ impl api::device_plugin_server::DevicePlugin for Service {
         }
         match tokio::time::timeout(self.pre_start_timeout, self.handler.pre_start(&devs)).await {
             Ok(Ok(())) => Ok(Response::new(api::PreStartContainerResponse {})),
-            Ok(Err(e)) => Err(Status::internal(format!("pre-start failed: {e}"))),
+            Ok(Err(e)) => Err(Status::internal(format!(
+                "pre-start failed: {}",
+                kubedev_core::echo::chain(&e)
+            ))),
             Err(_) => Err(Status::deadline_exceeded(format!(
                 "pre-start did not finish within {:?}",
                 self.pre_start_timeout

@@ -8,7 +8,7 @@
 mod claim_error;
 mod health;
 mod registration;
-mod service;
+pub(crate) mod service;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,9 +20,10 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::uds::{SocketGuard, bind_private, error_chain, fit_socket_path};
+use crate::uds::{SocketGuard, bind_private, fit_socket_path};
 pub use claim_error::{ClaimError, Retry};
 pub use health::KUBELET_DEFAULT_HEALTH_TIMEOUT;
+use kubedev_core::echo::chain as error_chain;
 
 /// The kubelet's default plugin registry directory.
 pub const DEFAULT_REGISTRY_DIR: &str = "/var/lib/kubelet/plugins_registry";

@@ -4,15 +4,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use futures::future::join_all;
+use kubedev_core::echo::echo;
 use kubedev_core::{ClaimRef, ClaimUid};
 use tonic::{Request, Response, Status};
 
 use super::{ClaimError, DraHandler, PrepareResults, PreparedClaimDevice};
 use crate::pb::dra::{v1, v1beta1};
 
-pub(super) struct Service {
-    pub(super) driver: String,
-    pub(super) handler: Arc<dyn DraHandler>,
+#[allow(missing_debug_implementations)] // holds the handler, a trait object
+pub struct Service {
+    pub(crate) driver: String,
+    pub(crate) handler: Arc<dyn DraHandler>,
 }
 
 /// Checks one claim reference from the kubelet; the error names the field.
@@ -29,6 +31,12 @@ fn claim_ref(i: usize, namespace: &str, uid: &str, name: &str) -> Result<ClaimRe
         return Err(missing("name"));
     }
     let uid = ClaimUid::new(uid).map_err(|e| invalid(format!("claims[{i}].uid: {e}")))?;
+    // The API server only stores claims whose namespace is a DNS label and whose name is a DNS
+    // subdomain; anything else did not come from a real claim, and must not reach a log as is.
+    kubedev_core::check_dns_label(namespace)
+        .map_err(|e| invalid(format!("claims[{i}].namespace {}: {e}", echo(namespace))))?;
+    kubedev_core::check_dns_subdomain(name, 253)
+        .map_err(|e| invalid(format!("claims[{i}].name {}: {e}", echo(name))))?;
     Ok(ClaimRef::new(uid, namespace, name))
 }
 
@@ -84,7 +92,7 @@ impl Service {
                 tracing::warn!(%driver, %claim, %error, %retry, "{operation} failed");
             }
             Err(_) => {
-                tracing::warn!(%driver, claim_uid = %uid, %error, %retry, "{operation} refused: malformed claim reference");
+                tracing::warn!(%driver, claim_uid = %echo(uid), %error, %retry, "{operation} refused: malformed claim reference");
             }
         }
     }

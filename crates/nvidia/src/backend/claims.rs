@@ -31,7 +31,7 @@ impl Inner {
                 false => self.release_placements(claim, devices),
             };
             if let Err(u) = undone {
-                tracing::error!(claim = %claim, error = %u, "rolling back a failed prepare failed");
+                tracing::error!(claim = %claim, error = %kubedev_core::echo::Chain(&u), "rolling back a failed prepare failed");
             }
         };
         if let Err(e) = Sharing::check(claim, targets) {

@@ -16,14 +16,14 @@ pub(crate) fn probe(nvml: &Nvml, uuid: &str) -> Probe {
     let dev = match nvml.device_by_uuid(uuid) {
         Ok(d) => d,
         Err(NvmlError::GpuLost) => return Probe::Lost("NVML reports the GPU is lost".into()),
-        Err(e) => return Probe::Failed(e.to_string()),
+        Err(e) => return Probe::Failed(kubedev_core::echo::chain(&e)),
     };
     match dev.memory_info() {
         Ok(_) => Probe::Answers,
         Err(NvmlError::GpuLost) => {
             Probe::Lost("NVML reports the GPU has fallen off the bus".into())
         }
-        Err(e) => Probe::Failed(e.to_string()),
+        Err(e) => Probe::Failed(kubedev_core::echo::chain(&e)),
     }
 }
 
@@ -72,7 +72,7 @@ impl<'n> XidEvents<'n> {
             let dev = match nvml.device_by_uuid(uuid.as_str()) {
                 Ok(d) => d,
                 Err(e) => {
-                    tracing::warn!(gpu = %uuid, error = %e, "GPU not watched for Xid errors");
+                    tracing::warn!(gpu = %uuid, error = %kubedev_core::echo::Chain(&e), "GPU not watched for Xid errors");
                     continue;
                 }
             };
@@ -130,7 +130,7 @@ impl<'n> XidEvents<'n> {
     pub(crate) fn wait(&self, nvml: &Nvml, timeout_ms: u32) -> Wait {
         let sym = match nvml_sym(nvml.lib().nvmlEventSetWait_v2.as_ref()) {
             Ok(s) => s,
-            Err(e) => return Wait::Failed(e.to_string()),
+            Err(e) => return Wait::Failed(kubedev_core::echo::chain(&e)),
         };
         // SAFETY: an all-zero struct of integers and a pointer is a valid value.
         let mut data: sys::nvmlEventData_t = unsafe { mem::zeroed() };
@@ -141,7 +141,7 @@ impl<'n> XidEvents<'n> {
             Ok(()) => {}
             Err(NvmlError::Timeout) => return Wait::Timeout,
             Err(NvmlError::GpuLost) => return Wait::Lost,
-            Err(e) => return Wait::Failed(e.to_string()),
+            Err(e) => return Wait::Failed(kubedev_core::echo::chain(&e)),
         }
         if data.eventType & u64::from(sys::nvmlEventTypeXidCriticalError) == 0 {
             return Wait::Timeout;

@@ -137,7 +137,7 @@ pub(crate) fn create_instance(
     let rollback = |why: NvidiaError| {
         // SAFETY: `gi` is live and has no compute instance (its creation failed).
         if let Err(e) = nvml_try(unsafe { destroy_gi(gi) }) {
-            tracing::warn!(target = %target, error = %e, "destroying the GPU instance after a failed compute instance");
+            tracing::warn!(target = %target, error = %kubedev_core::echo::Chain(&e), "destroying the GPU instance after a failed compute instance");
         }
         why
     };

@@ -106,7 +106,7 @@ pub(super) fn mig_profiles(dev: &Device<'_>) -> Vec<MigProfile> {
         let placements = match placements(dev, handle, profile.id) {
             Ok(p) => p,
             Err(e) => {
-                tracing::warn!(profile = %profile.name, error = %e, "cannot list MIG placements; profile skipped");
+                tracing::warn!(profile = %profile.name, error = %kubedev_core::echo::Chain(&e), "cannot list MIG placements; profile skipped");
                 continue;
             }
         };

@@ -207,8 +207,12 @@ impl SandboxInner {
                         data.len()
                     ))
                 })?;
-            let text = std::str::from_utf8(bytes)
-                .map_err(|e| fault(format!("{EXPORT_INPUTS} is not UTF-8: {e}")))?;
+            let text = std::str::from_utf8(bytes).map_err(|e| {
+                fault(format!(
+                    "{EXPORT_INPUTS} is not UTF-8: {}",
+                    kubedev_core::echo::chain(&e)
+                ))
+            })?;
             Ok((version, Some(text.to_string())))
         })();
         result.map_err(|e| classify(policy, &e, &self.context(&store, fuel)))

@@ -208,8 +208,12 @@ fn warning_header(text: &str) -> String {
 }
 
 fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "the request body is not valid JSON: {}",
+            kubedev_core::echo::chain(&e)
+        ))
+    })
 }
 
 fn dry_run(query: &HashMap<String, String>) -> bool {
@@ -311,10 +315,16 @@ fn serve(
                     Ok(v) => v,
                     Err(_) => {
                         let text = std::str::from_utf8(body).map_err(|e| {
-                            ApiError::bad_request(format!("the apply patch is not UTF-8: {e}"))
+                            ApiError::bad_request(format!(
+                                "the apply patch is not UTF-8: {}",
+                                kubedev_core::echo::chain(&e)
+                            ))
                         })?;
                         serde_saphyr::from_str::<Value>(text).map_err(|e| {
-                            ApiError::bad_request(format!("the apply patch is not valid YAML: {e}"))
+                            ApiError::bad_request(format!(
+                                "the apply patch is not valid YAML: {}",
+                                kubedev_core::echo::chain(&e)
+                            ))
                         })?
                     }
                 }

@@ -392,7 +392,10 @@ impl ApiServer {
         let uri: axum::http::Uri =
             url.parse()
                 .map_err(|e: axum::http::uri::InvalidUri| ApiServerError::Rejected {
-                    message: format!("the emulator URL {url} does not parse: {e}"),
+                    message: format!(
+                        "the emulator URL {url} does not parse: {}",
+                        kubedev_core::echo::chain(&e)
+                    ),
                 })?;
         let config = kube::Config::new(uri);
         kube::Client::try_from(config).map_err(|source| ApiServerError::Client { url, source })

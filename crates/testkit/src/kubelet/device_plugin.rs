@@ -116,7 +116,7 @@ async fn dial_plugin(shared: &Shared, endpoint: &str) -> Result<Channel, Status>
         Duration::from_secs(5),
     )
     .await
-    .map_err(|e| Status::unavailable(format!("dialing plugin: {e}")))
+    .map_err(|e| Status::unavailable(format!("dialing plugin: {}", kubedev_core::echo::chain(&e))))
 }
 
 impl KubeletEmulator {

@@ -21,7 +21,12 @@ pub(super) fn quantity_semver(
         (Quantity, [Value::String(s)]) => {
             meter.charge(tenth(s.len()))?;
             Value::Quantity(Arc::new(crate::cel::numeric::Quantity::parse(s).map_err(
-                |e| EvalError::msg(format!("quantity({s:?}): invalid quantity: {e}")),
+                |e| {
+                    EvalError::msg(format!(
+                        "quantity({s:?}): invalid quantity: {}",
+                        kubedev_core::echo::chain(&e)
+                    ))
+                },
             )?))
         }
         (IsQuantity, [Value::String(s)]) => {
@@ -127,7 +132,7 @@ fn quantity_operand(receiver: &Quantity, v: &Value) -> Option<Quantity> {
 /// `normalize`, a leading `v`, missing minor/patch parts and leading zeros are accepted.
 fn parse_semver(s: &str, normalize: bool) -> Result<Version, String> {
     if !normalize {
-        return Version::parse(s).map_err(|e| e.to_string());
+        return Version::parse(s).map_err(|e| kubedev_core::echo::chain(&e));
     }
     let s = s.strip_prefix('v').unwrap_or(s);
     let split = s.find(['-', '+']).unwrap_or(s.len());
@@ -146,7 +151,7 @@ fn parse_semver(s: &str, normalize: bool) -> Result<Version, String> {
     while parts.len() < 3 {
         parts.push("0".to_string());
     }
-    Version::parse(&format!("{}{rest}", parts.join("."))).map_err(|e| e.to_string())
+    Version::parse(&format!("{}{rest}", parts.join("."))).map_err(|e| kubedev_core::echo::chain(&e))
 }
 
 fn ordering_result(f: Func, o: Ordering) -> Value {
