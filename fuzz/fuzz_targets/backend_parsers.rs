@@ -25,6 +25,9 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(kubedev_vfio::VendorDevice::parse(&printed), Some(v));
     }
     if let Ok(s) = kubedev_usb::UsbSelector::from_str(&text) {
-        assert_eq!(kubedev_usb::UsbSelector::from_str(&s.to_string()).ok(), Some(s));
+        assert_eq!(
+            kubedev_usb::UsbSelector::from_str(&s.to_string()).ok(),
+            Some(s)
+        );
     }
 });

@@ -7,7 +7,10 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     if let Some(v) = kubedev_core::hostfs::parse_hex(&text) {
-        assert_eq!(kubedev_core::hostfs::parse_hex(&format!("0x{v:x}")), Some(v));
+        assert_eq!(
+            kubedev_core::hostfs::parse_hex(&format!("0x{v:x}")),
+            Some(v)
+        );
     }
     if let Some(v) = kubedev_core::hostfs::parse_dec(&text) {
         assert_eq!(kubedev_core::hostfs::parse_dec(&v.to_string()), Some(v));

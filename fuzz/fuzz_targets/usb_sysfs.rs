@@ -18,7 +18,9 @@ const FILES: [&str; 9] = [
 
 fuzz_target!(|data: &[u8]| {
     let root = tempfile::tempdir().expect("temp dir");
-    let dev = root.path().join("sys/devices/pci0000:00/0000:00:14.0/usb1/1-1");
+    let dev = root
+        .path()
+        .join("sys/devices/pci0000:00/0000:00:14.0/usb1/1-1");
     std::fs::create_dir_all(&dev).expect("device dir");
     std::fs::create_dir_all(root.path().join("sys/bus/usb/devices")).expect("bus dir");
     std::os::unix::fs::symlink(
@@ -37,7 +39,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(devices) = kubedev_usb::read_usb_devices(&host) {
         for d in devices {
             let vendor = std::fs::read_to_string(dev.join("idVendor")).unwrap_or_default();
-            assert_eq!(kubedev_core::hostfs::parse_hex(&vendor), Some(u64::from(d.vendor)));
+            assert_eq!(
+                kubedev_core::hostfs::parse_hex(&vendor),
+                Some(u64::from(d.vendor))
+            );
         }
     }
 });

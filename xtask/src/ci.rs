@@ -301,7 +301,15 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
     run(root, "cargo", &["xtask", "deploy-check"])?;
 
     step("fuzz targets, briefly");
-    crate::fuzz::fuzz(root, 15)?;
+    crate::fuzz::fuzz(
+        root,
+        &crate::fuzz::Args {
+            seconds: 15,
+            runs: None,
+            jobs: 2,
+            only: Vec::new(),
+        },
+    )?;
 
     eprintln!("\nci passed in {:.0?}", started.elapsed());
     Ok(())

@@ -49,6 +49,9 @@ pub(crate) fn containers(root: &Path) -> anyhow::Result<()> {
             "containers",
             "--test",
             "nvidia_containers",
+            // Also as root: a prepare with the CDI directory on a full file system.
+            "--test",
+            "operator_messages",
             "--no-fail-fast",
             "--",
             "--ignored",

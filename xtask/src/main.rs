@@ -59,12 +59,9 @@ enum Command {
     /// The CDI specs kubedev writes, applied by podman with runc (installs them from Debian's
     /// packages, as root), with what each container sees asserted from inside it.
     Containers,
-    /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while.
-    Fuzz {
-        /// Seconds per target.
-        #[arg(long, default_value_t = 60)]
-        seconds: u32,
-    },
+    /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while, seeded from
+    /// fuzz/seeds/ and the test fixtures; prints each target's executions.
+    Fuzz(fuzz::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -78,7 +75,7 @@ fn main() -> anyhow::Result<()> {
         Command::Codegen { check } => codegen::run(&root, check),
         Command::DeployCheck(args) => deploy::deploy_check(&root, &args),
         Command::BuildPlugins => plugins::build_plugins(&root).map(|_| ()),
-        Command::Fuzz { seconds } => fuzz::fuzz(&root, seconds),
+        Command::Fuzz(args) => fuzz::fuzz(&root, &args),
         Command::Interop => interop::interop(&root),
         Command::Containers => containers::containers(&root),
     }

@@ -60,6 +60,13 @@ mod tests;
 pub use lock::{InstanceLease, NodeLock};
 pub use store::CheckpointStore;
 
+/// A checkpoint file holding `payload` with a valid version and checksum, as a writer would make
+/// it: lets kubedev's fuzz targets reach the payload's reader. Not part of the stable API.
+#[doc(hidden)]
+pub fn seal_for_fuzzing(payload: &serde_json::Value) -> Vec<u8> {
+    file::seal(payload).unwrap_or_default()
+}
+
 /// The checkpoint's file name inside the plugin data directory.
 pub const CHECKPOINT_FILE: &str = "kubedev-checkpoint.json";
 

@@ -12,6 +12,8 @@ pub mod config;
 mod daemon;
 pub mod discover;
 pub mod dra_driver;
+#[cfg(test)]
+mod error_chains;
 pub mod failpoint;
 pub mod http;
 pub mod metadata;

@@ -2,6 +2,7 @@
 //! its format (`MAJOR.MINOR` version, CRC-32 of the canonical payload) both ways, and moving a
 //! corrupt file aside.
 
+use kubedev_core::echo::echo;
 use std::collections::BTreeMap;
 use std::fs;
 use std::io;
@@ -86,10 +87,11 @@ fn decode(bytes: &[u8]) -> Result<Payload, String> {
             minor.parse::<u64>().ok()?;
             major.parse::<u64>().ok()
         })
-        .ok_or_else(|| format!("version {version:?} is not MAJOR.MINOR"))?;
+        .ok_or_else(|| format!("version {} is not MAJOR.MINOR", echo(version)))?;
     if major != FORMAT_MAJOR {
         return Err(format!(
-            "unsupported format version {version:?} (this version reads {FORMAT_MAJOR}.x)"
+            "unsupported format version {} (this version reads {FORMAT_MAJOR}.x)",
+            echo(version)
         ));
     }
     let checksum = doc
@@ -102,7 +104,8 @@ fn decode(bytes: &[u8]) -> Result<Payload, String> {
         .map_err(|e| format!("payload unreadable: {}", kubedev_core::echo::chain(&e)))?;
     if checksum != expected {
         return Err(format!(
-            "checksum mismatch: file says {checksum:?}, payload has {expected:?}"
+            "checksum mismatch: file says {}, payload has {expected:?}",
+            echo(&checksum)
         ));
     }
     let payload: Payload = serde_json::from_value(payload).map_err(|e| {
@@ -146,6 +149,16 @@ pub(super) fn encode(
     let mut bytes = serde_json::to_vec_pretty(&envelope)?;
     bytes.push(b'\n');
     Ok(bytes)
+}
+
+/// A checkpoint file around `payload` (any JSON), with the version and checksum a writer gives
+/// it: what another daemon version could have written.
+pub(super) fn seal(payload: &Value) -> Result<Vec<u8>, serde_json::Error> {
+    serde_json::to_vec(&serde_json::json!({
+        "version": format!("{FORMAT_MAJOR}.{FORMAT_MINOR}"),
+        "checksum": checksum_of(payload)?,
+        "payload": payload,
+    }))
 }
 
 /// The checksum string of a payload: `crc32:` and eight hex digits.
