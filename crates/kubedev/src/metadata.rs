@@ -251,7 +251,10 @@ impl MetadataWriter {
             kubedev_core::check_dns_subdomain(part, 253).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("claim {claim}: {part:?} {e}"),
+                    format!(
+                        "claim {claim}: {part} {e}",
+                        part = kubedev_core::echo::echo(&part)
+                    ),
                 )
             })?;
         }
@@ -275,7 +278,10 @@ impl MetadataWriter {
             kubedev_core::check_dns_label(&request).map_err(|e| {
                 io::Error::new(
                     io::ErrorKind::InvalidInput,
-                    format!("claim {claim}: request {request:?} {e}"),
+                    format!(
+                        "claim {claim}: request {request} {e}",
+                        request = kubedev_core::echo::echo(&request)
+                    ),
                 )
             })?;
             let scope = match pod_claim_name.filter(|n| !n.is_empty()) {

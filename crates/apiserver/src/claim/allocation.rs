@@ -48,7 +48,8 @@ pub(crate) fn allocated_claim(
             "FromClaim" => ConfigSource::Claim,
             other => {
                 return Err(content(format!(
-                    "config[{i}] has source {other:?}; expected FromClass or FromClaim"
+                    "config[{i}] has source {other}; expected FromClass or FromClaim",
+                    other = kubedev_core::echo::echo(&other)
                 )));
             }
         };

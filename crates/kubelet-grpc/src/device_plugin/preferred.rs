@@ -29,17 +29,24 @@ impl<'a> PreferenceRequest<'a> {
         let mut avail = HashSet::new();
         for id in available {
             if !avail.insert(id.as_str()) {
-                return Err(format!("available_deviceIDs lists {id:?} twice"));
+                return Err(format!(
+                    "available_deviceIDs lists {id} twice",
+                    id = kubedev_core::echo::echo(&id)
+                ));
             }
         }
         let mut must = HashSet::new();
         for id in must_include {
             if !must.insert(id.as_str()) {
-                return Err(format!("must_include_deviceIDs lists {id:?} twice"));
+                return Err(format!(
+                    "must_include_deviceIDs lists {id} twice",
+                    id = kubedev_core::echo::echo(&id)
+                ));
             }
             if !avail.contains(id.as_str()) {
                 return Err(format!(
-                    "must_include_deviceIDs has {id:?}, which is not in available_deviceIDs"
+                    "must_include_deviceIDs has {id}, which is not in available_deviceIDs",
+                    id = kubedev_core::echo::echo(&id)
                 ));
             }
         }
@@ -86,14 +93,23 @@ pub fn check_preference(req: &PreferenceRequest<'_>, answer: &[String]) -> Resul
     let mut seen = HashSet::new();
     for id in answer {
         if !seen.insert(id.as_str()) {
-            return Err(format!("answer lists {id:?} twice"));
+            return Err(format!(
+                "answer lists {id} twice",
+                id = kubedev_core::echo::echo(&id)
+            ));
         }
         if !req.available.contains(id) {
-            return Err(format!("answer has {id:?}, which is not available"));
+            return Err(format!(
+                "answer has {id}, which is not available",
+                id = kubedev_core::echo::echo(&id)
+            ));
         }
     }
     if let Some(missing) = req.must_include.iter().find(|m| !seen.contains(m.as_str())) {
-        return Err(format!("answer leaves out must-include device {missing:?}"));
+        return Err(format!(
+            "answer leaves out must-include device {missing}",
+            missing = kubedev_core::echo::echo(&missing)
+        ));
     }
     Ok(())
 }

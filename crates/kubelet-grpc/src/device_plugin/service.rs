@@ -71,19 +71,22 @@ impl Service {
         for id in ids {
             if !seen.insert(id.as_str()) {
                 return Err(Status::invalid_argument(format!(
-                    "{field}: device ID {id:?} is listed twice"
+                    "{field}: device ID {id} is listed twice",
+                    id = kubedev_core::echo::echo(&id)
                 )));
             }
             let Some(dev) = current.iter().find(|d| &d.id == id) else {
                 return Err(Status::invalid_argument(format!(
-                    "{field}: unknown device ID {id:?} for resource {}",
-                    self.resource
+                    "{field}: unknown device ID {id} for resource {}",
+                    self.resource,
+                    id = kubedev_core::echo::echo(&id)
                 )));
             };
             if !dev.health.is_healthy() {
                 let why = dev.health.reason.as_deref().unwrap_or("no reason given");
                 return Err(Status::invalid_argument(format!(
-                    "{field}: device {id:?} is unhealthy: {why}"
+                    "{field}: device {id} is unhealthy: {why}",
+                    id = kubedev_core::echo::echo(&id)
                 )));
             }
             out.push(dev.clone());
