@@ -103,7 +103,8 @@ impl Version {
         let parts: Vec<&str> = core.split('.').collect();
         if parts.len() != 3 {
             return Err(invalid(format!(
-                "the version core {core:?} must be MAJOR.MINOR.PATCH"
+                "the version core {} must be MAJOR.MINOR.PATCH",
+                crate::echo::echo(core)
             )));
         }
         let mut numbers = [0u64; 3];
@@ -322,6 +323,17 @@ mod tests {
 
     fn v(s: &str) -> Version {
         Version::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    /// Found by the `quantity_version` fuzz target: a long core without dots was echoed twice
+    /// in full (the input, then the core in the reason).
+    #[test]
+    fn a_long_invalid_version_gives_a_short_error() {
+        let input = format!("\0\n\n\n\x0e\n\x030G{}", "\x1c".repeat(4096));
+        let err = Version::parse(&input).unwrap_err().to_string();
+        assert!(err.len() < 1024, "{} bytes: {err}", err.len());
+        assert!(!err.chars().any(char::is_control), "{err:?}");
+        assert!(err.contains("MAJOR.MINOR.PATCH"), "{err}");
     }
 
     #[test]

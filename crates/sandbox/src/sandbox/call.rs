@@ -42,7 +42,18 @@ impl LogSink {
         while cut < bytes.len() && cut > 0 && (bytes[cut] & 0xC0) == 0x80 {
             cut -= 1;
         }
-        let text = String::from_utf8_lossy(&bytes[..cut]).into_owned();
+        // Control characters escaped: a policy's line never starts another log line or
+        // reaches a terminal as an escape sequence.
+        let text = String::from_utf8_lossy(&bytes[..cut])
+            .chars()
+            .fold(String::with_capacity(cut), |mut t, c| {
+                if c.is_control() && c != '\t' {
+                    t.extend(c.escape_default());
+                } else {
+                    t.push(c);
+                }
+                t
+            });
         let allowed = self.bucket.lock().map(|mut b| b.take()).unwrap_or(false);
         if allowed {
             tracing::debug!(target: "kubedev_sandbox::guest", policy = %self.policy, "{text}");
@@ -336,5 +347,28 @@ where
         _ => Err(wasmtime::Error::new(HostFault::Contract(
             "a contract export is missing from the instance".into(),
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_log_line_is_cut_and_its_control_characters_escaped() {
+        let mut sink = LogSink {
+            policy: Arc::from("p"),
+            lines_left: 2,
+            line_bytes: 24,
+            lines: Vec::new(),
+            dropped: 0,
+            bucket: Arc::new(Mutex::new(TokenBucket::new(0.0, 0.0))),
+        };
+        sink.line(b"one\nERROR forged\x1b[2J and more text");
+        sink.line("é".repeat(20).as_bytes());
+        sink.line(b"dropped");
+        assert_eq!(sink.lines[0], "one\\nERROR forged\\u{1b}[2J and");
+        assert_eq!(sink.lines[1], "é".repeat(12));
+        assert_eq!(sink.dropped, 1);
     }
 }
