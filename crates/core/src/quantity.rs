@@ -80,8 +80,10 @@ pub enum QuantityError {
     },
     /// The suffix is none of the known ones and not a decimal exponent.
     #[error(
-        "invalid quantity {input:?}: unknown suffix {suffix:?} (expected one of n, u, m, k, M, G, \
-         T, P, E, Ki, Mi, Gi, Ti, Pi, Ei, or a decimal exponent such as e6)"
+        "invalid quantity {0}: unknown suffix {1} (expected one of n, u, m, k, M, G, \
+         T, P, E, Ki, Mi, Gi, Ti, Pi, Ei, or a decimal exponent such as e6)",
+        crate::echo::echo(.input),
+        crate::echo::echo(.suffix)
     )]
     UnknownSuffix {
         /// The rejected input.

@@ -806,3 +806,19 @@ fn integer_shortcut_agrees_with_the_general_parser() {
         assert!(parse::parse_integer(text).is_none(), "{text}");
     }
 }
+
+/// Found by the `quantity_version` fuzz target: a long number with a long unknown suffix was
+/// echoed in full, twice.
+#[test]
+fn a_long_invalid_quantity_gives_a_short_error() {
+    let input = format!(
+        "8{}71e315{}{}",
+        "4".repeat(78),
+        "0".repeat(100),
+        "4".repeat(600)
+    );
+    let input = format!("{input}x{}", "y".repeat(2000));
+    let err = Quantity::parse(&input).unwrap_err().to_string();
+    assert!(err.len() < 1024, "{} bytes: {err}", err.len());
+    assert!(err.contains("bytes)"), "{err}");
+}

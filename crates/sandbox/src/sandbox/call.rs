@@ -44,16 +44,17 @@ impl LogSink {
         }
         // Control characters escaped: a policy's line never starts another log line or
         // reaches a terminal as an escape sequence.
-        let text = String::from_utf8_lossy(&bytes[..cut])
-            .chars()
-            .fold(String::with_capacity(cut), |mut t, c| {
+        let text = String::from_utf8_lossy(&bytes[..cut]).chars().fold(
+            String::with_capacity(cut),
+            |mut t, c| {
                 if c.is_control() && c != '\t' {
                     t.extend(c.escape_default());
                 } else {
                     t.push(c);
                 }
                 t
-            });
+            },
+        );
         let allowed = self.bucket.lock().map(|mut b| b.take()).unwrap_or(false);
         if allowed {
             tracing::debug!(target: "kubedev_sandbox::guest", policy = %self.policy, "{text}");
