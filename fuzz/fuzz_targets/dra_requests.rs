@@ -78,68 +78,39 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let service = kubedev_kubelet_grpc::fuzzing::dra_service("gpu.example.com", Arc::new(Handler));
+    // One request type and service method per selector value; each answer is checked alike.
+    macro_rules! call {
+        ($request:ty, $api:ident, $method:ident) => {{
+            let Ok(req) = <$request>::decode(bytes) else {
+                return;
+            };
+            let sent = req.claims.iter().map(|c| c.uid.clone()).collect();
+            let resp =
+                $api::dra_plugin_server::DraPlugin::$method(&service, Request::new(req)).await;
+            if let Ok(resp) = resp {
+                let resp = resp.into_inner();
+                check_errors(sent, resp.claims.iter().map(|(k, v)| (k, v.error.as_str())));
+            }
+        }};
+    }
     runtime().block_on(async {
         match selector % 4 {
-            0 => {
-                let Ok(req) = v1::NodePrepareResourcesRequest::decode(bytes) else {
-                    return;
-                };
-                let sent = req.claims.iter().map(|c| c.uid.clone()).collect();
-                let resp = v1::dra_plugin_server::DraPlugin::node_prepare_resources(
-                    &service,
-                    Request::new(req),
-                )
-                .await;
-                if let Ok(resp) = resp {
-                    let resp = resp.into_inner();
-                    check_errors(sent, resp.claims.iter().map(|(k, v)| (k, v.error.as_str())));
-                }
-            }
-            1 => {
-                let Ok(req) = v1::NodeUnprepareResourcesRequest::decode(bytes) else {
-                    return;
-                };
-                let sent = req.claims.iter().map(|c| c.uid.clone()).collect();
-                let resp = v1::dra_plugin_server::DraPlugin::node_unprepare_resources(
-                    &service,
-                    Request::new(req),
-                )
-                .await;
-                if let Ok(resp) = resp {
-                    let resp = resp.into_inner();
-                    check_errors(sent, resp.claims.iter().map(|(k, v)| (k, v.error.as_str())));
-                }
-            }
-            2 => {
-                let Ok(req) = v1beta1::NodePrepareResourcesRequest::decode(bytes) else {
-                    return;
-                };
-                let sent = req.claims.iter().map(|c| c.uid.clone()).collect();
-                let resp = v1beta1::dra_plugin_server::DraPlugin::node_prepare_resources(
-                    &service,
-                    Request::new(req),
-                )
-                .await;
-                if let Ok(resp) = resp {
-                    let resp = resp.into_inner();
-                    check_errors(sent, resp.claims.iter().map(|(k, v)| (k, v.error.as_str())));
-                }
-            }
-            _ => {
-                let Ok(req) = v1beta1::NodeUnprepareResourcesRequest::decode(bytes) else {
-                    return;
-                };
-                let sent = req.claims.iter().map(|c| c.uid.clone()).collect();
-                let resp = v1beta1::dra_plugin_server::DraPlugin::node_unprepare_resources(
-                    &service,
-                    Request::new(req),
-                )
-                .await;
-                if let Ok(resp) = resp {
-                    let resp = resp.into_inner();
-                    check_errors(sent, resp.claims.iter().map(|(k, v)| (k, v.error.as_str())));
-                }
-            }
+            0 => call!(v1::NodePrepareResourcesRequest, v1, node_prepare_resources),
+            1 => call!(
+                v1::NodeUnprepareResourcesRequest,
+                v1,
+                node_unprepare_resources
+            ),
+            2 => call!(
+                v1beta1::NodePrepareResourcesRequest,
+                v1beta1,
+                node_prepare_resources
+            ),
+            _ => call!(
+                v1beta1::NodeUnprepareResourcesRequest,
+                v1beta1,
+                node_unprepare_resources
+            ),
         }
     });
 });
