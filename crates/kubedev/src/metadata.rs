@@ -253,7 +253,7 @@ impl MetadataWriter {
                     io::ErrorKind::InvalidInput,
                     format!(
                         "claim {claim}: {part} {e}",
-                        part = kubedev_core::echo::echo(&part)
+                        part = kubedev_core::echo::echo(part)
                     ),
                 )
             })?;

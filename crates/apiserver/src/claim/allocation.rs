@@ -49,7 +49,7 @@ pub(crate) fn allocated_claim(
             other => {
                 return Err(content(format!(
                     "config[{i}] has source {other}; expected FromClass or FromClaim",
-                    other = kubedev_core::echo::echo(&other)
+                    other = kubedev_core::echo::echo(other)
                 )));
             }
         };

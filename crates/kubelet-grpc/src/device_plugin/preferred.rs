@@ -31,7 +31,7 @@ impl<'a> PreferenceRequest<'a> {
             if !avail.insert(id.as_str()) {
                 return Err(format!(
                     "available_deviceIDs lists {id} twice",
-                    id = kubedev_core::echo::echo(&id)
+                    id = kubedev_core::echo::echo(id)
                 ));
             }
         }
@@ -40,13 +40,13 @@ impl<'a> PreferenceRequest<'a> {
             if !must.insert(id.as_str()) {
                 return Err(format!(
                     "must_include_deviceIDs lists {id} twice",
-                    id = kubedev_core::echo::echo(&id)
+                    id = kubedev_core::echo::echo(id)
                 ));
             }
             if !avail.contains(id.as_str()) {
                 return Err(format!(
                     "must_include_deviceIDs has {id}, which is not in available_deviceIDs",
-                    id = kubedev_core::echo::echo(&id)
+                    id = kubedev_core::echo::echo(id)
                 ));
             }
         }
@@ -95,20 +95,20 @@ pub fn check_preference(req: &PreferenceRequest<'_>, answer: &[String]) -> Resul
         if !seen.insert(id.as_str()) {
             return Err(format!(
                 "answer lists {id} twice",
-                id = kubedev_core::echo::echo(&id)
+                id = kubedev_core::echo::echo(id)
             ));
         }
         if !req.available.contains(id) {
             return Err(format!(
                 "answer has {id}, which is not available",
-                id = kubedev_core::echo::echo(&id)
+                id = kubedev_core::echo::echo(id)
             ));
         }
     }
     if let Some(missing) = req.must_include.iter().find(|m| !seen.contains(m.as_str())) {
         return Err(format!(
             "answer leaves out must-include device {missing}",
-            missing = kubedev_core::echo::echo(&missing)
+            missing = kubedev_core::echo::echo(missing)
         ));
     }
     Ok(())

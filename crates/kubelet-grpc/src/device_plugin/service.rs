@@ -72,21 +72,21 @@ impl Service {
             if !seen.insert(id.as_str()) {
                 return Err(Status::invalid_argument(format!(
                     "{field}: device ID {id} is listed twice",
-                    id = kubedev_core::echo::echo(&id)
+                    id = kubedev_core::echo::echo(id)
                 )));
             }
             let Some(dev) = current.iter().find(|d| &d.id == id) else {
                 return Err(Status::invalid_argument(format!(
                     "{field}: unknown device ID {id} for resource {}",
                     self.resource,
-                    id = kubedev_core::echo::echo(&id)
+                    id = kubedev_core::echo::echo(id)
                 )));
             };
             if !dev.health.is_healthy() {
                 let why = dev.health.reason.as_deref().unwrap_or("no reason given");
                 return Err(Status::invalid_argument(format!(
                     "{field}: device {id} is unhealthy: {why}",
-                    id = kubedev_core::echo::echo(&id)
+                    id = kubedev_core::echo::echo(id)
                 )));
             }
             out.push(dev.clone());
