@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::{BackendContext, DeviceSource, Preparer};
+use crate::{BackendContext, DeviceSource, PoolName, Preparer};
 
 /// What a backend is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,19 +34,57 @@ pub struct BuildContext {
     pub backend: BackendContext,
     /// What the backend is built for.
     pub mode: BuildMode,
+    /// The kind of backend being built: its key under `backends:`.
+    kind: String,
 }
 
 impl BuildContext {
-    /// A context for building in `mode`.
+    /// A context for building in `mode`; [`for_kind`](Self::for_kind) says which kind.
     pub fn new(backend: BackendContext, mode: BuildMode) -> Self {
-        BuildContext { backend, mode }
+        BuildContext {
+            backend,
+            mode,
+            kind: String::new(),
+        }
+    }
+
+    /// The same context for building a backend of `kind`.
+    pub fn for_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = kind.into();
+        self
+    }
+
+    /// The kind of backend being built (empty when the context names none).
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The pool a backend of this kind publishes its devices in: `<node>-<kind>`. A daemon
+    /// checks this name when it reads its configuration, so a backend built by the daemon gets
+    /// it; the error (an unusable node name) says which name was made from what.
+    pub fn pool(&self) -> Result<PoolName, SectionError> {
+        let node = &self.backend.node_name;
+        let name = format!("{node}-{}", self.kind);
+        PoolName::new(name.clone()).map_err(|e| {
+            SectionError::new(
+                "",
+                format!(
+                    "the pool name {} made from the node name and the kind {:?} is invalid: {}",
+                    crate::echo::echo(&name),
+                    self.kind,
+                    crate::echo::chain(&e)
+                ),
+            )
+        })
     }
 }
 
-/// A built backend: where its devices come from and how they are prepared (usually the same
-/// object behind both).
+/// A built backend: its kind, where its devices come from and how they are prepared (usually
+/// the same object behind both).
 #[derive(Clone)]
 pub struct BuiltBackend {
+    /// The kind it was built as (its key under `backends:`); what logs and metrics call it.
+    pub kind: Arc<str>,
     /// Discovery and health.
     pub source: Arc<dyn DeviceSource>,
     /// Prepare and unprepare.
@@ -56,19 +94,27 @@ pub struct BuiltBackend {
 impl fmt::Debug for BuiltBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BuiltBackend")
-            .field("source", &self.source.name())
+            .field("kind", &self.kind)
             .finish_non_exhaustive()
     }
 }
 
 impl BuiltBackend {
-    /// A backend that is both its source and its preparer.
+    /// A backend that is both its source and its preparer, named by its
+    /// [`DeviceSource::name`] until [`with_kind`](Self::with_kind) names it.
     pub fn new<B: DeviceSource + Preparer>(backend: B) -> Self {
         let b = Arc::new(backend);
         BuiltBackend {
+            kind: Arc::from(b.name()),
             source: b.clone(),
             preparer: b,
         }
+    }
+
+    /// The same backend, named `kind`.
+    pub fn with_kind(mut self, kind: &str) -> Self {
+        self.kind = Arc::from(kind);
+        self
     }
 }
 
@@ -200,7 +246,9 @@ where
         context: &BuildContext,
     ) -> Result<BuiltBackend, SectionError> {
         let config = parse::<C>(section)?;
-        (self.build)(config, context).map(BuiltBackend::new)
+        let context = context.clone().for_kind(self.kind);
+        let built = (self.build)(config, &context)?;
+        Ok(BuiltBackend::new(built).with_kind(self.kind))
     }
 
     fn own_pool(&self) -> bool {

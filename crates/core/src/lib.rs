@@ -57,7 +57,7 @@ pub use opaque::{
 pub use prepare::{AllocatedDevice, ClaimRef, Consumer, NetworkData, PreparedDevice, Preparer};
 pub use publish::{Publisher, SyncState, WriteCounts};
 pub use quantity::{Format, Quantity, QuantityError};
-pub use rescan::watch_by_rescan;
-pub use source::{DeviceSource, SourceEvent};
+pub use rescan::{watch_by_polling, watch_by_rescan, watch_health};
+pub use source::{DeviceSource, EventSender, SourceEvent};
 pub use stateless::StatelessPreparer;
 pub use version::{Version, VersionError};

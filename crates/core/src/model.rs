@@ -263,6 +263,12 @@ impl Device {
         self
     }
 
+    /// Sets the health (builder style).
+    pub fn with_health(mut self, health: Health) -> Self {
+        self.health = health;
+        self
+    }
+
     /// Looks an attribute up by its name as written (`domain/id` or bare `id`).
     pub fn attribute(&self, name: &str) -> Option<&AttributeValue> {
         self.attributes
@@ -287,6 +293,16 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// Each device of the pool with its health: the snapshot
+    /// [`watch_health`](crate::watch_health) takes.
+    pub fn device_health(&self) -> Vec<(DeviceRef, Health)> {
+        let at = |d: &Device| DeviceRef::new(self.name.clone(), d.name.clone());
+        self.devices
+            .iter()
+            .map(|d| (at(d), d.health.clone()))
+            .collect()
+    }
+
     /// A pool with the given devices and no counters.
     pub fn new(name: PoolName, devices: Vec<Device>) -> Self {
         Pool {
@@ -353,6 +369,13 @@ pub struct DeviceRef {
     pub pool: PoolName,
     /// The device within the pool.
     pub device: DeviceName,
+}
+
+impl DeviceRef {
+    /// The device `device` of pool `pool`.
+    pub fn new(pool: PoolName, device: DeviceName) -> Self {
+        DeviceRef { pool, device }
+    }
 }
 
 impl fmt::Display for DeviceRef {

@@ -5,6 +5,10 @@ use tokio::sync::mpsc;
 
 use crate::{DeviceRef, Health, Pool, SourceError};
 
+/// Where a backend's [`DeviceSource::watch`] sends its events; `send(event).await` fails once
+/// nobody listens any more.
+pub type EventSender = mpsc::Sender<SourceEvent>;
+
 /// A change a backend noticed after discovery.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -36,14 +40,19 @@ pub enum SourceEvent {
 ///   [`Preparer`](crate::Preparer) methods.
 #[async_trait]
 pub trait DeviceSource: Send + Sync + 'static {
-    /// A short name for logs and configuration, e.g. `nvidia`.
-    fn name(&self) -> &str;
+    /// A short name for logs, e.g. `nvidia`. A daemon names each backend by the kind it was
+    /// registered under and does not ask; the default is the type's name without its path.
+    fn name(&self) -> &str {
+        let full = std::any::type_name::<Self>();
+        let plain = full.split('<').next().unwrap_or(full);
+        plain.rsplit("::").next().unwrap_or(plain)
+    }
 
     /// Finds the devices this backend offers now.
     async fn discover(&self) -> Result<Vec<Pool>, SourceError>;
 
     /// Sends health and hot-plug changes until cancelled; the default watches nothing.
-    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
+    async fn watch(&self, events: EventSender) -> Result<(), SourceError> {
         let _ = events;
         Ok(())
     }

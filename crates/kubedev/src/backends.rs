@@ -4,26 +4,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use kubedev_core::{
-    AllocatedDevice, Consumer, DeviceSource, Inventory, Pool, PoolName, PrepareError,
-    PreparedDevice, Preparer,
+    AllocatedDevice, Consumer, Inventory, Pool, PoolName, PrepareError, PreparedDevice,
 };
 
-/// A backend: its device source and its preparer (usually the same object).
-#[derive(Clone)]
-pub struct Backend {
-    /// Where devices come from.
-    pub source: Arc<dyn DeviceSource>,
-    /// How they are handed to containers.
-    pub preparer: Arc<dyn Preparer>,
-}
-
-impl std::fmt::Debug for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Backend")
-            .field("name", &self.source.name())
-            .finish()
-    }
-}
+/// A backend: its kind, its device source and its preparer (usually the same object).
+pub use kubedev_core::factory::BuiltBackend as Backend;
 
 /// All backends of the daemon, and the pool → backend map of the latest discovery.
 ///
@@ -96,7 +81,7 @@ impl Backends {
             match b.source.discover().await {
                 Ok(found) => Self::adopt(i, &b, found, &mut owners, &mut pools),
                 Err(e) => {
-                    tracing::error!(backend = b.source.name(), error = %kubedev_core::echo::Chain(&e), "discovery failed")
+                    tracing::error!(backend = &*b.kind, error = %kubedev_core::echo::Chain(&e), "discovery failed")
                 }
             }
         }
@@ -111,7 +96,7 @@ impl Backends {
             Some(b) => match b.source.discover().await {
                 Ok(f) => Some((b, f)),
                 Err(e) => {
-                    tracing::error!(backend = b.source.name(), error = %kubedev_core::echo::Chain(&e), "rediscovery failed");
+                    tracing::error!(backend = &*b.kind, error = %kubedev_core::echo::Chain(&e), "rediscovery failed");
                     return false;
                 }
             },
@@ -135,11 +120,11 @@ impl Backends {
     ) {
         for p in found {
             if owners.contains_key(&p.name) {
-                tracing::error!(backend = b.source.name(), pool = %p.name, "pool name already used by another backend; pool left out");
+                tracing::error!(backend = &*b.kind, pool = %p.name, "pool name already used by another backend; pool left out");
                 continue;
             }
             if let Err(e) = p.validate() {
-                tracing::error!(backend = b.source.name(), error = %kubedev_core::echo::Chain(&e), "invalid pool left out");
+                tracing::error!(backend = &*b.kind, error = %kubedev_core::echo::Chain(&e), "invalid pool left out");
                 continue;
             }
             owners.insert(p.name.clone(), i);
@@ -299,7 +284,8 @@ mod tests {
 
     use async_trait::async_trait;
     use kubedev_core::{
-        ClaimRef, Device, DeviceName, DeviceRef, Pool, PoolName, PreparedDevice, SourceError,
+        ClaimRef, Device, DeviceName, DeviceRef, DeviceSource, Pool, PoolName, PreparedDevice,
+        Preparer, SourceError,
     };
 
     use super::*;
@@ -373,10 +359,12 @@ mod tests {
         });
         let backends = Backends::new(vec![
             Backend {
+                kind: "a".into(),
                 source: a.clone(),
                 preparer: a.clone(),
             },
             Backend {
+                kind: "b".into(),
                 source: b.clone(),
                 preparer: b.clone(),
             },

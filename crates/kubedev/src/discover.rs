@@ -80,7 +80,7 @@ pub async fn discover(config: &Config, path: &Path) -> anyhow::Result<Discovery>
         backends: backends
             .list()
             .iter()
-            .map(|(_, b)| b.source.name().to_string())
+            .map(|(_, b)| b.kind.to_string())
             .collect(),
         inventory,
         served_by,

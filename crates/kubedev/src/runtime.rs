@@ -103,7 +103,7 @@ fn spawn_watcher(
 ) {
     let (btx, mut brx) = mpsc::channel(64);
     let source = backend.source.clone();
-    let name = source.name().to_string();
+    let name = backend.kind.clone();
     let failures = tx.clone();
     watchers.spawn(async move {
         let mut pause = WATCH_RETRY_FIRST;
@@ -112,7 +112,7 @@ fn spawn_watcher(
             let started = tokio::time::Instant::now();
             let result = if std::mem::take(&mut first) && crate::failpoint::fails("backend-watch") {
                 Err(kubedev_core::SourceError::Unavailable {
-                    backend: name.clone(),
+                    backend: name.to_string(),
                     reason: "fail point backend-watch".into(),
                 })
             } else {
@@ -319,13 +319,17 @@ pub async fn run(
                 let changed = match ev {
                     Watched::Failed(why) => {
                         let pools = backends.pools_of(slot);
-                        let name = backends.get(slot).map(|b| b.source.name().to_string()).unwrap_or_default();
+                        let name = backends.get(slot).map(|b| b.kind.to_string()).unwrap_or_default();
                         running.clock.set_stale(slot, &pools, format!("the {name} backend's health watch failed: {why}"));
                         true
                     }
                     Watched::Event(SourceEvent::Health { device, health }) => {
-                        tracing::info!(%device, state = %health.state, reason = health.reason.as_deref().unwrap_or(""), "health changed");
-                        running.inventory.set_health(&device, health)
+                        let (state, reason) = (health.state, health.reason.clone());
+                        let changed = running.inventory.set_health(&device, health);
+                        if changed {
+                            tracing::info!(%device, %state, reason = reason.as_deref().unwrap_or(""), "health changed");
+                        }
+                        changed
                     }
                     Watched::Event(SourceEvent::Rediscover) => {
                         rediscovered = true;

@@ -7,19 +7,17 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
 use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
 
 use kubedev_core::{
     AttributeValue, ContainerEdits, Device, DeviceName, DeviceNode, DeviceRef, DeviceSource,
-    Health, Mount, Pool, PoolName, PrepareError, QualifiedName, Quantity, SourceError, SourceEvent,
-    StatelessPreparer, watch_by_rescan,
+    EventSender, Health, Mount, Pool, PoolName, PrepareError, QualifiedName, Quantity, SourceError,
+    StatelessPreparer, watch_health,
 };
 
 /// One device of the static backend, as written in configuration.
@@ -72,9 +70,6 @@ fn default_poll_ms() -> u64 {
 #[derive(Debug, Clone)]
 pub struct StaticBackend {
     config: StaticConfig,
-    /// The health last reported (by discovery or by the watcher), so a change between the two is
-    /// never missed.
-    reported: Arc<Mutex<BTreeMap<DeviceName, Health>>>,
 }
 
 /// The env variable that lists the static devices a container got.
@@ -83,10 +78,7 @@ pub const STATIC_VISIBLE_DEVICES: &str = "STATIC_VISIBLE_DEVICES";
 impl StaticBackend {
     /// A backend serving the configured devices. Fails when two devices share a name.
     pub fn new(config: StaticConfig) -> Result<Self, SourceError> {
-        let backend = StaticBackend {
-            config,
-            reported: Arc::default(),
-        };
+        let backend = StaticBackend { config };
         backend
             .pool()
             .validate()
@@ -109,7 +101,6 @@ impl StaticBackend {
     }
 
     fn pool(&self) -> Pool {
-        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
         let devices = self
             .config
             .devices
@@ -122,33 +113,26 @@ impl StaticBackend {
                 }
                 dev.numa_node = d.numa_node;
                 dev.health = Self::health_of(d);
-                reported.insert(d.name.clone(), dev.health.clone());
                 dev
             })
             .collect();
         Pool::new(self.config.pool.clone(), devices)
     }
 
-    /// Health events for the devices with a presence path whose health is not the one last
-    /// reported.
-    fn health_changes(&self) -> Vec<SourceEvent> {
-        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+    /// The health of the devices with a presence path, now.
+    fn watched_health(&self) -> Vec<(DeviceRef, Health)> {
         let watched = self
             .config
             .devices
             .iter()
             .filter(|d| d.presence_path.is_some());
         watched
-            .filter_map(|d| {
-                let now = Self::health_of(d);
-                let prev = reported.insert(d.name.clone(), now.clone());
-                (prev.as_ref() != Some(&now)).then(|| SourceEvent::Health {
-                    device: DeviceRef {
-                        pool: self.config.pool.clone(),
-                        device: d.name.clone(),
-                    },
-                    health: now,
-                })
+            .map(|d| {
+                let device = DeviceRef {
+                    pool: self.config.pool.clone(),
+                    device: d.name.clone(),
+                };
+                (device, Self::health_of(d))
             })
             .collect()
     }
@@ -165,7 +149,7 @@ impl DeviceSource for StaticBackend {
     }
 
     /// Checks the presence paths every `pollIntervalMs`.
-    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
+    async fn watch(&self, events: EventSender) -> Result<(), SourceError> {
         if !self
             .config
             .devices
@@ -175,7 +159,7 @@ impl DeviceSource for StaticBackend {
             return Ok(());
         }
         let period = Duration::from_millis(self.config.poll_interval_ms.max(10));
-        watch_by_rescan(events, period, Vec::new, || async { self.health_changes() }).await
+        watch_health(events, period, || self.watched_health()).await
     }
 }
 
@@ -256,7 +240,8 @@ pub fn factory() -> impl BackendFactory {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use kubedev_core::{AllocatedDevice, Consumer, Preparer};
+    use kubedev_core::{AllocatedDevice, Consumer, Preparer, SourceEvent};
+    use tokio::sync::mpsc;
 
     fn config(dir: &std::path::Path) -> StaticConfig {
         let yaml = serde_json::json!({
@@ -309,17 +294,26 @@ mod tests {
             let b = b.clone();
             async move { b.watch(tx).await }
         });
-        std::fs::write(dir.join("dev-0"), "").unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(5), rx.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        match ev {
-            SourceEvent::Health { device, health } => {
-                assert_eq!(device.device.as_str(), "dev-0");
-                assert!(health.is_healthy());
-            }
+        // The watcher says what the watched device's health is now, every period.
+        let mut next = async || match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await
+        {
+            Ok(Some(SourceEvent::Health { device, health })) => (device, health),
             other => panic!("unexpected event {other:?}"),
+        };
+        let (device, health) = next().await;
+        assert_eq!(device.device.as_str(), "dev-0");
+        assert!(!health.is_healthy());
+        std::fs::write(dir.join("dev-0"), "").unwrap();
+        loop {
+            let (device, health) = next().await;
+            assert_eq!(
+                device.device.as_str(),
+                "dev-0",
+                "only dev-0 has a presence path"
+            );
+            if health.is_healthy() {
+                break;
+            }
         }
         watcher.abort();
     }

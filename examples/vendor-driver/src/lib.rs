@@ -1,18 +1,14 @@
 //! The `fpga` backend: FPGA cards found in sysfs. Walked through in docs/writing-a-backend.md.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
-use kubedev_core::{
-    BackendContext, ContainerEdits, Device, DeviceName, DeviceNode, DeviceRef, DeviceSource,
-    Health, HostFs, Mount, Pool, PoolName, PrepareError, SourceError, SourceEvent,
-    StatelessPreparer, watch_by_rescan,
+use kubedev::backend::{
+    BackendFactory, BuildContext, ContainerEdits, Device, DeviceName, DeviceNode, DeviceRef,
+    DeviceSource, EventSender, Health, HostFs, Mount, Pool, PoolName, PrepareError, Section,
+    SectionError, SourceError, StatelessPreparer, async_trait, echo, typed, watch_health,
 };
 use serde::Deserialize;
-use tokio::sync::{Mutex, mpsc};
 
 /// The section `backends.fpga` of the configuration file.
 #[derive(Debug, Deserialize)]
@@ -26,17 +22,19 @@ pub struct FpgaConfig {
 
 impl Section for FpgaConfig {
     fn validate(&self) -> Result<(), SectionError> {
-        let paths = [("cardsRoot", &self.cards_root), ("bitstreamDir", &self.bitstream_dir)];
-        match paths.into_iter().find(|(_, p)| p.as_ref().is_some_and(|p| p.is_relative())) {
-            Some((f, Some(p))) => Err(SectionError::new(f, format!("{p:?} must be absolute"))),
-            _ => Ok(()),
+        let paths = [("cardsRoot", &self.cards_root)].into_iter();
+        for (field, path) in paths.chain([("bitstreamDir", &self.bitstream_dir)]) {
+            if let Some(p) = path.as_ref().filter(|p| p.is_relative()) {
+                return Err(SectionError::new(field, format!("{p:?} must be absolute")));
+            }
         }
+        Ok(())
     }
 }
 
 /// The backend kind the driver's main registers: `backends.fpga` builds an [`FpgaBackend`].
 pub fn factory() -> impl BackendFactory {
-    typed("fpga", |config: FpgaConfig, ctx: &BuildContext| FpgaBackend::new(config, &ctx.backend))
+    typed("fpga", FpgaBackend::new)
 }
 
 /// The FPGA cards of one node, published in the pool `<node>-fpga`.
@@ -46,70 +44,56 @@ pub struct FpgaBackend {
     root: PathBuf,
     bitstreams: Option<String>,
     pool: PoolName,
-    /// Card → the health last reported; discover and watch share it.
-    known: Mutex<BTreeMap<DeviceName, Health>>,
 }
 
 impl FpgaBackend {
-    pub fn new(config: FpgaConfig, ctx: &BackendContext) -> Result<Self, SectionError> {
-        let pool = PoolName::new(format!("{}-fpga", ctx.node_name));
-        let pool = pool.map_err(|e| SectionError::new("", e.to_string()))?;
-        let root = config.cards_root.unwrap_or("/sys/class/fpga_manager".into());
-        let bitstreams = config.bitstream_dir.map(|d| d.display().to_string());
-        Ok(FpgaBackend { host: ctx.host.clone(), root, bitstreams, pool, known: Mutex::default() })
+    pub fn new(config: FpgaConfig, ctx: &BuildContext) -> Result<Self, SectionError> {
+        Ok(FpgaBackend {
+            host: ctx.backend.host.clone(),
+            root: config
+                .cards_root
+                .unwrap_or("/sys/class/fpga_manager".into()),
+            bitstreams: config.bitstream_dir.map(|d| d.display().to_string()),
+            pool: ctx.pool()?,
+        })
     }
 
     /// The cards (`fpga0`, `fpga1`, …), sorted; an entry that is no device name is skipped.
     fn cards(&self) -> Vec<DeviceName> {
-        let entries = self.host.list_dir(&self.root).unwrap_or_default().into_iter();
-        entries.filter(|n| n.starts_with("fpga")).filter_map(|n| DeviceName::new(n).ok()).collect()
+        let names = self.host.list_dir(&self.root).unwrap_or_default();
+        let cards = names.into_iter().filter(|n| n.starts_with("fpga"));
+        cards.filter_map(|n| DeviceName::new(n).ok()).collect()
     }
 
     fn health(&self, card: &DeviceName) -> Health {
-        match self.host.read_attr(self.root.join(card.as_str()).join("state")) {
+        let state = self.root.join(card.as_str()).join("state");
+        match self.host.read_attr(state) {
             Ok(state) if state == "operating" => Health::healthy(),
             Ok(state) => Health::unhealthy(format!("state is {state:?}")),
-            Err(e) => Health::unhealthy(e.to_string()),
+            Err(e) => Health::unhealthy(echo::chain(&e)),
         }
     }
 
-    /// Health events for the cards discovered whose health is not the one last reported.
-    async fn health_changes(&self) -> Vec<SourceEvent> {
-        let mut changes = Vec::new();
-        for (card, reported) in self.known.lock().await.iter_mut() {
-            let health = self.health(card);
-            if *reported != health {
-                *reported = health.clone();
-                let device = DeviceRef { pool: self.pool.clone(), device: card.clone() };
-                changes.push(SourceEvent::Health { device, health });
-            }
-        }
-        changes
+    /// The pool of the cards there are now, with their health.
+    fn pool_now(&self) -> Pool {
+        let card = |c: DeviceName| Device::new(c.clone()).with_health(self.health(&c));
+        Pool::new(
+            self.pool.clone(),
+            self.cards().into_iter().map(card).collect(),
+        )
     }
 }
 
 #[async_trait]
 impl DeviceSource for FpgaBackend {
-    fn name(&self) -> &str {
-        "fpga"
-    }
-
     async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
-        let (mut devices, mut known) = (Vec::new(), self.known.lock().await);
-        known.clear();
-        for card in self.cards() {
-            let mut device = Device::new(card.clone());
-            device.health = self.health(&card);
-            known.insert(card, device.health.clone());
-            devices.push(device);
-        }
-        Ok(vec![Pool::new(self.pool.clone(), devices)])
+        Ok(vec![self.pool_now()])
     }
 
-    /// Polls the `state` of every card discovered; a change (a card gone too) is a health event.
-    async fn watch(&self, events: mpsc::Sender<SourceEvent>) -> Result<(), SourceError> {
-        let every = Duration::from_millis(200);
-        watch_by_rescan(events, every, Vec::new, || self.health_changes()).await
+    /// Reads every card's `state` five times a second; a card that comes or goes is noticed too.
+    async fn watch(&self, events: EventSender) -> Result<(), SourceError> {
+        let now = || self.pool_now().device_health();
+        watch_health(events, Duration::from_millis(200), now).await
     }
 }
 
@@ -125,10 +109,12 @@ impl StatelessPreparer for FpgaBackend {
         if let Some(reason) = self.health(card).reason {
             return Err(PrepareError::Unhealthy { device: id, reason });
         }
-        let mut edits = ContainerEdits::default();
-        edits.device_nodes.push(DeviceNode::new(format!("/dev/{card}"), "rw"));
-        edits.env.insert("FPGA_CARDS".into(), card.to_string());
-        edits.mounts.extend(self.bitstreams.iter().map(|dir| Mount::bind(dir, dir, true)));
-        Ok(edits)
+        let edits = ContainerEdits::new()
+            .with_device_node(DeviceNode::new(format!("/dev/{card}"), "rw"))
+            .with_env("FPGA_CARDS", card.as_str());
+        Ok(match &self.bitstreams {
+            Some(dir) => edits.with_mount(Mount::bind(dir, dir, true)),
+            None => edits,
+        })
     }
 }

@@ -1,7 +1,7 @@
 //! The driver as a device plugin, against kubedev's kubelet emulator: Allocate answers with the
 //! card's device node, `FPGA_CARDS` and the bitstreams; a card whose `state` leaves `operating`
 //! is reported unhealthy in ListAndWatch, and healthy again when it comes back; a card that goes
-//! away is unhealthy.
+//! away leaves the list.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -36,7 +36,11 @@ impl Node {
         .unwrap();
         let kubelet = KubeletEmulator::start(&plugins).await.unwrap();
         let driver = Daemon::start(&config);
-        Node { dir, kubelet, driver }
+        Node {
+            dir,
+            kubelet,
+            driver,
+        }
     }
 
     /// Waits until the kubelet sees `healthy` of the resource's devices healthy, and returns
@@ -53,7 +57,11 @@ impl Node {
                 self.driver.log()
             )
         });
-        state.devices.into_iter().map(|(id, d)| (id, d.health)).collect()
+        state
+            .devices
+            .into_iter()
+            .map(|(id, d)| (id, d.health))
+            .collect()
     }
 
     async fn stop(self) {
@@ -82,20 +90,28 @@ async fn allocate_gives_the_card_node_its_name_and_the_bitstreams() {
     assert!(one.mounts[0].read_only);
 
     // Two cards in one container: both nodes, both names, the bitstreams once.
-    let both = node.kubelet.allocate(RESOURCE, &["fpga0", "fpga1"]).await.unwrap();
+    let both = node
+        .kubelet
+        .allocate(RESOURCE, &["fpga0", "fpga1"])
+        .await
+        .unwrap();
     let nodes: Vec<_> = both.devices.iter().map(|d| d.host_path.as_str()).collect();
     assert_eq!(nodes, ["/dev/fpga0", "/dev/fpga1"]);
     assert_eq!(both.envs["FPGA_CARDS"], "fpga0,fpga1");
     assert_eq!(both.mounts.len(), 1, "{both:?}");
 
     // A card the driver does not have is an error naming it.
-    let err = node.kubelet.allocate(RESOURCE, &["fpga7"]).await.unwrap_err();
+    let err = node
+        .kubelet
+        .allocate(RESOURCE, &["fpga7"])
+        .await
+        .unwrap_err();
     assert!(err.message().contains("fpga7"), "{err:?}");
     node.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_card_is_unhealthy_while_it_does_not_operate_or_is_gone() {
+async fn a_card_is_unhealthy_while_it_does_not_operate_and_leaves_when_it_is_gone() {
     let host = Host::with_cards(&[("fpga0", "operating"), ("fpga1", "operating")]);
     let node = Node::start(&host).await;
     node.wait_allocatable(2).await;
@@ -104,7 +120,11 @@ async fn a_card_is_unhealthy_while_it_does_not_operate_or_is_gone() {
     host.set_state("fpga1", "write");
     let devices = node.wait_allocatable(1).await;
     assert_eq!(devices[1], ("fpga1".to_string(), "Unhealthy".to_string()));
-    let err = node.kubelet.allocate(RESOURCE, &["fpga1"]).await.unwrap_err();
+    let err = node
+        .kubelet
+        .allocate(RESOURCE, &["fpga1"])
+        .await
+        .unwrap_err();
     assert!(err.message().contains("fpga1"), "{err:?}");
 
     host.set_state("fpga1", "operating");
@@ -112,9 +132,9 @@ async fn a_card_is_unhealthy_while_it_does_not_operate_or_is_gone() {
     let a = node.kubelet.allocate(RESOURCE, &["fpga1"]).await.unwrap();
     assert_eq!(a.envs["FPGA_CARDS"], "fpga1");
 
-    // A card that goes away (hot-unplug) is unhealthy too.
+    // A card that goes away (hot-unplug) leaves the list.
     host.remove("fpga0");
     let devices = node.wait_allocatable(1).await;
-    assert_eq!(devices[0], ("fpga0".to_string(), "Unhealthy".to_string()));
+    assert_eq!(devices, [("fpga1".to_string(), "Healthy".to_string())]);
     node.stop().await;
 }

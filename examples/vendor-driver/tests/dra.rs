@@ -49,7 +49,10 @@ impl Env {
 
     async fn start_driver(&self) -> Daemon {
         let driver = Daemon::start(&self.root.path().join("fpga.yaml"));
-        let registered = self.kubelet.wait_until(WAIT, |k| k.drivers().contains_key(DRIVER)).await;
+        let registered = self
+            .kubelet
+            .wait_until(WAIT, |k| k.drivers().contains_key(DRIVER))
+            .await;
         assert!(registered, "{DRIVER} did not register: {}", driver.log());
         driver
     }
@@ -72,13 +75,18 @@ impl Env {
 
     fn slices(&self) -> Vec<Value> {
         let ours = |s: &Value| s["spec"]["driver"] == DRIVER && s["spec"]["nodeName"] == NODE;
-        self.api.objects(Resource::ResourceSlices).into_iter().filter(ours).collect()
+        self.api
+            .objects(Resource::ResourceSlices)
+            .into_iter()
+            .filter(ours)
+            .collect()
     }
 
     fn cdi_files(&self) -> Vec<PathBuf> {
         let dir = std::fs::read_dir(self.root.path().join("cdi"));
-        let mut files: Vec<PathBuf> =
-            dir.map(|d| d.map(|e| e.unwrap().path()).collect()).unwrap_or_default();
+        let mut files: Vec<PathBuf> = dir
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default();
         files.retain(|p| p.extension().is_some_and(|e| e == "json"));
         files
     }
@@ -94,15 +102,26 @@ async fn a_claim_is_prepared_into_a_cdi_spec_and_a_card_out_of_operation_is_repo
     eventually("the ResourceSlice", || !env.slices().is_empty()).await;
     let slice = &env.slices()[0];
     assert_eq!(slice["spec"]["pool"]["name"], POOL);
-    let names: Vec<_> =
-        slice["spec"]["devices"].as_array().unwrap().iter().map(|d| &d["name"]).collect();
+    let names: Vec<_> = slice["spec"]["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["name"])
+        .collect();
     assert_eq!(names, ["fpga0", "fpga1"]);
 
     // Prepare: one CDI device per card, in one spec file for the claim.
     let claim = env.claim("accel", "claim-uid-1", &["fpga0", "fpga1"]);
-    let answer = env.kubelet.prepare(DRIVER, std::slice::from_ref(&claim)).await.unwrap();
+    let answer = env
+        .kubelet
+        .prepare(DRIVER, std::slice::from_ref(&claim))
+        .await
+        .unwrap();
     let prepared = answer["claim-uid-1"].as_ref().unwrap();
-    let cards: Vec<_> = prepared.iter().map(|d| (d.pool.as_str(), d.device.as_str())).collect();
+    let cards: Vec<_> = prepared
+        .iter()
+        .map(|d| (d.pool.as_str(), d.device.as_str()))
+        .collect();
     assert_eq!(cards, [(POOL, "fpga0"), (POOL, "fpga1")]);
     let files = env.cdi_files();
     assert_eq!(files.len(), 1, "{files:?}");
@@ -113,24 +132,45 @@ async fn a_claim_is_prepared_into_a_cdi_spec_and_a_card_out_of_operation_is_repo
         let id = format!("{kind}={}", device["name"].as_str().unwrap());
         assert_eq!(prepared[i].cdi_device_ids, [id]);
         let edits = &device["containerEdits"];
-        assert_eq!(edits["deviceNodes"][0]["path"], format!("/dev/{card}"), "{spec:#}");
+        assert_eq!(
+            edits["deviceNodes"][0]["path"],
+            format!("/dev/{card}"),
+            "{spec:#}"
+        );
         // Each card sets FPGA_CARDS; CDI gives every device the value of the whole claim, so
         // the container sees both names whichever device the runtime applies last.
-        assert_eq!(applied(&spec, i, "env"), [json!("FPGA_CARDS=fpga0,fpga1")], "{spec:#}");
+        assert_eq!(
+            applied(&spec, i, "env"),
+            [json!("FPGA_CARDS=fpga0,fpga1")],
+            "{spec:#}"
+        );
         let mounts = applied(&spec, i, "mounts");
         assert_eq!(mounts.len(), 1, "{spec:#}");
         assert_eq!(mounts[0]["hostPath"], "/lib/firmware", "{spec:#}");
     }
 
     // fpga1 stops operating: the kubelet hears it on the resource health stream.
-    let health = |card: &str| env.kubelet.health(DRIVER).get(&format!("{POOL}/{card}")).cloned();
-    eventually("health for both cards", || health("fpga0").is_some() && health("fpga1").is_some())
-        .await;
+    let health = |card: &str| {
+        env.kubelet
+            .health(DRIVER)
+            .get(&format!("{POOL}/{card}"))
+            .cloned()
+    };
+    eventually("health for both cards", || {
+        health("fpga0").is_some() && health("fpga1").is_some()
+    })
+    .await;
     assert_eq!(health("fpga1").unwrap().health, "HEALTHY");
     host.set_state("fpga1", "power off");
-    eventually("fpga1 unhealthy", || health("fpga1").is_some_and(|h| h.health == "UNHEALTHY"))
-        .await;
-    assert!(health("fpga1").unwrap().message.contains("power off"), "{:?}", health("fpga1"));
+    eventually("fpga1 unhealthy", || {
+        health("fpga1").is_some_and(|h| h.health == "UNHEALTHY")
+    })
+    .await;
+    assert!(
+        health("fpga1").unwrap().message.contains("power off"),
+        "{:?}",
+        health("fpga1")
+    );
     assert_eq!(health("fpga0").unwrap().health, "HEALTHY");
 
     // Unprepare removes the claim's spec.

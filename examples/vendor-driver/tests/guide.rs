@@ -71,7 +71,10 @@ fn every_code_block_of_the_guide_is_copied_from_the_example() {
             ),
         };
         checked += 1;
-        if !sources(extensions).iter().any(|(_, text)| text.contains(&body)) {
+        if !sources(extensions)
+            .iter()
+            .any(|(_, text)| text.contains(&body))
+        {
             drifted.push(format!("```{info}\n{body}```"));
         }
     }
@@ -95,10 +98,16 @@ fn every_file_of_the_example_the_guide_names_exists() {
             .find(|c: char| !(c.is_ascii_alphanumeric() || "/._-".contains(c)))
             .unwrap_or(rest.len());
         let path = rest[..end].trim_end_matches(['.', '/']);
-        assert!(repo().join(path).exists(), "the guide names {path}, which does not exist");
+        assert!(
+            repo().join(path).exists(),
+            "the guide names {path}, which does not exist"
+        );
         named += 1;
     }
-    assert!(named >= 5, "the guide names only {named} files of the example");
+    assert!(
+        named >= 5,
+        "the guide names only {named} files of the example"
+    );
 }
 
 /// The arguments of the driver in a guide command `cargo run … examples/vendor-driver/… -- ARGS`.
@@ -142,7 +151,10 @@ fn the_guide_commands_print_what_it_shows() {
                 .lines()
                 .map(|l| format!("{}\n", l.trim_end()))
                 .collect();
-            assert_eq!(printed, shown, "`{command}` printed something else than the guide shows");
+            assert_eq!(
+                printed, shown,
+                "`{command}` printed something else than the guide shows"
+            );
             ran += 1;
         }
     }

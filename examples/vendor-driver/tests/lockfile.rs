@@ -9,11 +9,15 @@ use std::path::Path;
 fn packages(lock: &Path) -> BTreeSet<(String, String)> {
     let text = std::fs::read_to_string(lock).unwrap();
     let field = |block: &str, key: &str| {
-        let line = block.lines().find_map(|l| l.strip_prefix(&format!("{key} = ")));
+        let line = block
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = ")));
         line.map(|v| v.trim_matches('"').to_string())
     };
     let blocks = text.split("[[package]]").skip(1);
-    blocks.map(|b| (field(b, "name").unwrap(), field(b, "version").unwrap())).collect()
+    blocks
+        .map(|b| (field(b, "name").unwrap(), field(b, "version").unwrap()))
+        .collect()
 }
 
 #[test]

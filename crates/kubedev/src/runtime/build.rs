@@ -35,14 +35,12 @@ pub fn build_backend(
             node_name(config),
         ),
         mode,
-    );
+    )
+    .for_kind(kind);
     let built = factory
         .build(section, &context)
         .map_err(|e| anyhow::anyhow!("backends.{kind}: {e}"))?;
-    Ok(Some(Backend {
-        source: built.source,
-        preparer: built.preparer,
-    }))
+    Ok(Some(built.with_kind(kind)))
 }
 
 /// Whether the backend `kind` must be rebuilt to go from `old` to `new`: its section changed,

@@ -74,8 +74,10 @@ impl Daemon {
     pub fn start(config: &Path) -> Daemon {
         let log = config.with_extension("log");
         let stderr = std::fs::File::create(&log).unwrap();
-        let child =
-            driver(&["run", "--config", config.to_str().unwrap()]).stderr(stderr).spawn().unwrap();
+        let child = driver(&["run", "--config", config.to_str().unwrap()])
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
         Daemon { child, log }
     }
 
@@ -87,17 +89,27 @@ impl Daemon {
     /// Stops the daemon with SIGTERM, as the kubelet's pod shutdown does, and checks that it
     /// exits cleanly.
     pub fn stop(mut self) {
-        let term = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let term = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         assert!(term.unwrap().success());
         let deadline = Instant::now() + WAIT;
         let status = loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 break status;
             }
-            assert!(Instant::now() < deadline, "the driver did not stop:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "the driver did not stop:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         };
-        assert!(status.success(), "the driver exited with {status}:\n{}", self.log());
+        assert!(
+            status.success(),
+            "the driver exited with {status}:\n{}",
+            self.log()
+        );
     }
 }
 
