@@ -7,9 +7,10 @@
 //! version, asks the server with a dry-run create which fields it keeps before it publishes,
 //! and compares every object the server returns with what it sent.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1 as res;
 use tokio::sync::watch;
@@ -246,8 +247,8 @@ impl Default for ApiStatus {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 impl ApiStatus {
@@ -280,18 +281,13 @@ impl ApiStatus {
     /// that what it publishes in place of a feature the server lacks never withdraws a device
     /// a running pod uses.
     pub fn set_in_use(&self, in_use: impl Fn(&str, &str) -> bool + Send + Sync + 'static) {
-        *self
-            .inner
-            .in_use
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(in_use));
+        *self.inner.in_use.write() = Some(Arc::new(in_use));
     }
 
     pub(crate) fn in_use(&self) -> Arc<InUse> {
         self.inner
             .in_use
             .read()
-            .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .unwrap_or_else(|| Arc::new(|_: &str, _: &str| false))
     }

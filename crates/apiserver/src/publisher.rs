@@ -7,10 +7,11 @@
 //! `writes` sends the creates, updates and deletes, and `probe` learns what the API server
 //! keeps.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -101,7 +102,7 @@ struct Shared {
 
 impl Shared {
     fn desired(&self) -> MutexGuard<'_, Desired> {
-        self.desired.lock().unwrap_or_else(PoisonError::into_inner)
+        self.desired.lock()
     }
 
     /// The pools `inventory` becomes with what the API server keeps now, and what had to be

@@ -2,7 +2,8 @@
 //! tries again, and what it logs.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubedev_apiserver::SlicePublisher;
@@ -19,7 +20,7 @@ struct Logs(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Logs {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        self.0.lock().extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -47,7 +48,7 @@ impl Logs {
 
     /// The lines at `level` that contain `text`.
     fn lines(&self, level: &str, text: &str) -> Vec<String> {
-        let all = String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned();
+        let all = String::from_utf8_lossy(&self.0.lock()).into_owned();
         all.lines()
             .filter(|l| l.contains(&format!(" {level} ")) && l.contains(text))
             .map(str::to_owned)

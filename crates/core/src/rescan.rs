@@ -208,7 +208,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn health_snapshots_are_sent_whole_and_a_changed_device_set_asks_for_rediscovery() {
-        let snapshots = std::sync::Mutex::new(vec![
+        let snapshots = parking_lot::Mutex::new(vec![
             vec![
                 (card("fpga0"), Health::healthy()),
                 (card("fpga1"), Health::healthy()),
@@ -231,7 +231,7 @@ mod tests {
         ]);
         let (tx, mut rx) = mpsc::channel(16);
         let now = || {
-            let mut s = snapshots.lock().unwrap();
+            let mut s = snapshots.lock();
             if s.is_empty() {
                 Vec::new()
             } else {

@@ -111,7 +111,7 @@ impl<T: StatelessPreparer> Preparer for T {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use super::*;
     use crate::{ClaimUid, DeviceName, PoolName};
@@ -134,7 +134,7 @@ mod tests {
                     reason: "still in use".into(),
                 });
             }
-            self.released.lock().unwrap().push(device.to_string());
+            self.released.lock().push(device.to_string());
             Ok(())
         }
     }
@@ -166,7 +166,7 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("still in use"), "{err}");
         assert_eq!(
-            *backend.released.lock().unwrap(),
+            *backend.released.lock(),
             [
                 "node-a-fpga/fpga1",
                 "node-a-fpga/fpga0",

@@ -1,7 +1,8 @@
 //! The set of backends and which one owns which pool.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use kubedev_core::{
     AllocatedDevice, Consumer, Inventory, Pool, PoolName, PrepareError, PreparedDevice,
@@ -20,12 +21,12 @@ pub struct Backends {
     owners: Arc<RwLock<HashMap<PoolName, usize>>>,
 }
 
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|e| e.into_inner())
+fn read<T>(l: &RwLock<T>) -> parking_lot::RwLockReadGuard<'_, T> {
+    l.read()
 }
 
-fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|e| e.into_inner())
+fn write<T>(l: &RwLock<T>) -> parking_lot::RwLockWriteGuard<'_, T> {
+    l.write()
 }
 
 impl Backends {
@@ -280,7 +281,7 @@ impl Backends {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     use async_trait::async_trait;
     use kubedev_core::{
@@ -329,7 +330,6 @@ mod tests {
         async fn pre_start(&self, devices: &[DeviceRef]) -> Result<(), PrepareError> {
             self.calls
                 .lock()
-                .unwrap()
                 .push(devices.iter().map(ToString::to_string).collect());
             Ok(())
         }
@@ -377,10 +377,10 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(
-            *a.calls.lock().unwrap(),
+            *a.calls.lock(),
             [vec!["a/d1".to_string(), "a/d0".to_string()]]
         );
-        assert_eq!(*b.calls.lock().unwrap(), [vec!["b/d0".to_string()]]);
+        assert_eq!(*b.calls.lock(), [vec!["b/d0".to_string()]]);
         let err = backends.pre_start(&[r("zz", "d0")]).await.unwrap_err();
         assert!(err.to_string().contains("zz/d0"), "{err}");
     }

@@ -9,9 +9,10 @@
 //! whose instance still holds its lease is left to it (the kubelet's retry, or that instance,
 //! finishes it; prepare is idempotent).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::cdi::CdiWriter;
 use crate::cdi::SpecCheck;
@@ -155,13 +156,7 @@ async fn committer(store: Arc<Mutex<CheckpointStore>>, mut rx: mpsc::UnboundedRe
         }
         let (changes, replies): (Vec<Change>, Vec<_>) = batch.into_iter().unzip();
         let store = store.clone();
-        let outcome = tokio::task::spawn_blocking(move || {
-            store
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .apply(changes)
-        })
-        .await;
+        let outcome = tokio::task::spawn_blocking(move || store.lock().apply(changes)).await;
         match outcome {
             Ok(Ok(results)) => {
                 for (reply, r) in replies.into_iter().zip(results) {
@@ -195,7 +190,7 @@ pub struct DraDriver {
     cdi: Arc<CdiWriter>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     metrics: Option<Arc<Metrics>>,
-    inventory: Option<Arc<std::sync::RwLock<Inventory>>>,
+    inventory: Option<Arc<parking_lot::RwLock<Inventory>>>,
     /// Exclusive devices of prepares checked but not yet recorded in the checkpoint, so two
     /// claims prepared at the same time cannot both take one.
     starting: Mutex<HashMap<kubedev_core::DeviceRef, ClaimRef>>,
@@ -214,11 +209,7 @@ struct Starting<'a> {
 
 impl Drop for Starting<'_> {
     fn drop(&mut self) {
-        let mut starting = self
-            .driver
-            .starting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut starting = self.driver.starting.lock();
         for d in &self.devices {
             starting.remove(d);
         }
@@ -295,9 +286,7 @@ impl DraDriver {
 
     /// A copy of the inventory, for work done off the async threads.
     fn inventory_now(&self) -> Option<Inventory> {
-        self.inventory
-            .as_ref()
-            .map(|i| i.read().unwrap_or_else(|e| e.into_inner()).clone())
+        self.inventory.as_ref().map(|i| i.read().clone())
     }
 
     /// Writes (`ensure`: checks and repairs) `claim`'s device metadata; the CDI ID per main
@@ -342,7 +331,7 @@ impl DraDriver {
 
     /// Reads from `inventory` which devices allow multiple allocations. Without it, a device
     /// allocated with a share ID counts as shareable and any other as exclusive.
-    pub fn with_inventory(mut self, inventory: Arc<std::sync::RwLock<Inventory>>) -> Self {
+    pub fn with_inventory(mut self, inventory: Arc<parking_lot::RwLock<Inventory>>) -> Self {
         self.inventory = Some(inventory);
         self
     }
@@ -353,7 +342,7 @@ impl DraDriver {
             return true;
         }
         let known = self.inventory.as_ref().and_then(|inv| {
-            let inv = inv.read().unwrap_or_else(|e| e.into_inner());
+            let inv = inv.read();
             inv.device(&d.device)
                 .map(|dev| dev.allow_multiple_allocations)
         });
@@ -366,7 +355,7 @@ impl DraDriver {
     /// when the returned guard is dropped.
     /// Whether device `device` of pool `pool` is recorded as prepared for a claim now.
     pub fn device_in_use(&self, pool: &str, device: &str) -> bool {
-        let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let store = self.store.lock();
         store.claims().values().any(|r| {
             r.devices
                 .iter()
@@ -387,14 +376,14 @@ impl DraDriver {
                 devices: Vec::new(),
             });
         }
-        let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
+        let mut starting = self.starting.lock();
         for d in &exclusive {
             if let Some(other) = starting.get(&d.device).filter(|o| o.uid != claim.uid) {
                 return Err((d.device.to_string(), other.clone()));
             }
         }
         {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            let store = self.store.lock();
             for r in store.claims().values() {
                 if r.claim.uid == claim.uid {
                     continue;
@@ -443,7 +432,7 @@ impl DraDriver {
     }
 
     fn lock_for(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self.locks.lock();
         // Drop locks nobody holds, so the map does not grow with every claim ever seen.
         locks.retain(|_, l| Arc::strong_count(l) > 1);
         locks.entry(uid.to_string()).or_default().clone()
@@ -480,7 +469,7 @@ impl DraDriver {
         f: impl FnOnce(&mut CheckpointStore) -> Result<T, String> + Send + 'static,
     ) -> Result<T, String> {
         let store = self.store.clone();
-        blocking(move || f(&mut store.lock().unwrap_or_else(|e| e.into_inner()))).await
+        blocking(move || f(&mut store.lock())).await
     }
 
     /// Writes the CDI spec and device metadata of a claim whose devices the backend prepared;
@@ -542,7 +531,7 @@ impl DraDriver {
         claim: &ClaimRef,
     ) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         let existing = {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            let store = self.store.lock();
             store.get(claim.uid.as_str()).cloned()
         };
         if let Some(r) = existing
@@ -658,7 +647,7 @@ impl DraDriver {
 
     async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let record = {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            let store = self.store.lock();
             store.get(claim.uid.as_str()).cloned()
         };
         if let Some(r) = &record {

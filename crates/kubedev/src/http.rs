@@ -1,10 +1,11 @@
 //! The daemon's HTTP endpoint: `/metrics` (Prometheus), `/healthz` (every socket the daemon
 //! serves answers) and `/readyz` (registered with the kubelet and, in DRA mode, published).
 
+use parking_lot::RwLock;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -49,45 +50,33 @@ impl Probes {
 
     /// A socket the daemon serves; `/healthz` connects to it.
     pub fn add_socket(&self, path: PathBuf) {
-        self.sockets
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(path);
+        self.sockets.write().push(path);
     }
 
     /// Forgets a socket (its server stopped).
     pub fn remove_socket(&self, path: &std::path::Path) {
-        self.sockets
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|p| p != path);
+        self.sockets.write().retain(|p| p != path);
     }
 
     /// Forgets a device-plugin server (it stopped).
     pub fn remove_device_plugin(&self, resource: &str) {
-        self.device_plugins
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(r, _)| r != resource);
+        self.device_plugins.write().retain(|(r, _)| r != resource);
     }
 
     /// A device-plugin server whose registration `/readyz` waits for.
     pub fn add_device_plugin(&self, resource: String, status: watch::Receiver<PluginStatus>) {
-        self.device_plugins
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((resource, status));
+        self.device_plugins.write().push((resource, status));
     }
 
     /// The DRA plugin whose registration, and first successful publication, `/readyz` waits
     /// for.
     pub fn set_dra(&self, driver: String, status: watch::Receiver<DraStatus>) {
-        *self.dra.write().unwrap_or_else(|e| e.into_inner()) = Some((driver, status));
+        *self.dra.write() = Some((driver, status));
     }
 
     /// The ResourceSlice publisher whose sync state `/readyz` reports.
     pub fn set_slices(&self, publisher: Arc<dyn kubedev_core::Publisher>) {
-        *self.slices.write().unwrap_or_else(|e| e.into_inner()) = Some(publisher);
+        *self.slices.write() = Some(publisher);
     }
 
     /// Says every configured server has been started and added: until then `/readyz` fails
@@ -104,19 +93,13 @@ impl Probes {
     /// Something an operator must know that does not make the daemon unready (state lost and
     /// rebuilt at start-up); `/readyz` shows it below its verdict.
     pub fn add_notice(&self, notice: String) {
-        self.notices
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(notice);
+        self.notices.write().push(notice);
     }
 
     /// Sets (`Some`) or clears (`None`) the notice under `key`: for conditions that can end,
     /// such as an API feature the server lacks.
     pub fn set_notice(&self, key: &str, notice: Option<String>) {
-        let mut map = self
-            .keyed_notices
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut map = self.keyed_notices.write();
         match notice {
             Some(n) => {
                 map.insert(key.to_owned(), n);
@@ -129,28 +112,14 @@ impl Probes {
 
     /// The notices: those added, oldest first, then those set by key, in key order.
     pub fn notices(&self) -> Vec<String> {
-        let mut all = self
-            .notices
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        all.extend(
-            self.keyed_notices
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .values()
-                .cloned(),
-        );
+        let mut all = self.notices.read().clone();
+        all.extend(self.keyed_notices.read().values().cloned());
         all
     }
 
     /// `Ok` when every socket accepts a connection; otherwise which ones do not.
     pub async fn healthy(&self) -> Result<(), String> {
-        let sockets = self
-            .sockets
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let sockets = self.sockets.read().clone();
         let mut bad = Vec::new();
         for s in sockets {
             match tokio::time::timeout(Duration::from_secs(1), tokio::net::UnixStream::connect(&s))
@@ -176,12 +145,7 @@ impl Probes {
                 "starting: not every configured kubelet server has been started yet".to_string(),
             );
         }
-        for (r, s) in self
-            .device_plugins
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        for (r, s) in self.device_plugins.read().iter() {
             let s = s.borrow();
             if !s.registered {
                 missing.push(match &s.last_error {
@@ -190,7 +154,7 @@ impl Probes {
                 });
             }
         }
-        if let Some((driver, s)) = &*self.dra.read().unwrap_or_else(|e| e.into_inner()) {
+        if let Some((driver, s)) = &*self.dra.read() {
             let s = s.borrow();
             if !s.registered {
                 missing.push(match &s.last_error {
@@ -202,7 +166,7 @@ impl Probes {
                 missing.push(format!(
                     "DRA driver {driver} has not published its ResourceSlices"
                 ));
-            } else if let Some(p) = &*self.slices.read().unwrap_or_else(|e| e.into_inner()) {
+            } else if let Some(p) = &*self.slices.read() {
                 match p.sync_state() {
                     kubedev_core::SyncState::Synced => {}
                     kubedev_core::SyncState::Failing(e) => missing.push(format!(

@@ -1,6 +1,7 @@
 //! The daemon's Prometheus metrics.
 
-use std::sync::{Arc, RwLock};
+use parking_lot::RwLock;
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -264,21 +265,12 @@ impl Metrics {
 
     /// The ResourceSlice publisher whose API writes `resourceslice_writes` reports.
     pub fn track_slice_writes(&self, publisher: Arc<dyn kubedev_core::Publisher>) {
-        *self
-            .slice_writer
-            .0
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Some(publisher);
+        *self.slice_writer.0.write() = Some(publisher);
     }
 
     /// Brings `resourceslice_writes` up to the publisher's own counts.
     fn sync_slice_writes(&self) {
-        let publisher = self
-            .slice_writer
-            .0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let publisher = self.slice_writer.0.read().clone();
         let Some(publisher) = publisher else { return };
         let c = publisher.write_counts();
         for (operation, n) in [
@@ -343,7 +335,7 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    struct Writes(std::sync::Mutex<kubedev_core::WriteCounts>);
+    struct Writes(parking_lot::Mutex<kubedev_core::WriteCounts>);
 
     #[async_trait::async_trait]
     impl kubedev_core::Publisher for Writes {
@@ -354,7 +346,7 @@ mod tests {
             Ok(())
         }
         fn write_counts(&self) -> kubedev_core::WriteCounts {
-            *self.0.lock().unwrap()
+            *self.0.lock()
         }
     }
 
@@ -362,7 +354,7 @@ mod tests {
     fn slice_writes_follow_the_publishers_counts() {
         let m = Metrics::new();
         assert!(!m.encode().contains("kubedev_resourceslice_writes_total{"));
-        let p = Arc::new(Writes(std::sync::Mutex::new(
+        let p = Arc::new(Writes(parking_lot::Mutex::new(
             kubedev_core::WriteCounts::new(3, 1, 0, 2, 0),
         )));
         m.track_slice_writes(p.clone());
@@ -374,7 +366,7 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
-        *p.0.lock().unwrap() = kubedev_core::WriteCounts::new(5, 1, 4, 2, 1);
+        *p.0.lock() = kubedev_core::WriteCounts::new(5, 1, 4, 2, 1);
         let text = m.encode();
         for want in [
             "kubedev_resourceslice_writes_total{operation=\"create\"} 5",

@@ -226,7 +226,7 @@ pub async fn run(
     }
     let resources = config.resources(config_path)?;
     let inventory = backends.discover_all().await;
-    let shared_inventory = Arc::new(std::sync::RwLock::new(inventory.clone()));
+    let shared_inventory = Arc::new(parking_lot::RwLock::new(inventory.clone()));
     tracing::info!(
         backends = backends.list().len(),
         pools = inventory.pools.len(),
@@ -339,7 +339,7 @@ pub async fn run(
                     _ => false,
                 };
                 if changed {
-                    *shared_inventory.write().unwrap_or_else(|e| e.into_inner()) =
+                    *shared_inventory.write() =
                         running.inventory.clone();
                     running.publish(&obs).await;
                 }
@@ -498,7 +498,7 @@ impl Running {
                 if present { "(re)started" } else { "stopped" }
             ));
         }
-        *sh.inventory.write().unwrap_or_else(|e| e.into_inner()) = self.inventory.clone();
+        *sh.inventory.write() = self.inventory.clone();
         if let Some(dra) = self.dra.as_ref().filter(|_| !summary.is_empty()) {
             // Rebuilt backends may give prepared claims other edits or other device data.
             let driver = dra.prepared.clone();

@@ -9,10 +9,11 @@
 //! each `:authority` clients sent, go to standard error as JSON.
 #![allow(clippy::unwrap_used)]
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use kubedev_core::{
@@ -46,7 +47,6 @@ impl DraHandler for Dra {
         }
         self.prepared
             .lock()
-            .unwrap()
             .insert(claim.uid.to_string(), claim.name.clone());
         Ok(vec![PreparedClaimDevice {
             request_names: vec!["gpu".into()],
@@ -58,7 +58,7 @@ impl DraHandler for Dra {
     }
 
     async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
-        self.unprepared.lock().unwrap().push(claim.uid.to_string());
+        self.unprepared.lock().push(claim.uid.to_string());
         Ok(())
     }
 }
@@ -187,8 +187,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         serde_json::json!({
             "dra_registrations": dra_status.registrations,
             "dra_last_error": dra_status.last_error,
-            "prepared": *dra.prepared.lock().unwrap(),
-            "unprepared": *dra.unprepared.lock().unwrap(),
+            "prepared": *dra.prepared.lock(),
+            "unprepared": *dra.unprepared.lock(),
             "device_plugin_registrations": dp_status.registrations,
             "allocations": plugin.allocations.load(Ordering::SeqCst),
             "pre_starts": plugin.pre_starts.load(Ordering::SeqCst),

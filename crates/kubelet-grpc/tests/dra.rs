@@ -1,8 +1,9 @@
 //! The DRA kubelet plugin over real Unix sockets, against the kubelet emulator's DRA side.
 #![allow(clippy::unwrap_used)]
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -43,7 +44,6 @@ impl DraHandler for Handler {
         }
         self.prepared
             .lock()
-            .unwrap()
             .insert(claim.uid.to_string(), claim.clone());
         Ok(vec![PreparedClaimDevice {
             request_names: vec!["gpu".into()],
@@ -55,7 +55,7 @@ impl DraHandler for Handler {
     }
 
     async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
-        self.unprepared.lock().unwrap().push(claim.uid.to_string());
+        self.unprepared.lock().push(claim.uid.to_string());
         Ok(())
     }
 }
@@ -144,10 +144,7 @@ async fn prepare_unprepare_in(versions: &[&str]) {
     } else {
         assert_eq!(c[0].share_id, None, "v1beta1 has no share ID");
     }
-    assert_eq!(
-        f.handler.prepared.lock().unwrap()["uid-c"].namespace,
-        "team"
-    );
+    assert_eq!(f.handler.prepared.lock()["uid-c"].namespace, "team");
     let out = f.kubelet.unprepare(DRIVER, &claims).await.unwrap();
     assert_eq!(out.len(), 3);
     assert!(out.values().all(|r| r.is_ok()));
@@ -206,7 +203,7 @@ async fn the_kubelet_learns_which_failures_retrying_cannot_fix() {
     let bad_uid = out["../../etc"].as_ref().unwrap_err();
     assert!(bad_uid.contains("claims[2].uid"), "{bad_uid}");
     assert!(bad_uid.contains("permanent"), "{bad_uid}");
-    assert!(f.handler.prepared.lock().unwrap().is_empty());
+    assert!(f.handler.prepared.lock().is_empty());
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
 //! The backend: NVML state, discovery, the health watcher and prepare.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -90,8 +91,8 @@ struct DriverState {
     dev_root: std::path::PathBuf,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
+    m.lock()
 }
 
 impl NvidiaBackend {
@@ -177,10 +178,7 @@ impl Inner {
 
     /// The driver files in use now.
     fn driver(&self) -> Arc<DriverState> {
-        self.driver
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.driver.read().clone()
     }
 
     /// Finds the driver files of `version` when it is not the version found last (the first
@@ -228,7 +226,7 @@ impl Inner {
             tracing::warn!(driver_root = %root.display(), "NVIDIA driver file not found: {m}");
         }
         let edits = files.edits();
-        *self.driver.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(DriverState {
+        *self.driver.write() = Arc::new(DriverState {
             files,
             edits,
             dev_root,
@@ -236,10 +234,7 @@ impl Inner {
     }
 
     fn current(&self) -> Option<Arc<Discovered>> {
-        self.discovered
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.discovered.read().clone()
     }
 
     /// Finishes or rolls back MIG work a crash interrupted (see the crate docs).
@@ -395,7 +390,7 @@ impl Inner {
             topology,
             built,
         });
-        *self.discovered.write().unwrap_or_else(|e| e.into_inner()) = Some(d.clone());
+        *self.discovered.write() = Some(d.clone());
         Ok(d)
     }
 

@@ -20,10 +20,10 @@ mod mig;
 mod system;
 mod topology;
 
+use parking_lot::{Mutex, MutexGuard};
 use std::ffi::{CStr, c_char, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use nvml_wrapper_sys::bindings as sys;
 
@@ -48,7 +48,7 @@ static GLOBAL: Mutex<Global> = Mutex::new(Global {
 });
 
 fn lock() -> MutexGuard<'static, Global> {
-    GLOBAL.lock().unwrap_or_else(PoisonError::into_inner)
+    GLOBAL.lock()
 }
 
 /// Runs an exported function's body; panics become `NVML_ERROR_UNKNOWN`.

@@ -1,10 +1,11 @@
 //! [`PolicyDir`]: a directory of `.wasm` policies, reloaded when files change. A new module
 //! replaces the old one only after it passes the contract check and the sample requests.
 
+use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc;
-use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -111,8 +112,8 @@ impl PolicyDir {
         self.read().policies.keys().cloned().collect()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, DirState> {
-        self.state.read().unwrap_or_else(|p| p.into_inner())
+    fn read(&self) -> parking_lot::RwLockReadGuard<'_, DirState> {
+        self.state.read()
     }
 
     /// Looks at the directory again: new and changed modules are checked and swapped in;
@@ -162,7 +163,7 @@ impl PolicyDir {
                 fresh.push((name.clone(), digest, loaded));
             }
         }
-        let mut state = self.state.write().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.write();
         for (name, digest, loaded) in fresh {
             state.seen.insert(name.clone(), digest);
             match loaded {

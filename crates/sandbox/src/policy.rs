@@ -1,9 +1,10 @@
 //! [`WasmPolicy`]: a loaded policy, its calls, and its use as the allocator's
 //! [`SelectionPolicy`].
 
+use parking_lot::Mutex;
 use std::cell::RefCell;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kubedev_allocator::api::ResourceSlice;
@@ -202,12 +203,7 @@ impl WasmPolicy {
         PolicyStats {
             calls: self.inner.calls.load(Ordering::Relaxed),
             failures: self.inner.failures.load(Ordering::Relaxed),
-            last_error: self
-                .inner
-                .last_error
-                .lock()
-                .map(|e| e.clone())
-                .unwrap_or(None),
+            last_error: self.inner.last_error.lock().clone(),
         }
     }
 
@@ -238,9 +234,7 @@ impl WasmPolicy {
             }),
             Err(e) => {
                 self.inner.failures.fetch_add(1, Ordering::Relaxed);
-                if let Ok(mut last) = self.inner.last_error.lock() {
-                    *last = Some(e.clone());
-                }
+                *self.inner.last_error.lock() = Some(e.clone());
                 Err(e)
             }
         }
@@ -325,12 +319,7 @@ impl WasmPolicy {
 
     /// Turns a failed call into the allocator's failure, logging it (rate-limited).
     fn failure(&self, error: &PolicyError) -> PolicyFailure {
-        let allowed = self
-            .inner
-            .warn_bucket
-            .lock()
-            .map(|mut b| b.take())
-            .unwrap_or(true);
+        let allowed = self.inner.warn_bucket.lock().take();
         if allowed {
             tracing::warn!(
                 policy = %self.name(),
@@ -371,7 +360,7 @@ pub struct PolicySession<'a> {
 impl PolicySession<'_> {
     /// The first failure of a call made through this session, if any.
     pub fn failure(&self) -> Option<PolicyError> {
-        self.failure.lock().map(|f| f.clone()).unwrap_or(None)
+        self.failure.lock().clone()
     }
 
     /// The usage of shared counter sets by the allocated devices.
@@ -394,9 +383,7 @@ impl SelectionPolicy for PolicySession<'_> {
             .outcome(request, candidates, Some(&self.usage))
             .map_err(|e| {
                 let failure = self.policy.failure(&e);
-                if let Ok(mut f) = self.failure.lock() {
-                    f.get_or_insert(e);
-                }
+                self.failure.lock().get_or_insert(e);
                 failure
             })
     }

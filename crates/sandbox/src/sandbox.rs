@@ -8,9 +8,10 @@ mod call;
 mod contract;
 mod ticker;
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
@@ -171,7 +172,7 @@ impl Sandbox {
 
     /// Number of compiled modules in the cache that a live policy still uses.
     pub fn cached_modules(&self) -> usize {
-        let cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = self.inner.cache.lock();
         cache.values().filter(|w| w.strong_count() > 0).count()
     }
 
@@ -195,7 +196,7 @@ impl Sandbox {
         }
         let digest: [u8; 32] = Sha256::digest(wasm).into();
         {
-            let mut cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
+            let mut cache = self.inner.cache.lock();
             if let Some(c) = cache.get(&digest).and_then(Weak::upgrade) {
                 return Ok(c);
             }
@@ -240,7 +241,7 @@ impl Sandbox {
             compiled.declaration_text = Some(text);
         }
         let compiled = Arc::new(compiled);
-        let mut cache = self.inner.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.inner.cache.lock();
         // Another thread may have compiled the same bytes meanwhile: keep one copy.
         if let Some(c) = cache.get(&digest).and_then(Weak::upgrade) {
             return Ok(c);

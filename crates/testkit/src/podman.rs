@@ -41,12 +41,12 @@
 //!   "unresolvable". [`Podman::install_spec`] writes the spec to `/var/run/cdi` under a name of
 //!   its own and refuses a version the podman found cannot read, naming it.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -555,7 +555,7 @@ impl InstalledSpec {
 
 impl Drop for InstalledSpec {
     fn drop(&mut self) {
-        let mut state = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = INSTALLED.lock();
         let _ = std::fs::remove_file(&self.path);
         state.0 = state.0.saturating_sub(1);
         if state.0 == 0 && state.1 {
@@ -703,7 +703,7 @@ impl Podman {
         let name = format!("kubedev-test-{}-{n}-{safe}.json", std::process::id());
         let path = Path::new(SPEC_DIR).join(&name);
         let tmp = Path::new(SPEC_DIR).join(format!(".{name}.tmp"));
-        let mut state = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = INSTALLED.lock();
         if !Path::new(SPEC_DIR).is_dir() {
             std::fs::create_dir_all(SPEC_DIR).map_err(io_err(format!("creating {SPEC_DIR}")))?;
             state.1 = true;

@@ -1,8 +1,9 @@
 //! The backend: discovery, health watching and preparation over PCI units and mdev instances.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -160,8 +161,8 @@ impl VfioBackend {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.state.lock()
     }
 
     fn timeout(&self) -> Duration {
@@ -261,7 +262,7 @@ impl Inner {
             && self.config.bind_on_prepare
             && u.kind == PciKind::Passthrough
         {
-            let _guard = self.bind_lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _guard = self.bind_lock.lock();
             let addrs: Vec<_> = u.functions.iter().map(|f| f.address).collect();
             bind::bind_to_vfio(
                 &self.host,
@@ -339,7 +340,7 @@ impl Inner {
         if a.device.pool != self.pool {
             return Ok(());
         }
-        let _guard = self.bind_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = self.bind_lock.lock();
         let restored = bind::restore(
             &self.host,
             &self.state_dir,

@@ -1,7 +1,8 @@
 //! Tree-walking evaluation with a cost meter.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::DeviceVars;
 use super::compile::{BinOp, Comprehension, DeviceField, Node, Program};
@@ -70,7 +71,7 @@ impl Meter {
     /// A compiled regular expression, shared across evaluations. Size limits keep hostile
     /// patterns from taking much memory.
     pub(crate) fn regex(&mut self, pattern: &str) -> Result<Arc<regex::Regex>, EvalError> {
-        let mut guard = REGEX_CACHE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = REGEX_CACHE.lock();
         let cache = guard.get_or_insert_with(HashMap::new);
         if let Some(re) = cache.get(pattern) {
             return Ok(re.clone());

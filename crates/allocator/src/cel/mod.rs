@@ -16,8 +16,9 @@ pub(crate) mod numeric {
     pub(crate) use kubedev_core::{Quantity, Version};
 }
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 pub use compile::Program;
 use numeric::{Quantity, Version};
@@ -158,15 +159,11 @@ thread_local! {
 /// [`compile`] through the process-wide cache.
 fn compile_shared(expression: &str) -> Result<Arc<Program>, CompileError> {
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(hit) = cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .get(expression)
-    {
+    if let Some(hit) = cache.lock().get(expression) {
         return hit.clone();
     }
     let result = compile_uncached(expression);
-    let mut guard = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = cache.lock();
     if guard.len() >= CACHE_MAX {
         guard.clear();
     }

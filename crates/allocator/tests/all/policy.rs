@@ -1,7 +1,7 @@
 //! The selection-policy hook: what the allocator tells a policy, how it applies an answer
 //! (order, rejected devices left out), and what a failure does (fail-open, fail-closed).
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use kubedev_allocator::{
     AllocateOptions, AllocationError, Allocator, PolicyConstraint, PolicyConstraintKind,
@@ -77,7 +77,7 @@ impl Scripted {
     }
 
     fn calls(&self) -> Vec<Seen> {
-        self.seen.lock().unwrap().clone()
+        self.seen.lock().clone()
     }
 }
 
@@ -91,7 +91,7 @@ impl SelectionPolicy for Scripted {
         request: &PolicyRequest<'_>,
         candidates: &[PolicyDevice<'_>],
     ) -> Result<PolicyOutcome, PolicyFailure> {
-        self.seen.lock().unwrap().push(Seen {
+        self.seen.lock().push(Seen {
             claim: request.claim.to_string(),
             request: request.request.to_string(),
             count: request.count,

@@ -1,7 +1,8 @@
 //! `ClaimReader` against a fake API server: reads, missing claims, names refused before any
 //! request, and status writes retried on conflict.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use http::{Request, Response, StatusCode};
 use kube::Client;
@@ -63,14 +64,12 @@ fn fake(conflicts: usize) -> (Client, Log) {
             let method = req.method().to_string();
             let path = req.uri().path().to_owned();
             let body = http_body_util_collect(req.into_body()).await;
-            seen.lock()
-                .unwrap()
-                .push((method.clone(), path.clone(), body));
+            seen.lock().push((method.clone(), path.clone(), body));
             let base = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims/train";
             let response = match (method.as_str(), path.as_str()) {
                 ("GET", p) if p == base => ok(&claim_json()),
                 ("PATCH", p) if p == format!("{base}/status") => {
-                    let mut left = remaining.lock().unwrap();
+                    let mut left = remaining.lock();
                     if *left > 0 {
                         *left -= 1;
                         conflict()
@@ -110,7 +109,7 @@ async fn get_reads_the_claim_from_the_api_server() {
     assert_eq!(claim.results.len(), 1);
     assert_eq!(claim.results[0].device.device.to_string(), "node-a/gpu-0");
     {
-        let log = log.lock().unwrap();
+        let log = log.lock();
         assert_eq!(log.len(), 1);
         assert_eq!(log[0].0, "GET");
     }
@@ -175,13 +174,13 @@ async fn bad_claim_names_are_refused_before_any_request() {
     let err = reader.get(&long_namespace).await.unwrap_err();
     assert!(err.to_string().contains("no more than 63"), "{err}");
 
-    assert!(log.lock().unwrap().is_empty(), "no request may be made");
+    assert!(log.lock().is_empty(), "no request may be made");
 
     // Names longer than a DNS label are fine: a claim name is a subdomain.
     let long = "a".repeat(100);
     let err = reader.get(&claim_ref("uid-1", &long)).await.unwrap_err();
     assert!(matches!(err, Error::ClaimNotFound { .. }), "{err}");
-    assert_eq!(log.lock().unwrap().len(), 1);
+    assert_eq!(log.lock().len(), 1);
 }
 
 #[tokio::test]
@@ -200,7 +199,7 @@ async fn status_writes_retry_conflicts_and_give_up_eventually() {
         .await
         .unwrap();
     {
-        let log = log.lock().unwrap();
+        let log = log.lock();
         let patches: Vec<&(String, String, Vec<u8>)> =
             log.iter().filter(|(m, _, _)| m == "PATCH").collect();
         assert_eq!(patches.len(), 3, "two conflicts, then success");

@@ -22,7 +22,7 @@ impl DraDriver {
     pub async fn recover(&self, checkpoint: &LoadOutcome) -> Result<Recovery, String> {
         let mut rec = Recovery::default();
         let records: Vec<_> = {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            let store = self.store.lock();
             store
                 .claims()
                 .values()

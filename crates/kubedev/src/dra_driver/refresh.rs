@@ -20,7 +20,7 @@ impl DraDriver {
     /// `metadata` (start-up recovery has just done that itself).
     pub(super) async fn refresh(&self, metadata: bool) -> Vec<String> {
         let uids: Vec<String> = {
-            let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+            let store = self.store.lock();
             store
                 .claims()
                 .values()
@@ -34,7 +34,7 @@ impl DraDriver {
             let _held = lock.lock().await;
             // Read again under the claim's lock: it may have been unprepared meanwhile.
             let record = {
-                let store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+                let store = self.store.lock();
                 store.get(&uid).cloned()
             };
             let Some(record) = record.filter(|r| r.state == ClaimState::PrepareCompleted) else {

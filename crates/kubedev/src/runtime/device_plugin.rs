@@ -9,7 +9,7 @@ pub(super) struct ResourceHandler {
     pub(super) resource: Arc<ResourceDevices>,
     pub(super) backends: Backends,
     pub(super) policy: Option<PolicySource>,
-    pub(super) inventory: Arc<std::sync::RwLock<Inventory>>,
+    pub(super) inventory: Arc<parking_lot::RwLock<Inventory>>,
     pub(super) cdi: Option<DevicePluginCdi>,
     pub(super) metrics: Arc<Metrics>,
 }
@@ -25,7 +25,7 @@ pub(super) struct DevicePluginCdi {
     pub(super) writer: CdiWriter,
     pub(super) key: String,
     pub(super) allocations:
-        std::sync::Mutex<std::collections::BTreeMap<String, kubedev_core::PreparedDevice>>,
+        parking_lot::Mutex<std::collections::BTreeMap<String, kubedev_core::PreparedDevice>>,
 }
 
 /// FNV-1a over the sorted device names: a short, stable name for a set of devices.
@@ -89,7 +89,7 @@ impl DevicePluginCdi {
                 entry.edits.merge(&p.edits);
             }
         }
-        let mut allocations = self.allocations.lock().unwrap_or_else(|e| e.into_inner());
+        let mut allocations = self.allocations.lock();
         let key = entry.device.device.device.to_string();
         allocations.insert(key.clone(), entry);
         let all: Vec<_> = allocations.values().cloned().collect();
@@ -157,7 +157,7 @@ impl DevicePluginHandler for ResourceHandler {
     }
 
     fn preferred_allocation(&self, request: &PreferenceRequest<'_>) -> Option<Vec<String>> {
-        let inventory = self.inventory.read().unwrap_or_else(|e| e.into_inner());
+        let inventory = self.inventory.read();
         self.policy
             .as_ref()?
             .choose(&self.resource, &inventory, request, &self.metrics)
@@ -184,7 +184,7 @@ pub(super) struct DevicePlugins {
 /// What the runtime shares with every part it starts.
 pub(super) struct Shared<'a> {
     pub(super) backends: &'a Backends,
-    pub(super) inventory: &'a Arc<std::sync::RwLock<Inventory>>,
+    pub(super) inventory: &'a Arc<parking_lot::RwLock<Inventory>>,
     pub(super) obs: &'a Observe,
     pub(super) cancel: &'a CancellationToken,
 }

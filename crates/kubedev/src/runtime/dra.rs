@@ -16,7 +16,7 @@ pub(super) async fn start_dra(
     config: &Config,
     config_path: &Path,
     backends: &Backends,
-    inventory: &Arc<std::sync::RwLock<Inventory>>,
+    inventory: &Arc<parking_lot::RwLock<Inventory>>,
     cluster: Option<ClusterServices>,
     cancel: &CancellationToken,
     obs: &Observe,

@@ -8,10 +8,11 @@
 
 pub(crate) mod process;
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -42,19 +43,13 @@ impl Claims {
             .iter()
             .map(|d| AllocatedDevice::new(d.clone()).with_request(request))
             .collect();
-        self.0
-            .lock()
-            .expect("claims lock")
-            .insert(uid.to_string(), list);
+        self.0.lock().insert(uid.to_string(), list);
     }
 
     /// Gives the claim with UID `uid` exactly `devices` (with their requests, share IDs and
     /// configuration), replacing what it had.
     pub(crate) fn allocate_devices(&self, uid: &str, devices: Vec<AllocatedDevice>) {
-        self.0
-            .lock()
-            .expect("claims lock")
-            .insert(uid.to_string(), devices);
+        self.0.lock().insert(uid.to_string(), devices);
     }
 }
 
@@ -66,7 +61,6 @@ impl ClaimSource for Claims {
     ) -> Result<Vec<AllocatedDevice>, ClaimError> {
         self.0
             .lock()
-            .expect("claims lock")
             .get(claim.uid.as_str())
             .cloned()
             .ok_or_else(|| {
@@ -104,12 +98,12 @@ impl Slices {
 
     /// The inventory published last, if any was.
     pub(crate) fn last(&self) -> Option<Inventory> {
-        self.published.lock().expect("slices lock").last().cloned()
+        self.published.lock().last().cloned()
     }
 
     /// How many inventories have been published.
     pub(crate) fn count(&self) -> usize {
-        self.published.lock().expect("slices lock").len()
+        self.published.lock().len()
     }
 
     /// Waits up to `within` for a first publication and returns the latest inventory; panics
@@ -128,10 +122,7 @@ impl Slices {
 #[async_trait]
 impl Publisher for Slices {
     async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
-        self.published
-            .lock()
-            .expect("slices lock")
-            .push(inventory.clone());
+        self.published.lock().push(inventory.clone());
         Ok(())
     }
 

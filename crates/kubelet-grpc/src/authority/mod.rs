@@ -29,9 +29,10 @@ mod frame;
 mod headers;
 mod proxy;
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -82,10 +83,7 @@ impl SocketContext {
     /// Calls `log` with the number of warnings suppressed since the last one, unless one was
     /// logged for this socket less than [`WARN_INTERVAL`] ago.
     fn warn_limited(&self, log: impl FnOnce(u64)) {
-        let mut state = self
-            .warned
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut state = self.warned.lock();
         let now = Instant::now();
         if state
             .last

@@ -1,7 +1,8 @@
 //! Feeding device-plugin servers from the inventory.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use kubedev_core::{
@@ -96,7 +97,7 @@ impl DevicePluginPublisher {
     ) -> Result<Vec<PluginDevice>, PublishError> {
         let mut list = Vec::new();
         let mut refs: BTreeMap<String, DeviceRef> = BTreeMap::new();
-        let mut failing = r.failing.lock().unwrap_or_else(|e| e.into_inner());
+        let mut failing = r.failing.lock();
         let mut now_failing = std::collections::BTreeSet::new();
         for (pool, dev) in inventory.devices() {
             match r.filter.matches(pool, dev) {

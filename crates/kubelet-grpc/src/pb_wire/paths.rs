@@ -2,9 +2,10 @@
 //! of the same name in our servers, paths the kubelet does not use are refused, and our clients
 //! call the kubelet's paths.
 
+use parking_lot::Mutex;
 use std::convert::Infallible;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tonic::codegen::http;
 use tonic::{Code, Request, Response, Status};
@@ -362,10 +363,7 @@ fn recording_transport() -> (
     let transport = tower::service_fn(move |request: http::Request<tonic::body::Body>| {
         let recorder = Arc::clone(&recorder);
         async move {
-            recorder
-                .lock()
-                .unwrap()
-                .push(request.uri().path().to_owned());
+            recorder.lock().push(request.uri().path().to_owned());
             let mut response = http::Response::new(tonic::body::Body::empty());
             response
                 .headers_mut()
@@ -449,5 +447,5 @@ async fn clients_call_the_kubelets_method_paths() {
     );
 
     let expected: Vec<&str> = METHODS.iter().map(|(path, _)| *path).collect();
-    assert_eq!(*seen.lock().unwrap(), expected);
+    assert_eq!(*seen.lock(), expected);
 }

@@ -432,7 +432,7 @@ fn h100_seven_mig_devices() {
 fn concurrent_creation_never_hands_out_a_slice_twice() {
     let l = load("dgx-a100");
     let nvml = &l.nvml;
-    let held = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let held = parking_lot::Mutex::new(std::collections::BTreeSet::new());
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| {
@@ -441,12 +441,9 @@ fn concurrent_creation_never_hands_out_a_slice_twice() {
                     match create_gi(nvml, &d6, P_1G5, None) {
                         Ok(gi) => {
                             let start = gi_info(nvml, gi).unwrap().placement.start;
-                            assert!(
-                                held.lock().unwrap().insert(start),
-                                "slice {start} handed out twice"
-                            );
+                            assert!(held.lock().insert(start), "slice {start} handed out twice");
                             std::thread::yield_now();
-                            assert!(held.lock().unwrap().remove(&start));
+                            assert!(held.lock().remove(&start));
                             destroy_gi(nvml, gi).unwrap();
                         }
                         Err(code) => assert_eq!(code, INSUFFICIENT_RESOURCES),

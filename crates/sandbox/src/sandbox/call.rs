@@ -1,7 +1,8 @@
 //! One policy call: the store data and its resource limits, the `kubedev.log` import, and the
 //! ABI-version and select calls under fuel, memory and wall-clock limits.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use wasmtime::{Caller, ModuleExport, ResourceLimiter, Store, TypedFunc};
 
@@ -55,7 +56,7 @@ impl LogSink {
                 t
             },
         );
-        let allowed = self.bucket.lock().map(|mut b| b.take()).unwrap_or(false);
+        let allowed = self.bucket.lock().take();
         if allowed {
             tracing::debug!(target: "kubedev_sandbox::guest", policy = %self.policy, "{text}");
         }

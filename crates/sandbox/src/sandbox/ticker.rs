@@ -1,8 +1,9 @@
 //! The epoch ticker: advances the engine's epoch while calls run, so a call past its deadline
 //! is interrupted, and parks when no call has run for a while.
 
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use wasmtime::EngineWeak;
@@ -49,7 +50,7 @@ impl Ticker {
         self.active.fetch_add(1, Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) {
             // The ticker holds the lock until it waits, so this wakes it for sure.
-            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _g = self.lock.lock();
             self.wake.notify_one();
         }
         Active(self)
@@ -57,7 +58,7 @@ impl Ticker {
 
     pub(super) fn shut_down(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
-        let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = self.lock.lock();
         self.wake.notify_one();
     }
 
@@ -70,12 +71,12 @@ impl Ticker {
             if self.active.load(Ordering::SeqCst) == 0 {
                 let now = Instant::now();
                 if now.duration_since(*idle_since.get_or_insert(now)) >= IDLE_PARK {
-                    let mut g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut g = self.lock.lock();
                     self.parked.store(true, Ordering::SeqCst);
                     while self.active.load(Ordering::SeqCst) == 0
                         && !self.shutdown.load(Ordering::SeqCst)
                     {
-                        g = self.wake.wait(g).unwrap_or_else(|p| p.into_inner());
+                        self.wake.wait(&mut g);
                     }
                     self.parked.store(false, Ordering::SeqCst);
                     idle_since = None;

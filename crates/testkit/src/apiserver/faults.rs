@@ -1,7 +1,7 @@
 //! Fault injection and request accounting.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::resource::{Resource, Verb};
@@ -81,9 +81,7 @@ pub(crate) struct Faults {
 
 impl Faults {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.lock()
     }
 
     pub(crate) fn fail_next(&self, verb: Verb, resource: Resource, count: usize, fault: Fault) {

@@ -9,8 +9,9 @@ mod object;
 mod raw;
 mod write;
 
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 use tokio::sync::broadcast;
@@ -198,29 +199,19 @@ impl Store {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock cannot leave a half-written object: every write is a
         // single map insert or removal. Keep serving after one.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.inner.lock()
     }
 
     /// The release and feature gates writes follow now.
     pub(crate) fn strategy(&self) -> Arc<Strategy> {
         // Replacing an `Arc` cannot leave it half-written; keep serving after a panic.
-        Arc::clone(
-            &self
-                .strategy
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        Arc::clone(&self.strategy.read())
     }
 
     /// Makes every later write follow another release or other feature gates; stored objects
     /// stay as they are.
     pub(crate) fn set_strategy(&self, strategy: Strategy) {
-        *self
-            .strategy
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(strategy);
+        *self.strategy.write() = Arc::new(strategy);
     }
 
     /// The newest resourceVersion handed out.

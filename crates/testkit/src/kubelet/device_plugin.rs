@@ -1,9 +1,10 @@
 //! The device-plugin half of the kubelet emulator.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kubedev_core::ExtendedResourceName;
@@ -86,7 +87,7 @@ struct Shared {
 
 impl Shared {
     fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let r = f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()));
+        let r = f(&mut self.state.lock());
         self.changed.send_modify(|n| *n += 1);
         r
     }
@@ -211,23 +212,12 @@ impl KubeletEmulator {
 
     /// A copy of what the kubelet knows about `resource`.
     pub fn resource(&self, resource: &str) -> Option<ResourceState> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .resources
-            .get(resource)
-            .cloned()
+        self.shared.state.lock().resources.get(resource).cloned()
     }
 
     /// Every registration attempt so far, in order.
     pub fn registrations(&self) -> Vec<RegistrationRecord> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .registrations
-            .clone()
+        self.shared.state.lock().registrations.clone()
     }
 
     /// Waits until `cond` holds for `resource`'s state (absent counts as default), at most

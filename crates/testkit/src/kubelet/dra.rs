@@ -1,9 +1,10 @@
 //! The DRA half of the kubelet emulator: the plugin watcher, registration, prepare/unprepare and
 //! the health stream.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubedev_kubelet_grpc::authority::ClientAuthority;
@@ -218,28 +219,17 @@ impl DraKubelet {
 
     /// The registered drivers.
     pub fn drivers(&self) -> BTreeMap<String, DraDriverState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drivers
-            .clone()
+        self.state.lock().drivers.clone()
     }
 
     /// How many registrations the kubelet accepted (a plugin that restarts registers again).
     pub fn registrations(&self) -> u64 {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .registrations
+        self.state.lock().registrations
     }
 
     /// Registration sockets the kubelet rejected, with the reason.
     pub fn rejected(&self) -> Vec<(PathBuf, String)> {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .rejected
-            .clone()
+        self.state.lock().rejected.clone()
     }
 
     /// How each resource health stream this kubelet opened to `driver` ended, oldest first: a
@@ -247,7 +237,6 @@ impl DraKubelet {
     pub fn health_calls(&self, driver: &str) -> Vec<String> {
         self.state
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .health_calls
             .get(driver)
             .cloned()
@@ -259,7 +248,6 @@ impl DraKubelet {
     pub fn health(&self, driver: &str) -> BTreeMap<String, DeviceHealthSeen> {
         self.state
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .health
             .get(driver)
             .map(|devices| {
@@ -452,7 +440,7 @@ async fn register(
     cancel: CancellationToken,
 ) {
     let update = |f: &mut dyn FnMut(&mut DraState)| {
-        f(&mut state.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut state.lock());
         changed.send_modify(|n| *n += 1);
     };
     let reject = |reason: String| {
@@ -547,7 +535,6 @@ async fn register(
         let outcome = ended.map_or_else(|| "ended".to_owned(), |c| format!("{c:?}"));
         state
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .health_calls
             .entry(driver.clone())
             .or_default()
@@ -647,14 +634,14 @@ async fn follow_health(
         Err(status) => return Some(status.code()),
     };
     let stream_id = {
-        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = state.lock();
         let id = st.registrations;
         st.health_streams.insert(driver.clone(), id);
         id
     };
     let apply = |devices: Vec<(String, DeviceHealthSeen)>| {
         let received = std::time::Instant::now();
-        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = state.lock();
         if st.health_streams.get(&driver) != Some(&stream_id) {
             // A newer stream of the driver's reports.
             return;
@@ -686,7 +673,7 @@ async fn follow_health(
     };
     // The stream is over: the kubelet forgets the driver's devices (they show as unknown),
     // unless a newer stream of the driver has taken over.
-    let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = state.lock();
     if st.health_streams.get(&driver) == Some(&stream_id) {
         st.health_streams.remove(&driver);
         st.health.remove(&driver);
@@ -763,7 +750,7 @@ async fn watch_registry(
             if let Some((_, t)) = known.remove(&p) {
                 t.cancel();
             }
-            let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = state.lock();
             st.drivers.retain(|_, d| d.registration_socket != p);
             drop(st);
             changed.send_modify(|n| *n += 1);

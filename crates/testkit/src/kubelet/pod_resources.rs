@@ -2,8 +2,9 @@
 //! from what a test says the pods hold, on a Unix socket, as the kubelet does on
 //! `/var/lib/kubelet/pod-resources/kubelet.sock`.
 
+use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kubedev_kubelet_grpc::pb::podresources::v1 as pr;
 use tokio::net::UnixListener;
@@ -98,7 +99,7 @@ impl PodResourcesEmulator {
         resource: &str,
         ids: &[&str],
     ) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock();
         Self::container(&mut st, namespace, pod, container)
             .devices
             .push(pr::ContainerDevices {
@@ -119,7 +120,7 @@ impl PodResourcesEmulator {
         driver: &str,
         devices: &[(&str, &str)],
     ) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock();
         Self::container(&mut st, namespace, pod, container)
             .dynamic_resources
             .push(pr::DynamicResource {
@@ -142,13 +143,13 @@ impl PodResourcesEmulator {
 
     /// A pod that holds nothing (every pod on the node is listed, device or not).
     pub fn add_pod(&self, namespace: &str, pod: &str, container: &str) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock();
         Self::container(&mut st, namespace, pod, container);
     }
 
     /// Sets what `GetAllocatableResources` answers for `resource`.
     pub fn set_allocatable(&self, resource: &str, ids: &[&str]) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock();
         st.allocatable.retain(|d| d.resource_name != resource);
         st.allocatable.push(pr::ContainerDevices {
             resource_name: resource.to_string(),
@@ -174,7 +175,7 @@ impl pr::pod_resources_lister_server::PodResourcesLister for Service {
         &self,
         _: tonic::Request<pr::ListPodResourcesRequest>,
     ) -> Result<tonic::Response<pr::ListPodResourcesResponse>, tonic::Status> {
-        let st = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.0.lock();
         Ok(tonic::Response::new(pr::ListPodResourcesResponse {
             pod_resources: st.pods.clone(),
         }))
@@ -184,7 +185,7 @@ impl pr::pod_resources_lister_server::PodResourcesLister for Service {
         &self,
         _: tonic::Request<pr::AllocatableResourcesRequest>,
     ) -> Result<tonic::Response<pr::AllocatableResourcesResponse>, tonic::Status> {
-        let st = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.0.lock();
         Ok(tonic::Response::new(pr::AllocatableResourcesResponse {
             devices: st.allocatable.clone(),
             ..Default::default()
@@ -196,7 +197,7 @@ impl pr::pod_resources_lister_server::PodResourcesLister for Service {
         request: tonic::Request<pr::GetPodResourcesRequest>,
     ) -> Result<tonic::Response<pr::GetPodResourcesResponse>, tonic::Status> {
         let r = request.into_inner();
-        let st = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.0.lock();
         // The kubelet answers an unknown pod with this message and code Unknown.
         let pod = st
             .pods
