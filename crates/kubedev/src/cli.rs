@@ -579,7 +579,7 @@ fn real_main(cli: Cli, registry: Registry) -> anyhow::Result<ExitCode> {
                     signals.cancel();
                     tracing::info!("signal received; shutting down");
                 });
-                serve(config, &path, cancel).await
+                crate::runtime::serve(config, &path, cancel).await
             })
             .map(|()| ExitCode::SUCCESS)
         }
@@ -663,28 +663,6 @@ fn check_policy(path: &std::path::Path) -> anyhow::Result<()> {
         "policy check {}: this kubedev was built without the `wasm` feature",
         path.display()
     )
-}
-
-/// Serves `config` (read from `path`) until `cancel`: connects to the API server in DRA mode,
-/// runs the daemon, stops the ResourceSlice publisher.
-pub(crate) async fn serve(
-    config: crate::config::Config,
-    path: &std::path::Path,
-    cancel: CancellationToken,
-) -> anyhow::Result<()> {
-    let cluster = match config.dra(path, |k| std::env::var(k).ok())? {
-        Some(spec) => Some(crate::cluster::connect_cluster(&spec).await?),
-        None => None,
-    };
-    let (services, task) = match cluster {
-        Some((s, t)) => (Some(s), Some(t)),
-        None => (None, None),
-    };
-    let result = crate::runtime::run(config, path, services, cancel).await;
-    if let Some(t) = task {
-        t.stop().await;
-    }
-    result
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.

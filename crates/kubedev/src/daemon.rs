@@ -83,7 +83,7 @@ impl Daemon {
     /// server the file names.
     pub async fn run(self, config_path: &Path, shutdown: CancellationToken) -> anyhow::Result<()> {
         let config = Config::load_with(config_path, self.registry)?;
-        crate::cli::serve(config, config_path, shutdown).await
+        crate::runtime::serve(config, config_path, shutdown).await
     }
 }
 

@@ -534,3 +534,25 @@ impl Running {
         })
     }
 }
+
+/// Serves `config` (read from `path`) until `cancel`: connects to the API server in DRA mode,
+/// runs the daemon, stops the ResourceSlice publisher.
+pub async fn serve(
+    config: crate::config::Config,
+    path: &std::path::Path,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let cluster = match config.dra(path, |k| std::env::var(k).ok())? {
+        Some(spec) => Some(crate::cluster::connect_cluster(&spec).await?),
+        None => None,
+    };
+    let (services, task) = match cluster {
+        Some((s, t)) => (Some(s), Some(t)),
+        None => (None, None),
+    };
+    let result = run(config, path, services, cancel).await;
+    if let Some(t) = task {
+        t.stop().await;
+    }
+    result
+}
