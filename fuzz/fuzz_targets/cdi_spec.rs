@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use kubedev::cdi::{CdiSpec, CdiWriter, SpecCheck};
 use kubedev_core::{
-    AllocatedDevice, ContainerEdits, DeviceName, DeviceRef, DriverName, PoolName, PreparedDevice,
+    AllocatedDevice, ClaimUid, ContainerEdits, DeviceName, DeviceRef, DriverName, PoolName,
+    PreparedDevice,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -51,16 +52,17 @@ fn fixture() -> &'static Fixture {
 
 fuzz_target!(|data: &[u8]| {
     let f = fixture();
+    let uid = ClaimUid::new(UID).expect("claim UID");
     std::fs::create_dir_all(&f.dir).expect("cdi dir");
-    let path = f.writer.claim_file(UID).expect("claim file");
+    let path = f.writer.claim_file(&uid).expect("claim file");
     std::fs::write(&path, data).expect("write spec");
     let check = f
         .writer
-        .ensure_claim(UID, &f.prepared)
+        .ensure_claim(&uid, &f.prepared)
         .unwrap_or_else(|e| panic!("a damaged spec must be rewritten: {e}"));
     let again = f
         .writer
-        .ensure_claim(UID, &f.prepared)
+        .ensure_claim(&uid, &f.prepared)
         .expect("ensure again");
     assert!(
         matches!(again, SpecCheck::Intact),

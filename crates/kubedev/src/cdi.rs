@@ -35,7 +35,7 @@ mod tests;
 mod validate;
 mod writer;
 
-pub use names::{validate_claim_uid, validate_device_name};
+pub use names::validate_device_name;
 pub use spec::{CdiContainerEdits, CdiDevice, CdiSpec};
 pub use writer::{CdiClaimSpec, CdiWriter, SpecCheck, write_spec_file};
 
@@ -45,9 +45,7 @@ pub const DEFAULT_CDI_DIR: &str = "/var/run/cdi";
 /// The CDI class of claim specs.
 pub const CLAIM_CLASS: &str = "claim";
 
-/// Longest claim UID accepted (Kubernetes UIDs have 36 characters); keeps file names well
-/// below the 255-byte limit.
-pub const MAX_CLAIM_UID_LEN: usize = 128;
+pub use kubedev_core::MAX_CLAIM_UID_LEN;
 
 /// Longest share ID accepted.
 pub const MAX_SHARE_ID_LEN: usize = 128;

@@ -484,7 +484,7 @@ impl DraDriver {
         let cdi = self.cdi.clone();
         let (uid, p) = (claim.uid.clone(), prepared.to_vec());
         let written = blocking(move || {
-            cdi.write_claim(uid.as_str(), &p)
+            cdi.write_claim(&uid, &p)
                 .map_err(|e| kubedev_core::echo::chain(&e))
         })
         .await;
@@ -504,7 +504,7 @@ impl DraDriver {
                 let cdi = self.cdi.clone();
                 let uid = claim.uid.clone();
                 if let Err(r) = blocking(move || {
-                    cdi.remove_claim(uid.as_str())
+                    cdi.remove_claim(&uid)
                         .map(|_| ())
                         .map_err(|e| kubedev_core::echo::chain(&e))
                 })
@@ -542,7 +542,7 @@ impl DraDriver {
             let cdi = self.cdi.clone();
             let (uid, prepared) = (claim.uid.clone(), r.prepared.clone());
             let (check, ids) = blocking(move || {
-                cdi.ensure_claim_ids(uid.as_str(), &prepared)
+                cdi.ensure_claim_ids(&uid, &prepared)
                     .map_err(|e| kubedev_core::echo::chain(&e))
             })
             .await
@@ -668,7 +668,7 @@ impl DraDriver {
         let cdi = self.cdi.clone();
         let uid = claim.uid.clone();
         blocking(move || {
-            cdi.remove_claim(uid.as_str())
+            cdi.remove_claim(&uid)
                 .map(|_| ())
                 .map_err(|e| kubedev_core::echo::chain(&e))
         })

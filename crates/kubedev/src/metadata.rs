@@ -497,7 +497,7 @@ impl MetadataWriter {
         ensure: bool,
     ) -> Result<BTreeMap<String, String>, String> {
         let devices = spec_devices(claim, files).map_err(|e| kubedev_core::echo::chain(&e))?;
-        let uid = claim.uid.as_str();
+        let uid = &claim.uid;
         let ids = if ensure {
             self.cdi.ensure_claim_ids(uid, &devices).map(|(_, ids)| ids)
         } else {
@@ -519,7 +519,7 @@ impl MetadataWriter {
     /// Removes `claim`'s files and CDI spec; a claim without them is success.
     pub fn remove_claim(&self, claim: &ClaimRef) -> Result<(), String> {
         self.cdi
-            .remove_claim(claim.uid.as_str())
+            .remove_claim(&claim.uid)
             .map_err(|e| kubedev_core::echo::chain(&e))?;
         let dir = self
             .claim_dir(claim)

@@ -1,9 +1,10 @@
-//! CDI naming rules: vendor and class names, device names, claim UIDs and share IDs, checked
-//! before any of them becomes part of a path or a spec, and the device name of a claim's device.
+//! CDI naming rules: vendor and class names, device names and share IDs, checked before any of
+//! them becomes part of a path or a spec, and the device name of a claim's device. A claim UID
+//! comes checked, as a [`kubedev_core::ClaimUid`].
 
 use kubedev_core::AllocatedDevice;
 
-use super::{CdiError, MAX_CLAIM_UID_LEN, MAX_SHARE_ID_LEN};
+use super::{CdiError, MAX_SHARE_ID_LEN};
 
 /// Checks a CDI vendor or class name: ASCII letters, digits, '_', '-' and '.', starting with a
 /// letter and ending with a letter or digit.
@@ -35,12 +36,6 @@ pub(super) fn check_vendor_or_class(what: &'static str, s: &str) -> Result<(), C
 /// with a letter or digit.
 pub fn validate_device_name(name: &str) -> Result<(), CdiError> {
     check_device_name_rules("device name", name, usize::MAX)
-}
-
-/// Checks a claim UID before it becomes part of a CDI device name and a file name: the CDI
-/// device-name characters, at most [`MAX_CLAIM_UID_LEN`] long, no "..".
-pub fn validate_claim_uid(uid: &str) -> Result<(), CdiError> {
-    check_device_name_rules("claim UID", uid, MAX_CLAIM_UID_LEN)
 }
 
 fn check_device_name_rules(what: &'static str, s: &str, max: usize) -> Result<(), CdiError> {

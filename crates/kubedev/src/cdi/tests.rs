@@ -18,6 +18,11 @@ use kubedev_core::{
 const UID: &str = "a1b2c3d4-0000-4000-8000-000000000001";
 const DIGIT_UID: &str = "0b8a6c3e-1111-4111-8111-000000000002";
 
+/// `s` as a checked claim UID.
+fn cuid(s: &str) -> kubedev_core::ClaimUid {
+    kubedev_core::ClaimUid::new(s).unwrap()
+}
+
 fn writer(dir: &Path) -> CdiWriter {
     CdiWriter::new(dir, &DriverName::new("gpu.example.com").unwrap())
 }

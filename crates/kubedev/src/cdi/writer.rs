@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kubedev_core::atomic_file;
-use kubedev_core::{DriverName, PreparedDevice};
+use kubedev_core::{ClaimUid, DriverName, PreparedDevice};
 
-use super::names::{device_name, validate_claim_uid};
+use super::names::device_name;
 use super::{CLAIM_CLASS, CdiContainerEdits, CdiDevice, CdiError, CdiSpec};
 
 /// Mode of spec files: container runtimes may run as another user.
@@ -132,9 +132,8 @@ impl CdiWriter {
         &self.kind
     }
 
-    /// The spec file of a claim, `<dir>/k8s.<driver>-claim_<uid>.json`, after checking the UID.
-    pub fn claim_file(&self, claim_uid: &str) -> Result<PathBuf, CdiError> {
-        validate_claim_uid(claim_uid)?;
+    /// The spec file of a claim, `<dir>/k8s.<driver>-claim_<uid>.json`.
+    pub fn claim_file(&self, claim_uid: &ClaimUid) -> Result<PathBuf, CdiError> {
         Ok(self
             .dir
             .join(format!("{}{claim_uid}.json", self.file_prefix)))
@@ -144,10 +143,9 @@ impl CdiWriter {
     /// container edits. Every name is checked and the content validated.
     pub fn claim_spec(
         &self,
-        claim_uid: &str,
+        claim_uid: &ClaimUid,
         prepared: &[PreparedDevice],
     ) -> Result<(Option<CdiSpec>, Vec<Option<String>>), CdiError> {
-        validate_claim_uid(claim_uid)?;
         // A variable several devices set (e.g. the list of visible GPUs) would otherwise be
         // overwritten device by device when a container gets them all: each device that sets
         // it carries the joined value of the whole claim, as the device-plugin path merges it.
@@ -173,7 +171,7 @@ impl CdiWriter {
                 }
             }
             let p = &p;
-            let name = device_name(claim_uid, &p.device)?;
+            let name = device_name(claim_uid.as_str(), &p.device)?;
             if !seen.insert(name.clone()) {
                 return Err(CdiError::DuplicateDevice { name });
             }
@@ -215,7 +213,7 @@ impl CdiWriter {
     /// (`None` when no device needs container edits), with the CDI device IDs.
     fn claim_bytes(
         &self,
-        claim_uid: &str,
+        claim_uid: &ClaimUid,
         prepared: &[PreparedDevice],
     ) -> Result<ClaimBytes, CdiError> {
         let path = self.claim_file(claim_uid)?;
@@ -236,7 +234,7 @@ impl CdiWriter {
     /// content is invalid. When no device needs container edits, an earlier file is removed.
     pub fn write_claim(
         &self,
-        claim_uid: &str,
+        claim_uid: &ClaimUid,
         prepared: &[PreparedDevice],
     ) -> Result<CdiClaimSpec, CdiError> {
         let (path, bytes, device_ids) = self.claim_bytes(claim_uid, prepared)?;
@@ -277,7 +275,7 @@ impl CdiWriter {
     /// file (a link is replaced, never followed). Says what it found.
     pub fn ensure_claim(
         &self,
-        claim_uid: &str,
+        claim_uid: &ClaimUid,
         prepared: &[PreparedDevice],
     ) -> Result<SpecCheck, CdiError> {
         self.ensure_claim_ids(claim_uid, prepared)
@@ -288,7 +286,7 @@ impl CdiWriter {
     /// [`CdiWriter::write_claim`] does (the spec is built once).
     pub fn ensure_claim_ids(
         &self,
-        claim_uid: &str,
+        claim_uid: &ClaimUid,
         prepared: &[PreparedDevice],
     ) -> Result<(SpecCheck, Vec<Option<String>>), CdiError> {
         let (path, bytes, ids) = self.claim_bytes(claim_uid, prepared)?;
@@ -325,7 +323,7 @@ impl CdiWriter {
     }
 
     /// Removes a claim's spec file. Returns whether there was one; a missing file is success.
-    pub fn remove_claim(&self, claim_uid: &str) -> Result<bool, CdiError> {
+    pub fn remove_claim(&self, claim_uid: &ClaimUid) -> Result<bool, CdiError> {
         let path = self.claim_file(claim_uid)?;
         self.remove_spec_path(&path)
     }
@@ -383,7 +381,7 @@ impl CdiWriter {
             else {
                 continue;
             };
-            if validate_claim_uid(uid).is_ok() {
+            if ClaimUid::new(uid).is_ok() {
                 files.push((uid.to_owned(), entry.path()));
             }
         }

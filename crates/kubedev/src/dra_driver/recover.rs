@@ -46,7 +46,7 @@ impl DraDriver {
                     let cdi = self.cdi.clone();
                     let u = uid.clone();
                     blocking(move || {
-                        cdi.remove_claim(u.as_str())
+                        cdi.remove_claim(&u)
                             .map_err(|e| kubedev_core::echo::chain(&e))
                     })
                     .await?;
@@ -64,7 +64,7 @@ impl DraDriver {
                     let u = uid.clone();
                     let prepared = r.prepared.clone();
                     let check = blocking(move || {
-                        cdi.ensure_claim(u.as_str(), &prepared)
+                        cdi.ensure_claim(&u, &prepared)
                             .map_err(|e| kubedev_core::echo::chain(&e))
                     })
                     .await?;

@@ -19,23 +19,23 @@ impl DraDriver {
     /// [`DraDriver::refresh_edits`], bringing the device metadata up to date too when
     /// `metadata` (start-up recovery has just done that itself).
     pub(super) async fn refresh(&self, metadata: bool) -> Vec<String> {
-        let uids: Vec<String> = {
+        let uids: Vec<kubedev_core::ClaimUid> = {
             let store = self.store.lock();
             store
                 .claims()
                 .values()
                 .filter(|r| r.state == ClaimState::PrepareCompleted)
-                .map(|r| r.claim.uid.to_string())
+                .map(|r| r.claim.uid.clone())
                 .collect()
         };
         let mut rewritten = Vec::new();
         for uid in uids {
-            let lock = self.lock_for(&uid);
+            let lock = self.lock_for(uid.as_str());
             let _held = lock.lock().await;
             // Read again under the claim's lock: it may have been unprepared meanwhile.
             let record = {
                 let store = self.store.lock();
-                store.get(&uid).cloned()
+                store.get(uid.as_str()).cloned()
             };
             let Some(record) = record.filter(|r| r.state == ClaimState::PrepareCompleted) else {
                 continue;
@@ -74,7 +74,7 @@ impl DraDriver {
             // The record first: a crash before the spec is rewritten leaves recovery to write
             // the spec from the new record.
             let change = Change::Complete {
-                uid: uid.clone(),
+                uid: uid.to_string(),
                 prepared: prepared.clone(),
                 cdi_file: record.cdi_file.clone(),
                 pod_claim_name: record.pod_claim_name.clone(),
@@ -102,7 +102,7 @@ impl DraDriver {
             {
                 Ok(_) => {
                     tracing::info!(claim = %record.claim, "rewrote a prepared claim's CDI spec: its container edits changed (driver upgrade or reload)");
-                    rewritten.push(uid);
+                    rewritten.push(uid.to_string());
                 }
                 Err(e) => {
                     tracing::warn!(claim = %record.claim, error = %e, "cannot rewrite a prepared claim's CDI spec with its new container edits");

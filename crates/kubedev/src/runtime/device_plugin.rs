@@ -23,7 +23,7 @@ pub(super) struct ResourceHandler {
 /// allocation's edits do not change.
 pub(super) struct DevicePluginCdi {
     pub(super) writer: CdiWriter,
-    pub(super) key: String,
+    pub(super) key: kubedev_core::ClaimUid,
     pub(super) allocations:
         parking_lot::Mutex<std::collections::BTreeMap<String, kubedev_core::PreparedDevice>>,
 }
@@ -53,6 +53,9 @@ impl DevicePluginCdi {
             format!("CDI mode for {resource}: the domain must be a driver name")
         })?;
         let key = format!("dp-{}", name.replace(['.', '_'], "-").to_ascii_lowercase());
+        let key = kubedev_core::ClaimUid::new(key).with_context(|| {
+            format!("CDI mode for {resource}: the resource's spec needs a name of its own")
+        })?;
         Ok(DevicePluginCdi {
             writer: CdiWriter::new(dir, &driver).with_independent_devices(),
             key,

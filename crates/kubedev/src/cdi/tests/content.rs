@@ -9,7 +9,7 @@ fn a_variable_several_devices_set_carries_the_whole_claims_value() {
     let mut a = prepared("gpu-0");
     a.edits.env.insert("ONLY_A".into(), "x".into());
     let b = prepared("gpu-1");
-    let (spec, _) = w.claim_spec(UID, &[a, b]).unwrap();
+    let (spec, _) = w.claim_spec(&cuid(UID), &[a, b]).unwrap();
     let spec = spec.unwrap();
     // What a container given device i gets: the spec's edits, then the device's.
     let env = |i: usize| {
@@ -31,7 +31,7 @@ fn a_variable_several_devices_set_carries_the_whole_claims_value() {
     assert!(env(0).contains(&"ONLY_A=x".to_string()));
     assert!(!env(1).iter().any(|e| e.starts_with("ONLY_A")));
     // One device alone keeps its own value.
-    let (one, _) = w.claim_spec(UID, &[prepared("gpu-3")]).unwrap();
+    let (one, _) = w.claim_spec(&cuid(UID), &[prepared("gpu-3")]).unwrap();
     assert_eq!(
         one.unwrap().devices[0].container_edits.env,
         vec!["GPU_VISIBLE=gpu-3".to_string()]
@@ -66,7 +66,7 @@ fn spec_has_the_cdi_shape_and_field_names() {
         .annotations
         .insert("gpu.example.com/model".into(), "x1".into());
 
-    let out = w.write_claim(UID, &[p]).unwrap();
+    let out = w.write_claim(&cuid(UID), &[p]).unwrap();
     let path = dir
         .path()
         .join(format!("k8s.gpu.example.com-claim_{UID}.json"));
@@ -121,7 +121,7 @@ fn minimum_version_follows_the_content() {
     let dir = TestDir::new("cdi");
     let w = writer(dir.path());
     let version = |uid: &str, p: PreparedDevice| {
-        let (spec, _) = w.claim_spec(uid, &[p]).unwrap();
+        let (spec, _) = w.claim_spec(&cuid(uid), &[p]).unwrap();
         spec.unwrap().cdi_version
     };
     // Baseline: name starts with a letter, no newer fields.
@@ -148,7 +148,7 @@ fn minimum_version_follows_the_content() {
     assert_eq!(version(UID, annotated), "0.6.0");
 
     // Rules only reachable through hand-built specs.
-    let (spec, _) = w.claim_spec(UID, &[prepared("gpu-0")]).unwrap();
+    let (spec, _) = w.claim_spec(&cuid(UID), &[prepared("gpu-0")]).unwrap();
     let mut spec = spec.unwrap();
     spec.kind = "example.com/gpu.v2".into();
     assert_eq!(spec.minimum_version(), "0.6.0");
@@ -216,7 +216,7 @@ fn shared_devices_get_the_share_id_and_duplicates_are_rejected() {
     a.device.share_id = Some("s-1".into());
     let mut b = prepared("gpu-0");
     b.device.share_id = Some("s-2".into());
-    let out = w.write_claim(UID, &[a.clone(), b]).unwrap();
+    let out = w.write_claim(&cuid(UID), &[a.clone(), b]).unwrap();
     assert_eq!(
         out.device_ids,
         [
@@ -227,9 +227,11 @@ fn shared_devices_get_the_share_id_and_duplicates_are_rejected() {
     // The same device name from another pool would collide.
     let mut c = prepared("gpu-0");
     c.device.device.pool = PoolName::new("node-b").unwrap();
-    let err = w.write_claim(UID, &[prepared("gpu-0"), c]).unwrap_err();
+    let err = w
+        .write_claim(&cuid(UID), &[prepared("gpu-0"), c])
+        .unwrap_err();
     assert!(matches!(err, CdiError::DuplicateDevice { .. }), "{err:?}");
-    let err = w.write_claim(UID, &[a.clone(), a]).unwrap_err();
+    let err = w.write_claim(&cuid(UID), &[a.clone(), a]).unwrap_err();
     assert!(err.to_string().contains("gpu-0-s-1"), "{err}");
 }
 
@@ -243,7 +245,7 @@ fn devices_without_edits_get_no_cdi_device() {
         .annotations
         .insert("only".into(), "metadata".into());
     let out = w
-        .write_claim(UID, &[prepared("gpu-0"), bare.clone()])
+        .write_claim(&cuid(UID), &[prepared("gpu-0"), bare.clone()])
         .unwrap();
     assert_eq!(
         out.device_ids,
@@ -252,7 +254,7 @@ fn devices_without_edits_get_no_cdi_device() {
     let spec: CdiSpec = serde_json::from_slice(&fs::read(out.file.unwrap()).unwrap()).unwrap();
     assert_eq!(spec.devices.len(), 1);
     // A claim where nothing needs edits has no file, and an earlier one is removed.
-    let out = w.write_claim(UID, &[bare]).unwrap();
+    let out = w.write_claim(&cuid(UID), &[bare]).unwrap();
     assert_eq!(out.file, None);
     assert_eq!(out.device_ids, [None]);
     assert!(dir.names().is_empty(), "{:?}", dir.names());
@@ -280,7 +282,7 @@ fn edits_every_device_shares_are_written_once_at_the_spec_level() {
         .edits
         .mounts
         .push(Mount::bind("/run/gpu-1", "/run/gpu", false));
-    let (spec, ids) = w.claim_spec(UID, &devices).unwrap();
+    let (spec, ids) = w.claim_spec(&cuid(UID), &devices).unwrap();
     let spec = spec.unwrap();
     assert_eq!(ids.iter().flatten().count(), 3);
     assert_eq!(spec.container_edits.mounts, driver);
@@ -319,7 +321,7 @@ fn edits_every_device_shares_are_written_once_at_the_spec_level() {
     a.edits.mounts.extend(driver.iter().cloned());
     let mut b = a.clone();
     b.device.device.device = kubedev_core::DeviceName::new("gpu-0-replica-1").unwrap();
-    let (spec, _) = w.claim_spec(UID, &[a, b]).unwrap();
+    let (spec, _) = w.claim_spec(&cuid(UID), &[a, b]).unwrap();
     let spec = spec.unwrap();
     assert_eq!(spec.container_edits.mounts, driver);
     assert!(spec.container_edits.device_nodes.is_empty());

@@ -8,10 +8,10 @@ fn written_spec_round_trips_and_validates() {
     let dir = TestDir::new("cdi");
     let w = writer(dir.path());
     let devices = [prepared("gpu-0"), prepared("gpu-1")];
-    let out = w.write_claim(DIGIT_UID, &devices).unwrap();
+    let out = w.write_claim(&cuid(DIGIT_UID), &devices).unwrap();
     let text = fs::read(out.file.as_ref().unwrap()).unwrap();
     let parsed: CdiSpec = serde_json::from_slice(&text).unwrap();
-    let (built, ids) = w.claim_spec(DIGIT_UID, &devices).unwrap();
+    let (built, ids) = w.claim_spec(&cuid(DIGIT_UID), &devices).unwrap();
     assert_eq!(Some(&parsed), built.as_ref());
     assert_eq!(ids, out.device_ids);
     parsed.validate().unwrap();
@@ -25,8 +25,8 @@ fn files_are_0644_and_no_temporary_file_remains() {
     let dir = TestDir::new("cdi");
     let cdi_dir = dir.path().join("run").join("cdi");
     let w = writer(&cdi_dir);
-    let out = w.write_claim(UID, &[prepared("gpu-0")]).unwrap();
-    w.write_claim(UID, &[prepared("gpu-1")]).unwrap();
+    let out = w.write_claim(&cuid(UID), &[prepared("gpu-0")]).unwrap();
+    w.write_claim(&cuid(UID), &[prepared("gpu-1")]).unwrap();
     let path = out.file.unwrap();
     let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o644);
@@ -51,9 +51,12 @@ fn damaged_specs_are_rewritten_and_links_never_followed() {
     let cdi_dir = dir.path().join("cdi");
     let w = writer(&cdi_dir);
     let devices = [prepared("gpu-0"), prepared("gpu-1")];
-    let path = w.write_claim(UID, &devices).unwrap().file.unwrap();
+    let path = w.write_claim(&cuid(UID), &devices).unwrap().file.unwrap();
     let good = fs::read(&path).unwrap();
-    assert_eq!(w.ensure_claim(UID, &devices).unwrap(), SpecCheck::Intact);
+    assert_eq!(
+        w.ensure_claim(&cuid(UID), &devices).unwrap(),
+        SpecCheck::Intact
+    );
     let victim = dir.path().join("victim");
     fs::write(&victim, "not a spec").unwrap();
 
@@ -120,7 +123,7 @@ fn damaged_specs_are_rewritten_and_links_never_followed() {
     ];
     for (what, damage, found) in cases {
         damage(&path);
-        match w.ensure_claim(UID, &devices).unwrap() {
+        match w.ensure_claim(&cuid(UID), &devices).unwrap() {
             SpecCheck::Repaired { found: f } => assert!(f.contains(found), "{what}: {f}"),
             other => panic!("{what}: {other:?}"),
         }
@@ -129,7 +132,7 @@ fn damaged_specs_are_rewritten_and_links_never_followed() {
         assert_eq!(meta.permissions().mode() & 0o777, 0o644, "{what}");
         assert_eq!(fs::read(&path).unwrap(), good, "{what}");
         assert_eq!(
-            w.ensure_claim(UID, &devices).unwrap(),
+            w.ensure_claim(&cuid(UID), &devices).unwrap(),
             SpecCheck::Intact,
             "{what}"
         );
@@ -145,14 +148,18 @@ fn remove_and_list_claim_files() {
     let dir = TestDir::new("cdi");
     let w = writer(dir.path());
     assert!(w.list_claim_files().unwrap().is_empty());
-    assert!(!w.remove_claim(UID).unwrap(), "absent file is success");
-    w.write_claim(UID, &[prepared("gpu-0")]).unwrap();
-    w.write_claim(DIGIT_UID, &[prepared("gpu-1")]).unwrap();
+    assert!(
+        !w.remove_claim(&cuid(UID)).unwrap(),
+        "absent file is success"
+    );
+    w.write_claim(&cuid(UID), &[prepared("gpu-0")]).unwrap();
+    w.write_claim(&cuid(DIGIT_UID), &[prepared("gpu-1")])
+        .unwrap();
     // Files that are not ours.
     let other = writer(dir.path().join("unused").as_path());
     assert_ne!(other.dir(), w.dir());
     CdiWriter::new(dir.path(), &DriverName::new("other.example.com").unwrap())
-        .write_claim(UID, &[prepared("gpu-0")])
+        .write_claim(&cuid(UID), &[prepared("gpu-0")])
         .unwrap();
     fs::write(
         dir.path().join("k8s.gpu.example.com-claim_bad..uid.json"),
@@ -170,15 +177,18 @@ fn remove_and_list_claim_files() {
 
     let listed = w.list_claim_files().unwrap();
     let mut expected = vec![
-        (UID.to_string(), w.claim_file(UID).unwrap()),
-        (DIGIT_UID.to_string(), w.claim_file(DIGIT_UID).unwrap()),
+        (UID.to_string(), w.claim_file(&cuid(UID)).unwrap()),
+        (
+            DIGIT_UID.to_string(),
+            w.claim_file(&cuid(DIGIT_UID)).unwrap(),
+        ),
     ];
     expected.sort();
     assert_eq!(listed, expected);
 
-    assert!(w.remove_claim(UID).unwrap());
-    assert!(!w.claim_file(UID).unwrap().exists());
-    assert!(!w.remove_claim(UID).unwrap());
+    assert!(w.remove_claim(&cuid(UID)).unwrap());
+    assert!(!w.claim_file(&cuid(UID)).unwrap().exists());
+    assert!(!w.remove_claim(&cuid(UID)).unwrap());
     assert_eq!(w.list_claim_files().unwrap().len(), 1);
 
     let removed = w.remove_stale_temp_files(Duration::ZERO).unwrap();

@@ -13,17 +13,14 @@ fn hostile_names_are_rejected_before_anything_is_written() {
     for bad in [
         "../x", "a/b", "", "..", "a..b", "-a", "a-", "a b", "a\0b", "ü", &long,
     ] {
-        let err = w.write_claim(bad, &[prepared("gpu-0")]).unwrap_err();
-        assert!(
-            matches!(err, CdiError::InvalidName { what: "claim UID", ref value, .. } if value == bad),
-            "{bad:?}: {err:?}"
-        );
-        assert!(w.remove_claim(bad).is_err(), "{bad:?}");
-        assert!(w.claim_file(bad).is_err(), "{bad:?}");
+        // The writer takes a checked `ClaimUid`: a hostile UID never becomes a path.
+        let err = kubedev_core::ClaimUid::new(bad).unwrap_err();
+        assert!(err.to_string().contains("claim UID"), "{bad:?}: {err}");
     }
-    validate_claim_uid(&"a".repeat(MAX_CLAIM_UID_LEN)).unwrap();
-    validate_claim_uid("0").unwrap();
-    validate_claim_uid("A:b_c.d-9").unwrap();
+    for good in [&*"a".repeat(MAX_CLAIM_UID_LEN), "0", "A:b_c.d-9"] {
+        let file = w.claim_file(&cuid(good)).unwrap();
+        assert_eq!(file.parent(), Some(dir.path()), "{good:?}");
+    }
 
     for bad_share in [
         "../x",
@@ -35,7 +32,7 @@ fn hostile_names_are_rejected_before_anything_is_written() {
     ] {
         let mut p = prepared("gpu-0");
         p.device.share_id = Some(bad_share.to_owned());
-        let err = w.write_claim(UID, &[p]).unwrap_err();
+        let err = w.write_claim(&cuid(UID), &[p]).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -86,7 +83,7 @@ fn vendor_class_and_device_name_rules() {
 fn invalid_content_is_rejected_and_the_old_file_stays() {
     let dir = TestDir::new("cdi");
     let w = writer(dir.path());
-    let out = w.write_claim(UID, &[prepared("gpu-0")]).unwrap();
+    let out = w.write_claim(&cuid(UID), &[prepared("gpu-0")]).unwrap();
     let path = out.file.unwrap();
     let before = fs::read(&path).unwrap();
 
@@ -134,7 +131,7 @@ fn invalid_content_is_rejected_and_the_old_file_stays() {
     cases.push((p, "bytes"));
 
     for (p, why) in cases {
-        let err = w.write_claim(UID, &[p]).unwrap_err();
+        let err = w.write_claim(&cuid(UID), &[p]).unwrap_err();
         assert!(
             matches!(err, CdiError::InvalidContent { .. }),
             "{why}: {err:?}"
