@@ -171,7 +171,7 @@ impl CdiWriter {
                 }
             }
             let p = &p;
-            let name = device_name(claim_uid.as_str(), &p.device)?;
+            let name = device_name(claim_uid, &p.device)?;
             if !seen.insert(name.clone()) {
                 return Err(CdiError::DuplicateDevice { name });
             }
