@@ -57,10 +57,7 @@ impl OpaqueConfig {
     }
 }
 
-/// The main request of a result's request name: `gpu` for `gpu/large`.
-pub fn base_request(request: &str) -> &str {
-    request.split_once('/').map_or(request, |(base, _)| base)
-}
+pub use kubedev_core::base_request;
 
 /// A toleration copied into an allocation result.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

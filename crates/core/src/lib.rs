@@ -54,7 +54,9 @@ pub use names::{
 pub use opaque::{
     ConfigError, ConfigSource, DeviceConfig, ValidateConfig, config_kind, effective_config,
 };
-pub use prepare::{AllocatedDevice, ClaimRef, Consumer, NetworkData, PreparedDevice, Preparer};
+pub use prepare::{
+    AllocatedDevice, ClaimRef, Consumer, NetworkData, PreparedDevice, Preparer, base_request,
+};
 pub use publish::{Publisher, SyncState, WriteCounts};
 pub use quantity::{Format, Quantity, QuantityError};
 pub use rescan::{watch_by_polling, watch_by_rescan, watch_health};

@@ -263,3 +263,9 @@ pub trait Preparer: Send + Sync + 'static {
         false
     }
 }
+
+/// The main request of a request name: `gpu` for the FirstAvailable subrequest `gpu/large`, and
+/// `gpu` itself for `gpu`.
+pub fn base_request(request: &str) -> &str {
+    request.split_once('/').map_or(request, |(base, _)| base)
+}

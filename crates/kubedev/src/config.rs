@@ -467,6 +467,14 @@ impl Config {
         Ok(config)
     }
 
+    /// The node's name as configured: `nodeName`, else the `NODE_NAME` variable of `env`; an
+    /// empty value counts as unset. DRA requires it; the backends' pools fall back to the host
+    /// name without it ([`crate::runtime::node_name`]).
+    pub fn configured_node_name(&self, env: impl Fn(&str) -> Option<String>) -> Option<String> {
+        let configured = self.node_name.clone().filter(|n| !n.is_empty());
+        configured.or_else(|| env("NODE_NAME").filter(|n| !n.is_empty()))
+    }
+
     /// The DRA settings, validated, with `NODE_NAME` and `POD_UID` from `env` when the file does
     /// not set them; `None` when DRA mode is off.
     pub fn dra(
@@ -492,17 +500,12 @@ impl Config {
         })?;
         let driver = kubedev_core::DriverName::new(name)
             .map_err(|e| invalid("dra.driverName", kubedev_core::echo::chain(&e)))?;
-        let node_name = self
-            .node_name
-            .clone()
-            .or_else(|| env("NODE_NAME"))
-            .filter(|n| !n.is_empty())
-            .ok_or_else(|| {
-                invalid(
-                    "nodeName",
-                    "required for DRA: set it or the NODE_NAME environment variable".into(),
-                )
-            })?;
+        let node_name = self.configured_node_name(&env).ok_or_else(|| {
+            invalid(
+                "nodeName",
+                "required for DRA: set it or the NODE_NAME environment variable".into(),
+            )
+        })?;
         kubedev_core::check_dns_subdomain(&node_name, 253)
             .map_err(|e| invalid("nodeName", format!("{node_name:?} {e}")))?;
         let plugin_dir = d.plugin_dir.clone().unwrap_or_else(|| {

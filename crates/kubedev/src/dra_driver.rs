@@ -245,11 +245,6 @@ fn backend_error(e: &kubedev_core::PrepareError, message: String) -> ClaimError 
     ClaimError::new("backend", Retry::from_retryable(e.is_retryable()), message)
 }
 
-/// The base request name: `gpu/large` (a FirstAvailable subrequest) → `gpu`.
-pub(crate) fn base_request(name: &str) -> String {
-    name.split('/').next().unwrap_or(name).to_string()
-}
-
 impl DraDriver {
     /// A driver over `backends`, reading allocations from `claims`, recording prepares in `store`
     /// and writing CDI specs with `cdi`. Must be called within a Tokio runtime (it starts the
@@ -450,7 +445,7 @@ impl DraDriver {
             .iter()
             .zip(ids)
             .map(|(p, id)| {
-                let request = base_request(&p.device.request);
+                let request = kubedev_core::base_request(&p.device.request).to_string();
                 let mut cdi_device_ids: Vec<String> = id.into_iter().collect();
                 cdi_device_ids.extend(metadata.remove(&request));
                 PreparedClaimDevice {

@@ -271,7 +271,7 @@ impl MetadataWriter {
         let base = self.claim_dir(claim)?;
         let mut out: Vec<RequestFile> = Vec::new();
         for p in prepared {
-            let request = crate::dra_driver::base_request(&p.device.request);
+            let request = kubedev_core::base_request(&p.device.request).to_string();
             if request.is_empty() || out.iter().any(|f| f.request == request) {
                 continue;
             }
@@ -329,7 +329,7 @@ impl MetadataWriter {
         let mut requests: Vec<RequestEntry> = Vec::new();
         for p in prepared
             .iter()
-            .filter(|p| crate::dra_driver::base_request(&p.device.request) == file.request)
+            .filter(|p| kubedev_core::base_request(&p.device.request) == file.request)
         {
             let d = &p.device.device;
             let (driver, pool, name) = (self.driver.as_str(), d.pool.as_str(), d.device.as_str());

@@ -54,13 +54,11 @@ pub(super) fn backend_changed(old: &Config, new: &Config, kind: &str) -> bool {
     section || host_side
 }
 
-/// The node's name: from the configuration, else `NODE_NAME`, else the host name.
+/// The node's name: [`Config::configured_node_name`] (the configuration, else `NODE_NAME`), else
+/// the host name.
 pub fn node_name(config: &Config) -> String {
     config
-        .node_name
-        .clone()
-        .or_else(|| std::env::var("NODE_NAME").ok())
-        .filter(|n| !n.is_empty())
+        .configured_node_name(|k| std::env::var(k).ok())
         .or_else(|| {
             std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .ok()
