@@ -19,6 +19,7 @@
 
 pub mod atomic_file;
 mod attribute;
+mod blocking;
 pub mod dirwatch;
 pub mod durable;
 pub mod echo;
@@ -40,6 +41,7 @@ mod stateless;
 mod version;
 
 pub use attribute::{AttributeError, AttributeValue};
+pub use blocking::{BlockingError, blocking};
 pub use edits::{ContainerEdits, DeviceNode, DeviceNodeType, Hook, Mount, join_env_value};
 pub use error::{ModelError, PrepareError, PublishError, SourceError};
 pub use hostfs::{BackendContext, HostFs, HostFsError};

@@ -156,7 +156,7 @@ async fn committer(store: Arc<Mutex<CheckpointStore>>, mut rx: mpsc::UnboundedRe
         }
         let (changes, replies): (Vec<Change>, Vec<_>) = batch.into_iter().unzip();
         let store = store.clone();
-        let outcome = tokio::task::spawn_blocking(move || store.lock().apply(changes)).await;
+        let outcome = kubedev_core::blocking(move || store.lock().apply(changes)).await;
         match outcome {
             Ok(Ok(results)) => {
                 for (reply, r) in replies.into_iter().zip(results) {
@@ -172,7 +172,7 @@ async fn committer(store: Arc<Mutex<CheckpointStore>>, mut rx: mpsc::UnboundedRe
             Err(e) => {
                 for reply in replies {
                     let _ = reply.send(Err(format!(
-                        "checkpoint task failed: {}",
+                        "writing the checkpoint: {}",
                         kubedev_core::echo::chain(&e)
                     )));
                 }
@@ -230,13 +230,14 @@ impl std::fmt::Debug for DraDriver {
     }
 }
 
-/// Runs blocking checkpoint or CDI work off the async threads.
+/// Runs checkpoint or CDI work that fails with a message off the async threads
+/// ([`kubedev_core::blocking`]).
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
+    kubedev_core::blocking(f)
         .await
-        .map_err(|e| format!("internal task failed: {}", kubedev_core::echo::chain(&e)))?
+        .map_err(|e| kubedev_core::echo::chain(&e))?
 }
 
 /// A backend's failure for the kubelet: permanent when the backend says preparing again cannot

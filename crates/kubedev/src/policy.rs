@@ -159,7 +159,7 @@ mod imp {
                         )
                     };
                     let (sb, file) = (sb.clone(), path.to_path_buf());
-                    let loading = tokio::task::spawn_blocking(move || sb.load_file(&file));
+                    let loading = kubedev_core::blocking(move || sb.load_file(&file));
                     let policy = tokio::select! {
                         loaded = loading => loaded.context("the policy loader failed")?.with_context(context)?,
                         _ = cancel.cancelled() => anyhow::bail!("stopped while {}", context()),

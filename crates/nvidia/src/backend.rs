@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use kubedev_core::{
     AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceRef,
     DeviceSource, Health, Pool, PoolName, PrepareError, PreparedDevice, Preparer, SourceError,
-    SourceEvent,
+    SourceEvent, blocking,
 };
 use nvml_wrapper::Nvml;
 use tokio::sync::mpsc;
@@ -884,13 +884,6 @@ fn realign_levels(machine: &MachineInfo, previous: Option<&Discovered>) -> Vec<V
     out
 }
 
-fn join_error(e: tokio::task::JoinError) -> String {
-    format!(
-        "the NVML worker thread failed: {}",
-        kubedev_core::echo::chain(&e)
-    )
-}
-
 /// Sets the flag when dropped: stops the blocking watcher when `watch` is cancelled.
 struct StopOnDrop(Arc<AtomicBool>);
 
@@ -908,11 +901,11 @@ impl DeviceSource for NvidiaBackend {
 
     async fn discover(&self) -> Result<Vec<Pool>, SourceError> {
         let inner = self.inner.clone();
-        let d = tokio::task::spawn_blocking(move || inner.discover_blocking())
+        let d = blocking(move || inner.discover_blocking())
             .await
             .map_err(|e| SourceError::Unavailable {
                 backend: BACKEND.into(),
-                reason: join_error(e),
+                reason: e.to_string(),
             })??;
         Ok(vec![d.built.pool.clone()])
     }
@@ -921,11 +914,11 @@ impl DeviceSource for NvidiaBackend {
         let stop = Arc::new(AtomicBool::new(false));
         let _guard = StopOnDrop(stop.clone());
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || inner.watch_blocking(&events, &stop))
+        blocking(move || inner.watch_blocking(&events, &stop))
             .await
             .map_err(|e| SourceError::Unavailable {
                 backend: BACKEND.into(),
-                reason: join_error(e),
+                reason: e.to_string(),
             })?
     }
 }
@@ -940,9 +933,7 @@ impl Preparer for NvidiaBackend {
         let inner = self.inner.clone();
         let consumer = consumer.clone();
         let devices = devices.to_vec();
-        tokio::task::spawn_blocking(move || inner.prepare_blocking(&consumer, &devices))
-            .await
-            .map_err(|e| PrepareError::Other(join_error(e)))?
+        blocking(move || inner.prepare_blocking(&consumer, &devices)).await?
     }
 
     async fn unprepare(
@@ -953,9 +944,7 @@ impl Preparer for NvidiaBackend {
         let inner = self.inner.clone();
         let claim = claim.clone();
         let devices = devices.to_vec();
-        tokio::task::spawn_blocking(move || inner.unprepare_blocking(&claim, &devices))
-            .await
-            .map_err(|e| PrepareError::Other(join_error(e)))?
+        blocking(move || inner.unprepare_blocking(&claim, &devices)).await?
     }
 
     /// The prepared device's edits with the driver files of the driver version running now,
@@ -974,8 +963,6 @@ impl Preparer for NvidiaBackend {
     ) -> Result<Option<ContainerEdits>, PrepareError> {
         let inner = self.inner.clone();
         let device = device.clone();
-        tokio::task::spawn_blocking(move || inner.planned_blocking(&device))
-            .await
-            .map_err(|e| PrepareError::Other(join_error(e)))?
+        blocking(move || inner.planned_blocking(&device)).await?
     }
 }

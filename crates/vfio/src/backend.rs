@@ -13,7 +13,7 @@ use kubedev_core::dirwatch::{DirEvent, DirWatch};
 use kubedev_core::{
     AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceNode,
     DeviceRef, DeviceSource, Health, HostFs, Pool, PoolName, PrepareError, PreparedDevice,
-    Preparer, SourceError, SourceEvent,
+    Preparer, SourceError, SourceEvent, blocking,
 };
 
 use crate::config::{Checked, VfioConfig};
@@ -380,12 +380,6 @@ impl Inner {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| format!("blocking task failed: {}", kubedev_core::echo::chain(&e)))
-}
-
 #[async_trait]
 impl DeviceSource for VfioBackend {
     fn name(&self) -> &str {
@@ -396,9 +390,9 @@ impl DeviceSource for VfioBackend {
         let inner = self.inner.clone();
         let pool = blocking(move || inner.discover())
             .await
-            .map_err(|reason| SourceError::Unavailable {
+            .map_err(|e| SourceError::Unavailable {
                 backend: BACKEND_NAME.into(),
-                reason,
+                reason: e.to_string(),
             })?
             .map_err(VfioError::into_source)?;
         Ok(vec![pool])
@@ -415,7 +409,7 @@ impl DeviceSource for VfioBackend {
             let inner = self.inner.clone();
             blocking(move || inner.discover())
                 .await
-                .map_err(unavailable)?
+                .map_err(|e| unavailable(e.to_string()))?
                 .map_err(VfioError::into_source)?;
         }
         let host = &self.inner.host;
@@ -543,7 +537,7 @@ impl Preparer for VfioBackend {
                 .collect::<Result<Vec<_>, _>>()
         })
         .await
-        .map_err(PrepareError::Other)?
+        .map_err(PrepareError::from)?
     }
 
     /// The DRA form of `prepare`'s edits; `None` for a function `bindOnPrepare` has not bound
@@ -556,7 +550,7 @@ impl Preparer for VfioBackend {
         let device = device.clone();
         blocking(move || inner.planned_one(&device))
             .await
-            .map_err(PrepareError::Other)?
+            .map_err(PrepareError::from)?
     }
 
     /// Gives rebound functions back to their original drivers (from the records written before
@@ -579,6 +573,6 @@ impl Preparer for VfioBackend {
             first_err.map_or(Ok(()), Err)
         })
         .await
-        .map_err(PrepareError::Other)?
+        .map_err(PrepareError::from)?
     }
 }

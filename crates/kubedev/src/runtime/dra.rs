@@ -28,10 +28,9 @@ pub(super) async fn start_dra(
     kubedev_core::safefs::create_private_dir_all(&spec.state_dir)
         .with_context(|| format!("creating {}", spec.state_dir.display()))?;
     let (state_dir, boot) = (spec.state_dir.clone(), spec.boot_id_path.clone());
-    let (store, outcome) =
-        tokio::task::spawn_blocking(move || CheckpointStore::open(&state_dir, &boot))
-            .await?
-            .context("opening the checkpoint")?;
+    let (store, outcome) = kubedev_core::blocking(move || CheckpointStore::open(&state_dir, &boot))
+        .await?
+        .context("opening the checkpoint")?;
     match &outcome {
         crate::checkpoint::LoadOutcome::Corrupt { .. } => {
             tracing::error!(checkpoint = %store.path().display(), "{outcome}");
