@@ -11,7 +11,7 @@
 //!   host's file system as a backend reads it ([`HostFs`]);
 //! - the bodies of a `watch`: [`watch_health`] from snapshots of the devices' health,
 //!   [`watch_by_polling`] and [`watch_by_rescan`] from the changes a backend finds itself;
-//! - [`async_trait`], the attribute the two traits' implementations carry.
+//! - [`async_trait`](macro@async_trait), the attribute the two traits' implementations carry.
 //!
 //! The [crate documentation](crate) walks through a whole driver.
 

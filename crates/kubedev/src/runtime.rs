@@ -210,7 +210,7 @@ async fn observe(config: &Config, cancel: &CancellationToken) -> anyhow::Result<
 
 /// Runs the daemon until `cancel` fires; stops every server and removes its sockets on the way
 /// out. `cluster` is needed when DRA mode is on. Changes to the configuration file are applied
-/// while it runs (see [`Running::reload`]).
+/// while it runs (see `Running::reload`).
 pub async fn run(
     config: Config,
     config_path: &Path,

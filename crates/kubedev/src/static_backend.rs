@@ -1,9 +1,9 @@
 //! The `static` example backend: devices described in configuration.
 //!
-//! It implements [`DeviceSource`] and [`Preparer`] like any real backend and is what the tests and
-//! the demo use. A device may name a `presence_path`: the device is healthy while that file exists
-//! and unhealthy while it does not (checked every `poll_interval`), which is how the demo turns a
-//! device unhealthy and back.
+//! It implements [`DeviceSource`] and [`StatelessPreparer`] like any real backend and is what the
+//! tests and the demo use. A device may name a `presence_path`: the device is healthy while that
+//! file exists and unhealthy while it does not (checked every `poll_interval`, through
+//! `watch_health`), which is how the demo turns a device unhealthy and back.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
