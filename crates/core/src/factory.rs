@@ -137,6 +137,18 @@ impl SectionError {
             message: message.into(),
         }
     }
+
+    /// `field`'s value `value` is refused for `reason`; the value is quoted bounded and escaped
+    /// ([`echo`](crate::echo::echo)): `backends.usb.selectors: "zz:1": not hexadecimal`.
+    pub fn invalid_value(field: impl Into<String>, value: &str, reason: &str) -> Self {
+        SectionError::new(field, format!("{}: {reason}", crate::echo::echo(value)))
+    }
+
+    /// The section as a whole is refused: `error` with its causes
+    /// ([`chain`](crate::echo::chain)).
+    pub fn whole(error: &(dyn std::error::Error + 'static)) -> Self {
+        SectionError::new("", crate::echo::chain(error))
+    }
 }
 
 /// One kind of backend a daemon can run.

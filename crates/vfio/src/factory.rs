@@ -12,8 +12,8 @@ fn section_error(e: VfioError) -> SectionError {
             field,
             value,
             reason,
-        } => SectionError::new(field.to_string(), format!("{value:?}: {reason}")),
-        other => SectionError::new("", other.to_string()),
+        } => SectionError::invalid_value(field, &value, &reason),
+        other => SectionError::whole(&other),
     }
 }
 
