@@ -247,10 +247,6 @@ impl Default for ApiStatus {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
-    m.lock()
-}
-
 impl ApiStatus {
     /// A record that has learned nothing yet.
     pub fn new() -> Self {
@@ -293,7 +289,7 @@ impl ApiStatus {
     }
 
     pub(crate) fn caps(&self) -> ApiCapabilities {
-        lock(&self.inner.caps).clone()
+        self.inner.caps.lock().clone()
     }
 
     /// Records what a probe learned of the server's ResourceSlices (`found` says how each
@@ -306,7 +302,7 @@ impl ApiStatus {
         found: BTreeMap<ApiFeature, String>,
     ) -> bool {
         let changed = {
-            let mut current = lock(&self.inner.caps);
+            let mut current = self.inner.caps.lock();
             if current.unavailable.contains(&ApiFeature::ExtendedResource) {
                 caps.unavailable.insert(ApiFeature::ExtendedResource);
             }
@@ -315,7 +311,7 @@ impl ApiStatus {
             changed
         };
         {
-            let mut known = lock(&self.inner.found);
+            let mut known = self.inner.found.lock();
             known.retain(|f, _| *f == ApiFeature::ExtendedResource);
             known.extend(found);
         }
@@ -332,9 +328,9 @@ impl ApiStatus {
     /// Marks `feature` unavailable after a write showed it dropped (`found` says where); true
     /// when that is news.
     pub(crate) fn dropped(&self, feature: ApiFeature, found: String) -> bool {
-        let news = lock(&self.inner.caps).unavailable.insert(feature);
+        let news = self.inner.caps.lock().unavailable.insert(feature);
         if news {
-            lock(&self.inner.found).insert(feature, found);
+            self.inner.found.lock().insert(feature, found);
             self.refresh();
         }
         news
@@ -344,7 +340,7 @@ impl ApiStatus {
     /// instead.
     pub(crate) fn set_slice_actions(&self, actions: &BTreeMap<ApiFeature, String>) {
         let degraded = self.degradations(actions);
-        *lock(&self.inner.slices) = degraded;
+        *self.inner.slices.lock() = degraded;
         self.refresh();
     }
 
@@ -352,14 +348,14 @@ impl ApiStatus {
     /// and what it means.
     pub(crate) fn set_class_actions(&self, found: BTreeMap<ApiFeature, (String, String)>) {
         {
-            let mut caps = lock(&self.inner.caps);
-            let mut known = lock(&self.inner.found);
+            let mut caps = self.inner.caps.lock();
+            let mut known = self.inner.found.lock();
             for (f, (how, _)) in &found {
                 caps.unavailable.insert(*f);
                 known.insert(*f, how.clone());
             }
         }
-        *lock(&self.inner.classes) = found
+        *self.inner.classes.lock() = found
             .into_iter()
             .map(|(f, (found, action))| (f, Degradation { found, action }))
             .collect();
@@ -370,7 +366,7 @@ impl ApiStatus {
         &self,
         actions: &BTreeMap<ApiFeature, String>,
     ) -> BTreeMap<ApiFeature, Degradation> {
-        let found = lock(&self.inner.found);
+        let found = self.inner.found.lock();
         actions
             .iter()
             .map(|(f, action)| {
@@ -389,9 +385,12 @@ impl ApiStatus {
     }
 
     fn refresh(&self) {
-        let mut degraded = lock(&self.inner.slices).clone();
-        degraded.extend(lock(&self.inner.classes).clone());
-        let unavailable: BTreeSet<ApiFeature> = lock(&self.inner.caps)
+        let mut degraded = self.inner.slices.lock().clone();
+        degraded.extend(self.inner.classes.lock().clone());
+        let unavailable: BTreeSet<ApiFeature> = self
+            .inner
+            .caps
+            .lock()
             .unavailable
             .iter()
             .copied()

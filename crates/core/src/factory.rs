@@ -63,20 +63,22 @@ impl BuildContext {
     /// checks this name when it reads its configuration, so a backend built by the daemon gets
     /// it; the error (an unusable node name) says which name was made from what.
     pub fn pool(&self) -> Result<PoolName, SectionError> {
-        let node = &self.backend.node_name;
-        let name = format!("{node}-{}", self.kind);
-        PoolName::new(name.clone()).map_err(|e| {
-            SectionError::new(
-                "",
-                format!(
-                    "the pool name {} made from the node name and the kind {:?} is invalid: {}",
-                    crate::echo::echo(&name),
-                    self.kind,
-                    crate::echo::chain(&e)
-                ),
-            )
-        })
+        own_pool_name(&self.backend.node_name, &self.kind)
+            .map_err(|message| SectionError::new("", message))
     }
+}
+
+/// The pool a backend of `kind` on node `node` publishes: `<node>-<kind>`; the error says which
+/// name was made from what, and why it is invalid.
+pub fn own_pool_name(node: &str, kind: &str) -> Result<PoolName, String> {
+    let name = format!("{node}-{kind}");
+    PoolName::new(name.clone()).map_err(|e| {
+        format!(
+            "the {kind} backend's pool name {} made from the node name is invalid: {}",
+            crate::echo::echo(&name),
+            crate::echo::chain(&e)
+        )
+    })
 }
 
 /// A built backend: its kind, where its devices come from and how they are prepared (usually

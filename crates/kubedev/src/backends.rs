@@ -21,14 +21,6 @@ pub struct Backends {
     owners: Arc<RwLock<HashMap<PoolName, usize>>>,
 }
 
-fn read<T>(l: &RwLock<T>) -> parking_lot::RwLockReadGuard<'_, T> {
-    l.read()
-}
-
-fn write<T>(l: &RwLock<T>) -> parking_lot::RwLockWriteGuard<'_, T> {
-    l.write()
-}
-
 impl Backends {
     /// Wraps the backends, one slot each; nothing is discovered yet.
     pub fn new(list: Vec<Backend>) -> Self {
@@ -40,7 +32,8 @@ impl Backends {
 
     /// The running backends with their slot indexes.
     pub fn list(&self) -> Vec<(usize, Backend)> {
-        read(&self.slots)
+        self.slots
+            .read()
             .iter()
             .enumerate()
             .filter_map(|(i, b)| b.clone().map(|b| (i, b)))
@@ -49,13 +42,13 @@ impl Backends {
 
     /// The backend in slot `i`, if one runs there.
     pub fn get(&self, i: usize) -> Option<Backend> {
-        read(&self.slots).get(i).cloned().flatten()
+        self.slots.read().get(i).cloned().flatten()
     }
 
     /// Puts `backend` in slot `i` (a new slot when `i` is past the end), or empties the slot;
     /// the slot's pools stay in the owner map until [`Backends::rediscover`] replaces them.
     pub fn set(&self, i: usize, backend: Option<Backend>) {
-        let mut slots = write(&self.slots);
+        let mut slots = self.slots.write();
         if i >= slots.len() {
             slots.resize(i + 1, None);
         }
@@ -64,7 +57,9 @@ impl Backends {
 
     /// The pools slot `i` published at its last discovery.
     pub fn pools_of(&self, i: usize) -> Vec<PoolName> {
-        let mut pools: Vec<PoolName> = read(&self.owners)
+        let mut pools: Vec<PoolName> = self
+            .owners
+            .read()
             .iter()
             .filter(|(_, o)| **o == i)
             .map(|(p, _)| p.clone())
@@ -86,7 +81,7 @@ impl Backends {
                 }
             }
         }
-        *write(&self.owners) = owners;
+        *self.owners.write() = owners;
         Inventory::new(pools)
     }
 
@@ -103,7 +98,7 @@ impl Backends {
             },
             None => None,
         };
-        let mut owners = write(&self.owners);
+        let mut owners = self.owners.write();
         inventory.pools.retain(|p| owners.get(&p.name) != Some(&i));
         owners.retain(|_, o| *o != i);
         if let Some((b, found)) = found {
@@ -135,7 +130,7 @@ impl Backends {
 
     /// The backend slot owning `pool`.
     pub fn owner(&self, pool: &PoolName) -> Option<usize> {
-        read(&self.owners).get(pool).copied()
+        self.owners.read().get(pool).copied()
     }
 
     fn backend(&self, owner: usize, device: &AllocatedDevice) -> Result<Backend, PrepareError> {
@@ -235,7 +230,8 @@ impl Backends {
 
     /// Whether any backend wants `PreStartContainer` calls.
     pub fn needs_pre_start(&self) -> bool {
-        read(&self.slots)
+        self.slots
+            .read()
             .iter()
             .flatten()
             .any(|b| b.preparer.needs_pre_start())

@@ -91,10 +91,6 @@ struct DriverState {
     dev_root: std::path::PathBuf,
 }
 
-fn lock<T>(m: &Mutex<T>) -> parking_lot::MutexGuard<'_, T> {
-    m.lock()
-}
-
 impl NvidiaBackend {
     /// A backend with `config`, keeping its MIG records in `ctx.state_dir` and publishing the
     /// pool `<ctx.node_name>-nvidia`.
@@ -161,7 +157,7 @@ impl Inner {
     /// The NVML handle, loading the library on first use (and again after a failure). The
     /// first successful load reconciles the MIG records.
     fn nvml(&self) -> Result<Arc<Nvml>, NvidiaError> {
-        let mut slot = lock(&self.nvml);
+        let mut slot = self.nvml.lock();
         if let Some(n) = slot.as_ref() {
             return Ok(n.clone());
         }
@@ -239,7 +235,7 @@ impl Inner {
 
     /// Finishes or rolls back MIG work a crash interrupted (see the crate docs).
     fn reconcile(&self, nvml: &Nvml) {
-        let _g = lock(&self.mig);
+        let _g = self.mig.lock();
         let records = match self.records.all() {
             Ok(r) => r,
             Err(e) => {
@@ -315,7 +311,7 @@ impl Inner {
                 module = ?self.module_version(),
                 "the NVIDIA kernel module changed version; loading NVML again"
             );
-            *lock(&self.nvml) = None;
+            *self.nvml.lock() = None;
         }
         let nvml = self.nvml().map_err(|e| Self::unavailable(&e))?;
         let mig = self.config.mig_strategy != MigStrategy::None;
@@ -338,7 +334,7 @@ impl Inner {
             match (lost, known) {
                 (true, Some(gpu)) => {
                     // Keep publishing a lost GPU under its name, unhealthy, so its claims see it.
-                    lock(&self.health).on_probe(
+                    self.health.lock().on_probe(
                         &gpu.uuid,
                         &Probe::Lost(kubedev_core::echo::chain(&err)),
                         now,
@@ -359,7 +355,7 @@ impl Inner {
         let topology = Topology::from_machine(&machine);
         let owned = self.owned_placements();
         let built = {
-            let health = lock(&self.health);
+            let health = self.health.lock();
             let (built, errors) = build_pool(
                 self.pool.clone(),
                 &self.config,
@@ -373,7 +369,7 @@ impl Inner {
             }
             // Recorded while the tracker is locked, so the watcher compares its next change with
             // exactly what this discovery publishes.
-            *lock(&self.reported) = built
+            *self.reported.lock() = built
                 .pool
                 .devices
                 .iter()
@@ -416,7 +412,7 @@ impl Inner {
         } else {
             Owned::new()
         };
-        let health = lock(&self.health);
+        let health = self.health.lock();
         d.built
             .kinds
             .iter()
@@ -477,7 +473,7 @@ impl Inner {
             for uuid in gpus {
                 for (name, h) in self.device_healths(&d, uuid) {
                     {
-                        let mut reported = lock(&self.reported);
+                        let mut reported = self.reported.lock();
                         if reported.get(&name) == Some(&h) {
                             continue;
                         }
@@ -505,7 +501,10 @@ impl Inner {
             match xids.wait(&nvml, wait_ms) {
                 ffi::Wait::Xid { gpu_uuid, gi, xid } => {
                     failures = 0;
-                    let changed = lock(&self.health).on_xid(&gpu_uuid, gi, xid, Instant::now());
+                    let changed = self
+                        .health
+                        .lock()
+                        .on_xid(&gpu_uuid, gi, xid, Instant::now());
                     if changed {
                         tracing::warn!(gpu = %gpu_uuid, gpu_instance = ?gi, xid = ?xid, "GPU Xid error");
                         if !send(std::slice::from_ref(&gpu_uuid)) {
@@ -534,7 +533,7 @@ impl Inner {
                 let mut changed = Vec::new();
                 for uuid in &uuids {
                     let p = ffi::probe(&nvml, uuid);
-                    if lock(&self.health).on_probe(uuid, &p, Instant::now()) {
+                    if self.health.lock().on_probe(uuid, &p, Instant::now()) {
                         tracing::info!(gpu = %uuid, probe = ?p, "GPU health changed");
                         changed.push(uuid.clone());
                     }
@@ -769,7 +768,7 @@ impl Inner {
         placement: Placement,
     ) -> Result<(u32, u32, String), NvidiaError> {
         let nvml = self.nvml()?;
-        let _g = lock(&self.mig);
+        let _g = self.mig.lock();
         let existing = self.records.get(device)?;
         if let Some(rec) = &existing
             && rec.claim_uid != claim.uid

@@ -96,17 +96,8 @@ impl Config {
         if !pools.is_empty() {
             let node = crate::runtime::node_name(self);
             for kind in pools {
-                let pool = format!("{node}-{kind}");
-                kubedev_core::PoolName::new(pool.clone()).map_err(|e| {
-                    invalid(
-                        path,
-                        "nodeName",
-                        format!(
-                            "the {kind} backend's pool name {pool:?} is invalid: {}",
-                            kubedev_core::echo::chain(&e)
-                        ),
-                    )
-                })?;
+                kubedev_core::factory::own_pool_name(&node, kind)
+                    .map_err(|message| invalid(path, "nodeName", message))?;
             }
         }
         if let Some(address) = &self.metrics.address {

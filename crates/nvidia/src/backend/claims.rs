@@ -4,7 +4,7 @@
 
 use kubedev_core::{AllocatedDevice, ClaimRef, PrepareError, PreparedDevice};
 
-use super::{Inner, lock};
+use super::Inner;
 use crate::NvidiaError;
 use crate::devices::DeviceKind;
 use crate::ffi;
@@ -80,7 +80,7 @@ impl Inner {
             }
             // Load NVML before taking the MIG lock: the first load reconciles under that lock.
             let nvml = self.nvml().map_err(fail)?;
-            let _g = lock(&self.mig);
+            let _g = self.mig.lock();
             let Some(mut rec) = self.records.get(name).map_err(fail)? else {
                 continue;
             };
