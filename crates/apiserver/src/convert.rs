@@ -6,6 +6,8 @@
 //! and counter sets into slices.
 
 use k8s_openapi::api::resource::v1 as res;
+use std::borrow::Cow;
+
 use kubedev_core::{DriverName, HealthState, Inventory, Pool};
 
 use crate::Error;
@@ -92,26 +94,75 @@ impl UnhealthyDevices {
     }
 }
 
-/// `inventory` without the unhealthy devices `policy` (resolved: not `Auto`) does not publish:
-/// all of them under `Omit`, those no claim on this node holds under `TaintWhileInUse`.
-pub(crate) fn unhealthy_left_out(
-    inventory: &Inventory,
+/// Whether an unhealthy device is published (with its taint) under `policy`, on an API server
+/// that keeps device taints (`taints_kept`) or not, while a claim on this node holds it (`held`)
+/// or not. This is the one place that decides what an unhealthy device becomes: where it is not
+/// published, it is left out of the slices. A server that keeps no taints would publish it
+/// looking usable, so there it is always left out.
+pub(crate) fn publishes_unhealthy(policy: UnhealthyDevices, taints_kept: bool, held: bool) -> bool {
+    taints_kept
+        && match policy.resolve(taints_kept) {
+            UnhealthyDevices::Omit | UnhealthyDevices::Auto => false,
+            UnhealthyDevices::Taint => true,
+            UnhealthyDevices::TaintWhileInUse => held,
+        }
+}
+
+/// What publishing an inventory's unhealthy devices left out.
+#[derive(Debug, Default)]
+pub(crate) struct UnhealthyLeftOut {
+    /// Per pool, the unhealthy devices the policy would have published tainted but that were
+    /// left out because the API server keeps no taints: `pool <name>: left out <devices> …`.
+    pub(crate) for_want_of_taints: Vec<String>,
+}
+
+/// `inventory` without the unhealthy devices [`publishes_unhealthy`] leaves out, borrowed when
+/// it leaves out none; and what was left out for want of device taints.
+pub(crate) fn unhealthy_left_out<'a>(
+    inventory: &'a Inventory,
     policy: UnhealthyDevices,
+    taints_kept: bool,
     in_use: &crate::degrade::InUse,
-) -> Inventory {
+) -> (Cow<'a, Inventory>, UnhealthyLeftOut) {
+    let published = |pool: &Pool, d: &kubedev_core::Device| {
+        d.health.state != HealthState::Unhealthy
+            || publishes_unhealthy(
+                policy,
+                taints_kept,
+                in_use(pool.name.as_str(), d.name.as_str()),
+            )
+    };
+    let mut report = UnhealthyLeftOut::default();
+    if inventory.devices().all(|(p, d)| published(p, d)) {
+        return (Cow::Borrowed(inventory), report);
+    }
     let mut out = inventory.clone();
     for pool in &mut out.pools {
-        let name = pool.name.to_string();
-        pool.devices.retain(|d| {
-            d.health.state != HealthState::Unhealthy
-                || match policy {
-                    UnhealthyDevices::Omit | UnhealthyDevices::Auto => false,
-                    UnhealthyDevices::Taint => true,
-                    UnhealthyDevices::TaintWhileInUse => in_use(&name, d.name.as_str()),
-                }
-        });
+        let mut wanted_taints = Vec::new();
+        let snapshot = std::mem::take(&mut pool.devices);
+        for d in snapshot {
+            if published(pool, &d) {
+                pool.devices.push(d);
+                continue;
+            }
+            let held = in_use(pool.name.as_str(), d.name.as_str());
+            // `Auto` means "leave out where taints are not kept": nothing was overridden.
+            if !taints_kept
+                && policy != UnhealthyDevices::Auto
+                && publishes_unhealthy(policy, true, held)
+            {
+                wanted_taints.push(d.name.to_string());
+            }
+        }
+        if !wanted_taints.is_empty() {
+            report.for_want_of_taints.push(format!(
+                "pool {}: left out {} that are unhealthy",
+                pool.name,
+                crate::degrade::sample(&wanted_taints)
+            ));
+        }
     }
-    out
+    (Cow::Owned(out), report)
 }
 
 /// The content of one ResourceSlice, without the pool's generation and slice count.
@@ -135,7 +186,8 @@ pub(crate) fn desired_pools(
     driver: &DriverName,
     unhealthy: UnhealthyDevices,
 ) -> Result<Vec<DesiredPool>, Error> {
-    let published = unhealthy_left_out(inventory, unhealthy.resolve(false), &|_, _| false);
+    let (published, _) =
+        unhealthy_left_out(inventory, unhealthy.resolve(false), true, &|_, _| false);
     desired_pools_in(&published, driver, CounterLayout::SeparateSlices)
 }
 

@@ -10,31 +10,62 @@
 //!   no counters (static MIG devices, plain GPUs) are unaffected. For the NVIDIA backend's
 //!   partitionable MIG this is "whole GPUs, and the MIG devices that already exist".
 //! - **No device taints** (`DRADeviceTaints` off): a tainted device would look usable, so
-//!   devices with a `NoSchedule` or `NoExecute` taint are left out (unhealthy devices included,
-//!   whatever `UnhealthyDevices` says), and `None` taints, which only inform, are not written.
+//!   devices with a `NoSchedule` or `NoExecute` taint are left out (unhealthy devices too,
+//!   whatever `UnhealthyDevices` says: `convert::publishes_unhealthy` decides that), and `None`
+//!   taints, which only inform, are not written.
 //! - **Kubernetes 1.34** knows no `None` taint effect: such taints, which only inform, are not
 //!   written there.
 //! - **No `allowMultipleAllocations`** (`DRAConsumableCapacity` off): the field is not written;
 //!   the scheduler then gives each such device to one claim at a time, which is safe.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use kubedev_core::{HealthState, Inventory, Pool, TaintEffect};
+use kubedev_core::{Inventory, Pool, TaintEffect};
 
 use crate::features::{ApiCapabilities, ApiFeature, CounterLayout};
 
 /// Whether a device of a pool is prepared for a claim now: `(pool, device)`.
 pub(crate) type InUse = dyn Fn(&str, &str) -> bool + Send + Sync;
 
-/// `inventory` adapted to `caps`, and for each feature it needed and the server lacks, what was
-/// published instead.
-pub(crate) fn adapt(
-    inventory: &Inventory,
+/// What is published of `inventory` on a server that keeps what `caps` says: without the
+/// unhealthy devices `policy` leaves out ([`crate::convert::publishes_unhealthy`] decides),
+/// then adapted; and for each feature it needed and the server lacks, what was published
+/// instead. Copies the inventory at most once, and not at all when nothing changes.
+pub(crate) fn published<'a>(
+    inventory: &'a Inventory,
+    policy: crate::convert::UnhealthyDevices,
     caps: &ApiCapabilities,
     in_use: &InUse,
-) -> (Inventory, BTreeMap<ApiFeature, String>) {
+) -> (Cow<'a, Inventory>, BTreeMap<ApiFeature, String>) {
+    let taints_kept = caps.keeps(ApiFeature::DeviceTaints);
+    let (healthy_enough, left_out) =
+        crate::convert::unhealthy_left_out(inventory, policy, taints_kept, in_use);
+    let (adapted, mut notes) = adapt(healthy_enough, caps, in_use);
+    if !left_out.for_want_of_taints.is_empty() {
+        let mut note = left_out.for_want_of_taints.join("; ");
+        if let Some(rest) = notes.remove(&ApiFeature::DeviceTaints) {
+            note = format!("{note}; {rest}");
+        }
+        notes.insert(ApiFeature::DeviceTaints, note);
+    }
+    (adapted, notes)
+}
+
+/// `inventory` adapted to `caps`, and for each feature it needed and the server lacks, what was
+/// published instead.
+///
+/// An inventory that uses nothing the server lacks comes back as it was given, not copied.
+pub(crate) fn adapt<'a>(
+    inventory: Cow<'a, Inventory>,
+    caps: &ApiCapabilities,
+    in_use: &InUse,
+) -> (Cow<'a, Inventory>, BTreeMap<ApiFeature, String>) {
     let mut notes: BTreeMap<ApiFeature, Vec<String>> = BTreeMap::new();
-    let mut out = inventory.clone();
+    if !uses_what_the_server_lacks(&inventory, caps) {
+        return (inventory, BTreeMap::new());
+    }
+    let mut out = inventory.into_owned();
     for pool in &mut out.pools {
         if caps.layout == CounterLayout::SameSlice {
             // Kubernetes 1.34 knows only NoSchedule and NoExecute; a `None` taint only informs.
@@ -81,11 +112,31 @@ pub(crate) fn adapt(
         .into_iter()
         .map(|(feature, parts)| (feature, parts.join("; ")))
         .collect();
-    (out, notes)
+    (Cow::Owned(out), notes)
+}
+
+/// Whether `inventory` uses a field `caps` says the server drops, so that [`adapt`] has
+/// something to change.
+fn uses_what_the_server_lacks(inventory: &Inventory, caps: &ApiCapabilities) -> bool {
+    let lacks = |f| !caps.keeps(f);
+    let devices = || inventory.pools.iter().flat_map(|p| p.devices.iter());
+    (caps.layout == CounterLayout::SameSlice
+        && devices().any(|d| d.taints.iter().any(|t| t.effect == TaintEffect::None)))
+        || (lacks(ApiFeature::PartitionableDevices)
+            && inventory.pools.iter().any(|p| {
+                !p.shared_counters.is_empty()
+                    || p.devices.iter().any(|d| !d.consumes_counters.is_empty())
+            }))
+        || (lacks(ApiFeature::DeviceTaints) && devices().any(|d| !d.taints.is_empty()))
+        || (lacks(ApiFeature::ConsumableCapacity)
+            && devices().any(|d| {
+                d.allow_multiple_allocations
+                    || d.capacity.values().any(|c| c.request_policy.is_some())
+            }))
 }
 
 /// Up to three names and how many more.
-fn sample(names: &[String]) -> String {
+pub(crate) fn sample(names: &[String]) -> String {
     let shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
     let mut s = format!(
         "{} device{} ({}",
@@ -202,10 +253,10 @@ fn without_counters(
 fn without_taints(pool: &mut Pool, notes: &mut BTreeMap<ApiFeature, Vec<String>>) {
     let mut left_out = Vec::new();
     pool.devices.retain(|d| {
-        let blocking = d.health.state == HealthState::Unhealthy
-            || d.taints
-                .iter()
-                .any(|t| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute));
+        let blocking = d
+            .taints
+            .iter()
+            .any(|t| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute));
         if blocking {
             left_out.push(d.name.to_string());
         }
@@ -221,7 +272,7 @@ fn without_taints(pool: &mut Pool, notes: &mut BTreeMap<ApiFeature, Vec<String>>
             .entry(ApiFeature::DeviceTaints)
             .or_default()
             .push(format!(
-                "pool {}: left out {} that are unhealthy or tainted",
+                "pool {}: left out {} that are tainted",
                 pool.name,
                 sample(&left_out)
             ));
@@ -246,6 +297,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::convert::UnhealthyDevices;
 
     fn counters(n: i64) -> BTreeMap<CounterName, Quantity> {
         (0..n)
@@ -295,6 +347,14 @@ mod tests {
         pool
     }
 
+    fn adapt_borrowed<'a>(
+        inv: &'a Inventory,
+        caps: &ApiCapabilities,
+        in_use: &InUse,
+    ) -> (Cow<'a, Inventory>, BTreeMap<ApiFeature, String>) {
+        adapt(Cow::Borrowed(inv), caps, in_use)
+    }
+
     fn names(inv: &Inventory) -> Vec<String> {
         inv.pools[0]
             .devices
@@ -313,15 +373,19 @@ mod tests {
     #[test]
     fn everything_kept_changes_nothing() {
         let inv = Inventory::new(vec![gpus(2)]);
-        let (out, notes) = adapt(&inv, &ApiCapabilities::default(), &|_, _| false);
-        assert_eq!(out, inv);
+        let (out, notes) = adapt_borrowed(&inv, &ApiCapabilities::default(), &|_, _| false);
+        assert!(
+            matches!(out, Cow::Borrowed(_)),
+            "nothing to adapt: not copied"
+        );
+        assert_eq!(*out, inv);
         assert!(notes.is_empty());
     }
 
     #[test]
     fn without_counters_only_whole_devices_and_counterless_ones_remain() {
         let inv = Inventory::new(vec![gpus(2)]);
-        let (out, notes) = adapt(
+        let (out, notes) = adapt_borrowed(
             &inv,
             &without(&[ApiFeature::PartitionableDevices]),
             &|_, _| false,
@@ -343,7 +407,8 @@ mod tests {
     fn without_counters_devices_in_use_keep_their_set_and_the_whole_device_goes() {
         let inv = Inventory::new(vec![gpus(2)]);
         let busy = |_: &str, d: &str| d == "gpu-1-mig-1g-3" || d == "gpu-1-mig-1g-5";
-        let (out, notes) = adapt(&inv, &without(&[ApiFeature::PartitionableDevices]), &busy);
+        let (out, notes) =
+            adapt_borrowed(&inv, &without(&[ApiFeature::PartitionableDevices]), &busy);
         assert_eq!(
             names(&out),
             [
@@ -360,8 +425,9 @@ mod tests {
     fn without_counters_a_set_with_no_whole_device_keeps_none_of_its_consumers() {
         let mut pool = gpus(1);
         pool.devices.retain(|d| d.name.as_str() != "gpu-0");
-        let (out, _) = adapt(
-            &Inventory::new(vec![pool]),
+        let inv = Inventory::new(vec![pool]);
+        let (out, _) = adapt_borrowed(
+            &inv,
             &without(&[ApiFeature::PartitionableDevices]),
             &|_, _| false,
         );
@@ -389,11 +455,19 @@ mod tests {
             PoolName::new("p").unwrap(),
             vec![a, b, c, d],
         )]);
-        let (out, notes) = adapt(&inv, &without(&[ApiFeature::DeviceTaints]), &|_, _| false);
+        let caps = without(&[ApiFeature::DeviceTaints]);
+        let (out, notes) = published(&inv, UnhealthyDevices::Taint, &caps, &|_, _| false);
         assert_eq!(names(&out), ["c", "d"]);
         assert!(out.pools[0].devices.iter().all(|d| d.taints.is_empty()));
         let note = &notes[&ApiFeature::DeviceTaints];
-        assert!(note.contains("2 devices (a, b)"), "{note}");
+        assert!(note.contains("1 device (b) that are unhealthy"), "{note}");
+        assert!(note.contains("1 device (a) that are tainted"), "{note}");
+        // Under `Auto`, leaving the unhealthy device out is what was asked: only the taint is
+        // noted.
+        let (out, notes) = published(&inv, UnhealthyDevices::Auto, &caps, &|_, _| false);
+        assert_eq!(names(&out), ["c", "d"]);
+        let note = &notes[&ApiFeature::DeviceTaints];
+        assert!(!note.contains("(b)"), "{note}");
     }
 
     #[test]
@@ -406,7 +480,7 @@ mod tests {
         a.capacity
             .insert(kubedev_core::QualifiedName::new("slots").unwrap(), slots);
         let inv = Inventory::new(vec![Pool::new(PoolName::new("p").unwrap(), vec![a])]);
-        let (out, notes) = adapt(
+        let (out, notes) = adapt_borrowed(
             &inv,
             &without(&[ApiFeature::ConsumableCapacity]),
             &|_, _| false,
@@ -419,7 +493,7 @@ mod tests {
         );
         assert!(notes.contains_key(&ApiFeature::ConsumableCapacity));
         // Not needed, not noted.
-        let (_, notes) = adapt(
+        let (_, notes) = adapt_borrowed(
             &Inventory::new(vec![gpus(1)]),
             &without(&[ApiFeature::ConsumableCapacity, ApiFeature::DeviceTaints]),
             &|_, _| false,

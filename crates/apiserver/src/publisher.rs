@@ -23,7 +23,6 @@ use tracing::warn;
 
 use crate::Error;
 use crate::convert::{DesiredPool, UnhealthyDevices, desired_pools_in};
-use crate::degrade::adapt;
 use crate::features::{ApiFeature, ApiStatus};
 
 mod overlay;
@@ -113,9 +112,8 @@ impl Shared {
     ) -> Result<(Vec<DesiredPool>, BTreeMap<ApiFeature, String>), Error> {
         let caps = self.api.caps();
         let in_use = self.api.in_use();
-        let unhealthy = self.unhealthy.resolve(caps.keeps(ApiFeature::DeviceTaints));
-        let published = crate::convert::unhealthy_left_out(inventory, unhealthy, &*in_use);
-        let (adapted, actions) = adapt(&published, &caps, &*in_use);
+        let (adapted, actions) =
+            crate::degrade::published(inventory, self.unhealthy, &caps, &*in_use);
         let pools = desired_pools_in(&adapted, &self.driver, caps.layout)?;
         Ok((pools, actions))
     }
@@ -395,9 +393,15 @@ impl Publisher for SlicePublisher {
     /// are retried by the task itself; see [`SlicePublisher::wait_synced`] and
     /// [`SlicePublisher::last_error`].
     async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
+        self.publish_shared(Arc::new(inventory.clone())).await
+    }
+
+    /// As [`SlicePublisher::publish`], keeping `inventory` itself to derive the slices again
+    /// when what the API server keeps changes.
+    async fn publish_shared(&self, inventory: Arc<Inventory>) -> Result<(), PublishError> {
         let (pools, actions) = self
             .shared
-            .derive(inventory)
+            .derive(&inventory)
             .map_err(|e| PublishError::Invalid(kubedev_core::echo::chain(&e)))?;
         if self.shared.status.borrow().stopped {
             return Err(PublishError::Transport(self.stopped_error().to_string()));
@@ -405,7 +409,7 @@ impl Publisher for SlicePublisher {
         self.shared.api.set_slice_actions(&actions);
         {
             let mut desired = self.shared.desired();
-            desired.inventory = Some(Arc::new(inventory.clone()));
+            desired.inventory = Some(inventory);
             if desired.pools.as_deref() == Some(&pools) {
                 return Ok(());
             }

@@ -1,5 +1,7 @@
 //! The `Publisher` trait: how the runtime makes an inventory visible.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 use crate::{Inventory, PublishError};
@@ -18,6 +20,13 @@ use crate::{Inventory, PublishError};
 pub trait Publisher: Send + Sync + 'static {
     /// Publishes `inventory`.
     async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError>;
+
+    /// Publishes `inventory`, which the publisher may keep as it is, without a copy. The
+    /// default publishes `&inventory`; a publisher that keeps what it was given (to derive it
+    /// again later) overrides it. The runtime calls this one.
+    async fn publish_shared(&self, inventory: Arc<Inventory>) -> Result<(), PublishError> {
+        self.publish(&inventory).await
+    }
 
     /// Whether what was last published has reached its destination. A publisher that writes in
     /// the background (ResourceSlices) reports it here; one that is done when `publish` returns

@@ -577,7 +577,7 @@ fn unhealthy_devices_are_left_out_as_the_policy_says() {
     let inventory = Inventory::new(vec![pool_of(vec![plain(0), sick, held])]);
     let in_use = |_: &str, d: &str| d == "dev-2";
     let names = |p: UnhealthyDevices| -> Vec<String> {
-        unhealthy_left_out(&inventory, p, &in_use).pools[0]
+        unhealthy_left_out(&inventory, p, true, &in_use).0.pools[0]
             .devices
             .iter()
             .map(|d| d.name.to_string())
@@ -600,7 +600,7 @@ fn unhealthy_devices_are_left_out_as_the_policy_says() {
     );
     // The held device is published NoExecute, with its reason.
     let pools = desired_pools(
-        &unhealthy_left_out(&inventory, UnhealthyDevices::TaintWhileInUse, &in_use),
+        &unhealthy_left_out(&inventory, UnhealthyDevices::TaintWhileInUse, true, &in_use).0,
         &driver(),
         UnhealthyDevices::Taint,
     )
