@@ -1,6 +1,7 @@
 //! Changing MIG: finding, creating and destroying the GPU instance (with its compute instance)
 //! at a placement.
 
+use std::ffi::c_uint;
 use std::mem;
 use std::ptr;
 
@@ -84,15 +85,7 @@ pub(crate) fn create_instance(
     );
     let lib = nvml.lib();
     let sym_err = |call: &'static str, e: NvmlError| nvml_err(call, &target, &e);
-    let profile = all_profiles(&dev)
-        .into_iter()
-        .find(|p| p.index == profile_index)
-        .ok_or_else(|| NvidiaError::Nvml {
-            call: "nvmlDeviceGetGpuInstanceProfileInfo",
-            target: target.clone(),
-            message: format!("the GPU has no MIG profile with index {profile_index}"),
-            gpu_lost: false,
-        })?;
+    let profile = profile_by_index(&dev, profile_index, &target)?;
     let create_gi = nvml_sym(lib.nvmlDeviceCreateGpuInstanceWithPlacement.as_ref())
         .map_err(|e| sym_err("nvmlDeviceCreateGpuInstanceWithPlacement", e))?;
     let destroy_gi = nvml_sym(lib.nvmlGpuInstanceDestroy.as_ref())
@@ -115,25 +108,7 @@ pub(crate) fn create_instance(
     // SAFETY: `handle` is live; `raw_placement` and `gi` are valid pointers for the call.
     nvml_try(unsafe { create_gi(handle, profile.id, &raw_placement, &mut gi) })
         .map_err(|e| sym_err("nvmlDeviceCreateGpuInstanceWithPlacement", e))?;
-    // The compute instance profile with as many slices as the GPU instance: the whole of it.
-    let mut ci_profile = None;
-    for ci_index in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
-        // SAFETY: an all-zero struct of integers is a valid value.
-        let mut info: sys::nvmlComputeInstanceProfileInfo_t = unsafe { mem::zeroed() };
-        // SAFETY: `gi` was just created and is live; `info` is a valid out-pointer.
-        let code = unsafe {
-            ci_profile_info(
-                gi,
-                ci_index,
-                sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-                &mut info,
-            )
-        };
-        if nvml_try(code).is_ok() && info.sliceCount == profile.slice_count {
-            ci_profile = Some(info.id);
-            break;
-        }
-    }
+    let ci_profile = whole_compute_profile(ci_profile_info, gi, profile.slice_count);
     let rollback = |why: NvidiaError| {
         // SAFETY: `gi` is live and has no compute instance (its creation failed).
         if let Err(e) = nvml_try(unsafe { destroy_gi(gi) }) {
@@ -175,6 +150,58 @@ pub(crate) fn create_instance(
         ci_ids: vec![ci_i.id],
         mig_uuid,
     })
+}
+
+/// The MIG profile of GPU `dev` with index `profile_index`; `target` names the placement in
+/// the error.
+fn profile_by_index(
+    dev: &Device<'_>,
+    profile_index: u32,
+    target: &str,
+) -> Result<MigProfile, NvidiaError> {
+    all_profiles(dev)
+        .into_iter()
+        .find(|p| p.index == profile_index)
+        .ok_or_else(|| NvidiaError::Nvml {
+            call: "nvmlDeviceGetGpuInstanceProfileInfo",
+            target: target.to_owned(),
+            message: format!("the GPU has no MIG profile with index {profile_index}"),
+            gpu_lost: false,
+        })
+}
+
+/// `nvmlGpuInstanceGetComputeInstanceProfileInfo`.
+type ComputeProfileInfoFn = unsafe extern "C" fn(
+    sys::nvmlGpuInstance_t,
+    c_uint,
+    c_uint,
+    *mut sys::nvmlComputeInstanceProfileInfo_t,
+) -> sys::nvmlReturn_t;
+
+/// The id of the compute instance profile of GPU instance `gi` with `slice_count` slices,
+/// as many as the GPU instance has: the whole of it; `None` when there is none.
+fn whole_compute_profile(
+    ci_profile_info: &ComputeProfileInfoFn,
+    gi: sys::nvmlGpuInstance_t,
+    slice_count: u32,
+) -> Option<u32> {
+    for ci_index in 0..sys::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
+        // SAFETY: an all-zero struct of integers is a valid value.
+        let mut info: sys::nvmlComputeInstanceProfileInfo_t = unsafe { mem::zeroed() };
+        // SAFETY: `gi` was just created and is live; `info` is a valid out-pointer.
+        let code = unsafe {
+            ci_profile_info(
+                gi,
+                ci_index,
+                sys::NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                &mut info,
+            )
+        };
+        if nvml_try(code).is_ok() && info.sliceCount == slice_count {
+            return Some(info.id);
+        }
+    }
+    None
 }
 
 /// Destroys every compute instance of the GPU instance at `placement`, then the GPU instance.
