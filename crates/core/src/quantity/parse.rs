@@ -17,62 +17,13 @@ impl Quantity {
 
     /// The whole grammar (`parse` without its shortcut for plain integers).
     pub(super) fn parse_general(input: &str) -> Result<Quantity, QuantityError> {
-        let bytes = input.as_bytes();
-        if bytes.is_empty() {
-            return Err(QuantityError::Empty);
-        }
-        let mut pos = 0;
-        let negative = match bytes[0] {
-            b'-' => {
-                pos = 1;
-                true
-            }
-            b'+' => {
-                pos = 1;
-                false
-            }
-            _ => false,
-        };
-        let int_start = pos;
-        while pos < bytes.len() && bytes[pos].is_ascii_digit() {
-            pos += 1;
-        }
-        let int_part = &bytes[int_start..pos];
-        let mut frac_part: &[u8] = &[];
-        if pos < bytes.len() && bytes[pos] == b'.' {
-            pos += 1;
-            let frac_start = pos;
-            while pos < bytes.len() && bytes[pos].is_ascii_digit() {
-                pos += 1;
-            }
-            frac_part = &bytes[frac_start..pos];
-        }
-        if int_part.is_empty() && frac_part.is_empty() {
-            return Err(QuantityError::NoDigits {
-                input: input.to_owned(),
-            });
-        }
-        // Only ASCII bytes were skipped, so `pos` is on a character boundary.
-        let suffix = input.get(pos..).unwrap_or_default();
-        let (multiplier, format) = interpret_suffix(input, suffix)?;
-
+        let number = split_number(input)?;
+        let (multiplier, format) = interpret_suffix(input, number.suffix)?;
         let out_of_range = || QuantityError::OutOfRange {
             input: input.to_owned(),
         };
-        let mut digits: Vec<u8> = int_part
-            .iter()
-            .chain(frac_part)
-            .map(|b| b - b'0')
-            .skip_while(|d| *d == 0)
-            .collect();
-        let frac_len = i64::try_from(frac_part.len()).map_err(|_| out_of_range())?;
-        let mut exponent = match multiplier {
-            Multiplier::Decimal(e) => e.checked_sub(frac_len).ok_or_else(out_of_range)?,
-            Multiplier::Binary(bits) => {
-                digits = mul_small(&digits, 1u64 << bits);
-                -frac_len
-            }
-        };
+        let (mut digits, exponent) =
+            significant_digits(&number, multiplier).ok_or_else(out_of_range)?;
         if digits.is_empty() {
             return Ok(Quantity {
                 mantissa: 0,
@@ -80,44 +31,21 @@ impl Quantity {
                 format,
             });
         }
-        exponent = strip_trailing_zeros(&mut digits, exponent).ok_or_else(out_of_range)?;
-
-        // Keep the value to the nano, rounding a finer non-zero value away from zero.
-        if exponent < NANO {
-            let dropped = NANO - exponent;
-            match usize::try_from(dropped) {
-                Ok(dropped) if dropped < digits.len() => {
-                    let keep = digits.len() - dropped;
-                    let inexact = digits[keep..].iter().any(|d| *d != 0);
-                    digits.truncate(keep);
-                    if inexact {
-                        increment(&mut digits);
-                    }
-                }
-                _ => digits = vec![1],
-            }
-            exponent = strip_trailing_zeros(&mut digits, NANO).ok_or_else(out_of_range)?;
-        }
+        let mut exponent = strip_trailing_zeros(&mut digits, exponent).ok_or_else(out_of_range)?;
+        exponent = round_to_nano(&mut digits, exponent).ok_or_else(out_of_range)?;
 
         let mut format = format;
         if matches!(multiplier, Multiplier::Binary(_)) {
-            // Digits before the decimal point; the value is below 10^whole.
-            let whole = digits.len() as i64 + exponent;
-            let capped = whole > 19 || {
-                // At most 28 digits of nanos, so this fits.
-                let nanos = digits_value(&digits)
-                    .zip(10u128.checked_pow((exponent - NANO) as u32))
-                    .and_then(|(m, p)| m.checked_mul(p));
-                nanos.is_none_or(|n| n > BINARY_CAP * 1_000_000_000)
-            };
-            if capped {
+            if exceeds_binary_cap(&digits, exponent) {
                 let cap = BINARY_CAP as i128;
                 return Ok(Quantity {
-                    mantissa: if negative { -cap } else { cap },
+                    mantissa: if number.negative { -cap } else { cap },
                     exponent: 0,
                     format,
                 });
             }
+            // Digits before the decimal point; the value is below 10^whole.
+            let whole = digits.len() as i64 + exponent;
             if whole <= 0 {
                 // Below one, a binary suffix would only confuse: Kubernetes switches.
                 format = Format::DecimalSI;
@@ -132,7 +60,123 @@ impl Quantity {
         let magnitude = digits_value(&digits).ok_or_else(|| QuantityError::TooManyDigits {
             input: input.to_owned(),
         })?;
-        Quantity::from_parts(negative, magnitude, exponent, format).ok_or_else(out_of_range)
+        Quantity::from_parts(number.negative, magnitude, exponent, format).ok_or_else(out_of_range)
+    }
+}
+
+/// A quantity's text cut at its parts: the sign, the digits before and after the decimal
+/// point, and the suffix.
+struct NumberText<'a> {
+    negative: bool,
+    /// The digits before the point (ASCII).
+    integer: &'a [u8],
+    /// The digits after the point (ASCII).
+    fraction: &'a [u8],
+    /// Whatever follows the digits.
+    suffix: &'a str,
+}
+
+/// Cuts `input` into its sign, digits and suffix; an error when it is empty or has no digit.
+fn split_number(input: &str) -> Result<NumberText<'_>, QuantityError> {
+    let bytes = input.as_bytes();
+    if bytes.is_empty() {
+        return Err(QuantityError::Empty);
+    }
+    let mut pos = 0;
+    let negative = match bytes[0] {
+        b'-' => {
+            pos = 1;
+            true
+        }
+        b'+' => {
+            pos = 1;
+            false
+        }
+        _ => false,
+    };
+    let int_start = pos;
+    while pos < bytes.len() && bytes[pos].is_ascii_digit() {
+        pos += 1;
+    }
+    let integer = &bytes[int_start..pos];
+    let mut fraction: &[u8] = &[];
+    if pos < bytes.len() && bytes[pos] == b'.' {
+        pos += 1;
+        let frac_start = pos;
+        while pos < bytes.len() && bytes[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        fraction = &bytes[frac_start..pos];
+    }
+    if integer.is_empty() && fraction.is_empty() {
+        return Err(QuantityError::NoDigits {
+            input: input.to_owned(),
+        });
+    }
+    // Only ASCII bytes were skipped, so `pos` is on a character boundary.
+    let suffix = input.get(pos..).unwrap_or_default();
+    Ok(NumberText {
+        negative,
+        integer,
+        fraction,
+        suffix,
+    })
+}
+
+/// The number's significant digits (leading zeros dropped; empty for zero) with the
+/// suffix's multiplier applied, and the power of ten they are scaled by; `None` when the
+/// exponent is out of range.
+fn significant_digits(number: &NumberText<'_>, multiplier: Multiplier) -> Option<(Vec<u8>, i64)> {
+    let mut digits: Vec<u8> = number
+        .integer
+        .iter()
+        .chain(number.fraction)
+        .map(|b| b - b'0')
+        .skip_while(|d| *d == 0)
+        .collect();
+    let frac_len = i64::try_from(number.fraction.len()).ok()?;
+    let exponent = match multiplier {
+        Multiplier::Decimal(e) => e.checked_sub(frac_len)?,
+        Multiplier::Binary(bits) => {
+            digits = mul_small(&digits, 1u64 << bits);
+            -frac_len
+        }
+    };
+    Some((digits, exponent))
+}
+
+/// Keeps the value `digits` × 10^`exponent` to the nano, rounding a finer non-zero value away
+/// from zero; the new exponent, or `None` when it is out of range.
+fn round_to_nano(digits: &mut Vec<u8>, exponent: i64) -> Option<i64> {
+    if exponent >= NANO {
+        return Some(exponent);
+    }
+    let dropped = NANO - exponent;
+    match usize::try_from(dropped) {
+        Ok(dropped) if dropped < digits.len() => {
+            let keep = digits.len() - dropped;
+            let inexact = digits[keep..].iter().any(|d| *d != 0);
+            digits.truncate(keep);
+            if inexact {
+                increment(digits);
+            }
+        }
+        _ => *digits = vec![1],
+    }
+    strip_trailing_zeros(digits, NANO)
+}
+
+/// Whether the value `digits` × 10^`exponent` (kept to the nano) is above the cap of values
+/// with a binary suffix.
+fn exceeds_binary_cap(digits: &[u8], exponent: i64) -> bool {
+    // Digits before the decimal point; the value is below 10^whole.
+    let whole = digits.len() as i64 + exponent;
+    whole > 19 || {
+        // At most 28 digits of nanos, so this fits.
+        let nanos = digits_value(digits)
+            .zip(10u128.checked_pow((exponent - NANO) as u32))
+            .and_then(|(m, p)| m.checked_mul(p));
+        nanos.is_none_or(|n| n > BINARY_CAP * 1_000_000_000)
     }
 }
 
