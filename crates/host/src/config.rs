@@ -247,7 +247,24 @@ impl HostConfig {
                 reason: "must be at least 1".into(),
             });
         }
-        let mut out: Vec<(String, Entry)> = Vec::new();
+        // Each entry with the field its name is checked as.
+        let mut out: Vec<(String, Entry)> = self.permanent_entries();
+        for (i, c) in self.character_devices.iter().enumerate() {
+            out.push(character_entry(i, c)?);
+        }
+        for (i, s) in self.socket_devices.iter().enumerate() {
+            out.push(socket_entry(i, s)?);
+        }
+        for (i, (field, e)) in out.iter().enumerate() {
+            check_entry(field, e, &out[..i])?;
+        }
+        Ok(out.into_iter().map(|(_, e)| e).collect())
+    }
+
+    /// The permanent devices a character device of the same name does not replace, when
+    /// `permanentDevices` is on.
+    fn permanent_entries(&self) -> Vec<(String, Entry)> {
+        let mut out = Vec::new();
         if self.permanent_devices {
             for (name, path, pre_open) in [
                 ("kvm", "/dev/kvm", false),
@@ -269,95 +286,101 @@ impl HostConfig {
                 }
             }
         }
-        for (i, c) in self.character_devices.iter().enumerate() {
-            let field = |f: &str| format!("characterDevices[{i}].{f}");
-            check_path(&field("path"), &c.path, "device node")?;
-            out.push((
-                field("name"),
-                Entry {
-                    name: c.name.clone(),
-                    path: c.path.clone(),
-                    slots: slots_of(&field("slots"), c.slots, &c.slots_from)?,
-                    kind: Kind::Char {
-                        pre_open: c.pre_open,
-                    },
-                    shared: c.consumable_capacity,
-                },
-            ));
+        out
+    }
+}
+
+/// Character device `i` as an entry, with the field its name is checked as.
+fn character_entry(i: usize, c: &CharDevice) -> Result<(String, Entry), HostError> {
+    let field = |f: &str| format!("characterDevices[{i}].{f}");
+    check_path(&field("path"), &c.path, "device node")?;
+    Ok((
+        field("name"),
+        Entry {
+            name: c.name.clone(),
+            path: c.path.clone(),
+            slots: slots_of(&field("slots"), c.slots, &c.slots_from)?,
+            kind: Kind::Char {
+                pre_open: c.pre_open,
+            },
+            shared: c.consumable_capacity,
+        },
+    ))
+}
+
+/// Socket device `i` as an entry, with the field its name is checked as, after checking its
+/// paths, owner and SELinux context.
+fn socket_entry(i: usize, s: &SocketDevice) -> Result<(String, Entry), HostError> {
+    let field = |f: &str| format!("socketDevices[{i}].{f}");
+    check_path(&field("path"), &s.path, "socket")?;
+    if let Some(dir) = &s.container_dir {
+        check_path(&field("containerDir"), dir, "directory")?;
+    }
+    if let Some(o) = s.owner
+        && (o.uid == u32::MAX || o.gid == u32::MAX)
+    {
+        return Err(HostError::Config {
+            field: field("owner"),
+            value: format!("{}:{}", o.uid, o.gid),
+            reason: "4294967295 (-1) is not an ID".into(),
+        });
+    }
+    if let Some(ctx) = &s.selinux_context
+        && (ctx.is_empty() || ctx.len() > 255 || ctx.contains('\0'))
+    {
+        return Err(HostError::Config {
+            field: field("selinuxContext"),
+            value: ctx.clone(),
+            reason: "must be 1 to 255 bytes without NUL".into(),
+        });
+    }
+    Ok((
+        field("name"),
+        Entry {
+            name: s.name.clone(),
+            path: s.path.clone(),
+            slots: slots_of(&field("slots"), s.slots, &s.slots_from)?,
+            kind: Kind::Socket(s.clone()),
+            shared: s.consumable_capacity,
+        },
+    ))
+}
+
+/// Checks entry `e`, whose name is checked as `field`: its name (a DNS label, short enough,
+/// not one of the `earlier` entries'), its slot count and where the count comes from.
+fn check_entry(field: &str, e: &Entry, earlier: &[(String, Entry)]) -> Result<(), HostError> {
+    let bad = |reason: String| HostError::Config {
+        field: field.to_owned(),
+        value: e.name.clone(),
+        reason,
+    };
+    kubedev_core::check_dns_label(&e.name).map_err(bad)?;
+    if e.name.len() > MAX_NAME_LEN {
+        return Err(bad(format!(
+            "must be at most {MAX_NAME_LEN} characters (slots add \"-<n>\")"
+        )));
+    }
+    if let Some((other, _)) = earlier.iter().find(|(_, o)| o.name == e.name) {
+        return Err(bad(format!("the name is also used by {other}")));
+    }
+    match &e.slots {
+        Slots::Fixed(n) if *n > MAX_SLOTS => Err(HostError::Config {
+            field: field.replace(".name", ".slots"),
+            value: n.to_string(),
+            reason: format!("at most {MAX_SLOTS} slots"),
+        }),
+        Slots::From(SlotsFrom::MiscCapacity(key))
+            if key.is_empty()
+                || !key
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
+        {
+            Err(HostError::Config {
+                field: field.replace(".name", ".slotsFrom.miscCapacity"),
+                value: key.clone(),
+                reason: "a misc cgroup resource name such as tdx, sev or sev_es".into(),
+            })
         }
-        for (i, s) in self.socket_devices.iter().enumerate() {
-            let field = |f: &str| format!("socketDevices[{i}].{f}");
-            check_path(&field("path"), &s.path, "socket")?;
-            if let Some(dir) = &s.container_dir {
-                check_path(&field("containerDir"), dir, "directory")?;
-            }
-            if let Some(o) = s.owner
-                && (o.uid == u32::MAX || o.gid == u32::MAX)
-            {
-                return Err(HostError::Config {
-                    field: field("owner"),
-                    value: format!("{}:{}", o.uid, o.gid),
-                    reason: "4294967295 (-1) is not an ID".into(),
-                });
-            }
-            if let Some(ctx) = &s.selinux_context
-                && (ctx.is_empty() || ctx.len() > 255 || ctx.contains('\0'))
-            {
-                return Err(HostError::Config {
-                    field: field("selinuxContext"),
-                    value: ctx.clone(),
-                    reason: "must be 1 to 255 bytes without NUL".into(),
-                });
-            }
-            out.push((
-                field("name"),
-                Entry {
-                    name: s.name.clone(),
-                    path: s.path.clone(),
-                    slots: slots_of(&field("slots"), s.slots, &s.slots_from)?,
-                    kind: Kind::Socket(s.clone()),
-                    shared: s.consumable_capacity,
-                },
-            ));
-        }
-        for (i, (field, e)) in out.iter().enumerate() {
-            let bad = |reason: String| HostError::Config {
-                field: field.clone(),
-                value: e.name.clone(),
-                reason,
-            };
-            kubedev_core::check_dns_label(&e.name).map_err(bad)?;
-            if e.name.len() > MAX_NAME_LEN {
-                return Err(bad(format!(
-                    "must be at most {MAX_NAME_LEN} characters (slots add \"-<n>\")"
-                )));
-            }
-            if let Some((other, _)) = out[..i].iter().find(|(_, o)| o.name == e.name) {
-                return Err(bad(format!("the name is also used by {other}")));
-            }
-            match &e.slots {
-                Slots::Fixed(n) if *n > MAX_SLOTS => {
-                    return Err(HostError::Config {
-                        field: field.replace(".name", ".slots"),
-                        value: n.to_string(),
-                        reason: format!("at most {MAX_SLOTS} slots"),
-                    });
-                }
-                Slots::From(SlotsFrom::MiscCapacity(key))
-                    if key.is_empty()
-                        || !key
-                            .bytes()
-                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
-                {
-                    return Err(HostError::Config {
-                        field: field.replace(".name", ".slotsFrom.miscCapacity"),
-                        value: key.clone(),
-                        reason: "a misc cgroup resource name such as tdx, sev or sev_es".into(),
-                    });
-                }
-                _ => {}
-            }
-        }
-        Ok(out.into_iter().map(|(_, e)| e).collect())
+        _ => Ok(()),
     }
 }
