@@ -4,12 +4,12 @@
 use kubedev_core::Quantity;
 
 use crate::api::DeviceToleration;
-use crate::model::Dev;
+use crate::model::NodeDevice;
 
 /// Whether a capacity request fits a device.
 #[derive(Debug)]
 pub(crate) enum CapFit {
-    /// Consumption per device capacity (same order as `Dev::capacity`).
+    /// Consumption per device capacity (same order as `NodeDevice::capacity`).
     Fits(Vec<Quantity>),
     NoFit,
 }
@@ -24,7 +24,7 @@ fn ceil_int(q: &Quantity) -> Result<i64, String> {
 fn consumed_amount(
     requested: Option<&Quantity>,
     total: &Quantity,
-    policy: Option<&crate::model::Policy>,
+    policy: Option<&crate::model::CapacityPolicy>,
 ) -> Result<Quantity, String> {
     let Some(req) = requested else {
         return Ok(policy.and_then(|p| p.default).unwrap_or(*total));
@@ -68,7 +68,7 @@ fn consumed_amount(
     Ok(*req)
 }
 
-fn violates_policy(consumed: &Quantity, policy: Option<&crate::model::Policy>) -> bool {
+fn violates_policy(consumed: &Quantity, policy: Option<&crate::model::CapacityPolicy>) -> bool {
     let Some(p) = policy else {
         return false;
     };
@@ -98,7 +98,7 @@ fn violates_policy(consumed: &Quantity, policy: Option<&crate::model::Policy>) -
 /// belong to the driver), computes the consumption of every capacity and checks the policy
 /// and what earlier shares (`allocating`) already took.
 pub(crate) fn capacity_fit(
-    dev: &Dev<'_>,
+    dev: &NodeDevice<'_>,
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
 ) -> Result<CapFit, String> {
@@ -112,7 +112,7 @@ pub(crate) fn capacity_fit(
 
 /// [`capacity_fit`] when only whether the request fits matters.
 pub(crate) fn capacity_fits(
-    dev: &Dev<'_>,
+    dev: &NodeDevice<'_>,
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
 ) -> bool {
@@ -129,7 +129,7 @@ pub(crate) fn capacity_fits(
 
 /// The check of [`capacity_fit`]; the consumption per capacity goes to `consumed` if given.
 fn fit(
-    dev: &Dev<'_>,
+    dev: &NodeDevice<'_>,
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
     mut consumed: Option<&mut Vec<Quantity>>,
@@ -238,7 +238,7 @@ pub(crate) fn tolerates(t: &DeviceToleration, taint: &crate::api::DeviceTaint) -
     }
 }
 
-pub(crate) fn taint_blocks(dev: &Dev<'_>, tolerations: &[DeviceToleration]) -> bool {
+pub(crate) fn taint_blocks(dev: &NodeDevice<'_>, tolerations: &[DeviceToleration]) -> bool {
     dev.taints()
         .any(|taint| !tolerations.iter().any(|t| tolerates(t, taint)))
 }

@@ -12,7 +12,7 @@ use super::{
 };
 use crate::api::{DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim};
 use crate::error::AllocationError;
-use crate::model::{AttrKey, Dev, NodeView, PoolState};
+use crate::model::{AttrKey, NodeDevice, NodeView, PoolState};
 use crate::policy::{
     PolicyConstraint, PolicyConstraintKind, PolicyDevice, PolicyRequest, SelectionPolicy,
 };
@@ -182,7 +182,8 @@ pub(super) fn statically_impossible(view: &NodeView<'_>, plans: &[ClaimPlan<'_>]
 }
 
 fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bool {
-    let usable = |dev: &Dev<'_>| (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations);
+    let usable =
+        |dev: &NodeDevice<'_>| (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations);
     match sp.mode {
         Mode::All => {
             !sp.all_devices.is_empty()

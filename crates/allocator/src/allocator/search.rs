@@ -16,7 +16,7 @@ use crate::api::{
     DeviceRequestAllocationResult, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
 };
 use crate::error::AllocationError;
-use crate::model::{AttrKey, Dev, NodeView};
+use crate::model::{AttrKey, NodeDevice, NodeView};
 
 /// One chosen device.
 #[derive(Debug, Clone)]
@@ -260,7 +260,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             if let Some(e) = err {
                 return Err(sp.cands.error(e).into());
             }
-            if (sp.capacity.is_some() || dev.multi || !dev.plain_capacity())
+            if (sp.capacity.is_some() || dev.allows_multiple || !dev.plain_capacity())
                 && !capacity_fits(dev, sp.capacity.as_deref(), self.share_capacity_of(d))
             {
                 continue;
@@ -349,7 +349,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         let plan = self.plan;
         let dev = &view.devices[d as usize];
         let sp = &plan[r.claim].requests[r.req].subs[r.sub];
-        let multi = dev.multi;
+        let multi = dev.allows_multiple;
         let bit = 1u128 << r.claim;
         if !multi && sp.admin && self.held[d as usize].claims & bit != 0 {
             return Ok(None);
@@ -435,7 +435,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         Ok(Some(undo))
     }
 
-    fn reserve_counters(&mut self, dev: &Dev<'_>) -> bool {
+    fn reserve_counters(&mut self, dev: &NodeDevice<'_>) -> bool {
         let view = self.view;
         let pool = &view.pools[dev.pool];
         if pool.overdrawn {
@@ -468,7 +468,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         ok
     }
 
-    fn undo_counters(&mut self, dev: &Dev<'_>, undo: &Undo) {
+    fn undo_counters(&mut self, dev: &NodeDevice<'_>, undo: &Undo) {
         if undo.counters {
             let consumed = &mut self.consumed[dev.pool];
             for (idx, q) in self.view.counters(dev) {

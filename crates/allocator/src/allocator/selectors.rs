@@ -133,7 +133,7 @@ impl<'x> SelectorSet<'x> {
                 }
             }
         }
-        match &view.devices[d].node_ok {
+        match &view.devices[d].node_selected {
             Ok(true) => Verdict::Match,
             Ok(false) => Verdict::Node,
             Err(e) => Verdict::Error(AllocationError::NodeSelection {

@@ -1,0 +1,163 @@
+//! The CEL `device` variable of a node's device: attribute values converted as the scheduler
+//! converts them, read from the slice one entry at a time as an expression asks, or built
+//! whole when an expression reads attributes or capacities as maps.
+
+use super::device::{Capacity, NodeDevice};
+use crate::api::{Device, DeviceAttribute};
+use crate::cel::{self, DeviceContext, Interner, Value};
+
+/// The CEL `device` variable of one device, read from its slice as an expression asks:
+/// a selector that reads a few attributes converts only those.
+pub(crate) struct LazyDeviceVars<'d, 'a> {
+    dev: &'d NodeDevice<'a>,
+    driver: &'d Value,
+}
+
+impl<'d, 'a> LazyDeviceVars<'d, 'a> {
+    /// The variable of `dev`, whose pool's driver is `driver`.
+    #[inline]
+    pub(super) fn new(dev: &'d NodeDevice<'a>, driver: &'d Value) -> Self {
+        LazyDeviceVars { dev, driver }
+    }
+
+    /// The whole variable, built on first use.
+    fn full(&self) -> &DeviceContext {
+        let dev = self.dev;
+        dev.details().full.get_or_init(|| {
+            let capacities = dev.parsed_capacities();
+            Box::new(
+                cel::with_interner(|interner| {
+                    device_context(
+                        dev.device,
+                        dev.driver(),
+                        &capacities.list,
+                        dev.list_attributes,
+                        interner,
+                    )
+                })
+                .unwrap_or_else(|_| {
+                    // Not readable: selectors are not evaluated on such a device.
+                    DeviceContext::new(dev.driver(), [], [], false)
+                }),
+            )
+        })
+    }
+}
+
+impl cel::DeviceVars for LazyDeviceVars<'_, '_> {
+    fn driver(&self) -> Value {
+        self.driver.clone()
+    }
+
+    fn allow_multiple(&self) -> bool {
+        self.dev.allows_multiple
+    }
+
+    fn attributes(&self) -> Value {
+        self.full().attributes().clone()
+    }
+
+    fn capacity(&self) -> Value {
+        self.full().capacity().clone()
+    }
+
+    fn entry(&self, capacity: bool, domain: &str, id: &str) -> Option<Value> {
+        let dev = self.dev;
+        if capacity {
+            let c = dev
+                .capacity()
+                .iter()
+                .find(|c| cel::split_qualified(c.key, dev.driver()) == (domain, id))?;
+            return Some(cel::with_interner(|interner| interner.quantity(c.value)));
+        }
+        let (name, a) = dev.attribute(domain, id)?;
+        cel::with_interner(|interner| attribute_value(name, a, dev.list_attributes, interner).ok())
+    }
+
+    fn entry_ref(&self, capacity: bool, domain: &str, id: &str) -> Option<cel::EntryRef<'_>> {
+        if !capacity
+            && let Some((_, a)) = self.dev.attribute(domain, id)
+            && a.int.is_none()
+            && a.bool.is_none()
+            && let Some(s) = &a.string
+        {
+            return Some(cel::EntryRef::Str(s));
+        }
+        self.entry(capacity, domain, id).map(cel::EntryRef::Value)
+    }
+}
+
+/// Builds the `device` variable as the scheduler does: the first set field of each attribute
+/// (int, bool, string, version); none set or an invalid version is an error for every
+/// selector evaluated on the device.
+pub(super) fn device_context(
+    dev: &Device,
+    driver: &str,
+    capacities: &[Capacity<'_>],
+    list_attributes: bool,
+    interner: &mut Interner,
+) -> Result<DeviceContext, String> {
+    let mut ctx = DeviceContext::empty(
+        interner,
+        driver,
+        dev.allow_multiple_allocations.unwrap_or(false),
+        (dev.attributes.len(), capacities.len()),
+    );
+    for (name, a) in &dev.attributes {
+        let v = attribute_value(name, a, list_attributes, interner)?;
+        ctx.push_attribute(interner, driver, name, v);
+    }
+    for c in capacities {
+        ctx.push_capacity(interner, driver, c.key, c.value);
+    }
+    Ok(ctx)
+}
+
+/// An attribute as the `device` variable has it: the first set field of int, bool, string,
+/// version (and with `list_attributes`, the list fields); none set or an invalid version is
+/// an error.
+pub(super) fn attribute_value(
+    name: &str,
+    a: &DeviceAttribute,
+    list_attributes: bool,
+    interner: &mut Interner,
+) -> Result<Value, String> {
+    Ok(if let Some(i) = a.int {
+        Value::Int(i)
+    } else if let Some(b) = a.bool {
+        Value::Bool(b)
+    } else if let Some(s) = &a.string {
+        Value::String(interner.str(s))
+    } else if let Some(v) = &a.version {
+        interner
+            .version(v)
+            .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
+    } else if let Some(list) = list_attributes.then(|| list_value(a, interner)).flatten() {
+        list.map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
+    } else {
+        return Err(format!("attribute {name}: unsupported attribute value"));
+    })
+}
+
+/// A list-type attribute as a CEL list (`None` when it has no list value).
+fn list_value(a: &DeviceAttribute, interner: &mut Interner) -> Option<Result<Value, String>> {
+    let list = |items: Vec<Value>| Value::List(std::sync::Arc::new(items));
+    Some(Ok(if let Some(l) = &a.ints {
+        list(l.iter().map(|&i| Value::Int(i)).collect())
+    } else if let Some(l) = &a.bools {
+        list(l.iter().map(|&b| Value::Bool(b)).collect())
+    } else if let Some(l) = &a.strings {
+        list(l.iter().map(|s| Value::String(interner.str(s))).collect())
+    } else if let Some(l) = &a.versions {
+        let mut items = Vec::with_capacity(l.len());
+        for v in l {
+            match interner.version(v) {
+                Ok(v) => items.push(v),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        list(items)
+    } else {
+        return None;
+    }))
+}
