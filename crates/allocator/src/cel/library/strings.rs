@@ -85,11 +85,7 @@ pub(super) fn transforms(f: Func, args: &[Value], meter: &mut Meter) -> Result<V
                 rest @ ..,
             ],
         ) => {
-            let limit = match rest {
-                [] => -1,
-                [Value::Int(n)] => *n,
-                _ => return Err(bad(args)),
-            };
+            let limit = limit_arg(rest).ok_or_else(|| bad(args))?;
             let r = if limit < 0 {
                 s.replace(&**from, to)
             } else {
@@ -100,32 +96,8 @@ pub(super) fn transforms(f: Func, args: &[Value], meter: &mut Meter) -> Result<V
         }
         (Split, [Value::String(s), Value::String(sep), rest @ ..]) => {
             meter.charge(tenth(s.len()))?;
-            let limit = match rest {
-                [] => -1,
-                [Value::Int(n)] => *n,
-                _ => return Err(bad(args)),
-            };
-            let parts: Vec<Value> = match limit {
-                0 => Vec::new(),
-                n if n < 0 => split_all(s, sep),
-                n => {
-                    if sep.is_empty() {
-                        let mut v: Vec<Value> = Vec::new();
-                        let chars: Vec<char> = s.chars().collect();
-                        let n = n as usize;
-                        for (i, c) in chars.iter().enumerate() {
-                            if i + 1 == n {
-                                v.push(Value::str(&chars[i..].iter().collect::<String>()));
-                                break;
-                            }
-                            v.push(Value::str(&c.to_string()));
-                        }
-                        v
-                    } else {
-                        s.splitn(n as usize, &**sep).map(Value::str).collect()
-                    }
-                }
-            };
+            let limit = limit_arg(rest).ok_or_else(|| bad(args))?;
+            let parts = split(s, sep, limit);
             meter.charge(parts.len() as u64)?;
             list_value(parts)
         }
@@ -139,16 +111,7 @@ pub(super) fn transforms(f: Func, args: &[Value], meter: &mut Meter) -> Result<V
                 [Value::String(s)] => s,
                 _ => return Err(bad(args)),
             };
-            let mut out = String::new();
-            for (i, v) in l.iter().enumerate() {
-                let Value::String(s) = v else {
-                    return Err(bad(args));
-                };
-                if i > 0 {
-                    out.push_str(sep);
-                }
-                out.push_str(s);
-            }
+            let out = join(l, sep).ok_or_else(|| bad(args))?;
             meter.charge(tenth(out.len()))?;
             Value::str(&out)
         }
@@ -167,6 +130,57 @@ pub(super) fn transforms(f: Func, args: &[Value], meter: &mut Meter) -> Result<V
         _ => return Err(bad(args)),
     };
     Ok(v)
+}
+
+/// The optional count of `replace` and `split`: -1 (no limit) when absent, `None` when it is
+/// not an int.
+fn limit_arg(rest: &[Value]) -> Option<i64> {
+    match rest {
+        [] => Some(-1),
+        [Value::Int(n)] => Some(*n),
+        _ => None,
+    }
+}
+
+/// `s.split(sep, limit)`: at most `limit` parts (none for 0, all for a negative limit), the
+/// last holding the rest; an empty separator splits into code points.
+fn split(s: &str, sep: &str, limit: i64) -> Vec<Value> {
+    match limit {
+        0 => Vec::new(),
+        n if n < 0 => split_all(s, sep),
+        n => {
+            if sep.is_empty() {
+                let mut v: Vec<Value> = Vec::new();
+                let chars: Vec<char> = s.chars().collect();
+                let n = n as usize;
+                for (i, c) in chars.iter().enumerate() {
+                    if i + 1 == n {
+                        v.push(Value::str(&chars[i..].iter().collect::<String>()));
+                        break;
+                    }
+                    v.push(Value::str(&c.to_string()));
+                }
+                v
+            } else {
+                s.splitn(n as usize, sep).map(Value::str).collect()
+            }
+        }
+    }
+}
+
+/// The strings of `list` joined with `sep`; `None` when an element is not a string.
+fn join(list: &[Value], sep: &str) -> Option<String> {
+    let mut out = String::new();
+    for (i, v) in list.iter().enumerate() {
+        let Value::String(s) = v else {
+            return None;
+        };
+        if i > 0 {
+            out.push_str(sep);
+        }
+        out.push_str(s);
+    }
+    Some(out)
 }
 
 fn int_arg(v: &Value) -> Option<i64> {
