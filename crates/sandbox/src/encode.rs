@@ -5,6 +5,7 @@
 mod names;
 mod quantity;
 
+use kubedev_allocator::api;
 use kubedev_core::{AttributeValue, HealthState};
 
 use crate::abi::{ABI_VERSION, INPUT_MAGIC};
@@ -222,6 +223,8 @@ impl<'a> Encoder<'_, 'a> {
         self.records.extend_from_slice(&r);
     }
 
+    /// Writes candidate record `rec` (allocated already) and appends its attributes,
+    /// capacities and counter sets.
     fn candidate(&mut self, rec: usize, c: &Candidate<'a>) {
         let driver = self.names.plain(self.strings, c.driver, 0);
         let pool = self.names.plain(self.strings, c.pool, 1);
@@ -232,54 +235,8 @@ impl<'a> Encoder<'_, 'a> {
         let start = self.records.len();
         let mut numa = c.numa_node.map(|n| (0u8, n));
         match c.device {
-            DeviceData::Published(d) => {
-                // Without any attribute to send, only the NUMA attributes are looked at.
-                let numa_only = self.inputs.no_attributes() && numa.is_none();
-                for (pos, (k, v)) in d.attributes.iter().enumerate() {
-                    if !self.last_bytes.may_matter(k) {
-                        continue;
-                    }
-                    let val = if let Some(i) = v.int {
-                        Val::Int(i)
-                    } else if numa_only {
-                        continue;
-                    } else if let Some(b) = v.bool {
-                        Val::Bool(b)
-                    } else if let Some(s) = &v.string {
-                        Val::Str(TAG_STRING, s)
-                    } else if let Some(s) = &v.version {
-                        Val::Str(TAG_VERSION, s)
-                    } else {
-                        continue;
-                    };
-                    let int = v.int;
-                    let rank = self.attribute(k, driver, pos, val);
-                    if let Some(i) = int
-                        && rank != 0
-                        && numa.is_none_or(|(r, _)| rank < r)
-                    {
-                        numa = Some((rank, i));
-                    }
-                }
-            }
-            DeviceData::Inventory(d) => {
-                if !self.inputs.no_attributes() {
-                    for (pos, (k, v)) in d.attributes.iter().enumerate() {
-                        if !self.last_bytes.may_matter(k.as_str()) {
-                            continue;
-                        }
-                        let val = match v {
-                            AttributeValue::Int(i) => Val::Int(*i),
-                            AttributeValue::Bool(b) => Val::Bool(*b),
-                            AttributeValue::String(s) => Val::Str(TAG_STRING, s),
-                            AttributeValue::Version(v) => Val::Str(TAG_VERSION, v.as_str()),
-                            // A value kind added to core later is not sent.
-                            _ => continue,
-                        };
-                        self.attribute(k.as_str(), driver, pos, val);
-                    }
-                }
-            }
+            DeviceData::Published(d) => self.published_attributes(d, driver, &mut numa),
+            DeviceData::Inventory(d) => self.inventory_attributes(d, driver),
         }
         let n = (self.records.len() - start) / ATTRIBUTE;
         put_u32(self.records, rec + 32, n32(start));
@@ -287,10 +244,85 @@ impl<'a> Encoder<'_, 'a> {
         self.records[rec + 16] = u8::from(c.in_use) | (u8::from(numa.is_some()) << 1);
         self.records[rec + 17] = health_byte(c.health);
         put_i64(self.records, rec + 24, numa.map_or(0, |(_, n)| n));
-        // Capacities.
         let start = self.records.len();
-        match c.device {
-            _ if self.inputs.no_capacities() => {}
+        if !self.inputs.no_capacities() {
+            self.capacities(c.device, driver);
+        }
+        let n = (self.records.len() - start) / CAPACITY;
+        put_u32(self.records, rec + 40, n32(start));
+        put_u32(self.records, rec + 44, n32(n));
+        let start = self.records.len();
+        let n = if self.inputs.counters {
+            self.counter_sets(c)
+        } else {
+            0
+        };
+        put_u32(self.records, rec + 48, n32(start));
+        put_u32(self.records, rec + 52, n32(n));
+    }
+
+    /// Appends the attributes of a published device the policy reads; `numa` becomes the
+    /// value of its best-ranked NUMA attribute.
+    fn published_attributes(
+        &mut self,
+        d: &'a api::Device,
+        driver: u32,
+        numa: &mut Option<(u8, i64)>,
+    ) {
+        // Without any attribute to send, only the NUMA attributes are looked at.
+        let numa_only = self.inputs.no_attributes() && numa.is_none();
+        for (pos, (k, v)) in d.attributes.iter().enumerate() {
+            if !self.last_bytes.may_matter(k) {
+                continue;
+            }
+            let val = if let Some(i) = v.int {
+                Val::Int(i)
+            } else if numa_only {
+                continue;
+            } else if let Some(b) = v.bool {
+                Val::Bool(b)
+            } else if let Some(s) = &v.string {
+                Val::Str(TAG_STRING, s)
+            } else if let Some(s) = &v.version {
+                Val::Str(TAG_VERSION, s)
+            } else {
+                continue;
+            };
+            let int = v.int;
+            let rank = self.attribute(k, driver, pos, val);
+            if let Some(i) = int
+                && rank != 0
+                && numa.is_none_or(|(r, _)| rank < r)
+            {
+                *numa = Some((rank, i));
+            }
+        }
+    }
+
+    /// Appends the attributes of an inventory device the policy reads.
+    fn inventory_attributes(&mut self, d: &'a kubedev_core::Device, driver: u32) {
+        if self.inputs.no_attributes() {
+            return;
+        }
+        for (pos, (k, v)) in d.attributes.iter().enumerate() {
+            if !self.last_bytes.may_matter(k.as_str()) {
+                continue;
+            }
+            let val = match v {
+                AttributeValue::Int(i) => Val::Int(*i),
+                AttributeValue::Bool(b) => Val::Bool(*b),
+                AttributeValue::String(s) => Val::Str(TAG_STRING, s),
+                AttributeValue::Version(v) => Val::Str(TAG_VERSION, v.as_str()),
+                // A value kind added to core later is not sent.
+                _ => continue,
+            };
+            self.attribute(k.as_str(), driver, pos, val);
+        }
+    }
+
+    /// Appends the capacity records of the capacities the policy reads.
+    fn capacities(&mut self, device: DeviceData<'a>, driver: u32) {
+        match device {
             DeviceData::Published(d) => {
                 for (pos, (k, cap)) in d.capacity.iter().enumerate() {
                     let Some(id) = self.capacity_id(k, driver, pos) else {
@@ -310,14 +342,14 @@ impl<'a> Encoder<'_, 'a> {
                 }
             }
         }
-        let n = (self.records.len() - start) / CAPACITY;
-        put_u32(self.records, rec + 40, n32(start));
-        put_u32(self.records, rec + 44, n32(n));
-        // Counter sets (records side by side), then the counters of each in turn.
+    }
+
+    /// Appends the candidate's counter set records side by side, then the counters of each
+    /// in turn; returns how many sets there are.
+    fn counter_sets(&mut self, c: &Candidate<'a>) -> usize {
         let start = self.records.len();
         let mut pos = 0;
         match c.device {
-            _ if !self.inputs.counters => {}
             DeviceData::Published(d) => {
                 let sets = &d.consumes_counters;
                 self.records.resize(start + sets.len() * COUNTER_SET, 0);
@@ -331,6 +363,7 @@ impl<'a> Encoder<'_, 'a> {
                         pos += 1;
                     }
                 }
+                sets.len()
             }
             DeviceData::Inventory(d) => {
                 let sets = &d.consumes_counters;
@@ -344,15 +377,9 @@ impl<'a> Encoder<'_, 'a> {
                         pos += 1;
                     }
                 }
+                sets.len()
             }
         }
-        let n = match c.device {
-            _ if !self.inputs.counters => 0,
-            DeviceData::Published(d) => d.consumes_counters.len(),
-            DeviceData::Inventory(d) => d.consumes_counters.len(),
-        };
-        put_u32(self.records, rec + 48, n32(start));
-        put_u32(self.records, rec + 52, n32(n));
     }
 }
 
