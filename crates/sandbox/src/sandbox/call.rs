@@ -4,7 +4,7 @@
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-use wasmtime::{Caller, ModuleExport, ResourceLimiter, Store, TypedFunc};
+use wasmtime::{Caller, Memory, ModuleExport, ResourceLimiter, Store, TypedFunc};
 
 use super::{Compiled, LOG_FUEL, MAX_TABLE_ELEMENTS, SandboxInner, TICK, VERSION_CALL_FUEL, chain};
 use crate::abi::{self, EXPORT_ALLOC, EXPORT_INPUTS, EXPORT_MEMORY, EXPORT_VERSION, RawDecision};
@@ -241,10 +241,6 @@ impl SandboxInner {
     ) -> Result<CallOutput, PolicyError> {
         let policy = log.policy.clone();
         let limits = &self.limits;
-        let bad_output = |reason: String| PolicyError::BadOutput {
-            policy: policy.to_string(),
-            reason,
-        };
         let len = match i32::try_from(input.len()) {
             Ok(l) if input.len() <= limits.memory_bytes => l,
             _ => {
@@ -263,66 +259,19 @@ impl SandboxInner {
                 policy: policy.to_string(),
                 message: chain(&e),
             })?;
-        let wasm = |store: &mut Store<Host>, e: wasmtime::Error| {
-            classify(&policy, &e, &self.context(store, fuel))
+        let (decision, memory) = match self.run_select(&mut store, compiled, input, len, candidates)
+        {
+            Ok(answer) => answer,
+            Err(SelectFailure::Wasm(e)) => {
+                return Err(classify(&policy, &e, &self.context(&store, fuel)));
+            }
+            Err(SelectFailure::BadOutput(reason)) => {
+                return Err(PolicyError::BadOutput {
+                    policy: policy.to_string(),
+                    reason,
+                });
+            }
         };
-        let instance = match compiled.pre.instantiate(&mut store) {
-            Ok(i) => i,
-            Err(e) => return Err(wasm(&mut store, e)),
-        };
-        let memory = match instance.get_module_export(&mut store, &compiled.memory) {
-            Some(wasmtime::Extern::Memory(m)) => m,
-            _ => return Err(bad_output(format!("{EXPORT_MEMORY:?} is missing"))),
-        };
-        let alloc: TypedFunc<i32, i32> = match typed(&instance, &mut store, &compiled.alloc) {
-            Ok(f) => f,
-            Err(e) => return Err(wasm(&mut store, e)),
-        };
-        let select: TypedFunc<(i32, i32), i64> =
-            match typed(&instance, &mut store, &compiled.select) {
-                Ok(f) => f,
-                Err(e) => return Err(wasm(&mut store, e)),
-            };
-        let ptr = match alloc.call(&mut store, len) {
-            Ok(p) => p as u32 as usize,
-            Err(e) => return Err(wasm(&mut store, e)),
-        };
-        if ptr == 0 {
-            return Err(bad_output(format!(
-                "{EXPORT_ALLOC}({len}) returned 0 (no memory for the input)"
-            )));
-        }
-        let written = memory
-            .write(&mut store, ptr, &input.records)
-            .and_then(|()| memory.write(&mut store, ptr + input.records.len(), &input.strings));
-        if written.is_err() {
-            return Err(bad_output(format!(
-                "{EXPORT_ALLOC}({len}) returned {ptr}, but {len} bytes from there are outside the memory of {} bytes",
-                memory.data_size(&store)
-            )));
-        }
-        let packed = match select.call(&mut store, (ptr as i32, len)) {
-            Ok(p) => p as u64,
-            Err(e) => return Err(wasm(&mut store, e)),
-        };
-        let (out_ptr, out_len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
-        if out_len > limits.max_output_bytes {
-            return Err(bad_output(format!(
-                "output of {out_len} bytes is over the limit of {} bytes",
-                limits.max_output_bytes
-            )));
-        }
-        let data = memory.data(&store);
-        let Some(bytes) = out_ptr
-            .checked_add(out_len)
-            .and_then(|e| data.get(out_ptr..e))
-        else {
-            return Err(bad_output(format!(
-                "output at {out_ptr} of {out_len} bytes is outside the memory of {} bytes",
-                data.len()
-            )));
-        };
-        let decision = abi::decode_output(bytes, candidates).map_err(bad_output)?;
         let fuel_used = fuel - store.get_fuel().unwrap_or(0);
         let memory_bytes = store.data().peak_memory.max(memory.data_size(&store));
         let log = std::mem::take(&mut store.data_mut().log.lines);
@@ -333,6 +282,132 @@ impl SandboxInner {
             log,
         })
     }
+
+    /// Instantiates the module, writes `input` (`len` bytes) into its memory, calls
+    /// `kubedev_select` and decodes its answer; returns the answer and the instance's memory.
+    fn run_select(
+        &self,
+        store: &mut Store<Host>,
+        compiled: &Compiled,
+        input: &Message,
+        len: i32,
+        candidates: usize,
+    ) -> Result<(RawDecision, Memory), SelectFailure> {
+        let exports = SelectExports::of_new_instance(store, compiled)?;
+        let ptr = exports.write_input(store, input, len)?;
+        let packed = exports
+            .select
+            .call(&mut *store, (ptr as i32, len))
+            .map_err(SelectFailure::Wasm)? as u64;
+        let decision = read_output(
+            store,
+            exports.memory,
+            packed,
+            candidates,
+            self.limits.max_output_bytes,
+        )?;
+        Ok((decision, exports.memory))
+    }
+}
+
+/// Why a select call failed.
+enum SelectFailure {
+    /// A trap or a host fault, classified with the store's state.
+    Wasm(wasmtime::Error),
+    /// An answer that breaks the contract.
+    BadOutput(String),
+}
+
+/// The contract exports of the instance a select call runs on.
+struct SelectExports {
+    memory: Memory,
+    alloc: TypedFunc<i32, i32>,
+    select: TypedFunc<(i32, i32), i64>,
+}
+
+impl SelectExports {
+    /// Instantiates the module and looks up its memory, allocator and select function.
+    fn of_new_instance(
+        store: &mut Store<Host>,
+        compiled: &Compiled,
+    ) -> Result<Self, SelectFailure> {
+        let instance = compiled
+            .pre
+            .instantiate(&mut *store)
+            .map_err(SelectFailure::Wasm)?;
+        let memory = match instance.get_module_export(&mut *store, &compiled.memory) {
+            Some(wasmtime::Extern::Memory(m)) => m,
+            _ => {
+                return Err(SelectFailure::BadOutput(format!(
+                    "{EXPORT_MEMORY:?} is missing"
+                )));
+            }
+        };
+        let alloc = typed(&instance, store, &compiled.alloc).map_err(SelectFailure::Wasm)?;
+        let select = typed(&instance, store, &compiled.select).map_err(SelectFailure::Wasm)?;
+        Ok(SelectExports {
+            memory,
+            alloc,
+            select,
+        })
+    }
+
+    /// Has the module allocate `len` bytes and writes `input` there; returns the address.
+    fn write_input(
+        &self,
+        store: &mut Store<Host>,
+        input: &Message,
+        len: i32,
+    ) -> Result<usize, SelectFailure> {
+        let ptr = self
+            .alloc
+            .call(&mut *store, len)
+            .map_err(SelectFailure::Wasm)? as u32 as usize;
+        if ptr == 0 {
+            return Err(SelectFailure::BadOutput(format!(
+                "{EXPORT_ALLOC}({len}) returned 0 (no memory for the input)"
+            )));
+        }
+        let memory = self.memory;
+        let written = memory
+            .write(&mut *store, ptr, &input.records)
+            .and_then(|()| memory.write(&mut *store, ptr + input.records.len(), &input.strings));
+        if written.is_err() {
+            return Err(SelectFailure::BadOutput(format!(
+                "{EXPORT_ALLOC}({len}) returned {ptr}, but {len} bytes from there are outside the memory of {} bytes",
+                memory.data_size(&*store)
+            )));
+        }
+        Ok(ptr)
+    }
+}
+
+/// Decodes the output `kubedev_select` answered with (its address and length, `packed`),
+/// refused when over `max_output_bytes` or outside the memory.
+fn read_output(
+    store: &Store<Host>,
+    memory: Memory,
+    packed: u64,
+    candidates: usize,
+    max_output_bytes: usize,
+) -> Result<RawDecision, SelectFailure> {
+    let (out_ptr, out_len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+    if out_len > max_output_bytes {
+        return Err(SelectFailure::BadOutput(format!(
+            "output of {out_len} bytes is over the limit of {max_output_bytes} bytes"
+        )));
+    }
+    let data = memory.data(store);
+    let Some(bytes) = out_ptr
+        .checked_add(out_len)
+        .and_then(|e| data.get(out_ptr..e))
+    else {
+        return Err(SelectFailure::BadOutput(format!(
+            "output at {out_ptr} of {out_len} bytes is outside the memory of {} bytes",
+            data.len()
+        )));
+    };
+    abi::decode_output(bytes, candidates).map_err(SelectFailure::BadOutput)
 }
 
 fn typed<P, R>(
