@@ -1,0 +1,223 @@
+//! The allocation results of a finished search: each claim's devices with their requests,
+//! tolerations and consumed capacity, the configuration of their classes and claim, and the
+//! node selector the allocation binds the pod to.
+
+use std::collections::HashSet;
+
+use super::Search;
+use crate::allocator::ClaimPlan;
+use crate::api::{
+    AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
+    DeviceRequestAllocationResult, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+};
+use crate::error::AllocationError;
+
+impl Search<'_, '_, '_> {
+    /// Builds the `status.allocation` of every claim.
+    pub(crate) fn results(
+        &self,
+        node: &Node,
+        classes: &[DeviceClass],
+    ) -> Result<Vec<AllocationResult>, AllocationError> {
+        let mut out = Vec::with_capacity(self.plan.len());
+        for (ci, cp) in self.plan.iter().enumerate() {
+            let mut results = Vec::with_capacity(self.chosen[ci].len());
+            for (k, c) in self.chosen[ci].iter().enumerate() {
+                let sp = &cp.requests[c.req].subs[c.sub];
+                let dev = &self.view.devices[c.dev as usize];
+                let mut consumed_capacity = std::collections::BTreeMap::new();
+                let mut share_id = None;
+                if let Some(consumed) = &c.share {
+                    for (cap, q) in dev.capacity().iter().zip(consumed) {
+                        consumed_capacity.insert(cap.key.to_string(), q.to_string());
+                    }
+                    share_id = Some(share_id_for(cp, &sp.full_name, &dev.id(), k));
+                }
+                results.push(DeviceRequestAllocationResult {
+                    request: sp.full_name.to_string(),
+                    driver: dev.driver().to_string(),
+                    pool: dev.pool_name().to_string(),
+                    device: dev.device.name.clone(),
+                    admin_access: sp.admin.then_some(true),
+                    tolerations: sp.tolerations.to_vec(),
+                    binding_conditions: dev.device.binding_conditions.clone(),
+                    binding_failure_conditions: dev.device.binding_failure_conditions.clone(),
+                    share_id,
+                    consumed_capacity,
+                });
+            }
+            let config = self.configs(ci, classes);
+            let node_selector =
+                self.node_selector(ci, node)
+                    .map_err(|message| AllocationError::NodeSelection {
+                        message: format!(
+                            "create NodeSelector for claim {}: {message}",
+                            cp.claim.metadata.name
+                        ),
+                    })?;
+            out.push(AllocationResult {
+                devices: DeviceAllocationResult { results, config },
+                node_selector,
+            });
+        }
+        Ok(out)
+    }
+
+    fn selected_sub(&self, ci: usize, ri: usize) -> usize {
+        if self.plan[ci].requests[ri].first_available {
+            self.selected[ci][ri]
+        } else {
+            0
+        }
+    }
+
+    fn configs(&self, ci: usize, classes: &[DeviceClass]) -> Vec<DeviceAllocationConfiguration> {
+        let cp = &self.plan[ci];
+        let mut config: Vec<DeviceAllocationConfiguration> = Vec::new();
+        // The configuration entries of each class with configuration: class, their range.
+        let mut by_class: Vec<(usize, (usize, usize))> = Vec::new();
+        for (ri, rp) in cp.requests.iter().enumerate() {
+            let sp = &rp.subs[self.selected_sub(ci, ri)];
+            let class_config = &classes[sp.class].spec.config;
+            if class_config.is_empty() {
+                continue;
+            }
+            if let Some(&(_, (start, end))) = by_class.iter().find(|(c, _)| *c == sp.class) {
+                for c in &mut config[start..end] {
+                    c.requests.push(sp.full_name.to_string());
+                }
+                continue;
+            }
+            let start = config.len();
+            for cc in class_config {
+                config.push(DeviceAllocationConfiguration {
+                    source: "FromClass".into(),
+                    requests: vec![sp.full_name.to_string()],
+                    opaque: cc.opaque.clone(),
+                });
+            }
+            by_class.push((sp.class, (start, config.len())));
+        }
+        for cc in &cp.claim.spec.devices.config {
+            if cc.requests.is_empty() {
+                config.push(DeviceAllocationConfiguration {
+                    source: "FromClaim".into(),
+                    requests: Vec::new(),
+                    opaque: cc.opaque.clone(),
+                });
+                continue;
+            }
+            for (ri, rp) in cp.requests.iter().enumerate() {
+                let name = &cp.claim.spec.devices.requests[ri].name;
+                let applies = cc.requests.contains(name)
+                    || (rp.first_available
+                        && cc
+                            .requests
+                            .iter()
+                            .any(|r| *r == *rp.subs[self.selected_sub(ci, ri)].full_name));
+                if applies {
+                    config.push(DeviceAllocationConfiguration {
+                        source: "FromClaim".into(),
+                        requests: cc.requests.clone(),
+                        opaque: cc.opaque.clone(),
+                    });
+                    break;
+                }
+            }
+        }
+        config
+    }
+
+    fn node_selector(&self, ci: usize, node: &Node) -> Result<Option<NodeSelector>, String> {
+        let mut term = NodeSelectorTerm::default();
+        for c in &self.chosen[ci] {
+            let dev = &self.view.devices[c.dev as usize];
+            let spec = &dev.slice.spec;
+            let (name, selector) = if spec.per_device_node_selection.unwrap_or(false) {
+                (
+                    dev.device.node_name.as_deref(),
+                    dev.device.node_selector.as_ref(),
+                )
+            } else {
+                (spec.node_name.as_deref(), spec.node_selector.as_ref())
+            };
+            if name.is_some_and(|n| !n.is_empty()) || dev.binds_to_node {
+                return Ok(Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Vec::new(),
+                        match_fields: vec![NodeSelectorRequirement {
+                            key: "metadata.name".into(),
+                            operator: "In".into(),
+                            values: vec![node.name.clone()],
+                        }],
+                    }],
+                }));
+            }
+            if let Some(sel) = selector {
+                match sel.node_selector_terms.len() {
+                    0 => {}
+                    1 => {
+                        let t = &sel.node_selector_terms[0];
+                        merge_requirements(&t.match_fields, &mut term.match_fields);
+                        merge_requirements(&t.match_expressions, &mut term.match_expressions);
+                    }
+                    n => {
+                        return Err(format!(
+                            "unsupported ResourceSlice.NodeSelector with {n} terms"
+                        ));
+                    }
+                }
+            }
+        }
+        if term.match_fields.is_empty() && term.match_expressions.is_empty() {
+            Ok(None)
+        } else {
+            Ok(Some(NodeSelector {
+                node_selector_terms: vec![term],
+            }))
+        }
+    }
+}
+
+fn merge_requirements(from: &[NodeSelectorRequirement], to: &mut Vec<NodeSelectorRequirement>) {
+    for r in from {
+        let present = to.iter().any(|e| {
+            e.key == r.key && e.operator == r.operator && {
+                let a: HashSet<&String> = e.values.iter().collect();
+                let b: HashSet<&String> = r.values.iter().collect();
+                a == b
+            }
+        });
+        if !present {
+            to.push(r.clone());
+        }
+    }
+}
+
+/// A share ID for a multi-allocatable device. The scheduler draws a random UUID; kubedev
+/// derives one from the claim, request, device and position, so results are reproducible.
+fn share_id_for(cp: &ClaimPlan<'_>, request: &str, device: &str, position: usize) -> String {
+    // FNV-1a over the identifying text, two lanes for 128 bits.
+    let text = format!(
+        "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
+        cp.claim.metadata.uid, cp.display, request, device, position
+    );
+    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut b: u64 = 0x8422_2325_cbf2_9ce4;
+    for byte in text.bytes() {
+        a = (a ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        b = (b ^ u64::from(byte))
+            .wrapping_mul(0x0000_0100_0000_01b3)
+            .rotate_left(5);
+    }
+    let x = (u128::from(a) << 64) | u128::from(b);
+    let h = format!("{x:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
