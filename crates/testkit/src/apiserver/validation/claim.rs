@@ -149,6 +149,22 @@ fn claim_request_names(object: &Value) -> BTreeSet<String> {
     names
 }
 
+/// A device as a claim's status names it: driver, pool, device and share ID.
+type DeviceKey = (String, String, String, Option<String>);
+
+/// The driver, pool, device and share ID an allocation result or a status device names.
+fn device_key(entry: &Value) -> DeviceKey {
+    (
+        str_at(entry, "driver").unwrap_or("").to_owned(),
+        str_at(entry, "pool").unwrap_or("").to_owned(),
+        str_at(entry, "device").unwrap_or("").to_owned(),
+        str_at(entry, "shareID").map(str::to_owned),
+    )
+}
+
+/// Validates a claim's status (`old`: the stored claim on an update): the allocation, which
+/// cannot change once made, the reservations (only on an allocated claim), and `devices`, whose
+/// entries must name allocated devices, once each.
 pub(super) fn validate_claim_status(
     object: &Value,
     old: Option<&Value>,
@@ -169,58 +185,78 @@ pub(super) fn validate_claim_status(
             "field is immutable",
         ));
     }
+    let allocated = match allocation {
+        Some(allocation) => validate_allocation(object, allocation, old_allocation, &path, errs),
+        None => BTreeSet::new(),
+    };
+    validate_reserved_for(&status, allocation.is_some(), &path, errs);
+    validate_status_devices(&status, &allocated, &path, errs);
+}
+
+/// Validates the results of the claim's `allocation` (checked in full only when it differs
+/// from `old_allocation`); the devices it allocates.
+fn validate_allocation(
+    object: &Value,
+    allocation: &Value,
+    old_allocation: Option<&Value>,
+    path: &Path,
+    errs: &mut Vec<FieldError>,
+) -> BTreeSet<DeviceKey> {
     let mut allocated = BTreeSet::new();
-    if let Some(allocation) = allocation {
-        let results_path = path.child("allocation").child("devices").child("results");
-        let results = allocation
-            .pointer("/devices/results")
-            .and_then(Value::as_array);
-        let results = results.map(Vec::as_slice).unwrap_or(&[]);
-        if results.len() > ALLOCATION_RESULTS_MAX_SIZE {
-            errs.push(FieldError::too_many(
-                results_path.as_str(),
-                results.len(),
-                ALLOCATION_RESULTS_MAX_SIZE,
-            ));
-        }
-        let names = claim_request_names(object);
-        let changed = old_allocation != Some(allocation);
-        for (i, result) in results.iter().enumerate() {
-            let r_path = results_path.index(i);
-            let request = str_at(result, "request").unwrap_or("");
-            if changed && !names.contains(request) {
-                errs.push(FieldError::invalid(
-                    r_path.child("request").as_str(),
-                    &quote(request),
-                    "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'",
-                ));
-            }
-            if changed {
-                check_driver_name(
-                    errs,
-                    str_at(result, "driver").unwrap_or(""),
-                    &r_path.child("driver"),
-                );
-                check_pool_name(
-                    errs,
-                    str_at(result, "pool").unwrap_or(""),
-                    &r_path.child("pool"),
-                );
-                check_dns_label(
-                    errs,
-                    str_at(result, "device").unwrap_or(""),
-                    &r_path.child("device"),
-                );
-            }
-            allocated.insert((
-                str_at(result, "driver").unwrap_or("").to_owned(),
-                str_at(result, "pool").unwrap_or("").to_owned(),
-                str_at(result, "device").unwrap_or("").to_owned(),
-                str_at(result, "shareID").map(str::to_owned),
-            ));
-        }
+    let results_path = path.child("allocation").child("devices").child("results");
+    let results = allocation
+        .pointer("/devices/results")
+        .and_then(Value::as_array);
+    let results = results.map(Vec::as_slice).unwrap_or(&[]);
+    if results.len() > ALLOCATION_RESULTS_MAX_SIZE {
+        errs.push(FieldError::too_many(
+            results_path.as_str(),
+            results.len(),
+            ALLOCATION_RESULTS_MAX_SIZE,
+        ));
     }
-    let reserved = array_at(&status, "reservedFor");
+    let names = claim_request_names(object);
+    let changed = old_allocation != Some(allocation);
+    for (i, result) in results.iter().enumerate() {
+        let r_path = results_path.index(i);
+        let request = str_at(result, "request").unwrap_or("");
+        if changed && !names.contains(request) {
+            errs.push(FieldError::invalid(
+                r_path.child("request").as_str(),
+                &quote(request),
+                "must be the name of a request in the claim or the name of a request and a subrequest separated by '/'",
+            ));
+        }
+        if changed {
+            check_driver_name(
+                errs,
+                str_at(result, "driver").unwrap_or(""),
+                &r_path.child("driver"),
+            );
+            check_pool_name(
+                errs,
+                str_at(result, "pool").unwrap_or(""),
+                &r_path.child("pool"),
+            );
+            check_dns_label(
+                errs,
+                str_at(result, "device").unwrap_or(""),
+                &r_path.child("device"),
+            );
+        }
+        allocated.insert(device_key(result));
+    }
+    allocated
+}
+
+/// Validates `status.reservedFor`: bounded, and only on an allocated claim.
+fn validate_reserved_for(
+    status: &Value,
+    is_allocated: bool,
+    path: &Path,
+    errs: &mut Vec<FieldError>,
+) {
+    let reserved = array_at(status, "reservedFor");
     if reserved.len() > RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE {
         errs.push(FieldError::too_many(
             path.child("reservedFor").as_str(),
@@ -228,22 +264,26 @@ pub(super) fn validate_claim_status(
             RESOURCE_CLAIM_RESERVED_FOR_MAX_SIZE,
         ));
     }
-    if !reserved.is_empty() && allocation.is_none() {
+    if !reserved.is_empty() && !is_allocated {
         errs.push(FieldError::forbidden(
             path.child("reservedFor").as_str(),
             "may not be specified when `allocated` is not set",
         ));
     }
+}
+
+/// Validates `status.devices`: each names a device of `allocated`, once.
+fn validate_status_devices(
+    status: &Value,
+    allocated: &BTreeSet<DeviceKey>,
+    path: &Path,
+    errs: &mut Vec<FieldError>,
+) {
     let devices_path = path.child("devices");
     let mut seen = BTreeSet::new();
-    for (i, device) in array_at(&status, "devices").iter().enumerate() {
+    for (i, device) in array_at(status, "devices").iter().enumerate() {
         let d_path = devices_path.index(i);
-        let key = (
-            str_at(device, "driver").unwrap_or("").to_owned(),
-            str_at(device, "pool").unwrap_or("").to_owned(),
-            str_at(device, "device").unwrap_or("").to_owned(),
-            str_at(device, "shareID").map(str::to_owned),
-        );
+        let key = device_key(device);
         if !allocated.contains(&key) {
             errs.push(FieldError::invalid(
                 d_path.as_str(),
