@@ -14,12 +14,12 @@ use crate::checkpoint::CheckpointStore;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use kubedev_core::{
-    AllocatedDevice, Consumer, ContainerEdits, DeviceFilter, DeviceRef, Health, Inventory,
-    PoolName, PrepareError, Publisher, SourceEvent,
+    AllocatedDevice, Consumer, ContainerEdits, DeviceRef, Health, Inventory, Pool, PoolName,
+    PrepareError, Publisher, SourceEvent,
 };
 use kubedev_kubelet_grpc::device_plugin::{
     Allocation, DevicePlugin, DevicePluginConfig, DevicePluginHandle, DevicePluginHandler,
-    DevicePluginPublisher, PluginDevice, PreferenceRequest, ResourceDevices,
+    DevicePluginPublisher, PluginDevice, PreferenceRequest, ResourceDevices, Selection,
 };
 use kubedev_kubelet_grpc::dra::{DeviceHealthReport, DraPlugin, DraPluginConfig, DraPluginHandle};
 use tokio::sync::{mpsc, watch};
@@ -226,13 +226,13 @@ pub async fn run(
     }
     let resources = config.resources(config_path)?;
     let inventory = backends.discover_all().await;
-    let shared_inventory = Arc::new(parking_lot::RwLock::new(inventory.clone()));
     tracing::info!(
         backends = backends.list().len(),
         pools = inventory.pools.len(),
         devices = inventory.devices().count(),
         "discovered"
     );
+    let shared_inventory = Arc::new(parking_lot::RwLock::new(inventory));
 
     let sh = Shared {
         backends: &backends,
@@ -253,7 +253,8 @@ pub async fn run(
                 .await?;
             specs.push((r, raw.clone(), policy));
         }
-        dps.start(specs, &config.device_plugin, &inventory, &sh)
+        let snapshot = shared_inventory.read().clone();
+        dps.start(specs, &config.device_plugin, &snapshot, &sh)
             .await?;
     }
 
@@ -271,7 +272,8 @@ pub async fn run(
     let mut running = Running {
         config,
         path: config_path.to_path_buf(),
-        inventory,
+        inventory: shared_inventory.clone(),
+        selection: None,
         dps,
         dra,
         clock: HealthClock::default(),
@@ -325,7 +327,9 @@ pub async fn run(
                     }
                     Watched::Event(SourceEvent::Health { device, health }) => {
                         let (state, reason) = (health.state, health.reason.clone());
-                        let changed = running.inventory.set_health(&device, health);
+                        // Changed in place: the device-plugin selection stays right (selectors
+                        // do not see health), and nothing is copied until the DRA view.
+                        let changed = running.inventory.write().set_health(&device, health);
                         if changed {
                             tracing::info!(%device, %state, reason = reason.as_deref().unwrap_or(""), "health changed");
                         }
@@ -333,14 +337,12 @@ pub async fn run(
                     }
                     Watched::Event(SourceEvent::Rediscover) => {
                         rediscovered = true;
-                        let changed = backends.rediscover(slot, &mut running.inventory).await;
+                        let changed = running.rediscover(&backends, slot).await;
                         running.clock.clear_stale(slot) || changed
                     }
                     _ => false,
                 };
                 if changed {
-                    *shared_inventory.write() =
-                        running.inventory.clone();
                     running.publish(&obs).await;
                 }
                 if let Some(dra) = running.dra.as_ref().filter(|_| rediscovered) {
@@ -378,7 +380,12 @@ pub async fn run(
 struct Running {
     config: Config,
     path: PathBuf,
-    inventory: Inventory,
+    /// The inventory, shared with the kubelet servers' handlers. Only this loop writes it, and
+    /// a health change is made in place.
+    inventory: Arc<parking_lot::RwLock<Inventory>>,
+    /// Which devices the device-plugin resources take of the inventory, kept while only health
+    /// changes; `None` after anything else changed, until the next publish.
+    selection: Option<Selection>,
     dps: DevicePlugins,
     dra: Option<Dra>,
     clock: HealthClock,
@@ -387,17 +394,51 @@ struct Running {
 }
 
 impl Running {
+    /// Publishes the inventory to both APIs. The device-plugin selectors are evaluated once,
+    /// and not at all when only health changed since the last publish; the DRA view is the one
+    /// copy of the inventory made.
     async fn publish(&mut self, obs: &Observe) {
         let dp = (!self.dps.servers.is_empty()).then_some(&self.dps.publisher);
+        let (dp_published, view) = {
+            let inventory = self.inventory.read();
+            let dp_published = dp.map(|p| {
+                let selection = self
+                    .selection
+                    .take()
+                    .unwrap_or_else(|| p.select(&inventory));
+                let published = p.publish_selected(&inventory, &selection);
+                self.selection = Some(selection);
+                published
+            });
+            let view = self.dra.as_ref().map(|_| {
+                Arc::new(dra_view(
+                    &inventory,
+                    self.selection.as_ref().filter(|_| dp.is_some()),
+                ))
+            });
+            (dp_published, view)
+        };
         publish_all(
+            dp_published,
             dp,
             self.dra.as_ref(),
-            &self.dps.ownership(),
+            view,
             &mut self.clock,
-            &self.inventory,
             obs,
         )
         .await;
+    }
+
+    /// Discovers slot `slot` again into the inventory; false when discovery failed and nothing
+    /// changed.
+    async fn rediscover(&mut self, backends: &Backends, slot: usize) -> bool {
+        let mut inventory = self.inventory.read().clone();
+        let changed = backends.rediscover(slot, &mut inventory).await;
+        if changed {
+            *self.inventory.write() = inventory;
+            self.selection = None;
+        }
+        changed
     }
 
     /// Applies a new configuration: backends whose section changed are rebuilt (the others keep
@@ -486,7 +527,7 @@ impl Running {
             }
             let present = backend.is_some();
             sh.backends.set(slot, backend.clone());
-            sh.backends.rediscover(slot, &mut self.inventory).await;
+            self.rediscover(sh.backends, slot).await;
             self.clock.clear_stale(slot);
             if let Some(b) = &backend {
                 let stop = sh.cancel.child_token();
@@ -498,7 +539,6 @@ impl Running {
                 if present { "(re)started" } else { "stopped" }
             ));
         }
-        *sh.inventory.write() = self.inventory.clone();
         if let Some(dra) = self.dra.as_ref().filter(|_| !summary.is_empty()) {
             // Rebuilt backends may give prepared claims other edits or other device data.
             let driver = dra.prepared.clone();
@@ -513,9 +553,12 @@ impl Running {
             }
         }
         let started: Vec<String> = to_start.iter().map(|(r, ..)| r.name.to_string()).collect();
+        // Resources started or stopped: the selection is made again at the next publish.
+        self.selection = None;
         if !to_start.is_empty() {
+            let snapshot = self.inventory.read().clone();
             self.dps
-                .start(to_start, &new.device_plugin, &self.inventory, sh)
+                .start(to_start, &new.device_plugin, &snapshot, sh)
                 .await?;
             summary.extend(started.iter().map(|n| format!("resource {n} started")));
         }

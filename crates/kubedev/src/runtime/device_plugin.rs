@@ -172,7 +172,6 @@ pub(super) struct DpServer {
     pub(super) name: kubedev_core::ExtendedResourceName,
     /// Its configuration as written, to tell what a reload changes.
     pub(super) config: crate::config::ResourceConfig,
-    pub(super) filter: crate::selector::ResourceFilter,
     pub(super) handle: DevicePluginHandle,
 }
 
@@ -193,13 +192,6 @@ pub(super) struct Shared<'a> {
 }
 
 impl DevicePlugins {
-    /// The filters of the running resources: what DRA must not publish.
-    pub(super) fn ownership(&self) -> Ownership {
-        Ownership {
-            device_plugin: self.servers.values().map(|s| s.filter.clone()).collect(),
-        }
-    }
-
     /// Adds `specs` to the publisher, publishes `inventory` to every resource (so each server's
     /// first snapshot is complete, and a selector that makes device IDs clash is refused), then
     /// starts their servers. On an error the new resources are taken out again.
@@ -290,7 +282,6 @@ impl DevicePlugins {
                 DpServer {
                     name: r.name.clone(),
                     config: raw,
-                    filter: r.filter,
                     handle,
                 },
             );

@@ -66,74 +66,55 @@ impl HealthClock {
     }
 }
 
-/// Who serves which device: device-plugin resources take the devices their selectors match, DRA
-/// publishes only the rest, so the scheduler never hands one device to a device-plugin pod and a
-/// DRA claim.
-#[derive(Debug, Default)]
-pub(super) struct Ownership {
-    pub(super) device_plugin: Vec<crate::selector::ResourceFilter>,
+/// The inventory DRA publishes: every device no device-plugin resource takes (by `selection`,
+/// made for this inventory), so the scheduler never hands one device to a device-plugin pod and
+/// a DRA claim. Without a selection, all of it.
+pub(super) fn dra_view(inventory: &Inventory, selection: Option<&Selection>) -> Inventory {
+    let Some(selection) = selection.filter(|s| !s.is_empty()) else {
+        return inventory.clone();
+    };
+    let taken = selection.taken_by_any();
+    let pools = inventory
+        .pools
+        .iter()
+        .zip(taken)
+        .map(|(pool, taken)| {
+            let mut kept = Pool::new(pool.name.clone(), Vec::new());
+            kept.shared_counters = pool.shared_counters.clone();
+            kept.devices = pool
+                .devices
+                .iter()
+                .zip(taken)
+                .filter(|(_, taken)| !taken)
+                .map(|(d, _)| d.clone())
+                .collect();
+            kept
+        })
+        .collect();
+    Inventory::new(pools)
 }
 
-impl Ownership {
-    /// The inventory DRA publishes: every device no device-plugin resource takes.
-    pub(super) fn dra_view(&self, inventory: &Inventory) -> Inventory {
-        if self.device_plugin.is_empty() {
-            return inventory.clone();
-        }
-        let mut view = inventory.clone();
-        for pool in &mut view.pools {
-            let snapshot = pool.clone();
-            pool.devices.retain(|d| {
-                !self
-                    .device_plugin
-                    .iter()
-                    .any(|f| f.matches(&snapshot, d).unwrap_or(false))
-            });
-        }
-        view
-    }
-}
-
-/// Publishes the full inventory to the device-plugin publisher, and the DRA view to the slices
-/// and the DRA health stream; counts devices by API, resource, pool and health.
+/// Counts what the device-plugin publisher published (`dp`, with the result of its publish),
+/// publishes the DRA `view` to the slices and the DRA health stream, and counts devices by
+/// API, resource, pool and health.
 pub(super) async fn publish_all(
+    dp_published: Option<Result<(), kubedev_core::PublishError>>,
     dp: Option<&DevicePluginPublisher>,
     dra: Option<&Dra>,
-    ownership: &Ownership,
+    view: Option<Arc<Inventory>>,
     clock: &mut HealthClock,
-    inventory: &Inventory,
     obs: &Observe,
 ) {
     obs.metrics.devices.clear();
-    if let Some(p) = dp {
-        if let Err(e) = p.publish(inventory).await {
-            tracing::error!(error = %kubedev_core::echo::Chain(&e), "device-plugin publishing failed");
-        }
-        for r in p.resources() {
-            let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
-            for d in r.subscribe().borrow().iter() {
-                let pool = d.device.pool.to_string();
-                *counts
-                    .entry((pool, d.health.state.to_string()))
-                    .or_default() += 1;
-            }
-            for ((pool, health), n) in counts {
-                obs.metrics
-                    .devices
-                    .get_or_create(&crate::metrics::DeviceLabels {
-                        api: "device-plugin".into(),
-                        resource: r.name().to_string(),
-                        pool,
-                        health,
-                    })
-                    .set(n);
-            }
-        }
+    if let Some(Err(e)) = &dp_published {
+        tracing::error!(error = %kubedev_core::echo::Chain(e), "device-plugin publishing failed");
     }
-    let Some(dra) = dra else {
+    if let Some(p) = dp {
+        count_device_plugin_devices(p, obs);
+    }
+    let (Some(dra), Some(view)) = (dra, view) else {
         return;
     };
-    let view = ownership.dra_view(inventory);
     for pool in &view.pools {
         let mut counts: std::collections::BTreeMap<String, i64> = Default::default();
         for d in &pool.devices {
@@ -151,7 +132,8 @@ pub(super) async fn publish_all(
                 .set(n);
         }
     }
-    let published = dra.slices.publish(&view).await;
+    let reports = clock.reports(&view);
+    let published = dra.slices.publish_shared(view).await;
     obs.metrics
         .slice_publishes
         .get_or_create(&crate::metrics::ResultLabels {
@@ -162,7 +144,31 @@ pub(super) async fn publish_all(
     if let Err(e) = published {
         tracing::error!(error = %kubedev_core::echo::Chain(&e), "ResourceSlice publishing failed");
     }
-    dra.health.send_replace(clock.reports(&view));
+    dra.health.send_replace(reports);
+}
+
+/// Counts each device-plugin resource's devices by pool and health into the devices metric.
+fn count_device_plugin_devices(p: &DevicePluginPublisher, obs: &Observe) {
+    for r in p.resources() {
+        let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
+        for d in r.subscribe().borrow().iter() {
+            let pool = d.device.pool.to_string();
+            *counts
+                .entry((pool, d.health.state.to_string()))
+                .or_default() += 1;
+        }
+        for ((pool, health), n) in counts {
+            obs.metrics
+                .devices
+                .get_or_create(&crate::metrics::DeviceLabels {
+                    api: "device-plugin".into(),
+                    resource: r.name().to_string(),
+                    pool,
+                    health,
+                })
+                .set(n);
+        }
+    }
 }
 
 /// Counts the kubelet's accepted registrations of one server into the registrations metric.

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use preferred::{PreferenceRequest, check_preference, default_preference};
-pub use publisher::{DevicePluginPublisher, ResourceDevices};
+pub use publisher::{DevicePluginPublisher, ResourceDevices, Selection};
 
 use crate::Error;
 use crate::uds::fit_socket_path;

@@ -91,27 +91,82 @@ impl DevicePluginPublisher {
         &self.resources
     }
 
+    /// Which devices of `inventory` each resource takes: every resource's selector evaluated
+    /// once per device. A selector that fails on a device leaves that device out of the
+    /// resource; each such failure is logged once, until the selector works on it again.
+    pub fn select(&self, inventory: &Inventory) -> Selection {
+        let shape = inventory
+            .pools
+            .iter()
+            .map(|p| (p.name.clone(), p.devices.len()))
+            .collect();
+        let mut taken = Vec::with_capacity(self.resources.len());
+        for r in &self.resources {
+            let mut failing = r.failing.lock();
+            let mut now_failing = std::collections::BTreeSet::new();
+            let mut mine = Vec::new();
+            for (p, pool) in inventory.pools.iter().enumerate() {
+                for (d, dev) in pool.devices.iter().enumerate() {
+                    match r.filter.matches(pool, dev) {
+                        Ok(true) => mine.push((p, d)),
+                        Ok(false) => {}
+                        Err(e) => {
+                            let key = format!("{}/{}", pool.name, dev.name);
+                            if !failing.contains(&key) {
+                                tracing::warn!(resource = %r.name, error = %kubedev_core::echo::Chain(&e), "selector failed; device left out");
+                            }
+                            now_failing.insert(key);
+                        }
+                    }
+                }
+            }
+            *failing = now_failing;
+            taken.push((r.name.clone(), mine));
+        }
+        Selection { shape, taken }
+    }
+
+    /// Publishes `inventory` to every resource as `selection` (made by [`Self::select`]) says.
+    /// A selection made for an inventory of another shape (pools or devices added, removed or
+    /// reordered) or for other resources is made again.
+    pub fn publish_selected(
+        &self,
+        inventory: &Inventory,
+        selection: &Selection,
+    ) -> Result<(), PublishError> {
+        if !selection.fits(inventory, &self.resources) {
+            return self.publish_selected(inventory, &self.select(inventory));
+        }
+        // Compute everything first so one bad resource does not leave others half-updated.
+        let mut updates = Vec::with_capacity(self.resources.len());
+        for (r, (_, taken)) in self.resources.iter().zip(&selection.taken) {
+            updates.push(Self::devices_of(r, inventory, taken)?);
+        }
+        for (r, list) in self.resources.iter().zip(updates) {
+            r.tx.send_if_modified(|cur| {
+                if *cur == list {
+                    false
+                } else {
+                    *cur = list;
+                    true
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// The device list of `r`: the devices at `taken` (pool index, device index) of
+    /// `inventory`, each once per replica.
     fn devices_of(
         r: &ResourceDevices,
         inventory: &Inventory,
+        taken: &[(usize, usize)],
     ) -> Result<Vec<PluginDevice>, PublishError> {
-        let mut list = Vec::new();
+        let mut list = Vec::with_capacity(taken.len() * r.replicas as usize);
         let mut refs: BTreeMap<String, DeviceRef> = BTreeMap::new();
-        let mut failing = r.failing.lock();
-        let mut now_failing = std::collections::BTreeSet::new();
-        for (pool, dev) in inventory.devices() {
-            match r.filter.matches(pool, dev) {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => {
-                    let key = format!("{}/{}", pool.name, dev.name);
-                    if !failing.contains(&key) {
-                        tracing::warn!(resource = %r.name, error = %kubedev_core::echo::Chain(&e), "selector failed; device left out");
-                    }
-                    now_failing.insert(key);
-                    continue;
-                }
-            }
+        for &(p, d) in taken {
+            let pool = &inventory.pools[p];
+            let dev = &pool.devices[d];
             let here = DeviceRef {
                 pool: pool.name.clone(),
                 device: dev.name.clone(),
@@ -139,30 +194,63 @@ impl DevicePluginPublisher {
                 );
             }
         }
-        *failing = now_failing;
         Ok(list)
+    }
+}
+
+/// Which devices of one inventory each device-plugin resource takes, from
+/// [`DevicePluginPublisher::select`]. Selectors see a device's attributes and capacity, never
+/// its health, so a selection stays right while only health changes: publishing it again
+/// evaluates no selector.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// The inventory it was made for: each pool's name and device count.
+    shape: Vec<(kubedev_core::PoolName, usize)>,
+    /// Each resource, in the publisher's order, with the (pool index, device index) of the
+    /// devices it takes.
+    taken: Vec<(ExtendedResourceName, Vec<(usize, usize)>)>,
+}
+
+impl Selection {
+    /// Whether this selection was made for an inventory of `inventory`'s shape and for
+    /// `resources`.
+    fn fits(&self, inventory: &Inventory, resources: &[Arc<ResourceDevices>]) -> bool {
+        self.shape.len() == inventory.pools.len()
+            && self
+                .shape
+                .iter()
+                .zip(&inventory.pools)
+                .all(|((name, n), p)| *name == p.name && *n == p.devices.len())
+            && self.taken.len() == resources.len()
+            && self
+                .taken
+                .iter()
+                .zip(resources)
+                .all(|((name, _), r)| *name == r.name)
+    }
+
+    /// For each pool of the inventory it was made for, whether any resource takes each device
+    /// (by index).
+    pub fn taken_by_any(&self) -> Vec<Vec<bool>> {
+        let mut out: Vec<Vec<bool>> = self.shape.iter().map(|(_, n)| vec![false; *n]).collect();
+        for (_, taken) in &self.taken {
+            for &(p, d) in taken {
+                out[p][d] = true;
+            }
+        }
+        out
+    }
+
+    /// Whether any resource takes a device.
+    pub fn is_empty(&self) -> bool {
+        self.taken.iter().all(|(_, t)| t.is_empty())
     }
 }
 
 #[async_trait]
 impl Publisher for DevicePluginPublisher {
     async fn publish(&self, inventory: &Inventory) -> Result<(), PublishError> {
-        // Compute everything first so one bad resource does not leave others half-updated.
-        let mut updates = Vec::with_capacity(self.resources.len());
-        for r in &self.resources {
-            updates.push(Self::devices_of(r, inventory)?);
-        }
-        for (r, list) in self.resources.iter().zip(updates) {
-            r.tx.send_if_modified(|cur| {
-                if *cur == list {
-                    false
-                } else {
-                    *cur = list;
-                    true
-                }
-            });
-        }
-        Ok(())
+        self.publish_selected(inventory, &self.select(inventory))
     }
 }
 
@@ -270,5 +358,66 @@ mod tests {
         let err = p.publish(&inv).await.unwrap_err();
         assert!(err.to_string().contains("node/a0"), "{err}");
         assert!(err.to_string().contains("other/a0"), "{err}");
+    }
+
+    /// A filter that counts how often it is asked.
+    #[derive(Debug, Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl DeviceFilter for Counting {
+        fn matches(
+            &self,
+            _pool: &kubedev_core::Pool,
+            device: &kubedev_core::Device,
+        ) -> Result<bool, kubedev_core::ModelError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(device.name.as_str().starts_with('a'))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kept_selection_publishes_health_without_asking_the_selectors_again() {
+        let counting = Arc::new(Counting::default());
+        #[derive(Debug)]
+        struct Shared(Arc<Counting>);
+        impl DeviceFilter for Shared {
+            fn matches(
+                &self,
+                pool: &kubedev_core::Pool,
+                device: &kubedev_core::Device,
+            ) -> Result<bool, kubedev_core::ModelError> {
+                self.0.matches(pool, device)
+            }
+        }
+        let mut p = DevicePluginPublisher::new();
+        let r = p.add_resource(
+            ExtendedResourceName::new("example.com/a").unwrap(),
+            Box::new(Shared(counting.clone())),
+        );
+        let asked = || counting.0.load(std::sync::atomic::Ordering::Relaxed);
+        let healthy = inventory(Health::healthy());
+        let selection = p.select(&healthy);
+        assert_eq!(asked(), 3, "one question per device");
+        assert_eq!(selection.taken_by_any(), [vec![true, false, true]]);
+        p.publish_selected(&healthy, &selection).unwrap();
+        p.publish_selected(&inventory(Health::unhealthy("gone")), &selection)
+            .unwrap();
+        assert_eq!(asked(), 3, "health changes ask no selector");
+        assert!(!r.subscribe().borrow()[0].health.is_healthy());
+
+        // A selection made for another inventory is made again.
+        let mut grown = inventory(Health::healthy());
+        grown.pools[0]
+            .devices
+            .push(kubedev_core::Device::new(DeviceName::new("a2").unwrap()));
+        p.publish_selected(&grown, &selection).unwrap();
+        assert_eq!(asked(), 7);
+        let ids: Vec<_> = r
+            .subscribe()
+            .borrow()
+            .iter()
+            .map(|d| d.id.clone())
+            .collect();
+        assert_eq!(ids, ["a0", "a1", "a2"]);
     }
 }
