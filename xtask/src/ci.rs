@@ -1,20 +1,20 @@
 //! `cargo xtask ci`: everything CI checks, in the order that fails fastest.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 
 /// Cargo's target directory for the workspace at `root` (`CARGO_TARGET_DIR` when set).
-pub(crate) fn target_dir(root: &Path) -> std::path::PathBuf {
+pub(crate) fn target_dir(root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
+        .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"))
 }
 
 /// Builds the debug daemon and the NVML stand-in it loads in scenarios; returns the daemon.
-pub(crate) fn build_daemon(root: &Path) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn build_daemon(root: &Path) -> anyhow::Result<PathBuf> {
     run(
         root,
         "cargo",
@@ -30,7 +30,6 @@ pub(crate) fn build_daemon(root: &Path) -> anyhow::Result<std::path::PathBuf> {
     Ok(bin)
 }
 
-/// Runs one command in `root`, echoing it; fails when it fails.
 /// A project with its own workspace inside this repository: `cargo fmt --check`, then
 /// `cargo <command> --locked` (the command's own arguments after a `--` stay last), built into
 /// `target`.
@@ -56,6 +55,7 @@ fn own_workspace(
     )
 }
 
+/// Runs one command in `root`, echoing it; fails when it fails.
 pub(crate) fn run(root: &Path, program: &str, args: &[&str]) -> anyhow::Result<()> {
     run_with_env(root, program, args, &[])
 }
@@ -166,27 +166,55 @@ fn has_nextest(root: &Path) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// fmt check, codegen check, clippy with warnings denied, then every test.
-pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
-    let started = Instant::now();
-    let target = target_dir(root);
-    let step = |name: &str| {
-        let free = free_bytes(&target).map_or_else(String::new, |b| {
+/// Prints each step's heading: its name, the time since CI started and the free space on the
+/// target directory's disk.
+struct Steps {
+    started: Instant,
+    target: PathBuf,
+}
+
+impl Steps {
+    fn new(root: &Path) -> Steps {
+        Steps {
+            started: Instant::now(),
+            target: target_dir(root),
+        }
+    }
+
+    /// Announces the step `name`.
+    fn step(&self, name: &str) {
+        let free = free_bytes(&self.target).map_or_else(String::new, |b| {
             format!(", {:.1} GiB free", b as f64 / f64::from(1u32 << 30))
         });
-        eprintln!("\n==> {name} ({:.0?} so far{free})", started.elapsed());
-    };
+        eprintln!("\n==> {name} ({:.0?} so far{free})", self.started.elapsed());
+    }
+}
 
-    step("rustfmt");
+/// fmt check, codegen check, clippy with warnings denied, then every test.
+pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
+    let steps = Steps::new(root);
+    static_checks(root, &steps)?;
+    reduced_feature_builds(root, &steps)?;
+    tests(root, &steps)?;
+    system_tests(root, &steps)?;
+    own_workspaces(root, &steps)?;
+    deployment_and_fuzzing(root, &steps)?;
+    eprintln!("\nci passed in {:.0?}", steps.started.elapsed());
+    Ok(())
+}
+
+/// rustfmt, the generated gRPC code, the selection policies, packaging and clippy.
+fn static_checks(root: &Path, steps: &Steps) -> anyhow::Result<()> {
+    steps.step("rustfmt");
     run(root, "cargo", &["fmt", "--all", "--check"])?;
 
-    step("generated gRPC code is up to date");
+    steps.step("generated gRPC code is up to date");
     crate::codegen::run(root, true)?;
 
-    step("selection policies (plugins/, wasm32)");
+    steps.step("selection policies (plugins/, wasm32)");
     crate::plugins::build_plugins(root)?;
 
-    step("every library crate packages (cargo package)");
+    steps.step("every library crate packages (cargo package)");
     // `--no-verify`: verifying builds every crate and all of its dependencies (kube, tonic,
     // wasmtime) a second time, in a target directory of its own with the default profile, and
     // no library crate reads a file outside its package at build time. Verified by hand, the
@@ -208,7 +236,7 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         ],
     )?;
 
-    step("clippy");
+    steps.step("clippy");
     run(
         root,
         "cargo",
@@ -220,9 +248,12 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
             "-D",
             "warnings",
         ],
-    )?;
+    )
+}
 
-    step("the daemon built with some backends left out (cargo features)");
+/// The daemon built with some backends left out, and its configuration test without them.
+fn reduced_feature_builds(root: &Path, steps: &Steps) -> anyhow::Result<()> {
+    steps.step("the daemon built with some backends left out (cargo features)");
     run(
         root,
         "cargo",
@@ -259,35 +290,48 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
             "--lib",
             "config",
         ],
-    )?;
+    )
+}
 
-    step("the NVML stand-in library the NVIDIA tests load");
+/// The NVML stand-in, then every test of the workspace (nextest when installed, then the doc
+/// tests; else cargo test).
+fn tests(root: &Path, steps: &Steps) -> anyhow::Result<()> {
+    steps.step("the NVML stand-in library the NVIDIA tests load");
     run(root, "cargo", &["build", "-p", "kubedev-nvml-mock"])?;
 
-    step("tests");
+    steps.step("tests");
     if has_nextest(root) {
         run(
             root,
             "cargo",
             &["nextest", "run", "--workspace", "--no-fail-fast"],
         )?;
-        step("doc tests");
-        run(root, "cargo", &["test", "--workspace", "--doc"])?;
+        steps.step("doc tests");
+        run(root, "cargo", &["test", "--workspace", "--doc"])
     } else {
         eprintln!("cargo-nextest not found; using cargo test");
-        run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])?;
+        run(root, "cargo", &["test", "--workspace", "--no-fail-fast"])
     }
+}
 
-    step("CDI specs applied by a real container runtime: podman and runc (cargo xtask containers)");
+/// The daemon against real outside programs: a container runtime, other gRPC implementations,
+/// and the end-to-end scenarios.
+fn system_tests(root: &Path, steps: &Steps) -> anyhow::Result<()> {
+    steps.step(
+        "CDI specs applied by a real container runtime: podman and runc (cargo xtask containers)",
+    );
     crate::containers::containers(root)?;
 
-    step("kubelet sockets against Python grpcio and Debian grpc-go (cargo xtask interop)");
+    steps.step("kubelet sockets against Python grpcio and Debian grpc-go (cargo xtask interop)");
     crate::interop::interop(root)?;
 
-    step("end-to-end scenarios per backend and mode (cargo xtask e2e)");
-    crate::e2e::e2e(root)?;
+    steps.step("end-to-end scenarios per backend and mode (cargo xtask e2e)");
+    crate::e2e::e2e(root)
+}
 
-    step("the out-of-tree driver of docs/writing-a-backend.md (examples/vendor-driver)");
+/// The projects with workspaces of their own: the out-of-tree driver and the GPU check's tools.
+fn own_workspaces(root: &Path, steps: &Steps) -> anyhow::Result<()> {
+    steps.step("the out-of-tree driver of docs/writing-a-backend.md (examples/vendor-driver)");
     // Its own workspace: checked and tested on its own, built into this workspace's target
     // directory so nothing is built twice. Its tests also hold the guide to its files.
     own_workspace(
@@ -297,7 +341,7 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
         &target_dir(root),
     )?;
 
-    step("the GPU check's tools (tools/gpu-check, tools/cdi-chroot) build and are clean");
+    steps.step("the GPU check's tools (tools/gpu-check, tools/cdi-chroot) build and are clean");
     // Its own workspace, run on GPU machines only; checked here so it never rots.
     own_workspace(
         root,
@@ -318,11 +362,17 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
     for script in ["tools/gpu-check/run.sh", "tools/gpu-check/prepare.sh"] {
         run(root, "bash", &["-n", script])?;
     }
+    Ok(())
+}
 
-    step("deployment: the Helm chart renders, every object parses as its type; the image matches");
+/// `cargo xtask deploy-check`, then every fuzz target briefly.
+fn deployment_and_fuzzing(root: &Path, steps: &Steps) -> anyhow::Result<()> {
+    steps.step(
+        "deployment: the Helm chart renders, every object parses as its type; the image matches",
+    );
     run(root, "cargo", &["xtask", "deploy-check"])?;
 
-    step("fuzz targets, briefly");
+    steps.step("fuzz targets, briefly");
     crate::fuzz::fuzz(
         root,
         &crate::fuzz::Args {
@@ -331,8 +381,5 @@ pub(crate) fn ci(root: &Path) -> anyhow::Result<()> {
             jobs: 2,
             only: Vec::new(),
         },
-    )?;
-
-    eprintln!("\nci passed in {:.0?}", started.elapsed());
-    Ok(())
+    )
 }
