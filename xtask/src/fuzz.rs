@@ -147,102 +147,173 @@ fn executions(log: &str) -> Option<u64> {
 pub(crate) fn fuzz(root: &Path, args: &Args) -> anyhow::Result<()> {
     ensure_cargo_fuzz(root)?;
     let dir = root.join("fuzz");
-    let mut all = targets(&dir)?;
-    if !args.only.is_empty() {
-        for t in &args.only {
-            if !all.contains(t) {
-                bail!("no fuzz target {t}; the targets are {}", all.join(", "));
-            }
-        }
-        all.retain(|t| args.only.contains(t));
-    }
+    let selected = selected_targets(&dir, &args.only)?;
     crate::ci::run(&dir, "cargo", &["fuzz", "build", "-s", "none"])?;
     let bin_dir = dir.join("target").join(host_triple()?).join("release");
     let logs = dir.join("target").join("fuzz-logs");
     std::fs::create_dir_all(&logs)?;
+    let runner = Runner {
+        root,
+        dir,
+        bin_dir,
+        logs,
+        args,
+    };
+    let mut outcomes = runner.run_all(selected)?;
+    outcomes.sort_by(|a, b| a.target.cmp(&b.target));
+    print_table(&outcomes);
+    let failed: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| !o.passed)
+        .map(|o| o.target.as_str())
+        .collect();
+    if !failed.is_empty() {
+        bail!(
+            "fuzz targets failed: {} (crash inputs under fuzz/artifacts/<target>/)",
+            failed.join(", ")
+        );
+    }
+    Ok(())
+}
 
-    let mut pending: Vec<String> = all.into_iter().rev().collect();
-    let mut running: Vec<(String, std::process::Child, PathBuf, Instant)> = Vec::new();
-    let mut outcomes = Vec::new();
-    while !pending.is_empty() || !running.is_empty() {
-        while running.len() < args.jobs.max(1)
-            && let Some(target) = pending.pop()
-        {
-            let corpus = dir.join("corpus").join(&target);
-            std::fs::create_dir_all(&corpus)?;
-            for (name, bytes) in fixture_seeds(root, &target)? {
-                let path = corpus.join(name);
-                if !path.exists() {
-                    std::fs::write(path, bytes)?;
-                }
-            }
-            let artifacts = dir.join("artifacts").join(&target);
-            std::fs::create_dir_all(&artifacts)?;
-            let log = logs.join(format!("{target}.log"));
-            let mut cmd = Command::new(bin_dir.join(&target));
-            cmd.arg(&corpus);
-            let seeds = dir.join("seeds").join(&target);
-            if seeds.is_dir() {
-                cmd.arg(&seeds);
-            }
-            cmd.arg(format!("-max_total_time={}", args.seconds))
-                .arg(format!("-timeout={INPUT_TIMEOUT_S}"))
-                .arg("-print_final_stats=1")
-                .arg(format!("-artifact_prefix={}/", artifacts.display()));
-            if let Some(runs) = args.runs {
-                cmd.arg(format!("-runs={runs}"));
-            }
-            let file = std::fs::File::create(&log)?;
-            let child = cmd
-                .stdin(Stdio::null())
-                .stdout(file.try_clone()?)
-                .stderr(file)
-                .spawn()
-                .with_context(|| format!("start fuzz target {target}"))?;
-            eprintln!("fuzzing {target} for up to {} s", args.seconds);
-            running.push((target, child, log, Instant::now()));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        let mut i = 0;
-        while i < running.len() {
-            if let Some(status) = running[i].1.try_wait()? {
-                let (target, _, log, started) = running.swap_remove(i);
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let outcome = Outcome {
-                    runs: executions(&text),
-                    seconds: started.elapsed().as_secs_f64(),
-                    passed: status.success(),
-                    target,
-                    log,
-                };
-                if !outcome.passed {
-                    eprintln!(
-                        "fuzz target {} failed ({status}); its log, {}, ends:\n{}",
-                        outcome.target,
-                        outcome.log.display(),
-                        text.lines()
-                            .rev()
-                            .take(30)
-                            .collect::<Vec<_>>()
-                            .into_iter()
-                            .rev()
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    );
-                }
-                outcomes.push(outcome);
-            } else {
-                i += 1;
+/// Every fuzz target, or only those `only` names (each must exist).
+fn selected_targets(fuzz_dir: &Path, only: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut all = targets(fuzz_dir)?;
+    if !only.is_empty() {
+        for t in only {
+            if !all.contains(t) {
+                bail!("no fuzz target {t}; the targets are {}", all.join(", "));
             }
         }
+        all.retain(|t| only.contains(t));
+    }
+    Ok(all)
+}
+
+/// Where the fuzz targets are, their binaries and logs, and how to run them.
+struct Runner<'a> {
+    root: &'a Path,
+    /// `fuzz/`.
+    dir: PathBuf,
+    /// Where cargo-fuzz put the built targets.
+    bin_dir: PathBuf,
+    /// Where each target's output goes, as `<target>.log`.
+    logs: PathBuf,
+    args: &'a Args,
+}
+
+/// A fuzz target running: its process, its log file and when it started.
+struct Running {
+    target: String,
+    child: std::process::Child,
+    log: PathBuf,
+    started: Instant,
+}
+
+impl Runner<'_> {
+    /// Runs `targets`, `args.jobs` at a time, in the order given; returns each one's outcome.
+    fn run_all(&self, targets: Vec<String>) -> anyhow::Result<Vec<Outcome>> {
+        let mut pending: Vec<String> = targets.into_iter().rev().collect();
+        let mut running: Vec<Running> = Vec::new();
+        let mut outcomes = Vec::new();
+        while !pending.is_empty() || !running.is_empty() {
+            while running.len() < self.args.jobs.max(1)
+                && let Some(target) = pending.pop()
+            {
+                running.push(self.start(target)?);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let mut i = 0;
+            while i < running.len() {
+                if let Some(status) = running[i].child.try_wait()? {
+                    outcomes.push(finished(running.swap_remove(i), status));
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        Ok(outcomes)
     }
 
-    outcomes.sort_by(|a, b| a.target.cmp(&b.target));
+    /// Seeds `target`'s corpus from the fixtures and starts it, its output going to its log.
+    fn start(&self, target: String) -> anyhow::Result<Running> {
+        let dir = &self.dir;
+        let corpus = dir.join("corpus").join(&target);
+        std::fs::create_dir_all(&corpus)?;
+        for (name, bytes) in fixture_seeds(self.root, &target)? {
+            let path = corpus.join(name);
+            if !path.exists() {
+                std::fs::write(path, bytes)?;
+            }
+        }
+        let artifacts = dir.join("artifacts").join(&target);
+        std::fs::create_dir_all(&artifacts)?;
+        let log = self.logs.join(format!("{target}.log"));
+        let mut cmd = Command::new(self.bin_dir.join(&target));
+        cmd.arg(&corpus);
+        let seeds = dir.join("seeds").join(&target);
+        if seeds.is_dir() {
+            cmd.arg(&seeds);
+        }
+        cmd.arg(format!("-max_total_time={}", self.args.seconds))
+            .arg(format!("-timeout={INPUT_TIMEOUT_S}"))
+            .arg("-print_final_stats=1")
+            .arg(format!("-artifact_prefix={}/", artifacts.display()));
+        if let Some(runs) = self.args.runs {
+            cmd.arg(format!("-runs={runs}"));
+        }
+        let file = std::fs::File::create(&log)?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| format!("start fuzz target {target}"))?;
+        eprintln!("fuzzing {target} for up to {} s", self.args.seconds);
+        Ok(Running {
+            target,
+            child,
+            log,
+            started: Instant::now(),
+        })
+    }
+}
+
+/// The outcome of a target that exited with `status`; a failure prints the end of its log.
+fn finished(run: Running, status: std::process::ExitStatus) -> Outcome {
+    let text = std::fs::read_to_string(&run.log).unwrap_or_default();
+    let outcome = Outcome {
+        runs: executions(&text),
+        seconds: run.started.elapsed().as_secs_f64(),
+        passed: status.success(),
+        target: run.target,
+        log: run.log,
+    };
+    if !outcome.passed {
+        eprintln!(
+            "fuzz target {} failed ({status}); its log, {}, ends:\n{}",
+            outcome.target,
+            outcome.log.display(),
+            text.lines()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    outcome
+}
+
+/// Prints each target's executions, seconds and executions per second.
+fn print_table(outcomes: &[Outcome]) {
     eprintln!(
         "\n{:<24} {:>14} {:>9} {:>10}  result",
         "target", "executions", "seconds", "exec/s"
     );
-    for o in &outcomes {
+    for o in outcomes {
         let runs = o.runs.map_or("?".to_string(), |r| r.to_string());
         let rate = o.runs.map_or("?".to_string(), |r| {
             format!("{:.0}", r as f64 / o.seconds.max(0.001))
@@ -256,16 +327,4 @@ pub(crate) fn fuzz(root: &Path, args: &Args) -> anyhow::Result<()> {
             if o.passed { "no crash" } else { "FAILED" }
         );
     }
-    let failed: Vec<&str> = outcomes
-        .iter()
-        .filter(|o| !o.passed)
-        .map(|o| o.target.as_str())
-        .collect();
-    if !failed.is_empty() {
-        bail!(
-            "fuzz targets failed: {} (crash inputs under fuzz/artifacts/<target>/)",
-            failed.join(", ")
-        );
-    }
-    Ok(())
 }
