@@ -9,7 +9,7 @@
 //! reached through a kubeconfig instead of the in-cluster account.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -78,37 +78,14 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}}),
     )?;
 
-    let mut config = config.clone();
-    move_paths(&mut config, KUBELET_DIR, &kubelet_dir.display().to_string());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    config["hostRoot"] = json!(host.path());
-    config["stateDir"] = json!(scratch.path().join("state"));
-    config["metrics"]["address"] = json!(format!("127.0.0.1:{port}"));
-    let cdi = scratch.path().join("cdi");
-    let dra_enabled = config["dra"]["enabled"] == json!(true);
-    if dra_enabled {
-        config["dra"]["cdiDir"] = json!(cdi);
-        config["dra"]["kubeconfig"] = json!(kubeconfig);
-        config["dra"]["bootIdPath"] = json!(scratch.path().join("boot_id"));
-        std::fs::write(
-            scratch.path().join("boot_id"),
-            "d0000000-0000-4000-8000-000000000001\n",
-        )?;
-    }
-    if config["devicePlugin"]["enabled"] == json!(true) {
-        config["devicePlugin"]["cdiDir"] = json!(cdi);
-    }
-    let resources: Vec<String> = config["devicePlugin"]["resources"]
-        .as_array()
-        .map(|r| {
-            r.iter()
-                .filter_map(|r| r["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    let driver = config["dra"]["driverName"].as_str().map(str::to_string);
+    let config = moved_config(
+        config,
+        kubelet_dir,
+        host.path(),
+        scratch.path(),
+        &kubeconfig,
+    )?;
+    let expected = ExpectedRegistrations::of(&config);
 
     let device_plugins = kubelet_dir.join("device-plugins");
     std::fs::create_dir_all(&device_plugins)?;
@@ -131,42 +108,9 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
         .spawn()
         .with_context(|| format!("starting {}", kubedev.display()))?;
 
-    let started = Instant::now();
-    let outcome = loop {
-        if let Some(status) = daemon.try_wait()? {
-            break Err(format!("the daemon exited with {status}"));
-        }
-        let dra_ok = match &driver {
-            Some(d) if dra_enabled => dra_kubelet.drivers().contains_key(d),
-            _ => true,
-        };
-        let registered = dp_kubelet.registrations();
-        let dp_missing: Vec<&String> = resources
-            .iter()
-            .filter(|r| {
-                !registered
-                    .iter()
-                    .any(|rec| &rec.resource == *r && rec.rejected.is_none())
-            })
-            .collect();
-        if dra_ok && dp_missing.is_empty() {
-            break Ok(());
-        }
-        if started.elapsed() > WAIT {
-            break Err(format!(
-                "not registered within {WAIT:?}: DRA driver {} {}, device-plugin resources \
-                 missing {dp_missing:?}; DRA registrations rejected: {:?}",
-                driver.as_deref().unwrap_or("-"),
-                if dra_ok {
-                    "registered"
-                } else {
-                    "not registered"
-                },
-                dra_kubelet.rejected()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let outcome = expected
+        .wait(&mut daemon, &dp_kubelet, &dra_kubelet)
+        .await?;
     let _ = daemon.kill();
     let _ = daemon.wait();
     dra_kubelet.stop().await;
@@ -176,4 +120,113 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
         bail!("{e}; the daemon said:\n{}", printed.trim());
     }
     Ok(())
+}
+
+/// The chart's configuration with only the paths moved (see the module docs): the kubelet
+/// directory to `kubelet_dir`, the host root to `host_root`, the state and CDI directories
+/// beneath `scratch`, the metrics port to a free one, and the API server reached through
+/// `kubeconfig`.
+fn moved_config(
+    config: &Value,
+    kubelet_dir: &Path,
+    host_root: &Path,
+    scratch: &Path,
+    kubeconfig: &Path,
+) -> anyhow::Result<Value> {
+    let mut config = config.clone();
+    move_paths(&mut config, KUBELET_DIR, &kubelet_dir.display().to_string());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    config["hostRoot"] = json!(host_root);
+    config["stateDir"] = json!(scratch.join("state"));
+    config["metrics"]["address"] = json!(format!("127.0.0.1:{port}"));
+    let cdi = scratch.join("cdi");
+    if config["dra"]["enabled"] == json!(true) {
+        config["dra"]["cdiDir"] = json!(cdi);
+        config["dra"]["kubeconfig"] = json!(kubeconfig);
+        config["dra"]["bootIdPath"] = json!(scratch.join("boot_id"));
+        std::fs::write(
+            scratch.join("boot_id"),
+            "d0000000-0000-4000-8000-000000000001\n",
+        )?;
+    }
+    if config["devicePlugin"]["enabled"] == json!(true) {
+        config["devicePlugin"]["cdiDir"] = json!(cdi);
+    }
+    Ok(config)
+}
+
+/// What the daemon must register with the emulated kubelet on a configuration.
+struct ExpectedRegistrations {
+    /// Whether DRA is enabled, and its driver's name.
+    dra_enabled: bool,
+    driver: Option<String>,
+    /// The device-plugin resources.
+    resources: Vec<String>,
+}
+
+impl ExpectedRegistrations {
+    fn of(config: &Value) -> ExpectedRegistrations {
+        let resources: Vec<String> = config["devicePlugin"]["resources"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|r| r["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ExpectedRegistrations {
+            dra_enabled: config["dra"]["enabled"] == json!(true),
+            driver: config["dra"]["driverName"].as_str().map(str::to_string),
+            resources,
+        }
+    }
+
+    /// Waits until every expected registration arrived: `Ok(Err(why))` when the daemon exited
+    /// first or [`WAIT`] passed.
+    async fn wait(
+        &self,
+        daemon: &mut Child,
+        dp_kubelet: &KubeletEmulator,
+        dra_kubelet: &DraKubelet,
+    ) -> anyhow::Result<Result<(), String>> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = daemon.try_wait()? {
+                return Ok(Err(format!("the daemon exited with {status}")));
+            }
+            let dra_ok = match &self.driver {
+                Some(d) if self.dra_enabled => dra_kubelet.drivers().contains_key(d),
+                _ => true,
+            };
+            let registered = dp_kubelet.registrations();
+            let dp_missing: Vec<&String> = self
+                .resources
+                .iter()
+                .filter(|r| {
+                    !registered
+                        .iter()
+                        .any(|rec| &rec.resource == *r && rec.rejected.is_none())
+                })
+                .collect();
+            if dra_ok && dp_missing.is_empty() {
+                return Ok(Ok(()));
+            }
+            if started.elapsed() > WAIT {
+                return Ok(Err(format!(
+                    "not registered within {WAIT:?}: DRA driver {} {}, device-plugin resources \
+                     missing {dp_missing:?}; DRA registrations rejected: {:?}",
+                    self.driver.as_deref().unwrap_or("-"),
+                    if dra_ok {
+                        "registered"
+                    } else {
+                        "not registered"
+                    },
+                    dra_kubelet.rejected()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
