@@ -101,25 +101,56 @@ pub(super) fn check_config_file(
     let Some(container) = pod.pointer("/containers/0") else {
         return vec!["has no container".into()];
     };
+    let Some(path) = config_flag(container) else {
+        return vec!["the daemon container passes no --config to kubedev".into()];
+    };
+    let volumes = config_map_volumes(pod, cm_name);
+    let key = mounted_key(container, &volumes, path);
+    let keys: Vec<&str> = cm_data
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .map(|(k, _)| k.as_str())
+        .collect();
+    match key {
+        None => vec![format!(
+            "--config {path} lies beneath no volume mount of ConfigMap {cm_name:?}"
+        )],
+        Some(None) => vec![format!(
+            "--config {path} is mounted from ConfigMap {cm_name:?}, but its volume's items \
+             project no key to that file"
+        )],
+        Some(Some(k)) if !keys.contains(&k) => vec![format!(
+            "--config {path} is key {k:?} of ConfigMap {cm_name:?}, which holds only {keys:?}"
+        )],
+        Some(Some(_)) => Vec::new(),
+    }
+}
+
+/// The file the container's command and arguments pass as `--config` (or `--config=`).
+fn config_flag(container: &Value) -> Option<&str> {
     let argv: Vec<&str> = ["command", "args"]
         .iter()
         .filter_map(|k| container.get(*k).and_then(Value::as_array))
         .flatten()
         .filter_map(Value::as_str)
         .collect();
-    let path = argv.iter().enumerate().find_map(|(i, a)| {
+    argv.iter().enumerate().find_map(|(i, a)| {
         if *a == "--config" {
             argv.get(i + 1).copied()
         } else {
             a.strip_prefix("--config=")
         }
-    });
-    let Some(path) = path else {
-        return vec!["the daemon container passes no --config to kubedev".into()];
-    };
-    // Volumes of the ConfigMap, with their key-to-path items when they list them.
-    let volumes: BTreeMap<&str, Vec<(&str, &str)>> = pod
-        .get("volumes")
+    })
+}
+
+/// The pod's volumes of ConfigMap `cm_name`, by volume name, with their key-to-path items
+/// when they list them.
+fn config_map_volumes<'a>(
+    pod: &'a Value,
+    cm_name: &str,
+) -> BTreeMap<&'a str, Vec<(&'a str, &'a str)>> {
+    pod.get("volumes")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -139,8 +170,17 @@ pub(super) fn check_config_file(
                 .collect();
             Some((v.get("name").and_then(Value::as_str)?, items))
         })
-        .collect();
-    // The key that file is, through the mount that holds it.
+        .collect()
+}
+
+/// The ConfigMap key that file `path` is, through the last of the container's mounts of
+/// `volumes` that holds it: `None` when no such mount holds it, `Some(None)` when one does but
+/// its volume's items project no key to that file.
+fn mounted_key<'a>(
+    container: &'a Value,
+    volumes: &BTreeMap<&str, Vec<(&'a str, &'a str)>>,
+    path: &'a str,
+) -> Option<Option<&'a str>> {
     let mut key = None;
     for m in container
         .get("volumeMounts")
@@ -174,25 +214,7 @@ pub(super) fn check_config_file(
             items.iter().find(|(_, p)| *p == relative).map(|(k, _)| *k)
         });
     }
-    let keys: Vec<&str> = cm_data
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .map(|(k, _)| k.as_str())
-        .collect();
-    match key {
-        None => vec![format!(
-            "--config {path} lies beneath no volume mount of ConfigMap {cm_name:?}"
-        )],
-        Some(None) => vec![format!(
-            "--config {path} is mounted from ConfigMap {cm_name:?}, but its volume's items \
-             project no key to that file"
-        )],
-        Some(Some(k)) if !keys.contains(&k) => vec![format!(
-            "--config {path} is key {k:?} of ConfigMap {cm_name:?}, which holds only {keys:?}"
-        )],
-        Some(Some(_)) => Vec::new(),
-    }
+    key
 }
 
 /// The paths the configuration names that the daemon reads or writes, each of which must lie
