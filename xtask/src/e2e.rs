@@ -39,6 +39,7 @@
 
 mod dp;
 mod dra;
+mod dra_damage;
 mod dra_rounds;
 
 use std::path::{Path, PathBuf};

@@ -1,8 +1,8 @@
 //! The DRA crash and damage rounds: what the kubelet wants for each claim, a round's calls and
 //! kill points drawn before it acts, the calls sent as the kubelet sends them, their answers
 //! checked against each claim's first clean prepare, every claim driven to what the kubelet
-//! wants as its retries do, the CDI directory checked, and the checkpoint and CDI specs damaged
-//! while the daemon is down.
+//! wants as its retries do, and the CDI directory checked. The damage rounds are in
+//! `dra_damage`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use kubedev_testkit::apiserver::{ApiServer, Resource};
+use kubedev_testkit::apiserver::ApiServer;
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet, PreparedDeviceAnswer};
-use serde_json::json;
 
 use super::{
     DRA_KILL_WINDOW, DRA_START_KILL_WINDOW, DRIVER, Daemon, RETRY, Record, WAIT, draw_delay, start,
@@ -342,182 +341,6 @@ impl DraCrash<'_> {
         // Once more against the daemon that runs now: what held must still hold.
         converge(&self.kubelet, &wanted, &self.reference).await?;
         daemon.check_alive()?;
-        check_cdi(&self.cdi, &wanted)?;
-        Ok(daemon)
-    }
-}
-
-/// How one damage round damages a file kubedev owns.
-#[derive(Debug, Clone, Copy)]
-enum Damage {
-    Truncate(u64),
-    Garbage,
-    Delete,
-    Directory,
-    Symlink,
-}
-
-impl Damage {
-    fn draw(rng: &mut fastrand::Rng, len: u64) -> Damage {
-        match rng.u8(..5) {
-            0 => Damage::Truncate(rng.u64(..len.max(1))),
-            1 => Damage::Garbage,
-            2 => Damage::Delete,
-            3 => Damage::Directory,
-            _ => Damage::Symlink,
-        }
-    }
-
-    fn apply(self, path: &Path, elsewhere: &Path) -> anyhow::Result<()> {
-        match self {
-            Damage::Truncate(n) => std::fs::OpenOptions::new()
-                .write(true)
-                .open(path)?
-                .set_len(n)?,
-            Damage::Garbage => std::fs::write(path, [0xa5u8; 777])?,
-            Damage::Delete => std::fs::remove_file(path)?,
-            Damage::Directory => {
-                std::fs::remove_file(path)?;
-                std::fs::create_dir(path)?;
-            }
-            Damage::Symlink => {
-                std::fs::remove_file(path)?;
-                std::os::unix::fs::symlink(elsewhere, path)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl DraCrash<'_> {
-    /// Sets or clears the consumers of claim `i`, as the scheduler and the claim controller do.
-    pub(super) fn reserve(&self, i: usize, reserved: bool) -> anyhow::Result<()> {
-        let c = &self.claims[i];
-        let mut claim = self
-            .api
-            .get(Resource::ResourceClaims, Some(&c.namespace), &c.name)
-            .with_context(|| format!("claim {} is gone", c.name))?;
-        claim["status"]["reservedFor"] = if reserved {
-            json!([{"resource": "pods", "name": format!("pod-{}", c.name), "uid": format!("pod-{}", c.uid)}])
-        } else {
-            json!([])
-        };
-        self.api.put_raw(Resource::ResourceClaims, claim)?;
-        Ok(())
-    }
-
-    /// One damage round (see the module docs): returns the running daemon and adds a line that
-    /// tells what was damaged.
-    pub(super) async fn damage_round(
-        &mut self,
-        rng: &mut fastrand::Rng,
-        daemon: Daemon,
-        rec: &mut Record,
-    ) -> anyhow::Result<Daemon> {
-        // Every choice first, so a replay makes the same ones.
-        let checkpoint_len = std::fs::metadata(&self.checkpoint)
-            .map(|m| m.len())
-            .unwrap_or(0);
-        let checkpoint_damage = match rng.u8(..4) {
-            0 => None,
-            _ => Some(Damage::draw(rng, checkpoint_len)),
-        };
-        let prepared: Vec<usize> = (0..self.claims.len())
-            .filter(|&i| self.want[i] == Want::Prepared)
-            .collect();
-        let mut spec_damage: Vec<Option<Damage>> = prepared
-            .iter()
-            .map(|_| rng.bool().then(|| Damage::draw(rng, 400)))
-            .collect();
-        // A deleted checkpoint with every spec deleted too leaves a node no trace of what was
-        // prepared: kubedev asks the API server only when something says a record was lost
-        // (a first start looks the same and must not prepare claims the kubelet has not asked
-        // for). Such a round keeps one spec.
-        if matches!(checkpoint_damage, Some(Damage::Delete))
-            && !spec_damage.is_empty()
-            && spec_damage
-                .iter()
-                .all(|d| matches!(d, Some(Damage::Delete)))
-            && let Some(last) = spec_damage.last_mut()
-        {
-            *last = None;
-        }
-        let pod_gone = (!prepared.is_empty() && rng.u8(..3) == 0)
-            .then(|| prepared[rng.usize(..prepared.len())]);
-
-        let specs: BTreeMap<usize, (PathBuf, Vec<u8>)> = prepared
-            .iter()
-            .map(|&i| {
-                let uid = &self.claims[i].uid;
-                let path = cdi_files(&self.cdi)?
-                    .0
-                    .into_iter()
-                    .find(|f| f.contains(uid.as_str()))
-                    .map(|f| self.cdi.join(f))
-                    .with_context(|| format!("prepared claim {uid} has no CDI spec"))?;
-                let bytes = std::fs::read(&path)?;
-                Ok((i, (path, bytes)))
-            })
-            .collect::<anyhow::Result<_>>()?;
-        let before = self.kubelet.registrations();
-        drop(daemon);
-        ensure!(
-            prepared.is_empty() || self.checkpoint.exists(),
-            "claims are prepared but there is no checkpoint at {}",
-            self.checkpoint.display()
-        );
-        let elsewhere = self.cdi.parent().unwrap_or(&self.cdi).join("not-a-spec");
-        std::fs::write(&elsewhere, "a file a planted link points at")?;
-        if let Some(d) = checkpoint_damage
-            && self.checkpoint.exists()
-        {
-            d.apply(&self.checkpoint, &elsewhere)
-                .with_context(|| format!("damaging the checkpoint with {d:?}"))?;
-        }
-        for (&i, d) in prepared.iter().zip(&spec_damage) {
-            if let Some(d) = d {
-                d.apply(&specs[&i].0, &elsewhere)
-                    .with_context(|| format!("damaging a CDI spec with {d:?}"))?;
-            }
-        }
-        if let Some(i) = pod_gone {
-            self.reserve(i, false)?;
-            self.want[i] = Want::Unprepared;
-        }
-        rec.rounds.push(format!(
-            "damage: checkpoint {checkpoint_damage:?}, specs {:?}, pod of claim {pod_gone:?} deleted",
-            prepared.iter().zip(&spec_damage).collect::<Vec<_>>()
-        ));
-
-        let daemon = start(self.bin, self.config)?;
-        ensure!(
-            self.kubelet
-                .wait_until(WAIT, |k| k.registrations() > before)
-                .await,
-            "the daemon did not register after the damage"
-        );
-        // The pods that still run see their specs as they were, before any kubelet call.
-        for (&i, (path, bytes)) in &specs {
-            if Some(i) == pod_gone {
-                continue;
-            }
-            let now = std::fs::symlink_metadata(path)
-                .ok()
-                .filter(|m| m.is_file())
-                .and_then(|_| std::fs::read(path).ok());
-            ensure!(
-                now.as_deref() == Some(bytes.as_slice()),
-                "after the damage, claim {} (its pod still runs) has no correct CDI spec at {}",
-                self.claims[i].uid,
-                path.display()
-            );
-        }
-        ensure!(
-            std::fs::read_to_string(&elsewhere)? == "a file a planted link points at",
-            "a planted link was written through"
-        );
-        let wanted = self.wanted();
-        converge(&self.kubelet, &wanted, &self.reference).await?;
         check_cdi(&self.cdi, &wanted)?;
         Ok(daemon)
     }
