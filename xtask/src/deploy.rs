@@ -146,94 +146,26 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
     let helm = helm::binary(root)?;
     let (kubedev, metadata) = build_kubedev(root)?;
     let chart = root.join(CHART);
-    let mut cases: Vec<Option<PathBuf>> = vec![None];
-    let ci_dir = chart.join("ci");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&ci_dir)
-        .with_context(|| format!("reading {}", ci_dir.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("reading {}", ci_dir.display()))?;
-    files.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
-    files.sort();
-    cases.extend(files.into_iter().map(Some));
-
+    let cases = values_files(&chart)?;
     let scratch = tempfile::tempdir().context("creating a scratch directory")?;
-    let mut problems = Vec::new();
-    let mut default_rendering = None;
-    // Each rendering's daemon container and configuration, for the image checks.
-    let mut daemons: Vec<(String, Value, Value)> = Vec::new();
+    let mut run = CheckRun {
+        root,
+        args,
+        helm,
+        chart,
+        kubedev,
+        scratch: scratch.path(),
+        problems: Vec::new(),
+        default_rendering: None,
+        daemons: Vec::new(),
+    };
     for values in &cases {
-        let label = match values {
-            None => format!("{CHART} (default values)"),
-            Some(p) => p.strip_prefix(root).unwrap_or(p).display().to_string(),
-        };
-        eprintln!("deploy-check: {label}");
-        if let Err(e) = helm::lint(&helm, &chart, values.as_deref()) {
-            problems.push(format!("{label}: {e:#}"));
-        }
-        let rendered = match helm::render(&helm, &chart, values.as_deref()) {
-            Ok(r) => r,
-            Err(e) => {
-                problems.push(format!("{label}: {e:#}"));
-                continue;
-            }
-        };
-        for p in check_rendering(&kubedev, &rendered, scratch.path())? {
-            problems.push(format!("{label}: {p}"));
-        }
-        if let Some((container, config)) = daemon_of(&rendered) {
-            let start = values
-                .as_deref()
-                .and_then(Path::file_name)
-                .is_none_or(|f| START_TESTED.iter().any(|s| f == *s));
-            if start {
-                eprintln!("deploy-check: {label}: the daemon starts and registers");
-                if let Err(e) = start::starts_and_registers(&kubedev, &config) {
-                    problems.push(format!("{label}: the daemon on this configuration: {e:#}"));
-                }
-            }
-            daemons.push((label.clone(), container, config));
-        }
-        if values
-            .as_deref()
-            .and_then(Path::file_name)
-            .is_some_and(|f| f == TEST_RENDERING.0)
-        {
-            let expected = format!("{}{rendered}", test_rendering_header());
-            problems.extend(up_to_date(root, TEST_RENDERING.1, &expected, args.write)?);
-        }
-        if values.is_none() {
-            default_rendering = Some(rendered);
-        }
+        run.check_values(values.as_deref())?;
     }
+    run.check_manifests()?;
+    run.check_image(&metadata)?;
 
-    if let Some(rendered) = default_rendering {
-        let expected = format!("{}{rendered}", manifest_header());
-        problems.extend(
-            up_to_date(root, MANIFESTS, &expected, args.write)?
-                .map(|p| format!("{p} (the chart rendered with its default values)")),
-        );
-    }
-
-    // The image: deploy/Dockerfile against the chart, the workspace and the daemon binary.
-    eprintln!("deploy-check: {}", image::DOCKERFILE);
-    match daemons.first() {
-        Some((label, container, _)) if label.ends_with("(default values)") => {
-            let configs: Vec<(String, Value)> = daemons
-                .iter()
-                .map(|(label, _, config)| (label.clone(), config.clone()))
-                .collect();
-            problems.extend(image::check(
-                root, &metadata, &kubedev, container, &configs,
-            )?);
-        }
-        _ => problems.push(format!(
-            "{}: not checked, since the chart's default rendering has no daemon container and \
-             configuration",
-            image::DOCKERFILE
-        )),
-    }
-
+    let problems = run.problems;
     if problems.is_empty() {
         eprintln!(
             "deploy-check: {} renderings and the image definition checked, all good",
@@ -245,6 +177,131 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
             eprintln!("deploy-check: {p}");
         }
         bail!("deploy-check found {} problem(s)", problems.len())
+    }
+}
+
+/// The values the chart is checked with: `None` for its defaults, then every values file in
+/// its `ci/` directory, by name.
+fn values_files(chart: &Path) -> anyhow::Result<Vec<Option<PathBuf>>> {
+    let mut cases: Vec<Option<PathBuf>> = vec![None];
+    let ci_dir = chart.join("ci");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&ci_dir)
+        .with_context(|| format!("reading {}", ci_dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading {}", ci_dir.display()))?;
+    files.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
+    files.sort();
+    cases.extend(files.into_iter().map(Some));
+    Ok(cases)
+}
+
+/// One run of deploy-check: what it checks with, and what it found so far.
+struct CheckRun<'a> {
+    root: &'a Path,
+    args: &'a Args,
+    helm: PathBuf,
+    chart: PathBuf,
+    kubedev: PathBuf,
+    scratch: &'a Path,
+    problems: Vec<String>,
+    /// The chart rendered with its default values.
+    default_rendering: Option<String>,
+    /// Each rendering's label, daemon container and configuration, for the image checks.
+    daemons: Vec<(String, Value, Value)>,
+}
+
+impl CheckRun<'_> {
+    /// Lints and renders the chart with `values` (`None`: the defaults), checks the rendering,
+    /// starts the daemon on its configuration where [`START_TESTED`] says so, and compares the
+    /// test rendering with the file that keeps it.
+    fn check_values(&mut self, values: Option<&Path>) -> anyhow::Result<()> {
+        let label = match values {
+            None => format!("{CHART} (default values)"),
+            Some(p) => p.strip_prefix(self.root).unwrap_or(p).display().to_string(),
+        };
+        eprintln!("deploy-check: {label}");
+        if let Err(e) = helm::lint(&self.helm, &self.chart, values) {
+            self.problems.push(format!("{label}: {e:#}"));
+        }
+        let rendered = match helm::render(&self.helm, &self.chart, values) {
+            Ok(r) => r,
+            Err(e) => {
+                self.problems.push(format!("{label}: {e:#}"));
+                return Ok(());
+            }
+        };
+        for p in check_rendering(&self.kubedev, &rendered, self.scratch)? {
+            self.problems.push(format!("{label}: {p}"));
+        }
+        if let Some((container, config)) = daemon_of(&rendered) {
+            let start = values
+                .and_then(Path::file_name)
+                .is_none_or(|f| START_TESTED.iter().any(|s| f == *s));
+            if start {
+                eprintln!("deploy-check: {label}: the daemon starts and registers");
+                if let Err(e) = start::starts_and_registers(&self.kubedev, &config) {
+                    self.problems
+                        .push(format!("{label}: the daemon on this configuration: {e:#}"));
+                }
+            }
+            self.daemons.push((label.clone(), container, config));
+        }
+        if values
+            .and_then(Path::file_name)
+            .is_some_and(|f| f == TEST_RENDERING.0)
+        {
+            let expected = format!("{}{rendered}", test_rendering_header());
+            self.problems.extend(up_to_date(
+                self.root,
+                TEST_RENDERING.1,
+                &expected,
+                self.args.write,
+            )?);
+        }
+        if values.is_none() {
+            self.default_rendering = Some(rendered);
+        }
+        Ok(())
+    }
+
+    /// The plain manifests must be the default rendering.
+    fn check_manifests(&mut self) -> anyhow::Result<()> {
+        if let Some(rendered) = &self.default_rendering {
+            let expected = format!("{}{rendered}", manifest_header());
+            self.problems.extend(
+                up_to_date(self.root, MANIFESTS, &expected, self.args.write)?
+                    .map(|p| format!("{p} (the chart rendered with its default values)")),
+            );
+        }
+        Ok(())
+    }
+
+    /// The image: deploy/Dockerfile against the chart, the workspace and the daemon binary.
+    fn check_image(&mut self, metadata: &Value) -> anyhow::Result<()> {
+        eprintln!("deploy-check: {}", image::DOCKERFILE);
+        match self.daemons.first() {
+            Some((label, container, _)) if label.ends_with("(default values)") => {
+                let configs: Vec<(String, Value)> = self
+                    .daemons
+                    .iter()
+                    .map(|(label, _, config)| (label.clone(), config.clone()))
+                    .collect();
+                self.problems.extend(image::check(
+                    self.root,
+                    metadata,
+                    &self.kubedev,
+                    container,
+                    &configs,
+                )?);
+            }
+            _ => self.problems.push(format!(
+                "{}: not checked, since the chart's default rendering has no daemon container \
+                 and configuration",
+                image::DOCKERFILE
+            )),
+        }
+        Ok(())
     }
 }
 
@@ -465,52 +522,4 @@ fn daemon_of(rendered: &str) -> Option<(Value, Value)> {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_misspelt_field_is_reported() {
-        let cm: Value = serde_json::json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "x", "labelz": {"a": "b"}},
-            "data": {"k": "v"},
-        });
-        let lost = round_trip::<ConfigMap>(&cm).unwrap();
-        assert_eq!(lost, vec!["metadata.labelz is not a field of this type"]);
-    }
-
-    #[test]
-    fn a_wrong_kind_does_not_parse() {
-        let v: Value = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {}});
-        assert!(round_trip::<ConfigMap>(&v).is_err());
-    }
-
-    #[test]
-    fn objects_are_split_and_named() {
-        let text = "---\n# Source: c/templates/a.yaml\napiVersion: v1\nkind: ConfigMap\n\
-                    metadata:\n  name: a\n  namespace: ns\n---\n# Source: c/templates/empty.yaml\n\
-                    ---\n# Source: c/templates/b.yaml\napiVersion: v1\nkind: ServiceAccount\n\
-                    metadata:\n  name: b\n";
-        let objects = parse_objects(text).unwrap();
-        let ids: Vec<_> = objects
-            .iter()
-            .map(|o| (o.source.as_str(), o.id.as_str()))
-            .collect();
-        assert_eq!(
-            ids,
-            vec![
-                ("c/templates/a.yaml", "ConfigMap ns/a"),
-                ("c/templates/b.yaml", "ServiceAccount b")
-            ]
-        );
-    }
-
-    /// Asserts that some problem contains `wanted`.
-    #[track_caller]
-    pub(super) fn assert_found(problems: &[String], wanted: &str) {
-        assert!(
-            problems.iter().any(|p| p.contains(wanted)),
-            "no problem says {wanted:?}: {problems:#?}"
-        );
-    }
-}
+mod tests;
