@@ -136,26 +136,17 @@ pub(super) fn workspace(root: &Path, metadata: &Value) -> anyhow::Result<Workspa
     })
 }
 
-/// A string `key = "value"` of the `[workspace.package]` table (which `cargo metadata` does
-/// not report when a crate does not inherit it).
+/// A string `key` of the `[workspace.package]` table (which `cargo metadata` does not report
+/// when a crate does not inherit it); `None` when the manifest is not TOML or has no such
+/// string.
 pub(super) fn workspace_package_key(manifest: &str, key: &str) -> Option<String> {
-    let mut inside = false;
-    for line in manifest.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            inside = line == "[workspace.package]";
-            continue;
-        }
-        if !inside {
-            continue;
-        }
-        if let Some((k, v)) = line.split_once('=')
-            && k.trim() == key
-        {
-            return serde_json::from_str::<String>(v.trim()).ok();
-        }
-    }
-    None
+    let manifest: toml::Table = manifest.parse().ok()?;
+    manifest
+        .get("workspace")?
+        .get("package")?
+        .get(key)?
+        .as_str()
+        .map(str::to_string)
 }
 
 /// Every image check: reads the Dockerfile, `.dockerignore`, Chart.yaml and the daemon

@@ -494,4 +494,14 @@ fn the_workspace_repository_is_read_from_its_table() {
         Some("https://example.invalid/kubedev")
     );
     assert_eq!(workspace_package_key(manifest, "license"), None);
+    // Any TOML spelling of the table and the string.
+    let dotted = "workspace.package.repository = 'https://example.invalid/kubedev' # where\n";
+    assert_eq!(
+        workspace_package_key(dotted, "repository").as_deref(),
+        Some("https://example.invalid/kubedev")
+    );
+    assert_eq!(
+        workspace_package_key("[workspace.package\n", "repository"),
+        None
+    );
 }
