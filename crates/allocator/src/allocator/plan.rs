@@ -10,7 +10,10 @@ use super::{
     MAX_DEVICES_PER_CLAIM, Mode, Plans, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fits,
     taint_blocks,
 };
-use crate::api::{DeviceClass, DeviceSelector, DeviceToleration, ResourceClaim};
+use crate::api::{
+    DeviceClass, DeviceRequest, DeviceSelector, DeviceSubRequest, DeviceToleration,
+    ExactDeviceRequest, ResourceClaim,
+};
 use crate::error::AllocationError;
 use crate::model::{AttrKey, NodeDevice, NodeView, PoolState};
 use crate::policy::{
@@ -34,114 +37,133 @@ pub(super) fn plan_claims<'c>(
     let mut plans = Plans::with_capacity(claims.len());
     let mut evaluations = 0u64;
     for claim in claims {
-        let display = ClaimName::new(claim);
-        let mut requests: SmallVec<[RequestPlan<'c>; 1]> =
-            SmallVec::with_capacity(claim.spec.devices.requests.len());
-        let mut min_total = 0usize;
-        for r in &claim.spec.devices.requests {
-            let mut subs: SmallVec<[SubPlan<'c>; 1]> = SmallVec::new();
-            let first_available = !r.first_available.is_empty();
-            if first_available {
-                for s in &r.first_available {
-                    let p = SubSpec {
-                        name: &s.name,
-                        base: &r.name,
-                        sub: Some(&s.name),
-                        class_name: &s.device_class_name,
-                        class: class(&s.device_class_name),
-                        selectors: &s.selectors,
-                        mode: s.allocation_mode.as_deref(),
-                        count: s.count,
-                        admin: false,
-                        tolerations: &s.tolerations,
-                        capacity: s.capacity.as_ref(),
-                    };
-                    subs.push(plan_sub(view, classes, &display, p, &mut evaluations)?);
-                }
-                min_total += subs.iter().map(|s| s.num_devices).min().unwrap_or(0);
-            } else {
-                let Some(e) = &r.exactly else {
-                    return Err(AllocationError::EmptyRequest {
-                        claim: display.to_string(),
-                        request: r.name.clone(),
-                    });
-                };
-                let p = SubSpec {
-                    name: &r.name,
-                    base: &r.name,
-                    sub: None,
-                    class_name: &e.device_class_name,
-                    class: class(&e.device_class_name),
-                    selectors: &e.selectors,
-                    mode: e.allocation_mode.as_deref(),
-                    count: e.count,
-                    admin: e.admin_access.unwrap_or(false),
-                    tolerations: &e.tolerations,
-                    capacity: e.capacity.as_ref(),
-                };
-                let sp = plan_sub(view, classes, &display, p, &mut evaluations)?;
-                min_total += sp.num_devices;
-                subs.push(sp);
-            }
-            requests.push(RequestPlan {
-                first_available,
-                subs,
-            });
-        }
-        if min_total > MAX_DEVICES_PER_CLAIM {
-            return Err(AllocationError::TooManyDevices {
-                claim: display.to_string(),
-                count: min_total,
-                limit: MAX_DEVICES_PER_CLAIM,
-            });
-        }
-        let mut constraints: SmallVec<[Constraint<'c>; 1]> = SmallVec::new();
-        for (i, c) in claim.spec.devices.constraints.iter().enumerate() {
-            let (kind, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
-                (Some(a), _) => (ConstraintKind::Match, a.as_str()),
-                (None, Some(a)) => (ConstraintKind::Distinct, a.as_str()),
-                (None, None) => {
-                    return Err(AllocationError::EmptyConstraint {
-                        claim: display.to_string(),
-                        index: i,
-                    });
-                }
-            };
-            constraints.push(Constraint {
-                kind,
-                attribute,
-                requests: &c.requests,
-                slot: view.attr_slot(attribute),
-            });
-        }
-        for rp in &mut requests {
-            for sp in &mut rp.subs {
-                sp.match_constraints = constraints
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, c)| c.kind == ConstraintKind::Match && c.applies(sp.base, sp.sub))
-                    .map(|(i, _)| i)
-                    .collect();
-                if let Some(policy) = options.policy {
-                    apply_policy(
-                        view,
-                        policy,
-                        options.fail_closed,
-                        &display,
-                        &constraints,
-                        sp,
-                    )?;
-                }
-            }
-        }
-        plans.push(ClaimPlan {
+        plans.push(plan_claim(
+            view,
+            classes,
+            class,
             claim,
-            display,
-            requests,
-            constraints,
-        });
+            options,
+            &mut evaluations,
+        )?);
     }
     Ok((plans, evaluations))
+}
+
+/// One claim's plan: its requests in order, the check of its device limit, its constraints,
+/// and for each subplan the match constraints that apply and the selection policy's order.
+fn plan_claim<'c>(
+    view: &mut NodeView<'_>,
+    classes: &'c [DeviceClass],
+    class: &dyn Fn(&str) -> Option<usize>,
+    claim: &'c ResourceClaim,
+    options: &AllocateOptions<'_>,
+    evaluations: &mut u64,
+) -> Result<ClaimPlan<'c>, AllocationError> {
+    let display = ClaimName::new(claim);
+    let mut requests: SmallVec<[RequestPlan<'c>; 1]> =
+        SmallVec::with_capacity(claim.spec.devices.requests.len());
+    // The fewest devices the claim can get: each request's smallest alternative.
+    let mut min_total = 0usize;
+    for r in &claim.spec.devices.requests {
+        let rp = plan_request(view, classes, class, &display, r, evaluations)?;
+        min_total += rp.subs.iter().map(|s| s.num_devices).min().unwrap_or(0);
+        requests.push(rp);
+    }
+    if min_total > MAX_DEVICES_PER_CLAIM {
+        return Err(AllocationError::TooManyDevices {
+            claim: display.to_string(),
+            count: min_total,
+            limit: MAX_DEVICES_PER_CLAIM,
+        });
+    }
+    let constraints = plan_constraints(view, claim, &display)?;
+    for rp in &mut requests {
+        for sp in &mut rp.subs {
+            sp.match_constraints = constraints
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.kind == ConstraintKind::Match && c.applies(sp.base, sp.sub))
+                .map(|(i, _)| i)
+                .collect();
+            if let Some(policy) = options.policy {
+                apply_policy(
+                    view,
+                    policy,
+                    options.fail_closed,
+                    &display,
+                    &constraints,
+                    sp,
+                )?;
+            }
+        }
+    }
+    Ok(ClaimPlan {
+        claim,
+        display,
+        requests,
+        constraints,
+    })
+}
+
+/// One request's plan: each alternative of a `firstAvailable` request, or its `exactly`.
+fn plan_request<'c>(
+    view: &mut NodeView<'_>,
+    classes: &'c [DeviceClass],
+    class: &dyn Fn(&str) -> Option<usize>,
+    claim: &ClaimName<'_>,
+    r: &'c DeviceRequest,
+    evaluations: &mut u64,
+) -> Result<RequestPlan<'c>, AllocationError> {
+    let mut subs: SmallVec<[SubPlan<'c>; 1]> = SmallVec::new();
+    let first_available = !r.first_available.is_empty();
+    if first_available {
+        for s in &r.first_available {
+            let spec = SubSpec::subrequest(r, s, class);
+            subs.push(plan_sub(view, classes, claim, spec, evaluations)?);
+        }
+    } else {
+        let Some(e) = &r.exactly else {
+            return Err(AllocationError::EmptyRequest {
+                claim: claim.to_string(),
+                request: r.name.clone(),
+            });
+        };
+        let spec = SubSpec::exactly(r, e, class);
+        subs.push(plan_sub(view, classes, claim, spec, evaluations)?);
+    }
+    Ok(RequestPlan {
+        first_available,
+        subs,
+    })
+}
+
+/// The claim's constraints, each with its attribute's slot in the view's cache; a
+/// constraint that names no attribute is an error.
+fn plan_constraints<'c>(
+    view: &mut NodeView<'_>,
+    claim: &'c ResourceClaim,
+    display: &ClaimName<'_>,
+) -> Result<SmallVec<[Constraint<'c>; 1]>, AllocationError> {
+    let mut constraints: SmallVec<[Constraint<'c>; 1]> = SmallVec::new();
+    for (i, c) in claim.spec.devices.constraints.iter().enumerate() {
+        let (kind, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
+            (Some(a), _) => (ConstraintKind::Match, a.as_str()),
+            (None, Some(a)) => (ConstraintKind::Distinct, a.as_str()),
+            (None, None) => {
+                return Err(AllocationError::EmptyConstraint {
+                    claim: display.to_string(),
+                    index: i,
+                });
+            }
+        };
+        constraints.push(Constraint {
+            kind,
+            attribute,
+            requests: &c.requests,
+            slot: view.attr_slot(attribute),
+        });
+    }
+    Ok(constraints)
 }
 
 /// Whether some request cannot be satisfied whatever the other requests get: too few
@@ -315,7 +337,9 @@ fn apply_policy(
     Ok(())
 }
 
+/// What a request or a subrequest asks for, whichever of the two it is.
 struct SubSpec<'c> {
+    /// The name errors give it (the subrequest's own name for a subrequest).
     name: &'c str,
     base: &'c str,
     sub: Option<&'c str>,
@@ -329,6 +353,114 @@ struct SubSpec<'c> {
     capacity: Option<&'c crate::api::CapacityRequirements>,
 }
 
+impl<'c> SubSpec<'c> {
+    /// Alternative `s` of request `r`'s `firstAvailable`.
+    fn subrequest(
+        r: &'c DeviceRequest,
+        s: &'c DeviceSubRequest,
+        class: &dyn Fn(&str) -> Option<usize>,
+    ) -> SubSpec<'c> {
+        SubSpec {
+            name: &s.name,
+            base: &r.name,
+            sub: Some(&s.name),
+            class_name: &s.device_class_name,
+            class: class(&s.device_class_name),
+            selectors: &s.selectors,
+            mode: s.allocation_mode.as_deref(),
+            count: s.count,
+            admin: false,
+            tolerations: &s.tolerations,
+            capacity: s.capacity.as_ref(),
+        }
+    }
+
+    /// Request `r`'s `exactly`.
+    fn exactly(
+        r: &'c DeviceRequest,
+        e: &'c ExactDeviceRequest,
+        class: &dyn Fn(&str) -> Option<usize>,
+    ) -> SubSpec<'c> {
+        SubSpec {
+            name: &r.name,
+            base: &r.name,
+            sub: None,
+            class_name: &e.device_class_name,
+            class: class(&e.device_class_name),
+            selectors: &e.selectors,
+            mode: e.allocation_mode.as_deref(),
+            count: e.count,
+            admin: e.admin_access.unwrap_or(false),
+            tolerations: &e.tolerations,
+            capacity: e.capacity.as_ref(),
+        }
+    }
+
+    /// The index of the class, once the request's selectors, its class name, the class and
+    /// the class's selectors are checked, in the scheduler's order.
+    fn checked_class(
+        &self,
+        classes: &[DeviceClass],
+        claim: &ClaimName<'_>,
+    ) -> Result<usize, AllocationError> {
+        self.check_selectors(self.selectors, claim)?;
+        if self.class_name.is_empty() {
+            return Err(AllocationError::MissingClassName {
+                claim: claim.to_string(),
+                request: self.name.to_string(),
+            });
+        }
+        let Some(class) = self.class else {
+            return Err(AllocationError::ClassNotFound {
+                claim: claim.to_string(),
+                request: self.name.to_string(),
+                class: self.class_name.to_string(),
+            });
+        };
+        self.check_selectors(&classes[class].spec.selectors, claim)?;
+        Ok(class)
+    }
+
+    /// Fails on the first selector without a CEL expression.
+    fn check_selectors(
+        &self,
+        selectors: &[DeviceSelector],
+        claim: &ClaimName<'_>,
+    ) -> Result<(), AllocationError> {
+        match selectors.iter().position(|sel| sel.cel.is_none()) {
+            Some(index) => Err(AllocationError::EmptySelector {
+                claim: claim.to_string(),
+                request: self.name.to_string(),
+                index,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The capacity requested, parsed (capacity name, amount).
+    fn capacity_request(
+        &self,
+        claim: &ClaimName<'_>,
+    ) -> Result<Option<Vec<(&'c str, Quantity)>>, AllocationError> {
+        let Some(req) = self.capacity else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(req.requests.len());
+        for (name, q) in &req.requests {
+            let q = Quantity::parse(q.as_str()).map_err(|e| AllocationError::CapacityRequest {
+                claim: claim.to_string(),
+                request: self.name.to_string(),
+                message: format!("capacity request {name}: {}", kubedev_core::echo::chain(&e)),
+            })?;
+            out.push((name.as_str(), q));
+        }
+        Ok(Some(out))
+    }
+}
+
+/// One request's or subrequest's plan: checked, its capacity request parsed, and its
+/// candidates (`ExactCount`, evaluated as the search asks) or its devices (`All`, all of
+/// them evaluated now).
 fn plan_sub<'c>(
     view: &mut NodeView<'_>,
     classes: &'c [DeviceClass],
@@ -340,56 +472,8 @@ fn plan_sub<'c>(
         Some(sub) => std::borrow::Cow::Owned(format!("{}/{}", s.base, sub)),
         None => std::borrow::Cow::Borrowed(s.base),
     };
-    for (i, sel) in s.selectors.iter().enumerate() {
-        if sel.cel.is_none() {
-            return Err(AllocationError::EmptySelector {
-                claim: claim.to_string(),
-                request: s.name.to_string(),
-                index: i,
-            });
-        }
-    }
-    if s.class_name.is_empty() {
-        return Err(AllocationError::MissingClassName {
-            claim: claim.to_string(),
-            request: s.name.to_string(),
-        });
-    }
-    let Some(class) = s.class else {
-        return Err(AllocationError::ClassNotFound {
-            claim: claim.to_string(),
-            request: s.name.to_string(),
-            class: s.class_name.to_string(),
-        });
-    };
-    for (i, sel) in classes[class].spec.selectors.iter().enumerate() {
-        if sel.cel.is_none() {
-            return Err(AllocationError::EmptySelector {
-                claim: claim.to_string(),
-                request: s.name.to_string(),
-                index: i,
-            });
-        }
-    }
-    let capacity = match s.capacity {
-        None => None,
-        Some(req) => {
-            let mut out = Vec::with_capacity(req.requests.len());
-            for (name, q) in &req.requests {
-                let q =
-                    Quantity::parse(q.as_str()).map_err(|e| AllocationError::CapacityRequest {
-                        claim: claim.to_string(),
-                        request: s.name.to_string(),
-                        message: format!(
-                            "capacity request {name}: {}",
-                            kubedev_core::echo::chain(&e)
-                        ),
-                    })?;
-                out.push((name.as_str(), q));
-            }
-            Some(out)
-        }
-    };
+    let class = s.checked_class(classes, claim)?;
+    let capacity = s.capacity_request(claim)?;
     let mut plan = SubPlan {
         full_name,
         base: s.base,
@@ -418,39 +502,15 @@ fn plan_sub<'c>(
         }
         "All" => {
             plan.mode = Mode::All;
-            let set = SelectorSet::new(view, classes, class, s.selectors);
-            for pi in 0..view.pools.len() {
-                let pool = &view.pools[pi];
-                match &pool.state {
-                    PoolState::Incomplete => {
-                        return Err(AllocationError::AllIncompletePool {
-                            claim: claim.to_string(),
-                            request: s.name.to_string(),
-                            pool: pool.id(),
-                        });
-                    }
-                    PoolState::Invalid(_) => {
-                        return Err(AllocationError::AllInvalidPool {
-                            claim: claim.to_string(),
-                            request: s.name.to_string(),
-                            pool: pool.id(),
-                        });
-                    }
-                    PoolState::Usable => {}
-                }
-                for d in pool.devices.clone() {
-                    match set.verdict(view, d, claim, evaluations) {
-                        Verdict::Match => {
-                            let dev = &view.devices[d];
-                            if capacity_fits(dev, plan.capacity.as_deref(), None) {
-                                plan.all_devices.push(d as u32);
-                            }
-                        }
-                        Verdict::Error(e) => return Err(e),
-                        _ => {}
-                    }
-                }
-            }
+            plan.all_devices = all_mode_devices(
+                view,
+                classes,
+                claim,
+                &s,
+                class,
+                plan.capacity.as_deref(),
+                evaluations,
+            )?;
             plan.num_devices = plan.all_devices.len();
         }
         other => {
@@ -462,4 +522,52 @@ fn plan_sub<'c>(
         }
     }
     Ok(plan)
+}
+
+/// The devices an `All` request takes: every device of every pool that matches and has the
+/// capacity requested. An incomplete or invalid pool is an error, as is a selector error.
+fn all_mode_devices(
+    view: &mut NodeView<'_>,
+    classes: &[DeviceClass],
+    claim: &ClaimName<'_>,
+    s: &SubSpec<'_>,
+    class: usize,
+    capacity: Option<&[(&str, Quantity)]>,
+    evaluations: &mut u64,
+) -> Result<Vec<u32>, AllocationError> {
+    let set = SelectorSet::new(view, classes, class, s.selectors);
+    let mut devices = Vec::new();
+    for pi in 0..view.pools.len() {
+        let pool = &view.pools[pi];
+        match &pool.state {
+            PoolState::Incomplete => {
+                return Err(AllocationError::AllIncompletePool {
+                    claim: claim.to_string(),
+                    request: s.name.to_string(),
+                    pool: pool.id(),
+                });
+            }
+            PoolState::Invalid(_) => {
+                return Err(AllocationError::AllInvalidPool {
+                    claim: claim.to_string(),
+                    request: s.name.to_string(),
+                    pool: pool.id(),
+                });
+            }
+            PoolState::Usable => {}
+        }
+        for d in pool.devices.clone() {
+            match set.verdict(view, d, claim, evaluations) {
+                Verdict::Match => {
+                    let dev = &view.devices[d];
+                    if capacity_fits(dev, capacity, None) {
+                        devices.push(d as u32);
+                    }
+                }
+                Verdict::Error(e) => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(devices)
 }
