@@ -115,123 +115,245 @@ pub(super) async fn run(
     status: watch::Sender<PluginStatus>,
     cancel: CancellationToken,
 ) {
-    let resource = config.resource.to_string();
-    let socket_name = socket
-        .file_name()
-        .map(|f| f.to_os_string())
-        .unwrap_or_default();
-    let kubelet_name = config
-        .kubelet_socket_path()
-        .file_name()
-        .map(|f| f.to_os_string())
-        .unwrap_or_else(|| KUBELET_SOCKET.into());
-    let mut watch = match DirWatch::watching(&config.plugin_dir) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            tracing::warn!(%resource, error = %kubedev_core::echo::Chain(&e), "cannot watch for kubelet restarts; relying on retries");
-            None
-        }
-    };
-    let pre_start = handler.needs_pre_start();
-    let mut serving: Option<Serving> = None;
-    let mut attempt = 0usize;
-    // The inode of the kubelet socket we last registered with: a "created" event for the same
-    // socket (seen after we already registered with it) needs no second registration.
-    let mut registered_with: Option<(u64, i64, i64)> = None;
-    // When to try registering next; `None` while registered.
-    let mut next_try: Option<Instant> = Some(Instant::now());
+    let mut plugin = Lifecycle::new(config, socket, handler, devices, status, cancel);
     loop {
-        if serving
+        match plugin.serve_if_gone().await {
+            Served::Serving => {}
+            Served::Retry => continue,
+            Served::Cancelled => break,
+        }
+        plugin.register_if_due().await;
+        match plugin.wait().await {
+            Wake::Cancelled => break,
+            Wake::Timer => {}
+            Wake::Dir(event) => plugin.on_dir_event(event),
+        }
+    }
+    plugin.stop().await;
+}
+
+/// One device-plugin server's state across kubelet restarts.
+struct Lifecycle {
+    config: DevicePluginConfig,
+    socket: std::path::PathBuf,
+    handler: Arc<dyn DevicePluginHandler>,
+    devices: watch::Receiver<Vec<PluginDevice>>,
+    status: watch::Sender<PluginStatus>,
+    cancel: CancellationToken,
+    resource: String,
+    /// The file name of our socket in the plugin directory.
+    socket_name: std::ffi::OsString,
+    /// The file name of the kubelet's registration socket.
+    kubelet_name: std::ffi::OsString,
+    /// The plugin directory's changes; `None` when it cannot be watched (retries only).
+    watch: Option<DirWatch>,
+    pre_start: bool,
+    serving: Option<Serving>,
+    /// Failed registrations in a row: the index into the backoff schedule.
+    attempt: usize,
+    /// The inode of the kubelet socket we last registered with: a "created" event for the
+    /// same socket (seen after we already registered with it) needs no second registration.
+    registered_with: Option<(u64, i64, i64)>,
+    /// When to try registering next; `None` while registered.
+    next_try: Option<Instant>,
+}
+
+/// The server's state after [`Lifecycle::serve_if_gone`].
+enum Served {
+    /// Serving: go on to registration.
+    Serving,
+    /// Serving failed and a second went by: try again.
+    Retry,
+    /// Cancelled while waiting to retry.
+    Cancelled,
+}
+
+/// What ended a [`Lifecycle::wait`].
+enum Wake {
+    /// The plugin is stopping.
+    Cancelled,
+    /// The next registration attempt is due (or an hour went by).
+    Timer,
+    /// Something changed in the plugin directory.
+    Dir(DirEvent),
+}
+
+impl Lifecycle {
+    fn new(
+        config: DevicePluginConfig,
+        socket: std::path::PathBuf,
+        handler: Arc<dyn DevicePluginHandler>,
+        devices: watch::Receiver<Vec<PluginDevice>>,
+        status: watch::Sender<PluginStatus>,
+        cancel: CancellationToken,
+    ) -> Self {
+        let resource = config.resource.to_string();
+        let socket_name = socket
+            .file_name()
+            .map(|f| f.to_os_string())
+            .unwrap_or_default();
+        let kubelet_name = config
+            .kubelet_socket_path()
+            .file_name()
+            .map(|f| f.to_os_string())
+            .unwrap_or_else(|| KUBELET_SOCKET.into());
+        let watch = match DirWatch::watching(&config.plugin_dir) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(%resource, error = %kubedev_core::echo::Chain(&e), "cannot watch for kubelet restarts; relying on retries");
+                None
+            }
+        };
+        let pre_start = handler.needs_pre_start();
+        Lifecycle {
+            config,
+            socket,
+            handler,
+            devices,
+            status,
+            cancel,
+            resource,
+            socket_name,
+            kubelet_name,
+            watch,
+            pre_start,
+            serving: None,
+            attempt: 0,
+            registered_with: None,
+            next_try: Some(Instant::now()),
+        }
+    }
+
+    /// Serves (again) when not serving, the socket is gone or the server stopped.
+    async fn serve_if_gone(&mut self) -> Served {
+        if !self
+            .serving
             .as_ref()
             .is_none_or(|s| !s.guard.still_ours() || s.task.is_finished())
         {
-            if let Some(old) = serving.take() {
-                tracing::info!(%resource, "socket gone or server stopped; serving again");
-                old.shutdown().await;
+            return Served::Serving;
+        }
+        let resource = &self.resource;
+        if let Some(old) = self.serving.take() {
+            tracing::info!(%resource, "socket gone or server stopped; serving again");
+            old.shutdown().await;
+        }
+        match serve(
+            &self.config,
+            &self.socket,
+            &self.handler,
+            &self.devices,
+            &self.cancel,
+        ) {
+            Ok(s) => {
+                tracing::info!(%resource, socket = %s.guard.path().display(), "serving");
+                self.serving = Some(s);
+                self.next_try = Some(Instant::now());
+                self.status.send_modify(|st| st.registered = false);
+                Served::Serving
             }
-            match serve(&config, &socket, &handler, &devices, &cancel) {
-                Ok(s) => {
-                    tracing::info!(%resource, socket = %s.guard.path().display(), "serving");
-                    serving = Some(s);
-                    next_try = Some(Instant::now());
-                    status.send_modify(|st| st.registered = false);
-                }
-                Err(e) => {
-                    tracing::error!(%resource, error = %kubedev_core::echo::Chain(&e), "cannot serve; retrying");
-                    status.send_modify(|st| st.last_error = Some(kubedev_core::echo::chain(&e)));
-                    next_try = None;
-                    tokio::select! {
-                        _ = cancel.cancelled() => break,
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    }
+            Err(e) => {
+                tracing::error!(%resource, error = %kubedev_core::echo::Chain(&e), "cannot serve; retrying");
+                self.status
+                    .send_modify(|st| st.last_error = Some(kubedev_core::echo::chain(&e)));
+                self.next_try = None;
+                tokio::select! {
+                    _ = self.cancel.cancelled() => Served::Cancelled,
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => Served::Retry,
                 }
             }
         }
-        if let Some(at) = next_try
-            && at <= Instant::now()
-        {
-            let kubelet_ino = socket_ino(&config.kubelet_socket_path());
-            match register(&config, &socket, pre_start).await {
-                Ok(()) => {
-                    registered_with = kubelet_ino;
-                    tracing::info!(%resource, "registered with the kubelet");
-                    attempt = 0;
-                    next_try = None;
-                    status.send_modify(|st| {
-                        st.registered = true;
-                        st.registrations += 1;
-                        st.last_error = None;
-                    });
-                }
-                Err(e) => {
-                    let delay =
-                        config.register_backoff[attempt.min(config.register_backoff.len() - 1)];
-                    attempt += 1;
-                    tracing::warn!(%resource, error = %kubedev_core::echo::Chain(&e), retry_in = ?delay, "registration failed");
-                    next_try = Some(Instant::now() + delay);
-                    status.send_modify(|st| {
-                        st.registered = false;
-                        st.last_error = Some(kubedev_core::echo::chain(&e));
-                    });
-                }
+    }
+
+    /// Registers with the kubelet when an attempt is due; a failure schedules the next one.
+    async fn register_if_due(&mut self) {
+        let Some(at) = self.next_try else {
+            return;
+        };
+        if at > Instant::now() {
+            return;
+        }
+        let resource = &self.resource;
+        let kubelet_ino = socket_ino(&self.config.kubelet_socket_path());
+        match register(&self.config, &self.socket, self.pre_start).await {
+            Ok(()) => {
+                self.registered_with = kubelet_ino;
+                tracing::info!(%resource, "registered with the kubelet");
+                self.attempt = 0;
+                self.next_try = None;
+                self.status.send_modify(|st| {
+                    st.registered = true;
+                    st.registrations += 1;
+                    st.last_error = None;
+                });
+            }
+            Err(e) => {
+                let backoff = &self.config.register_backoff;
+                let delay = backoff[self.attempt.min(backoff.len() - 1)];
+                self.attempt += 1;
+                tracing::warn!(%resource, error = %kubedev_core::echo::Chain(&e), retry_in = ?delay, "registration failed");
+                self.next_try = Some(Instant::now() + delay);
+                self.status.send_modify(|st| {
+                    st.registered = false;
+                    st.last_error = Some(kubedev_core::echo::chain(&e));
+                });
             }
         }
-        let sleep_until = next_try.unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+    }
+
+    /// Waits for cancellation, the next registration attempt or a change in the plugin
+    /// directory.
+    async fn wait(&mut self) -> Wake {
+        let sleep_until = self
+            .next_try
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        let (cancel, watch) = (&self.cancel, &mut self.watch);
         tokio::select! {
-            _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep_until(sleep_until) => {}
+            _ = cancel.cancelled() => Wake::Cancelled,
+            _ = tokio::time::sleep_until(sleep_until) => Wake::Timer,
             ev = async {
                 match watch.as_mut() {
                     Some(w) => w.next().await,
                     None => std::future::pending().await,
                 }
-            } => match ev {
-                DirEvent::Created { name, .. } if name == kubelet_name => {
-                    let same = registered_with.is_some()
-                        && registered_with == socket_ino(&config.kubelet_socket_path())
-                        && status.borrow().registered;
-                    if !same {
-                        tracing::info!(%resource, "kubelet socket created; registering again");
-                        attempt = 0;
-                        next_try = Some(Instant::now());
-                    }
-                }
-                DirEvent::Deleted { name, .. } if name == socket_name => {
-                    // The kubelet removes plugin sockets when it restarts. The loop's top serves
-                    // again if the socket now missing is the one we serve (not an older one
-                    // already replaced), and registers when the kubelet's socket is back.
-                }
-                DirEvent::Rescan => {
-                    attempt = 0;
-                    next_try = Some(Instant::now());
-                }
-                _ => {}
-            },
+            } => Wake::Dir(ev),
         }
     }
-    if let Some(s) = serving.take() {
-        s.shutdown().await;
+
+    /// A change in the plugin directory: a new kubelet socket or a rescan asks for a
+    /// registration now.
+    fn on_dir_event(&mut self, event: DirEvent) {
+        let resource = &self.resource;
+        match event {
+            DirEvent::Created { name, .. } if name == self.kubelet_name => {
+                let same = self.registered_with.is_some()
+                    && self.registered_with == socket_ino(&self.config.kubelet_socket_path())
+                    && self.status.borrow().registered;
+                if !same {
+                    tracing::info!(%resource, "kubelet socket created; registering again");
+                    self.attempt = 0;
+                    self.next_try = Some(Instant::now());
+                }
+            }
+            DirEvent::Deleted { name, .. } if name == self.socket_name => {
+                // The kubelet removes plugin sockets when it restarts. The loop's top serves
+                // again if the socket now missing is the one we serve (not an older one
+                // already replaced), and registers when the kubelet's socket is back.
+            }
+            DirEvent::Rescan => {
+                self.attempt = 0;
+                self.next_try = Some(Instant::now());
+            }
+            _ => {}
+        }
     }
-    status.send_modify(|st| st.registered = false);
-    tracing::info!(%resource, "device-plugin server stopped");
+
+    /// Stops serving and says so.
+    async fn stop(mut self) {
+        if let Some(s) = self.serving.take() {
+            s.shutdown().await;
+        }
+        self.status.send_modify(|st| st.registered = false);
+        tracing::info!(resource = %self.resource, "device-plugin server stopped");
+    }
 }
