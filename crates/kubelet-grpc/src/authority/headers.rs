@@ -30,119 +30,15 @@ pub(super) enum Verdict {
 /// (a socket path, raw or percent-encoded, or an empty value) with `localhost`; refuses a request
 /// the HTTP/2 server would reset, naming why.
 pub(super) fn accept_request(mut headers: HeaderList) -> Verdict {
-    let mut regular_seen = false;
-    let mut method: Option<usize> = None;
-    let mut scheme: Option<usize> = None;
-    let mut path: Option<usize> = None;
-    let mut authority: Option<usize> = None;
-    let mut protocol = false;
-    for (i, (name, value)) in headers.iter().enumerate() {
-        let shown = name.escape_ascii();
-        if name.first() == Some(&b':') {
-            if regular_seen {
-                return Verdict::Refuse(format!(
-                    "pseudo-header {shown} comes after regular header fields"
-                ));
-            }
-            let slot = match name.as_slice() {
-                b":method" => &mut method,
-                b":scheme" => &mut scheme,
-                b":path" => &mut path,
-                b":authority" => &mut authority,
-                b":protocol" => {
-                    protocol = true;
-                    continue;
-                }
-                b":status" => {
-                    return Verdict::Refuse(
-                        "a request carries the response pseudo-header :status".into(),
-                    );
-                }
-                _ => return Verdict::Refuse(format!("unknown pseudo-header {shown}")),
-            };
-            if slot.replace(i).is_some() {
-                return Verdict::Refuse(format!("pseudo-header {shown} appears twice"));
-            }
-            if name != b":authority" && std::str::from_utf8(value).is_err() {
-                return Verdict::Refuse(format!("the value of {shown} is not UTF-8"));
-            }
-            continue;
-        }
-        regular_seen = true;
-        if HeaderName::from_bytes(name).is_err() {
-            return Verdict::Refuse(format!("{shown:?} is not a valid header field name"));
-        }
-        if HeaderValue::from_bytes(value).is_err() {
-            return Verdict::Refuse(format!(
-                "the value of header field {shown} has characters HTTP does not allow"
-            ));
-        }
-        let lower = name.to_ascii_lowercase();
-        if matches!(
-            lower.as_slice(),
-            b"connection" | b"transfer-encoding" | b"upgrade" | b"keep-alive" | b"proxy-connection"
-        ) {
-            return Verdict::Refuse(format!(
-                "connection-specific header field {shown} is not allowed in HTTP/2"
-            ));
-        }
-        if lower == b"te" && value.as_slice() != b"trailers" {
-            return Verdict::Refuse(format!(
-                "header field te is {:?}; HTTP/2 allows only \"trailers\"",
-                value.escape_ascii().to_string()
-            ));
-        }
-    }
-    let value = |slot: Option<usize>| slot.map(|i| headers[i].1.as_slice());
-    let Some(method_value) = value(method) else {
-        return Verdict::Refuse("the request has no :method".into());
+    let pseudo = match PseudoHeaders::find(&headers) {
+        Ok(pseudo) => pseudo,
+        Err(reason) => return Verdict::Refuse(reason),
     };
-    let is_connect = method_value == b"CONNECT";
-    if http::Method::from_bytes(method_value).is_err() {
-        return Verdict::Refuse(format!(
-            ":method {:?} is not an HTTP method",
-            method_value.escape_ascii().to_string()
-        ));
-    }
-    if protocol && !is_connect {
-        return Verdict::Refuse(":protocol is only allowed on CONNECT requests".into());
-    }
-    match value(scheme) {
-        Some(_) if is_connect && !protocol => {
-            return Verdict::Refuse("a CONNECT request carries :scheme".into());
-        }
-        Some(s) if Scheme::try_from(s).is_err() => {
-            return Verdict::Refuse(format!(
-                ":scheme {:?} is not a URI scheme",
-                s.escape_ascii().to_string()
-            ));
-        }
-        Some(_) => {}
-        None if !is_connect || protocol => {
-            return Verdict::Refuse("the request has no :scheme".into());
-        }
-        None => {}
-    }
-    match value(path) {
-        Some(_) if is_connect && !protocol => {
-            return Verdict::Refuse("a CONNECT request carries :path".into());
-        }
-        Some([]) => return Verdict::Refuse("the request's :path is empty".into()),
-        Some(p) if PathAndQuery::try_from(p).is_err() => {
-            return Verdict::Refuse(format!(
-                ":path {:?} is not a valid request path",
-                p.escape_ascii().to_string()
-            ));
-        }
-        Some(_) => {}
-        None if !is_connect => return Verdict::Refuse("the request has no :path".into()),
-        None if protocol => {
-            return Verdict::Refuse("an extended CONNECT request has no :path".into());
-        }
-        None => {}
+    if let Err(reason) = pseudo.check_request(&headers) {
+        return Verdict::Refuse(reason);
     }
     let mut replaced = false;
-    let sent = authority.map(|i| {
+    let sent = pseudo.authority.map(|i| {
         let original = headers[i].1.clone();
         if Authority::try_from(original.as_slice()).is_err() {
             headers[i].1 = REPLACEMENT_AUTHORITY.to_vec();
@@ -154,6 +50,151 @@ pub(super) fn accept_request(mut headers: HeaderList) -> Verdict {
         headers,
         authority: sent,
         replaced,
+    }
+}
+
+/// Where a request's pseudo-header fields are in its header list.
+#[derive(Default)]
+struct PseudoHeaders {
+    method: Option<usize>,
+    scheme: Option<usize>,
+    path: Option<usize>,
+    authority: Option<usize>,
+    /// The request carries `:protocol` (an extended CONNECT).
+    protocol: bool,
+}
+
+impl PseudoHeaders {
+    /// Finds the pseudo-header fields, refusing a list the server would reset for its fields
+    /// alone: a pseudo-header after a regular field, an unknown, repeated or response one, a
+    /// value that is not UTF-8, a regular field HTTP/2 does not allow.
+    fn find(headers: &HeaderList) -> Result<Self, String> {
+        let mut found = PseudoHeaders::default();
+        let mut regular_seen = false;
+        for (i, (name, value)) in headers.iter().enumerate() {
+            if name.first() == Some(&b':') {
+                if regular_seen {
+                    let shown = name.escape_ascii();
+                    return Err(format!(
+                        "pseudo-header {shown} comes after regular header fields"
+                    ));
+                }
+                found.note(i, name, value)?;
+                continue;
+            }
+            regular_seen = true;
+            check_regular_field(name, value)?;
+        }
+        Ok(found)
+    }
+
+    /// Records pseudo-header field `i`.
+    fn note(&mut self, i: usize, name: &[u8], value: &[u8]) -> Result<(), String> {
+        let shown = name.escape_ascii();
+        let slot = match name {
+            b":method" => &mut self.method,
+            b":scheme" => &mut self.scheme,
+            b":path" => &mut self.path,
+            b":authority" => &mut self.authority,
+            b":protocol" => {
+                self.protocol = true;
+                return Ok(());
+            }
+            b":status" => {
+                return Err("a request carries the response pseudo-header :status".into());
+            }
+            _ => return Err(format!("unknown pseudo-header {shown}")),
+        };
+        if slot.replace(i).is_some() {
+            return Err(format!("pseudo-header {shown} appears twice"));
+        }
+        if name != b":authority" && std::str::from_utf8(value).is_err() {
+            return Err(format!("the value of {shown} is not UTF-8"));
+        }
+        Ok(())
+    }
+
+    /// Checks `:method`, `:scheme` and `:path` together, as the server would for a request
+    /// (a CONNECT request carries neither scheme nor path, unless it is an extended one).
+    fn check_request(&self, headers: &HeaderList) -> Result<(), String> {
+        let value = |slot: Option<usize>| slot.map(|i| headers[i].1.as_slice());
+        let Some(method_value) = value(self.method) else {
+            return Err("the request has no :method".into());
+        };
+        let is_connect = method_value == b"CONNECT";
+        if http::Method::from_bytes(method_value).is_err() {
+            return Err(format!(
+                ":method {:?} is not an HTTP method",
+                method_value.escape_ascii().to_string()
+            ));
+        }
+        if self.protocol && !is_connect {
+            return Err(":protocol is only allowed on CONNECT requests".into());
+        }
+        check_scheme(value(self.scheme), is_connect, self.protocol)?;
+        check_path(value(self.path), is_connect, self.protocol)
+    }
+}
+
+/// Refuses a regular header field the server would reset the stream for: an invalid name or
+/// value, a connection-specific field, `te` other than `trailers`.
+fn check_regular_field(name: &[u8], value: &[u8]) -> Result<(), String> {
+    let shown = name.escape_ascii();
+    if HeaderName::from_bytes(name).is_err() {
+        return Err(format!("{shown:?} is not a valid header field name"));
+    }
+    if HeaderValue::from_bytes(value).is_err() {
+        return Err(format!(
+            "the value of header field {shown} has characters HTTP does not allow"
+        ));
+    }
+    let lower = name.to_ascii_lowercase();
+    if matches!(
+        lower.as_slice(),
+        b"connection" | b"transfer-encoding" | b"upgrade" | b"keep-alive" | b"proxy-connection"
+    ) {
+        return Err(format!(
+            "connection-specific header field {shown} is not allowed in HTTP/2"
+        ));
+    }
+    if lower == b"te" && value != b"trailers" {
+        return Err(format!(
+            "header field te is {:?}; HTTP/2 allows only \"trailers\"",
+            value.escape_ascii().to_string()
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the request's `:scheme`: required unless it is a plain CONNECT, which must not
+/// carry one.
+fn check_scheme(scheme: Option<&[u8]>, is_connect: bool, protocol: bool) -> Result<(), String> {
+    match scheme {
+        Some(_) if is_connect && !protocol => Err("a CONNECT request carries :scheme".into()),
+        Some(s) if Scheme::try_from(s).is_err() => Err(format!(
+            ":scheme {:?} is not a URI scheme",
+            s.escape_ascii().to_string()
+        )),
+        Some(_) => Ok(()),
+        None if !is_connect || protocol => Err("the request has no :scheme".into()),
+        None => Ok(()),
+    }
+}
+
+/// Checks the request's `:path`: a valid, non-empty request path, required unless it is a
+/// plain CONNECT, which must not carry one.
+fn check_path(path: Option<&[u8]>, is_connect: bool, protocol: bool) -> Result<(), String> {
+    match path {
+        Some(_) if is_connect && !protocol => Err("a CONNECT request carries :path".into()),
+        Some([]) => Err("the request's :path is empty".into()),
+        Some(p) if PathAndQuery::try_from(p).is_err() => Err(format!(
+            ":path {:?} is not a valid request path",
+            p.escape_ascii().to_string()
+        )),
+        Some(_) => Ok(()),
+        None if !is_connect => Err("the request has no :path".into()),
+        None if protocol => Err("an extended CONNECT request has no :path".into()),
+        None => Ok(()),
     }
 }
 
