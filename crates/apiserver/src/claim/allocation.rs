@@ -28,13 +28,38 @@ pub(crate) fn allocated_claim(
             uid: expected.uid.to_string(),
         });
     };
-    let content = |message: String| Error::ClaimContent {
-        claim: expected.to_string(),
-        message,
-    };
     let empty = res::DeviceAllocationResult::default();
     let devices = allocation.devices.as_ref().unwrap_or(&empty);
+    let config = driver_config(driver, expected, devices)?;
+    let mut results = Vec::new();
+    for (i, result) in devices.results.iter().flatten().enumerate() {
+        if result.driver != driver.as_str() {
+            continue;
+        }
+        results.push(device_result(expected, i, result, &config)?);
+    }
+    Ok(AllocatedClaim {
+        claim: expected.clone(),
+        results,
+        config,
+        pod_claim_name: pod_claim_name(found),
+    })
+}
 
+/// A claim whose content cannot be read.
+fn content_error(claim: &ClaimRef, message: String) -> Error {
+    Error::ClaimContent {
+        claim: claim.to_string(),
+        message,
+    }
+}
+
+/// The driver's opaque configurations, class ones first.
+fn driver_config(
+    driver: &DriverName,
+    claim: &ClaimRef,
+    devices: &res::DeviceAllocationResult,
+) -> Result<Vec<OpaqueConfig>, Error> {
     let mut config = Vec::new();
     for (i, entry) in devices.config.iter().flatten().enumerate() {
         let Some(opaque) = entry.opaque.as_ref() else {
@@ -47,10 +72,13 @@ pub(crate) fn allocated_claim(
             "FromClass" => ConfigSource::Class,
             "FromClaim" => ConfigSource::Claim,
             other => {
-                return Err(content(format!(
-                    "config[{i}] has source {other}; expected FromClass or FromClaim",
-                    other = kubedev_core::echo::echo(other)
-                )));
+                return Err(content_error(
+                    claim,
+                    format!(
+                        "config[{i}] has source {other}; expected FromClass or FromClaim",
+                        other = kubedev_core::echo::echo(other)
+                    ),
+                ));
             }
         };
         let RawExtension(parameters) = &opaque.parameters;
@@ -67,67 +95,67 @@ pub(crate) fn allocated_claim(
         ConfigSource::Class => 0,
         ConfigSource::Claim => 1,
     });
+    Ok(config)
+}
 
-    let mut results = Vec::new();
-    for (i, result) in devices.results.iter().flatten().enumerate() {
-        if result.driver != driver.as_str() {
-            continue;
-        }
-        let pool = PoolName::new(result.pool.clone())
-            .map_err(|e| content(format!("results[{i}]: {}", kubedev_core::echo::chain(&e))))?;
-        let device = DeviceName::new(result.device.clone())
-            .map_err(|e| content(format!("results[{i}]: {}", kubedev_core::echo::chain(&e))))?;
-        let mut consumed_capacity = BTreeMap::new();
-        for (name, q) in result.consumed_capacity.iter().flatten() {
-            let value = Quantity::parse(&q.0).map_err(|e| {
-                content(format!(
-                    "results[{i}]: consumed capacity {name}: {}",
-                    kubedev_core::echo::chain(&e)
-                ))
-            })?;
-            consumed_capacity.insert(name.clone(), value);
-        }
-        let applicable = config
-            .iter()
-            .filter(|c| c.applies_to(&result.request))
-            .map(OpaqueConfig::device_config)
-            .collect();
-        results.push(DeviceResult {
-            device: {
-                let mut v = AllocatedDevice::new(DeviceRef { pool, device });
-                v.admin_access = result.admin_access.unwrap_or(false);
-                v.request = result.request.clone();
-                v.share_id = result.share_id.clone();
-                v.config = applicable;
-                v
-            },
-            admin_access: result.admin_access.unwrap_or(false),
-            tolerations: result
-                .tolerations
-                .iter()
-                .flatten()
-                .map(|t| DeviceToleration {
-                    key: t.key.clone(),
-                    operator: t.operator.clone(),
-                    value: t.value.clone(),
-                    effect: t.effect.clone(),
-                    toleration_seconds: t.toleration_seconds,
-                })
-                .collect(),
-            consumed_capacity,
-        });
+/// Device result `i` of the driver, with the configurations that apply to its request.
+fn device_result(
+    claim: &ClaimRef,
+    i: usize,
+    result: &res::DeviceRequestAllocationResult,
+    config: &[OpaqueConfig],
+) -> Result<DeviceResult, Error> {
+    let content = |message: String| content_error(claim, message);
+    let pool = PoolName::new(result.pool.clone())
+        .map_err(|e| content(format!("results[{i}]: {}", kubedev_core::echo::chain(&e))))?;
+    let device = DeviceName::new(result.device.clone())
+        .map_err(|e| content(format!("results[{i}]: {}", kubedev_core::echo::chain(&e))))?;
+    let mut consumed_capacity = BTreeMap::new();
+    for (name, q) in result.consumed_capacity.iter().flatten() {
+        let value = Quantity::parse(&q.0).map_err(|e| {
+            content(format!(
+                "results[{i}]: consumed capacity {name}: {}",
+                kubedev_core::echo::chain(&e)
+            ))
+        })?;
+        consumed_capacity.insert(name.clone(), value);
     }
-    let pod_claim_name = found
+    let applicable = config
+        .iter()
+        .filter(|c| c.applies_to(&result.request))
+        .map(OpaqueConfig::device_config)
+        .collect();
+    let mut device = AllocatedDevice::new(DeviceRef { pool, device });
+    device.admin_access = result.admin_access.unwrap_or(false);
+    device.request = result.request.clone();
+    device.share_id = result.share_id.clone();
+    device.config = applicable;
+    Ok(DeviceResult {
+        device,
+        admin_access: result.admin_access.unwrap_or(false),
+        tolerations: result
+            .tolerations
+            .iter()
+            .flatten()
+            .map(|t| DeviceToleration {
+                key: t.key.clone(),
+                operator: t.operator.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                toleration_seconds: t.toleration_seconds,
+            })
+            .collect(),
+        consumed_capacity,
+    })
+}
+
+/// The pod's name for the claim (`resource.kubernetes.io/pod-claim-name`), when set.
+fn pod_claim_name(found: &res::ResourceClaim) -> Option<String> {
+    found
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get("resource.kubernetes.io/pod-claim-name"))
         .filter(|n| !n.is_empty())
-        .cloned();
-    Ok(AllocatedClaim {
-        claim: expected.clone(),
-        results,
-        config,
-        pod_claim_name,
-    })
+        .cloned()
 }
