@@ -1,0 +1,72 @@
+//! Where the driver reads a claim's allocation from, and where it reports what it prepared:
+//! the API server in the daemon, a table in tests.
+
+use async_trait::async_trait;
+use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
+use kubedev_kubelet_grpc::dra::ClaimError;
+
+/// Where the allocation of a claim comes from (the API server, or a test's table).
+#[async_trait]
+pub trait ClaimSource: Send + Sync + 'static {
+    /// The devices allocated to `claim` for this driver, with their requests, share IDs and
+    /// opaque configuration. Errors say why the claim cannot be prepared (not found, UID
+    /// mismatch, not allocated, nothing for this driver).
+    async fn allocated_devices(&self, claim: &ClaimRef)
+    -> Result<Vec<AllocatedDevice>, ClaimError>;
+
+    /// [`ClaimSource::allocated_devices`] with what else the claim says that prepare uses (the
+    /// pod's name for a claim made from a template). By default only the devices.
+    async fn allocation(&self, claim: &ClaimRef) -> Result<ClaimAllocation, ClaimError> {
+        Ok(ClaimAllocation {
+            devices: self.allocated_devices(claim).await?,
+            pod_claim_name: None,
+        })
+    }
+
+    /// Every claim the cluster says is allocated devices of this driver and reserved for a
+    /// consumer, with those devices: what recovery rebuilds from when the checkpoint was lost.
+    /// `Err` says why the source cannot tell (then nothing may be judged orphaned).
+    async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
+        Err("this claim source cannot list the cluster's claims".into())
+    }
+
+    /// Reports `prepared`, the claim's devices as the backend prepared them, in the claim's
+    /// status (`status.devices`: `Ready`, the backend's data). Called in the background after
+    /// each successful prepare; by default nothing is reported.
+    async fn report_prepared(
+        &self,
+        claim: &ClaimRef,
+        prepared: &[PreparedDevice],
+    ) -> Result<(), String> {
+        let _ = (claim, prepared);
+        Ok(())
+    }
+
+    /// Takes this driver's devices out of the claim's status after an unprepare; by default
+    /// nothing is reported.
+    async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), String> {
+        let _ = claim;
+        Ok(())
+    }
+}
+
+/// A claim's allocation for this driver, as a [`ClaimSource`] reads it.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ClaimAllocation {
+    /// The devices allocated by this driver, with requests, share IDs and configuration.
+    pub devices: Vec<AllocatedDevice>,
+    /// The claim's `resource.kubernetes.io/pod-claim-name` annotation: the pod's name for a
+    /// claim made from a template.
+    pub pod_claim_name: Option<String>,
+}
+
+impl ClaimAllocation {
+    /// `devices`, for a claim not made from a template.
+    pub fn new(devices: Vec<AllocatedDevice>) -> Self {
+        ClaimAllocation {
+            devices,
+            pod_claim_name: None,
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The kubelet's calls: each claim prepared or unprepared under its own lock, in a span, with
+//! its duration and outcome recorded in the metrics.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use kubedev_core::ClaimRef;
+use kubedev_kubelet_grpc::dra::{ClaimError, DraHandler, PreparedClaimDevice};
+use tracing::Instrument as _;
+
+use super::DraDriver;
+
+impl DraDriver {
+    /// The lock of the claim with UID `uid`, held while it is prepared, unprepared or
+    /// refreshed.
+    pub(super) fn lock_for(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock();
+        // Drop locks nobody holds, so the map does not grow with every claim ever seen.
+        locks.retain(|_, l| Arc::strong_count(l) > 1);
+        locks.entry(uid.to_string()).or_default().clone()
+    }
+
+    /// Records the duration and outcome of `operation` in the metrics; returns `result`.
+    fn observe<T>(
+        &self,
+        operation: &str,
+        started: std::time::Instant,
+        result: Result<T, ClaimError>,
+    ) -> Result<T, ClaimError> {
+        if let Some(m) = &self.metrics {
+            m.observe_operation(
+                operation,
+                started.elapsed(),
+                result.as_ref().err().map(|f| (f.reason(), f.retry())),
+            );
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl DraHandler for DraDriver {
+    async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
+        let started = std::time::Instant::now();
+        let span = tracing::info_span!("prepare", claim = %claim);
+        let result = async {
+            let lock = self.lock_for(claim.uid.as_str());
+            let _held = lock.lock().await;
+            self.prepare_locked(claim).await
+        }
+        .instrument(span)
+        .await;
+        self.observe("prepare", started, result)
+    }
+
+    async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+        let started = std::time::Instant::now();
+        let span = tracing::info_span!("unprepare", claim = %claim);
+        let result = async {
+            let lock = self.lock_for(claim.uid.as_str());
+            let _held = lock.lock().await;
+            self.unprepare_locked(claim).await
+        }
+        .instrument(span)
+        .await;
+        self.observe("unprepare", started, result)
+    }
+}

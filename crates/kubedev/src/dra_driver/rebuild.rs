@@ -1,0 +1,128 @@
+//! After a lost checkpoint: every claim the API server says is reserved and allocated devices on
+//! this node prepared again, and the CDI specs and device metadata no claim owns removed, but
+//! only when the API server answered (else they are kept and the rebuild tried again later).
+
+use std::path::PathBuf;
+
+use super::{DraDriver, Recovery};
+
+/// How long recovery waits for the API server's list of claims after a lost checkpoint.
+const REBUILD_LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl DraDriver {
+    /// Removes the CDI specs no record owns (or, when `may_remove` is false, only lists them),
+    /// judged on a fresh read held under the node lock: another instance records a claim before
+    /// it writes the claim's spec, so none of its specs can look orphaned while this runs.
+    /// Returns the specs removed and those kept.
+    pub(super) async fn sweep_orphans(
+        &self,
+        may_remove: bool,
+    ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
+        let cdi = self.cdi.clone();
+        let metadata = self.metadata.clone();
+        self.with_store(move |s| {
+            s.with_fresh_claims(|owned| {
+                let (mut removed, mut kept) = (Vec::new(), Vec::new());
+                let mut files = cdi
+                    .list_claim_files()
+                    .map_err(|e| kubedev_core::echo::chain(&e))?;
+                if let Some(m) = &metadata {
+                    files.extend(
+                        m.cdi()
+                            .list_claim_files()
+                            .map_err(|e| kubedev_core::echo::chain(&e))?,
+                    );
+                    let dirs = m
+                        .list_claim_dirs()
+                        .map_err(|e| kubedev_core::echo::chain(&e))?;
+                    for (ns, name, path) in dirs {
+                        let has_record = owned
+                            .values()
+                            .any(|r| r.claim.namespace == ns && r.claim.name == name);
+                        if has_record {
+                            continue;
+                        }
+                        if !may_remove {
+                            kept.push(path);
+                            continue;
+                        }
+                        std::fs::remove_dir_all(&path).map_err(|e| {
+                            format!("removing orphan device metadata {}: {e}", path.display())
+                        })?;
+                        removed.push(path);
+                    }
+                }
+                for (uid, path) in files {
+                    if owned.contains_key(&uid) {
+                        continue;
+                    }
+                    if !may_remove {
+                        kept.push(path);
+                        continue;
+                    }
+                    cdi.remove_spec_path(&path)
+                        .map_err(|e| format!("removing orphan CDI file {}: {e}", path.display()))?;
+                    removed.push(path);
+                }
+                Ok((removed, kept))
+            })
+            .map_err(|e| kubedev_core::echo::chain(&e))?
+        })
+        .await
+    }
+
+    /// Tries again what start-up recovery could not finish because the API server could not be
+    /// asked (see [`Recovery::cluster_error`]): prepares the reserved claims of this node again
+    /// and removes the specs no claim owns. Safe while the kubelet calls the driver (each claim
+    /// is prepared under its own lock, and prepare is idempotent). The result says whether the
+    /// API server answered this time.
+    pub async fn retry_rebuild(&self) -> Result<Recovery, String> {
+        let mut rec = Recovery {
+            checkpoint_lost: Some("finishing an earlier recovery".into()),
+            ..Recovery::default()
+        };
+        let answered = self.rebuild(&mut rec).await;
+        let (removed, kept) = self.sweep_orphans(answered).await?;
+        rec.cdi_removed = removed;
+        rec.kept_unverified = kept;
+        Ok(rec)
+    }
+
+    /// After a lost checkpoint: prepares again every claim the API server says is reserved and
+    /// allocated devices on this node. Returns whether the API server answered (only then can a
+    /// spec no claim owns be called an orphan).
+    pub(super) async fn rebuild(&self, rec: &mut Recovery) -> bool {
+        let listed =
+            match tokio::time::timeout(REBUILD_LIST_TIMEOUT, self.claims.reserved_claims()).await {
+                Ok(Ok(listed)) => listed,
+                Ok(Err(e)) => {
+                    rec.cluster_error = Some(e);
+                    return false;
+                }
+                Err(_) => {
+                    rec.cluster_error = Some(format!(
+                        "the API server did not list the claims within {} s",
+                        REBUILD_LIST_TIMEOUT.as_secs()
+                    ));
+                    return false;
+                }
+            };
+        for (claim, devices) in listed {
+            if !devices
+                .iter()
+                .any(|d| self.backends.owner(&d.device.pool).is_some())
+            {
+                continue;
+            }
+            let lock = self.lock_for(claim.uid.as_str());
+            let _held = lock.lock().await;
+            match self.prepare_locked(&claim).await {
+                Ok(_) => rec.rebuilt.push(claim.uid.to_string()),
+                Err(f) => rec
+                    .rebuild_failed
+                    .push((claim.uid.to_string(), f.to_string())),
+            }
+        }
+        true
+    }
+}

@@ -1,0 +1,57 @@
+//! Unprepare of a claim: the backend's unprepare, the claim's CDI spec and device metadata
+//! removed, then its record; a claim without a record only has its files removed.
+
+use kubedev_core::ClaimRef;
+use kubedev_kubelet_grpc::dra::ClaimError;
+
+use super::{DraDriver, backend_error, blocking, retryable};
+use crate::checkpoint::Change;
+use crate::claim_status::StatusChange;
+use crate::failpoint;
+
+impl DraDriver {
+    /// Unprepares `claim`, whose lock the caller holds; idempotent.
+    pub(super) async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
+        let record = {
+            let store = self.store.lock();
+            store.get(claim.uid.as_str()).cloned()
+        };
+        if let Some(r) = &record {
+            failpoint::reached("during-unprepare").await;
+            self.backends
+                .unprepare(&r.claim, &r.devices)
+                .await
+                .map_err(|e| {
+                    backend_error(
+                        &e,
+                        format!(
+                            "unpreparing claim {claim}: {}",
+                            kubedev_core::echo::chain(&e)
+                        ),
+                    )
+                })?;
+        }
+        let cdi = self.cdi.clone();
+        let uid = claim.uid.clone();
+        blocking(move || {
+            cdi.remove_claim(&uid)
+                .map(|_| ())
+                .map_err(|e| kubedev_core::echo::chain(&e))
+        })
+        .await
+        .map_err(retryable("checkpoint"))?;
+        self.remove_metadata(claim)
+            .await
+            .map_err(retryable("metadata"))?;
+        if record.is_some() {
+            self.commit(Change::Remove {
+                uid: claim.uid.to_string(),
+            })
+            .await
+            .map_err(retryable("checkpoint"))?;
+            tracing::info!(claim = %claim, "unprepared");
+        }
+        self.status.send(StatusChange::Unprepared(claim.clone()));
+        Ok(())
+    }
+}
