@@ -45,6 +45,14 @@ pub enum DirEvent {
         /// The entry's name in it.
         name: OsString,
     },
+    /// A file in `dir` was written and closed; reported only by a watcher made
+    /// [`noticing_writes`](DirWatch::noticing_writes).
+    Written {
+        /// The watched directory, as it was given to [`DirWatch::watch`].
+        dir: PathBuf,
+        /// The entry's name in it.
+        name: OsString,
+    },
     /// Events may have been missed — the kernel's queue overflowed, a watched directory was
     /// removed and is back (and watched again), or inotify failed and was set up anew: look at
     /// everything again.
@@ -55,7 +63,9 @@ impl DirEvent {
     /// The directory and entry name of a `Created` or `Deleted` event.
     pub fn entry(&self) -> Option<(&Path, &OsStr)> {
         match self {
-            DirEvent::Created { dir, name } | DirEvent::Deleted { dir, name } => Some((dir, name)),
+            DirEvent::Created { dir, name }
+            | DirEvent::Deleted { dir, name }
+            | DirEvent::Written { dir, name } => Some((dir, name)),
             DirEvent::Rescan => None,
         }
     }
@@ -74,6 +84,8 @@ pub struct DirWatch {
     gone: BTreeSet<PathBuf>,
     /// Whether a failure to watch a directory that came back was already logged.
     warned: bool,
+    /// Whether files written and closed are reported too.
+    writes: bool,
 }
 
 impl Default for DirWatch {
@@ -82,8 +94,14 @@ impl Default for DirWatch {
     }
 }
 
-fn mask() -> WatchMask {
-    WatchMask::CREATE
+fn mask(writes: bool) -> WatchMask {
+    let writes = if writes {
+        WatchMask::CLOSE_WRITE
+    } else {
+        WatchMask::empty()
+    };
+    writes
+        | WatchMask::CREATE
         | WatchMask::DELETE
         | WatchMask::MOVED_FROM
         | WatchMask::MOVED_TO
@@ -124,7 +142,22 @@ impl DirWatch {
             dirs: BTreeMap::new(),
             gone: BTreeSet::new(),
             warned: false,
+            writes: false,
         }
+    }
+
+    /// The same watcher, also noticing files written in place (a file written and closed:
+    /// [`DirEvent::Written`]), for directories of files whose content matters (configuration,
+    /// policy modules) rather than of device nodes, which are written all the time. Call it
+    /// before watching a directory.
+    pub fn noticing_writes(mut self) -> Self {
+        self.writes = true;
+        self
+    }
+
+    /// Whether this watcher has no inotify and [`wait`](Self::wait) only polls.
+    pub fn is_polling(&self) -> bool {
+        self.stream.is_none()
     }
 
     /// Watches `dir` (a real path on this machine) if it exists. Adding a directory that is
@@ -148,7 +181,7 @@ impl DirWatch {
         };
         let wd = stream
             .watches()
-            .add(dir, mask())
+            .add(dir, mask(self.writes))
             .map_err(|e| watch_error(dir, &e))?;
         self.dirs.insert(wd, dir.to_path_buf());
         self.gone.remove(dir);
@@ -268,6 +301,8 @@ impl DirWatch {
             .intersects(EventMask::DELETE | EventMask::MOVED_FROM)
         {
             Some(DirEvent::Deleted { dir, name })
+        } else if ev.mask.contains(EventMask::CLOSE_WRITE) {
+            Some(DirEvent::Written { dir, name })
         } else {
             None
         }
@@ -331,6 +366,31 @@ mod tests {
             dir: dir.to_path_buf(),
             name: name.into(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_watcher_noticing_writes_reports_a_file_written_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kubedev.yaml");
+        std::fs::write(&file, "a: 1\n").unwrap();
+        let mut plain = DirWatch::try_new().unwrap();
+        plain.try_watch(dir.path()).unwrap();
+        let mut w = DirWatch::try_new().unwrap().noticing_writes();
+        w.try_watch(dir.path()).unwrap();
+        std::fs::write(&file, "a: 2\n").unwrap();
+        assert_eq!(
+            w.next().await,
+            DirEvent::Written {
+                dir: dir.path().to_path_buf(),
+                name: "kubedev.yaml".into()
+            }
+        );
+        // A watcher of device directories is not woken by writes.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), plain.next())
+                .await
+                .is_err()
+        );
     }
 
     #[tokio::test]

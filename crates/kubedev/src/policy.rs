@@ -100,14 +100,49 @@ mod imp {
         }
     }
 
+    /// How often the policy directory is read again when nothing was noticed: a safety net
+    /// where inotify works, the only way to notice changes where it does not.
+    const POLICY_RESYNC: Duration = Duration::from_secs(60);
+    const POLICY_POLL: Duration = Duration::from_secs(2);
+
+    /// Loads the policy directory at once (compiling off the async threads), then again
+    /// whenever a file in it is created, replaced, written or removed, until `stop`.
+    async fn watch_policy_dir(
+        dir: Arc<kubedev_sandbox::PolicyDir>,
+        path: PathBuf,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        let mut watch = kubedev_core::dirwatch::DirWatch::new().noticing_writes();
+        loop {
+            // Watched again after every wake-up: a directory re-created meanwhile is followed.
+            watch.watch(&path);
+            let loading = dir.clone();
+            if kubedev_core::blocking(move || loading.reload())
+                .await
+                .is_err()
+            {
+                return;
+            }
+            let resync = if watch.is_polling() {
+                POLICY_POLL
+            } else {
+                POLICY_RESYNC
+            };
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = watch.wait(resync) => {}
+            }
+        }
+    }
+
     /// Where device-plugin resources get their selection policies: one sandbox, and the
     /// watched policy directory once a resource names a module in it.
     #[derive(Default)]
     pub(crate) struct PolicyState {
         sandbox: Option<kubedev_sandbox::Sandbox>,
         dir: Option<(PathBuf, Arc<kubedev_sandbox::PolicyDir>)>,
-        /// Keeps the policy directory's reload thread alive.
-        watch: Option<kubedev_sandbox::DirWatcher>,
+        /// Stops the policy directory's watcher when dropped.
+        watch: Option<tokio_util::sync::DropGuard>,
     }
 
     impl PolicyState {
@@ -133,11 +168,17 @@ mod imp {
             match policy_module(path, dp) {
                 PolicyModule::InDir { dir, name } => {
                     if self.dir.as_ref().is_none_or(|(p, _)| p != dir) {
-                        // Off the start-up path: the watcher thread compiles the modules.
+                        // Off the start-up path: the watcher compiles the modules.
                         let opened = kubedev_sandbox::PolicyDir::open_deferred(sb, dir)
                             .with_context(|| format!("devicePlugin.policyDir {}", dir.display()))?;
                         let opened = Arc::new(opened);
-                        self.watch = Some(opened.watch(Duration::from_secs(2))?);
+                        let stop = tokio_util::sync::CancellationToken::new();
+                        tokio::spawn(watch_policy_dir(
+                            opened.clone(),
+                            dir.to_path_buf(),
+                            stop.clone(),
+                        ));
+                        self.watch = Some(stop.drop_guard());
                         self.dir = Some((dir.to_path_buf(), opened));
                     }
                     let dir = self

@@ -148,8 +148,18 @@ fn spawn_watcher(
     });
 }
 
-/// Watches the configuration file: every change that parses and validates is sent on; one that
-/// does not is logged with the reason (and counted), and the running configuration stays.
+/// How often the configuration file is read again when nothing was noticed: a safety net where
+/// inotify works, the only way to notice changes where it does not.
+const CONFIG_RESYNC: Duration = Duration::from_secs(10);
+const CONFIG_POLL: Duration = Duration::from_secs(1);
+/// How long a change is let settle before the file is read: a file created and then written
+/// is read once it is whole.
+const CONFIG_SETTLE: Duration = Duration::from_millis(50);
+
+/// Watches the configuration file (its directory: a file replaced by a rename, as editors and
+/// ConfigMap volumes do, is noticed as well as one written in place): every change that parses
+/// and validates is sent on; one that does not is logged with the reason (and counted), and the
+/// running configuration stays.
 async fn watch_config(
     path: PathBuf,
     registry: crate::registry::Registry,
@@ -159,10 +169,24 @@ async fn watch_config(
 ) {
     let read = |p: &Path| std::fs::read(p).ok();
     let mut last = read(&path);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut watch = kubedev_core::dirwatch::DirWatch::new().noticing_writes();
     loop {
+        watch.watch(&dir);
+        let resync = if watch.is_polling() {
+            CONFIG_POLL
+        } else {
+            CONFIG_RESYNC
+        };
         tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = async {
+                watch.wait(resync).await;
+                tokio::time::sleep(CONFIG_SETTLE).await;
+            } => {}
         }
         let now = read(&path);
         if now.is_none() || now == last {

@@ -4,10 +4,6 @@
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 
@@ -82,8 +78,8 @@ impl PolicyDir {
     }
 
     /// The directory, with no policy loaded yet: checks only that it can be listed, so a
-    /// caller's start-up does not wait on compiling its modules. [`PolicyDir::watch`] loads them
-    /// at once on its own thread; until then [`PolicyDir::get`] finds nothing.
+    /// caller's start-up does not wait on compiling its modules. Until the first
+    /// [`reload`](PolicyDir::reload), [`PolicyDir::get`] finds nothing.
     pub fn open_deferred(
         sandbox: &Sandbox,
         dir: impl Into<PathBuf>,
@@ -224,41 +220,5 @@ impl PolicyDir {
             }
         }
         Ok(files)
-    }
-
-    /// Reloads at once, then every `interval`, on a background thread until the returned
-    /// handle is dropped.
-    pub fn watch(self: &Arc<Self>, interval: Duration) -> Result<DirWatcher, PolicyError> {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let dir = self.clone();
-        let thread = std::thread::Builder::new()
-            .name("kubedev-policy-dir".into())
-            .spawn(move || {
-                dir.reload();
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(interval) {
-                    dir.reload();
-                }
-            })
-            .map_err(|e| PolicyError::io(&self.dir, e))?;
-        Ok(DirWatcher {
-            stop: Some(stop),
-            thread: Some(thread),
-        })
-    }
-}
-
-/// Stops the reload thread of [`PolicyDir::watch`] when dropped.
-#[derive(Debug)]
-pub struct DirWatcher {
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Drop for DirWatcher {
-    /// Tells the thread to stop without waiting for it: a reload in progress (a compile takes
-    /// up to the compile timeout) must not hold up a shutdown. The thread ends after it.
-    fn drop(&mut self) {
-        drop(self.stop.take());
-        drop(self.thread.take());
     }
 }

@@ -174,7 +174,7 @@ mod sandbox;
 mod shape;
 
 pub use check::{CheckReport, SampleReport, SampleRun, check};
-pub use dir::{DirWatcher, PolicyDir, ReloadReport};
+pub use dir::{PolicyDir, ReloadReport};
 pub use error::PolicyError;
 pub use input::{Candidate, Constraint, ConstraintKind, CounterUsage, DeviceData, PolicyInput};
 pub use limits::Limits;
