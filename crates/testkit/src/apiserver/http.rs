@@ -1,7 +1,7 @@
 //! The HTTP side: URL routing in the Kubernetes REST layout, verbs, query parameters, JSON
 //! bodies, and watch streams of newline-delimited JSON events. Each request goes through
-//! [`handle`]: discovery paths ([`discovery`]), or a route and a verb served from the store
-//! ([`verbs`]) or as a watch stream ([`watch`]).
+//! [`handle`]: discovery paths (module `discovery`), or a route and a verb served from the
+//! store (module `verbs`) or as a watch stream (module `watch`).
 
 mod discovery;
 mod verbs;
