@@ -1,0 +1,330 @@
+//! Reading dumps: JSON decoded straight into the allocator's strict types where they take
+//! an object, YAML and everything else read leniently (fields the types do not know
+//! dropped, real errors named with their path), and from a claim's `status` only the
+//! allocation results and the capacity they consumed.
+
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::{Cluster, ClusterError};
+use crate::ConsumedCapacity;
+use crate::api::{Node, ObjectMeta, RawQuantity, ResourceClaim, ResourceClaimSpec};
+
+/// The top of a JSON dump: its kind, and its items left as text.
+#[derive(Deserialize)]
+struct ListHead<'a> {
+    kind: Option<String>,
+    #[serde(borrow)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+/// The kind of one object (the rest is skipped).
+#[derive(Deserialize)]
+struct KindHead<'a> {
+    #[serde(borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// A ResourceClaim as a dump has it: the allocator's (strict) metadata and spec, and from
+/// `status` only the allocation results.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ClaimDoc {
+    #[serde(default, rename = "apiVersion")]
+    _api_version: IgnoredAny,
+    #[serde(default, rename = "kind")]
+    _kind: IgnoredAny,
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: ResourceClaimSpec,
+    status: Option<ClaimStatusDoc>,
+}
+
+#[derive(Deserialize, Default)]
+struct ClaimStatusDoc {
+    allocation: Option<AllocationDoc>,
+}
+
+impl ClaimStatusDoc {
+    /// The devices the claim holds (`driver/pool/device`) and the capacity it consumed from
+    /// them; an amount that does not parse is an error naming its field.
+    fn allocation(self) -> Result<(Vec<String>, Vec<ConsumedCapacity>), String> {
+        let results = self
+            .allocation
+            .and_then(|a| a.devices)
+            .map(|d| d.results)
+            .unwrap_or_default();
+        let mut allocated = Vec::with_capacity(results.len());
+        let mut consumed = Vec::new();
+        for (i, r) in results.into_iter().enumerate() {
+            let device = format!("{}/{}/{}", r.driver, r.pool, r.device);
+            if let Some(caps) = r.consumed_capacity {
+                let mut capacity = Vec::with_capacity(caps.len());
+                for (name, q) in caps {
+                    let q = kubedev_core::Quantity::parse(q.as_str()).map_err(|e| {
+                        format!(
+                            "status.allocation.devices.results[{i}].consumedCapacity.{name}: {e}"
+                        )
+                    })?;
+                    capacity.push((name, q));
+                }
+                consumed.push(ConsumedCapacity {
+                    device: device.clone(),
+                    capacity,
+                });
+            }
+            allocated.push(device);
+        }
+        Ok((allocated, consumed))
+    }
+}
+
+#[derive(Deserialize)]
+struct AllocationDoc {
+    devices: Option<AllocationDevicesDoc>,
+}
+
+#[derive(Deserialize)]
+struct AllocationDevicesDoc {
+    #[serde(default)]
+    results: Vec<ResultDoc>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ResultDoc {
+    #[serde(default)]
+    driver: String,
+    #[serde(default)]
+    pool: String,
+    #[serde(default)]
+    device: String,
+    consumed_capacity: Option<std::collections::BTreeMap<String, RawQuantity>>,
+}
+
+/// A Node: its name and labels.
+#[derive(Deserialize)]
+struct NodeDoc {
+    #[serde(default)]
+    metadata: NodeMetaDoc,
+}
+
+#[derive(Deserialize, Default)]
+struct NodeMetaDoc {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
+}
+
+/// Decodes `value` as a `T`, dropping fields `T` does not know (as the API machinery ignores
+/// unknown fields) and naming the first real problem.
+fn lenient<T: DeserializeOwned>(mut value: Value) -> Result<T, String> {
+    if let Ok(t) = T::deserialize(&value) {
+        return Ok(t);
+    }
+    for _ in 0..256 {
+        let err = match serde_path_to_error::deserialize::<_, T>(&value) {
+            Ok(t) => return Ok(t),
+            Err(e) => e,
+        };
+        let path: Vec<String> = err
+            .path()
+            .iter()
+            .map(|s| match s {
+                serde_path_to_error::Segment::Seq { index } => format!("#{index}"),
+                serde_path_to_error::Segment::Map { key } => key.clone(),
+                serde_path_to_error::Segment::Enum { variant } => variant.clone(),
+                serde_path_to_error::Segment::Unknown => "?".to_string(),
+            })
+            .collect();
+        let message = err.inner().to_string();
+        let Some(field) = message
+            .strip_prefix("unknown field `")
+            .and_then(|r| r.split('`').next())
+            .map(str::to_string)
+        else {
+            return Err(format!("{}: {message}", path.join(".")));
+        };
+        let parent = match path.last() {
+            Some(last) if *last == field => &path[..path.len() - 1],
+            _ => &path[..],
+        };
+        let mut at = &mut value;
+        for seg in parent {
+            at = match seg.strip_prefix('#').and_then(|i| i.parse::<usize>().ok()) {
+                Some(i) => match at.get_mut(i) {
+                    Some(v) => v,
+                    None => return Err(format!("{}: {message}", path.join("."))),
+                },
+                None => match at.get_mut(seg.as_str()) {
+                    Some(v) => v,
+                    None => return Err(format!("{}: {message}", path.join("."))),
+                },
+            };
+        }
+        match at.as_object_mut().and_then(|m| m.remove(&field)) {
+            Some(_) => {}
+            None => return Err(format!("{}: {message}", path.join("."))),
+        }
+    }
+    Err("too many unknown fields".into())
+}
+
+/// An object's name as errors and subjects give it: `namespace/name`, or `name` for an
+/// object without a namespace.
+pub(super) fn name_of(v: &Value) -> String {
+    let m = &v["metadata"];
+    match m["namespace"].as_str().filter(|n| !n.is_empty()) {
+        Some(ns) => format!("{ns}/{}", m["name"].as_str().unwrap_or("?")),
+        None => m["name"].as_str().unwrap_or("?").to_string(),
+    }
+}
+
+impl Cluster {
+    /// Adds the objects of one dump (`origin` names it in errors): YAML documents or JSON,
+    /// each a `List` (its `items`) or one object. Kinds other than the five read are skipped.
+    pub fn add_text(&mut self, text: &str, origin: &str) -> Result<(), ClusterError> {
+        let error = |message: String| ClusterError {
+            origin: origin.to_string(),
+            message,
+        };
+        if text.trim_start().starts_with(['{', '[']) {
+            return self.add_json(text).map_err(error);
+        }
+        let (options, budget) = crate::yaml::large_input(1 << 30);
+        let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
+            .map_err(|e| error(crate::yaml::describe_error(&e, &budget)))?;
+        for doc in docs {
+            let items = match doc {
+                Value::Object(mut m)
+                    if m.get("kind")
+                        .and_then(Value::as_str)
+                        .is_some_and(|k| k.ends_with("List")) =>
+                {
+                    match m.remove("items") {
+                        Some(Value::Array(items)) => items,
+                        _ => Vec::new(),
+                    }
+                }
+                Value::Null => Vec::new(),
+                doc => vec![doc],
+            };
+            for item in items {
+                self.add_object(item).map_err(&error)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// JSON input: each object is decoded straight from its text into the allocator's types;
+    /// only an object those strict types refuse (a field of a newer release, a real error)
+    /// goes through the lenient path, which drops unknown fields and names real errors.
+    fn add_json(&mut self, text: &str) -> Result<(), String> {
+        let items: Vec<&RawValue> = if text.trim_start().starts_with('[') {
+            serde_json::from_str(text).map_err(|e| kubedev_core::echo::chain(&e))?
+        } else {
+            let head: ListHead<'_> =
+                serde_json::from_str(text).map_err(|e| kubedev_core::echo::chain(&e))?;
+            match head.items {
+                Some(items) if head.kind.as_deref().is_some_and(|k| k.ends_with("List")) => items,
+                _ => vec![serde_json::from_str(text).map_err(|e| kubedev_core::echo::chain(&e))?],
+            }
+        };
+        for raw in items {
+            if !self.add_typed(raw.get()) {
+                let v: Value =
+                    serde_json::from_str(raw.get()).map_err(|e| kubedev_core::echo::chain(&e))?;
+                self.add_object(v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds one JSON object if the strict types read it as is; `false` leaves it to the
+    /// lenient path (which also reports errors).
+    fn add_typed(&mut self, text: &str) -> bool {
+        let Ok(head) = serde_json::from_str::<KindHead<'_>>(text) else {
+            return false;
+        };
+        match head.kind.as_deref() {
+            Some("ResourceSlice") => match serde_json::from_str(text) {
+                Ok(s) => self.slices.push(s),
+                Err(_) => return false,
+            },
+            Some("DeviceClass") => match serde_json::from_str(text) {
+                Ok(c) => self.classes.push(c),
+                Err(_) => return false,
+            },
+            Some("ResourceClaim") => {
+                let Ok(doc) = serde_json::from_str::<ClaimDoc>(text) else {
+                    return false;
+                };
+                // An amount that does not parse: the lenient path names it.
+                let Ok((allocated, consumed)) = doc.status.unwrap_or_default().allocation() else {
+                    return false;
+                };
+                self.consumed.extend(consumed);
+                self.claims.push((
+                    ResourceClaim {
+                        metadata: doc.metadata,
+                        spec: doc.spec,
+                    },
+                    allocated,
+                ));
+            }
+            Some("Node") => {
+                let Ok(doc) = serde_json::from_str::<NodeDoc>(text) else {
+                    return false;
+                };
+                self.nodes.push(Node {
+                    name: doc.metadata.name,
+                    labels: doc.metadata.labels,
+                });
+            }
+            Some("Pod") => match serde_json::from_str(text) {
+                Ok(v) => self.pods.push(v),
+                Err(_) => return false,
+            },
+            _ => {}
+        }
+        true
+    }
+
+    /// Adds one object read leniently; errors name it (`Kind namespace/name`).
+    fn add_object(&mut self, v: Value) -> Result<(), String> {
+        let kind = v["kind"].as_str().unwrap_or("?").to_string();
+        let label = format!("{kind} {}", name_of(&v));
+        let what = |e: String| format!("{label}: {e}");
+        match kind.as_str() {
+            "ResourceSlice" => self.slices.push(lenient(v).map_err(what)?),
+            "DeviceClass" => self.classes.push(lenient(v).map_err(what)?),
+            "ResourceClaim" => {
+                // The claim type has no `status`: it is read here, on its own.
+                let mut v = v;
+                let status = v.as_object_mut().and_then(|m| m.remove("status"));
+                let status: ClaimStatusDoc = match status {
+                    None | Some(Value::Null) => ClaimStatusDoc::default(),
+                    Some(status) => serde_json::from_value(status)
+                        .map_err(|e| what(format!("status: {}", kubedev_core::echo::chain(&e))))?,
+                };
+                let (allocated, consumed) = status.allocation().map_err(what)?;
+                self.consumed.extend(consumed);
+                self.claims.push((lenient(v).map_err(what)?, allocated));
+            }
+            "Node" => self.nodes.push(Node {
+                name: v["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                labels: serde_json::from_value(v["metadata"]["labels"].clone()).unwrap_or_default(),
+            }),
+            "Pod" => self.pods.push(v),
+            _ => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,214 @@
+//! Tests of reading dumps and explaining a cluster.
+
+use super::*;
+
+#[test]
+fn fields_of_newer_releases_are_ignored_and_real_errors_named() {
+    let text = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: resource.k8s.io/v1
+  kind: ResourceSlice
+  metadata: {name: s1, resourceVersion: "7", managedFields: [{manager: x}]}
+  spec:
+    driver: d
+    nodeName: n1
+    pool: {name: p, generation: 1, resourceSliceCount: 1}
+    someFutureField: {a: 1}
+    devices:
+    - name: g0
+      futureDeviceField: true
+      attributes: {model: {string: m}}
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: ignored}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ns}
+spec:
+  resourceClaims: [{name: gpus, resourceClaimTemplateName: t}]
+"#;
+    let c = read_cluster(text, "dump.yaml").unwrap();
+    assert_eq!(c.slices.len(), 1);
+    assert_eq!(c.slices[0].spec.devices[0].name, "g0");
+    let e = c.explain(&Subject::Pod("ns/p".into())).unwrap_err();
+    assert!(e.contains("is not created yet"), "{e}");
+
+    let bad = "apiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {name: s2}\nspec: {driver: d, pool: {name: p, generation: x}}\n";
+    let e = read_cluster(bad, "dump.yaml").unwrap_err().to_string();
+    assert!(
+        e.starts_with("dump.yaml: ResourceSlice s2: spec.pool.generation"),
+        "{e}"
+    );
+}
+
+/// A YAML document: node `node`'s slice of driver nic.example.com with `devices` (YAML
+/// list items, indented for the slice's `devices:`).
+fn nic_slice(node: &str, devices: &str) -> String {
+    format!(
+        "---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {{name: {node}-nics}}
+spec:
+  driver: nic.example.com
+  nodeName: {node}
+  pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
+  devices:
+{devices}"
+    )
+}
+
+/// The fitting of every node, in the answer's order.
+fn fits(answer: &ClusterAnswer) -> Vec<(&str, bool)> {
+    answer
+        .nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.fits))
+        .collect()
+}
+
+fn shared_nic_cluster(taken: &str) -> String {
+    let mut text = String::new();
+    for n in ["n1", "n2"] {
+        text.push_str(&nic_slice(
+            n,
+            "  - name: nic0
+    allowMultipleAllocations: true
+    capacity: {bandwidth: {value: 10G}}
+",
+        ));
+    }
+    text.push_str(&format!(
+        "---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: nic}}
+spec: {{selectors: [{{cel: {{expression: 'device.driver == \"nic.example.com\"'}}}}]}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: other, namespace: default}}
+spec:
+  devices:
+    requests: [{{name: net, exactly: {{deviceClassName: nic, capacity: {{requests: {{bandwidth: {taken}}}}}}}}}]
+status:
+  allocation:
+    devices:
+      results:
+      - {{request: net, driver: nic.example.com, pool: n1, device: nic0, shareID: 1a2b, consumedCapacity: {{bandwidth: {taken}}}}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: mine, namespace: default}}
+spec:
+  devices:
+    requests: [{{name: net, exactly: {{deviceClassName: nic, capacity: {{requests: {{bandwidth: 4G}}}}}}}}]
+"
+    ));
+    text
+}
+
+/// Capacity other claims consumed from a shared device counts against new requests.
+#[test]
+fn capacity_consumed_by_other_claims_is_taken() {
+    let mine = Subject::Claim("default/mine".into());
+    let c = read_cluster(&shared_nic_cluster("8G"), "dump.yaml").unwrap();
+    assert_eq!(c.consumed.len(), 1);
+    let answer = c.explain(&mine).unwrap();
+    assert_eq!(fits(&answer), [("n2", true), ("n1", false)], "{answer:?}");
+
+    // With less taken, the shared device still has room on n1.
+    let c = read_cluster(&shared_nic_cluster("6G"), "dump.yaml").unwrap();
+    let answer = c.explain(&mine).unwrap();
+    assert!(answer.nodes.iter().all(|n| n.fits), "{answer:?}");
+
+    let e = read_cluster(&shared_nic_cluster("lots"), "dump.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("ResourceClaim default/other: status.allocation.devices.results[0].consumedCapacity.bandwidth"),
+        "{e}"
+    );
+}
+
+/// A JSON List dump is read straight into the allocator's types, and gives exactly what
+/// the lenient path gives; objects the strict types refuse still go the lenient way.
+#[test]
+fn json_dumps_read_as_the_lenient_path_reads_them() {
+    let yaml = shared_nic_cluster("8G")
+        + "---
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {zone: a}, resourceVersion: '3'}
+status: {conditions: [{type: Ready, status: 'True'}]}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: future}
+spec:
+  driver: nic.example.com
+  nodeName: n3
+  pool: {name: n3, generation: 1, resourceSliceCount: 1}
+  someFutureField: 1
+  devices: [{name: nic0}]
+";
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
+    let json = read_cluster(&list.to_string(), "dump.json").unwrap();
+    let lenient = read_cluster(&yaml, "dump.yaml").unwrap();
+    assert_eq!(format!("{json:?}"), format!("{lenient:?}"));
+    assert_eq!(json.slices.len(), 3);
+    assert_eq!(json.nodes[0].labels["zone"], "a");
+    assert_eq!(json.consumed[0].device, "nic.example.com/n1/nic0");
+
+    // A real error in JSON is named as in YAML.
+    let bad = serde_json::json!({"kind": "List", "items": [{"apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice", "metadata": {"name": "s2"},
+        "spec": {"driver": "d", "pool": {"name": "p", "generation": "x"}}}]});
+    let e = read_cluster(&bad.to_string(), "dump.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("dump.json: ResourceSlice s2: spec.pool.generation"),
+        "{e}"
+    );
+}
+
+/// A dump whose slices carry list-type attributes comes from a server with
+/// DRAListTypeAttributes on, so explain compares them as sets.
+#[test]
+fn list_type_attributes_in_a_dump_are_compared_as_sets() {
+    let mut text = String::new();
+    for (node, a, b) in [("n1", "[v1, v2]", "[v3]"), ("n2", "[v1, v2]", "[v2, v3]")] {
+        text.push_str(&nic_slice(
+            node,
+            &format!(
+                "  - {{name: nic0, attributes: {{networks: {{strings: {a}}}}}}}
+  - {{name: nic1, attributes: {{networks: {{strings: {b}}}}}}}
+"
+            ),
+        ));
+    }
+    text.push_str(
+        "---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: nic}
+spec: {selectors: [{cel: {expression: 'device.attributes[\"nic.example.com\"].networks.includes(\"v2\") || device.attributes[\"nic.example.com\"].networks.includes(\"v3\")'}}]}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: pair, namespace: default}
+spec:
+  devices:
+    requests: [{name: nics, exactly: {deviceClassName: nic, count: 2}}]
+    constraints: [{matchAttribute: nic.example.com/networks}]
+",
+    );
+    let c = read_cluster(&text, "dump.yaml").unwrap();
+    let answer = c.explain(&Subject::Claim("default/pair".into())).unwrap();
+    assert_eq!(fits(&answer), [("n2", true), ("n1", false)], "{answer:?}");
+}
