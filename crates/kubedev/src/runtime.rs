@@ -248,7 +248,6 @@ pub async fn run(
             backends.set(slot, Some(b));
         }
     }
-    let resources = config.resources(config_path)?;
     let inventory = backends.discover_all().await;
     tracing::info!(
         backends = backends.list().len(),
@@ -256,53 +255,15 @@ pub async fn run(
         devices = inventory.devices().count(),
         "discovered"
     );
-    let shared_inventory = Arc::new(parking_lot::RwLock::new(inventory));
-
+    let inventory = Arc::new(parking_lot::RwLock::new(inventory));
     let sh = Shared {
         backends: &backends,
-        inventory: &shared_inventory,
+        inventory: &inventory,
         obs: &obs,
         cancel: &cancel,
     };
-    let mut dps = DevicePlugins::default();
-    if config.device_plugin.enabled && !resources.is_empty() {
-        let mut specs = Vec::new();
-        for (r, raw) in resources
-            .into_iter()
-            .zip(config.device_plugin.resources.iter())
-        {
-            let policy = dps
-                .policies
-                .load(&r, &config.device_plugin, &cancel)
-                .await?;
-            specs.push((r, raw.clone(), policy));
-        }
-        let snapshot = shared_inventory.read().clone();
-        dps.start(specs, &config.device_plugin, &snapshot, &sh)
-            .await?;
-    }
-
-    let dra = start_dra(
-        &config,
-        config_path,
-        &backends,
-        &shared_inventory,
-        cluster,
-        &cancel,
-        &obs,
-    )
-    .await?;
     let registry = config.registry.clone();
-    let mut running = Running {
-        config,
-        path: config_path.to_path_buf(),
-        inventory: shared_inventory.clone(),
-        selection: None,
-        dps,
-        dra,
-        clock: HealthClock::default(),
-        watcher_stops: BTreeMap::new(),
-    };
+    let mut running = Running::start(config, config_path, cluster, &sh).await?;
     running.publish(&obs).await;
     // Every configured server is started and known to the probes: from now on `/readyz`
     // answers from their registrations.
@@ -340,63 +301,13 @@ pub async fn run(
                     }
                 }
             }
-            Some((slot, ev)) = rx.recv() => {
-                let mut rediscovered = false;
-                let changed = match ev {
-                    Watched::Failed(why) => {
-                        let pools = backends.pools_of(slot);
-                        let name = backends.get(slot).map(|b| b.kind.to_string()).unwrap_or_default();
-                        running.clock.set_stale(slot, &pools, format!("the {name} backend's health watch failed: {why}"));
-                        true
-                    }
-                    Watched::Event(SourceEvent::Health { device, health }) => {
-                        let (state, reason) = (health.state, health.reason.clone());
-                        // Changed in place: the device-plugin selection stays right (selectors
-                        // do not see health), and nothing is copied until the DRA view.
-                        let changed = running.inventory.write().set_health(&device, health);
-                        if changed {
-                            tracing::info!(%device, %state, reason = reason.as_deref().unwrap_or(""), "health changed");
-                        }
-                        changed
-                    }
-                    Watched::Event(SourceEvent::Rediscover) => {
-                        rediscovered = true;
-                        let changed = running.rediscover(&backends, slot).await;
-                        running.clock.clear_stale(slot) || changed
-                    }
-                    _ => false,
-                };
-                if changed {
-                    running.publish(&obs).await;
-                }
-                if let Some(dra) = running.dra.as_ref().filter(|_| rediscovered) {
-                    // A driver upgrade shows as a rediscovery: specs of prepared claims must
-                    // mount the new version's files, and their device metadata must say what
-                    // the devices are now.
-                    let driver = dra.prepared.clone();
-                    tokio::spawn(async move { driver.refresh_edits().await });
-                }
-            }
+            Some((slot, ev)) = rx.recv() => running.apply(slot, ev, &backends, &obs).await,
         }
     }
 
     tracing::info!("stopping");
     watchers.shutdown().await;
-    let Running { dps, dra, .. } = running;
-    let stop_all = async {
-        if let Some(d) = dra {
-            d.handle.stop().await;
-        }
-        for (_, s) in dps.servers {
-            s.handle.stop().await;
-        }
-    };
-    if tokio::time::timeout(Duration::from_secs(10), stop_all)
-        .await
-        .is_err()
-    {
-        tracing::warn!("servers did not stop within 10 s");
-    }
+    running.stop().await;
     Ok(())
 }
 
@@ -418,6 +329,119 @@ struct Running {
 }
 
 impl Running {
+    /// Starts the configured servers on the discovered inventory: the device-plugin resources
+    /// (with their selection policies) and the DRA plugin.
+    async fn start(
+        config: Config,
+        config_path: &Path,
+        cluster: Option<ClusterServices>,
+        sh: &Shared<'_>,
+    ) -> anyhow::Result<Running> {
+        let resources = config.resources(config_path)?;
+        let mut dps = DevicePlugins::default();
+        if config.device_plugin.enabled && !resources.is_empty() {
+            let mut specs = Vec::new();
+            for (r, raw) in resources
+                .into_iter()
+                .zip(config.device_plugin.resources.iter())
+            {
+                let policy = dps
+                    .policies
+                    .load(&r, &config.device_plugin, sh.cancel)
+                    .await?;
+                specs.push((r, raw.clone(), policy));
+            }
+            let snapshot = sh.inventory.read().clone();
+            dps.start(specs, &config.device_plugin, &snapshot, sh)
+                .await?;
+        }
+        let dra = start_dra(
+            &config,
+            config_path,
+            sh.backends,
+            sh.inventory,
+            cluster,
+            sh.cancel,
+            sh.obs,
+        )
+        .await?;
+        Ok(Running {
+            config,
+            path: config_path.to_path_buf(),
+            inventory: sh.inventory.clone(),
+            selection: None,
+            dps,
+            dra,
+            clock: HealthClock::default(),
+            watcher_stops: BTreeMap::new(),
+        })
+    }
+
+    /// Applies what the watcher of backend slot `slot` reported, and publishes when the
+    /// inventory or its health changed.
+    async fn apply(&mut self, slot: usize, ev: Watched, backends: &Backends, obs: &Observe) {
+        let mut rediscovered = false;
+        let changed = match ev {
+            Watched::Failed(why) => {
+                let pools = backends.pools_of(slot);
+                let name = backends
+                    .get(slot)
+                    .map(|b| b.kind.to_string())
+                    .unwrap_or_default();
+                self.clock.set_stale(
+                    slot,
+                    &pools,
+                    format!("the {name} backend's health watch failed: {why}"),
+                );
+                true
+            }
+            Watched::Event(SourceEvent::Health { device, health }) => {
+                let (state, reason) = (health.state, health.reason.clone());
+                // Changed in place: the device-plugin selection stays right (selectors do not
+                // see health), and nothing is copied until the DRA view.
+                let changed = self.inventory.write().set_health(&device, health);
+                if changed {
+                    tracing::info!(%device, %state, reason = reason.as_deref().unwrap_or(""), "health changed");
+                }
+                changed
+            }
+            Watched::Event(SourceEvent::Rediscover) => {
+                rediscovered = true;
+                let changed = self.rediscover(backends, slot).await;
+                self.clock.clear_stale(slot) || changed
+            }
+            _ => false,
+        };
+        if changed {
+            self.publish(obs).await;
+        }
+        if let Some(dra) = self.dra.as_ref().filter(|_| rediscovered) {
+            // A driver upgrade shows as a rediscovery: specs of prepared claims must mount the
+            // new version's files, and their device metadata must say what the devices are now.
+            let driver = dra.prepared.clone();
+            tokio::spawn(async move { driver.refresh_edits().await });
+        }
+    }
+
+    /// Stops every server (within 10 s) and removes their sockets.
+    async fn stop(self) {
+        let Running { dps, dra, .. } = self;
+        let stop_all = async {
+            if let Some(d) = dra {
+                d.handle.stop().await;
+            }
+            for (_, s) in dps.servers {
+                s.handle.stop().await;
+            }
+        };
+        if tokio::time::timeout(Duration::from_secs(10), stop_all)
+            .await
+            .is_err()
+        {
+            tracing::warn!("servers did not stop within 10 s");
+        }
+    }
+
     /// Publishes the inventory to both APIs. The device-plugin selectors are evaluated once,
     /// and not at all when only health changed since the last publish; the DRA view is the one
     /// copy of the inventory made.
