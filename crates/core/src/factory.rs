@@ -64,21 +64,36 @@ impl BuildContext {
     /// it; the error (an unusable node name) says which name was made from what.
     pub fn pool(&self) -> Result<PoolName, SectionError> {
         own_pool_name(&self.backend.node_name, &self.kind)
-            .map_err(|message| SectionError::new("", message))
+            .map_err(|e| SectionError::new("", e.to_string()))
     }
 }
 
 /// The pool a backend of `kind` on node `node` publishes: `<node>-<kind>`; the error says which
-/// name was made from what, and why it is invalid.
-pub fn own_pool_name(node: &str, kind: &str) -> Result<PoolName, String> {
+/// name was made from what, and why it is invalid. Every backend that names its own pool after
+/// the node uses it.
+pub fn own_pool_name(node: &str, kind: &str) -> Result<PoolName, OwnPoolNameError> {
     let name = format!("{node}-{kind}");
-    PoolName::new(name.clone()).map_err(|e| {
-        format!(
-            "the {kind} backend's pool name {} made from the node name is invalid: {}",
-            crate::echo::echo(&name),
-            crate::echo::chain(&e)
-        )
+    PoolName::new(name.clone()).map_err(|e| OwnPoolNameError {
+        kind: kind.to_string(),
+        pool: name,
+        reason: crate::echo::chain(&e),
     })
+}
+
+/// A pool name made from the node name and a backend's kind that is no valid pool name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the {kind} backend's pool name {} made from the node name is invalid: {reason}",
+    crate::echo::echo(.pool)
+)]
+#[non_exhaustive]
+pub struct OwnPoolNameError {
+    /// The backend's kind.
+    pub kind: String,
+    /// The name made.
+    pub pool: String,
+    /// Why it is no valid pool name.
+    pub reason: String,
 }
 
 /// A built backend: its kind, where its devices come from and how they are prepared (usually

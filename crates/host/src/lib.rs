@@ -70,6 +70,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use kubedev_core::factory::own_pool_name;
 use kubedev_core::{
     AttributeValue, BackendContext, Capacity, ContainerEdits, Device, DeviceName, DeviceNode,
     DeviceRef, DeviceSource, Format, Health, HostFs, Mount, Pool, PoolName, PrepareError,
@@ -122,11 +123,11 @@ impl HostBackend {
     /// host is touched: the daemon calls [`pre_open`](Self::pre_open) when it serves.
     pub fn new(config: HostConfig, ctx: &BackendContext) -> Result<Self, HostError> {
         let entries = config.entries()?;
-        let pool_name = format!("{}-{BACKEND_NAME}", ctx.node_name);
-        let pool = PoolName::new(pool_name.clone()).map_err(|e| HostError::PoolName {
-            pool: pool_name,
-            reason: e.reason,
-        })?;
+        let pool =
+            own_pool_name(&ctx.node_name, BACKEND_NAME).map_err(|e| HostError::PoolName {
+                pool: e.pool,
+                reason: e.reason,
+            })?;
         let backend = HostBackend {
             entries: Arc::new(entries),
             host: ctx.host.clone(),

@@ -12,6 +12,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use kubedev_core::factory::own_pool_name;
 use kubedev_core::{
     AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceRef,
     DeviceSource, Health, Pool, PoolName, PrepareError, PreparedDevice, Preparer, SourceError,
@@ -93,12 +94,10 @@ impl NvidiaBackend {
     /// or failing NVML is *not* an error here: `discover` reports it (see the crate docs).
     pub fn new(config: NvidiaConfig, ctx: &BackendContext) -> Result<Self, NvidiaError> {
         config.validate()?;
-        let pool = PoolName::new(format!("{}-{BACKEND}", ctx.node_name)).map_err(|e| {
-            NvidiaError::Config {
-                field: "nodeName",
-                value: ctx.node_name.clone(),
-                reason: kubedev_core::echo::chain(&e),
-            }
+        let pool = own_pool_name(&ctx.node_name, BACKEND).map_err(|e| NvidiaError::Config {
+            field: "nodeName",
+            value: ctx.node_name.clone(),
+            reason: e.reason,
         })?;
         let records = RecordStore::open(&ctx.state_dir)?;
         let health = HealthTracker::new(

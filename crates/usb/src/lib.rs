@@ -75,6 +75,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use kubedev_core::factory::own_pool_name;
 use kubedev_core::hostfs::HostFs;
 use kubedev_core::{
     BackendContext, ContainerEdits, DeviceName, DeviceNode, DeviceRef, DeviceSource, Health, Pool,
@@ -120,9 +121,8 @@ impl UsbBackend {
     /// the configuration is invalid (the error names the field and the value).
     pub fn new(config: UsbConfig, ctx: &BackendContext) -> Result<Self, UsbError> {
         config.validate()?;
-        let pool_name = format!("{}-{BACKEND_NAME}", ctx.node_name);
-        let pool = PoolName::new(pool_name.clone()).map_err(|e| UsbError::PoolName {
-            pool: pool_name,
+        let pool = own_pool_name(&ctx.node_name, BACKEND_NAME).map_err(|e| UsbError::PoolName {
+            pool: e.pool,
             reason: e.reason,
         })?;
         Ok(UsbBackend {

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use kubedev_core::dirwatch::{DirEvent, DirWatch};
+use kubedev_core::factory::own_pool_name;
 use kubedev_core::{
     AllocatedDevice, BackendContext, ClaimRef, Consumer, ContainerEdits, DeviceName, DeviceNode,
     DeviceRef, DeviceSource, Health, HostFs, Pool, PoolName, PrepareError, PreparedDevice,
@@ -113,11 +114,10 @@ impl VfioBackend {
     /// names the field and the value) and the pool name.
     pub fn new(config: VfioConfig, ctx: &BackendContext) -> Result<Self, VfioError> {
         let checked = config.check()?;
-        let pool_name = format!("{}-{BACKEND_NAME}", ctx.node_name);
-        let pool = PoolName::new(&pool_name).map_err(|e| VfioError::Config {
+        let pool = own_pool_name(&ctx.node_name, BACKEND_NAME).map_err(|e| VfioError::Config {
             field: "nodeName".into(),
             value: ctx.node_name.clone(),
-            reason: format!("pool name {pool_name:?}: {}", e.reason),
+            reason: format!("pool name {:?}: {}", e.pool, e.reason),
         })?;
         Ok(VfioBackend {
             inner: Arc::new(Inner {

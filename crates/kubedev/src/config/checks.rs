@@ -97,7 +97,7 @@ impl Config {
             let node = crate::runtime::node_name(self);
             for kind in pools {
                 kubedev_core::factory::own_pool_name(&node, kind)
-                    .map_err(|message| invalid(path, "nodeName", message))?;
+                    .map_err(|e| invalid(path, "nodeName", e.to_string()))?;
             }
         }
         if let Some(address) = &self.metrics.address {
