@@ -76,7 +76,7 @@ pub fn own_pool_name(node: &str, kind: &str) -> Result<PoolName, OwnPoolNameErro
     PoolName::new(name.clone()).map_err(|e| OwnPoolNameError {
         kind: kind.to_string(),
         pool: name,
-        reason: crate::echo::chain(&e),
+        reason: e.reason,
     })
 }
 
