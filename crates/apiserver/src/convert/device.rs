@@ -166,6 +166,32 @@ pub(crate) fn map_device(
     device: &Device,
     driver: &DriverName,
 ) -> Result<res::Device, Error> {
+    let (attributes, capacity) = attributes_and_capacity(pool, device, driver)?;
+    let consumes = counter_consumption(pool, device)?;
+    let taints = taints(pool, device, driver)?;
+    Ok(res::Device {
+        name: device.name.to_string(),
+        attributes: (!attributes.is_empty()).then_some(attributes),
+        capacity: (!capacity.is_empty()).then_some(capacity),
+        consumes_counters: (!consumes.is_empty()).then_some(consumes),
+        taints: (!taints.is_empty()).then_some(taints),
+        allow_multiple_allocations: device.allow_multiple_allocations.then_some(true),
+        ..Default::default()
+    })
+}
+
+/// A device's published attributes, by published name.
+type Attributes = BTreeMap<String, res::DeviceAttribute>;
+/// A device's published capacities, by published name.
+type Capacities = BTreeMap<String, res::DeviceCapacity>;
+
+/// A device's published attributes (with the NUMA node's standard attribute where there is
+/// room) and capacities, within the API's limit on both together.
+fn attributes_and_capacity(
+    pool: &Pool,
+    device: &Device,
+    driver: &DriverName,
+) -> Result<(Attributes, Capacities), Error> {
     let mut attributes = BTreeMap::new();
     for (name, value) in &device.attributes {
         let published = published_name(pool, device, driver, name, &attributes, "attribute")?;
@@ -204,7 +230,14 @@ pub(crate) fn map_device(
             ),
         ));
     }
+    Ok((attributes, capacity))
+}
 
+/// What a device consumes from the pool's counter sets, within the API's limits.
+fn counter_consumption(
+    pool: &Pool,
+    device: &Device,
+) -> Result<Vec<res::DeviceCounterConsumption>, Error> {
     if device.consumes_counters.len() > MAX_CONSUMPTIONS_PER_DEVICE {
         return Err(invalid(
             pool,
@@ -247,7 +280,16 @@ pub(crate) fn map_device(
             counters: counters(&c.counters),
         });
     }
+    Ok(consumes)
+}
 
+/// A device's taints: its own, and the unhealthy taint when it is published unhealthy, within
+/// the API's limit.
+fn taints(
+    pool: &Pool,
+    device: &Device,
+    driver: &DriverName,
+) -> Result<Vec<res::DeviceTaint>, Error> {
     let mut taints: Vec<res::DeviceTaint> = device
         .taints
         .iter()
@@ -274,14 +316,5 @@ pub(crate) fn map_device(
             ),
         ));
     }
-
-    Ok(res::Device {
-        name: device.name.to_string(),
-        attributes: (!attributes.is_empty()).then_some(attributes),
-        capacity: (!capacity.is_empty()).then_some(capacity),
-        consumes_counters: (!consumes.is_empty()).then_some(consumes),
-        taints: (!taints.is_empty()).then_some(taints),
-        allow_multiple_allocations: device.allow_multiple_allocations.then_some(true),
-        ..Default::default()
-    })
+    Ok(taints)
 }
