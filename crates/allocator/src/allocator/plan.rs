@@ -37,20 +37,22 @@ pub(super) fn plan_claims<'c>(
     let mut plans = Plans::with_capacity(claims.len());
     let mut evaluations = 0u64;
     for claim in claims {
-        plans.push(plan_claim(
+        plan_claim(
             view,
             classes,
             class,
             claim,
             options,
             &mut evaluations,
-        )?);
+            &mut plans,
+        )?;
     }
     Ok((plans, evaluations))
 }
 
-/// One claim's plan: its requests in order, the check of its device limit, its constraints,
-/// and for each subplan the match constraints that apply and the selection policy's order.
+/// Appends one claim's plan to `plans`: its requests in order, the check of its device
+/// limit, its constraints, and for each subplan the match constraints that apply and the
+/// selection policy's order. (Plans are built in place: they are large to move.)
 fn plan_claim<'c>(
     view: &mut NodeView<'_>,
     classes: &'c [DeviceClass],
@@ -58,16 +60,23 @@ fn plan_claim<'c>(
     claim: &'c ResourceClaim,
     options: &AllocateOptions<'_>,
     evaluations: &mut u64,
-) -> Result<ClaimPlan<'c>, AllocationError> {
+    plans: &mut Plans<'c>,
+) -> Result<(), AllocationError> {
     let display = ClaimName::new(claim);
     let mut requests: SmallVec<[RequestPlan<'c>; 1]> =
         SmallVec::with_capacity(claim.spec.devices.requests.len());
     // The fewest devices the claim can get: each request's smallest alternative.
     let mut min_total = 0usize;
     for r in &claim.spec.devices.requests {
-        let rp = plan_request(view, classes, class, &display, r, evaluations)?;
-        min_total += rp.subs.iter().map(|s| s.num_devices).min().unwrap_or(0);
-        requests.push(rp);
+        min_total += plan_request(
+            view,
+            classes,
+            class,
+            &display,
+            r,
+            evaluations,
+            &mut requests,
+        )?;
     }
     if min_total > MAX_DEVICES_PER_CLAIM {
         return Err(AllocationError::TooManyDevices {
@@ -97,15 +106,18 @@ fn plan_claim<'c>(
             }
         }
     }
-    Ok(ClaimPlan {
+    plans.push(ClaimPlan {
         claim,
         display,
         requests,
         constraints,
-    })
+    });
+    Ok(())
 }
 
-/// One request's plan: each alternative of a `firstAvailable` request, or its `exactly`.
+/// Appends one request's plan to `requests`: each alternative of a `firstAvailable` request,
+/// or its `exactly`. Returns the fewest devices the request can get (its smallest
+/// alternative).
 fn plan_request<'c>(
     view: &mut NodeView<'_>,
     classes: &'c [DeviceClass],
@@ -113,14 +125,17 @@ fn plan_request<'c>(
     claim: &ClaimName<'_>,
     r: &'c DeviceRequest,
     evaluations: &mut u64,
-) -> Result<RequestPlan<'c>, AllocationError> {
+    requests: &mut SmallVec<[RequestPlan<'c>; 1]>,
+) -> Result<usize, AllocationError> {
     let mut subs: SmallVec<[SubPlan<'c>; 1]> = SmallVec::new();
     let first_available = !r.first_available.is_empty();
+    let min_devices;
     if first_available {
         for s in &r.first_available {
             let spec = SubSpec::subrequest(r, s, class);
             subs.push(plan_sub(view, classes, claim, spec, evaluations)?);
         }
+        min_devices = subs.iter().map(|s| s.num_devices).min().unwrap_or(0);
     } else {
         let Some(e) = &r.exactly else {
             return Err(AllocationError::EmptyRequest {
@@ -129,12 +144,15 @@ fn plan_request<'c>(
             });
         };
         let spec = SubSpec::exactly(r, e, class);
-        subs.push(plan_sub(view, classes, claim, spec, evaluations)?);
+        let sp = plan_sub(view, classes, claim, spec, evaluations)?;
+        min_devices = sp.num_devices;
+        subs.push(sp);
     }
-    Ok(RequestPlan {
+    requests.push(RequestPlan {
         first_available,
         subs,
-    })
+    });
+    Ok(min_devices)
 }
 
 /// The claim's constraints, each with its attribute's slot in the view's cache; a
@@ -422,6 +440,7 @@ impl<'c> SubSpec<'c> {
     }
 
     /// Fails on the first selector without a CEL expression.
+    #[inline]
     fn check_selectors(
         &self,
         selectors: &[DeviceSelector],

@@ -120,7 +120,6 @@ impl<'a> NodeDevice<'a> {
 
     /// The attribute named `domain`/`id` as the `device` variable has it: of the names that
     /// qualify to it (bare for the driver's domain, or `domain/id`), the first by name.
-    #[inline]
     pub(super) fn attribute(
         &self,
         domain: &str,
