@@ -17,6 +17,13 @@ use tonic::transport::Channel;
 use super::health::{HEALTH_RETRY, follow_health};
 use super::{DraDriverState, DraState, KubeletDialing, KubeletRelease, connect};
 
+/// How long the kubelet waits before dialing a registration socket again after the connection
+/// failed; each failure doubles it, up to [`REGISTRATION_RETRY_MAX`]. The kubelet's plugin
+/// manager retries a failed registration the same way (from 500 ms), which is what lets a
+/// plugin through whose socket it saw between the plugin's `bind` and `listen`.
+const REGISTRATION_RETRY: Duration = Duration::from_millis(500);
+const REGISTRATION_RETRY_MAX: Duration = Duration::from_secs(8);
+
 /// Like the kubelet's choice: the first entry of the plugin's list that the kubelet supports.
 pub(super) fn choose_version(kubelet: &[String], advertised: &[String]) -> Option<String> {
     advertised.iter().find(|v| kubelet.contains(v)).cloned()
@@ -50,7 +57,8 @@ async fn register(
     changed: watch::Sender<u64>,
     cancel: CancellationToken,
 ) {
-    let Some((driver, registered)) = accept(&versions, &dialing, &socket, &state, &changed).await
+    let Some((driver, registered)) =
+        accept(&versions, &dialing, &socket, &state, &changed, &cancel).await
     else {
         return;
     };
@@ -94,25 +102,33 @@ async fn register(
 
 /// Registers the plugin behind `socket` as the kubelet does: GetInfo, validation, version
 /// choice and `NotifyRegistrationStatus`. The driver's name and what the kubelet keeps of it
-/// when accepted; `None`, with the reason among the rejections, when not.
+/// when accepted; `None`, with the reason among the rejections, when not. A socket that
+/// refuses the connection is dialed again (each failure among the rejections) until it answers
+/// or `cancel` fires: the socket is gone or replaced, or the kubelet stops.
 async fn accept(
     versions: &[String],
     dialing: &KubeletDialing,
     socket: &Path,
     state: &Mutex<DraState>,
     changed: &watch::Sender<u64>,
+    cancel: &CancellationToken,
 ) -> Option<(String, DraDriverState)> {
     let reject = |reason: String| {
         update(state, changed, |st| {
             st.rejected.push((socket.to_path_buf(), reason));
         });
     };
-    let channel = match connect(socket, &dialing.registration).await {
-        Ok(c) => c,
-        Err(e) => {
-            reject(e.message().to_string());
-            return None;
+    let mut retry = REGISTRATION_RETRY;
+    let channel = loop {
+        match connect(socket, &dialing.registration).await {
+            Ok(c) => break c,
+            Err(e) => reject(e.message().to_string()),
         }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(retry) => {}
+        }
+        retry = (retry * 2).min(REGISTRATION_RETRY_MAX);
     };
     let info = match reg::registration_client::RegistrationClient::new(channel.clone())
         .get_info(reg::InfoRequest {})
