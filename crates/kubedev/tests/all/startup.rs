@@ -1,12 +1,10 @@
 //! Start-up of the daemon binary when a policy module would take minutes to compile: the
 //! daemon serves and registers at once, `/readyz` follows its servers, and SIGTERM stops it.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common;
 use kubedev_testkit::kubelet::KubeletEmulator;
 
 const WAIT: Duration = Duration::from_secs(20);

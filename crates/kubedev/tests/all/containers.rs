@@ -7,16 +7,14 @@
 //! the spec.
 //!
 //! The tests need root, podman, runc and busybox-static; `cargo xtask ci` installs them and runs
-//! `cargo test -p kubedev --test containers -- --ignored`.
-#![allow(clippy::unwrap_used)]
-
-mod common;
+//! `cargo test -p kubedev --test all -- --ignored containers::` (a filter that also takes
+//! `nvidia_containers::`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Claims, DevicePluginDaemon, DraDaemon};
+use crate::common::{self, Claims, DevicePluginDaemon, DraDaemon};
 use kubedev_core::{AllocatedDevice, DeviceRef, Inventory};
 use kubedev_testkit::hostroot::HostRoot;
 use kubedev_testkit::kubelet::ClaimId;
@@ -110,6 +108,7 @@ impl DraNode {
     }
 
     /// The published device whose attribute `attr` says `value`.
+    #[cfg(feature = "vfio")]
     async fn device_with(&self, attr: &str, value: &str) -> DeviceRef {
         let inv = self.published().await;
         inv.devices()
@@ -692,7 +691,7 @@ async fn device_plugin_cdi_mode_gives_each_container_its_devices() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, podman and runc: run by cargo xtask ci"]
 async fn device_metadata_file_is_readable_at_the_documented_path() {
-    use common::process::{DRIVER, Env, NODE, stop};
+    use crate::common::process::{DRIVER, Env, NODE, stop};
     use kubedev_testkit::apiserver::Resource;
     use serde_json::{Value, json};
     const CONTAINER_FILE: &str = "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpus/gpu/gpu.example.com-metadata.json";

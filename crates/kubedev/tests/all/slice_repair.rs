@@ -2,13 +2,11 @@
 //! deletes or edits them (a kubelet wiping a driver's slices, an operator's mistake), also while
 //! two instances run side by side in a rolling update: they are put back within seconds, and
 //! the instances never write against each other.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::process::{Env, slices_of, stop};
+use crate::common;
+use crate::common::process::{Env, slices_of, stop};
 use kubedev_testkit::apiserver::{Resource, Verb};
 use serde_json::{Value, json};
 

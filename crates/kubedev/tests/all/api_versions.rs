@@ -2,15 +2,12 @@
 //! MIG on a DGX A100 (GPUs 6 and 7 have MIG on) and a DeviceClass with an extended resource
 //! name: what is stored must never let the scheduler hand out a GPU twice, the counter layout
 //! must be the one the release accepts, and every field the server drops must be reported.
-#![cfg(feature = "nvidia")]
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common;
 use kubedev_testkit::apiserver::{ApiServer, KubeRelease, Resource};
 use kubedev_testkit::kubelet::DraKubelet;
 use serde_json::{Value, json};

@@ -1,13 +1,11 @@
 //! Device health as the cluster sees it: the `kubedev` binary in DRA mode publishes an unhealthy
 //! device with a taint naming why, and takes the taint away when the device recovers; on an API
 //! server without device taints it leaves the device out instead.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::process::{DRIVER, Env, WAIT, slices_of, stop};
+use crate::common;
+use crate::common::process::{DRIVER, Env, WAIT, slices_of, stop};
 use kubedev_testkit::apiserver::KubeRelease;
 use serde_json::Value;
 

@@ -6,7 +6,6 @@
 //! (`/etc/kubedev/...`) or for a file the text has the reader make first, and are left out, as
 //! are `who-uses`, which asks a running kubelet, and `explain` without `-f`, which reads a live
 //! cluster. `run` must still be serving after a few seconds; every other command must succeed.
-#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,13 +1,11 @@
 //! The daemon as a process in DRA mode, against the API-server emulator and the kubelet
 //! emulator: publication, prepare and unprepare, and randomized crashes at every fail point.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::{DRIVER, Daemon, Env, NODE, WAIT, slices_of, stop, wait_exit};
+use crate::common;
+use crate::common::process::{DRIVER, Daemon, Env, NODE, WAIT, slices_of, stop, wait_exit};
 use kubedev_testkit::apiserver::{Fault, KubeRelease, Resource, Verb};
 use kubedev_testkit::kubelet::ClaimId;
 use serde_json::json;

@@ -1,13 +1,10 @@
 //! The DRA driver of the runtime, in-process, against the kubelet emulator's DRA side.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Claims, Daemon, DraDaemon, Slices};
+use crate::common::{self, Claims, Daemon, DraDaemon, Slices};
 use kubedev::runtime::ClusterServices;
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
 

@@ -4,13 +4,11 @@
 //! whose ID the kubelet receives; a file lost while the daemon was down is written again, one
 //! whose devices' attributes changed gets the next generation, an unchanged one is left alone;
 //! unprepare removes the file and its spec.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::path::Path;
 
-use common::process::{DRIVER, Env, NODE, stop};
+use crate::common;
+use crate::common::process::{DRIVER, Env, NODE, stop};
 use kubedev_testkit::apiserver::Resource;
 use kubedev_testkit::kubelet::ClaimId;
 use serde_json::{Value, json};

@@ -1,13 +1,10 @@
 //! The daemon's HTTP endpoint: Prometheus metrics (devices, registrations, publishes, prepare
 //! timings, holders from the pod resources API), `/healthz` and `/readyz`.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Claims, Daemon, Slices};
+use crate::common::{self, Claims, Daemon, Slices};
 use kubedev::runtime::ClusterServices;
 use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator, PodResourcesEmulator};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

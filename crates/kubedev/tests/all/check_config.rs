@@ -1,6 +1,5 @@
 //! `kubedev check-config`, run as a process: files that `kubedev run` would refuse are refused
 //! here too, naming the field and its line.
-#![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 use std::process::Command;

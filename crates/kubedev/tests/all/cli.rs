@@ -1,5 +1,4 @@
 //! The `kubedev` command line, run as a process.
-#![allow(clippy::unwrap_used)]
 
 use std::process::Command;
 

@@ -2,12 +2,9 @@
 //! `consumableCapacity` is published once, allowing multiple allocations, with a `slots`
 //! capacity and its request policy; two claims allocated shares of it are prepared side by side
 //! (one CDI device per share ID), and unpreparing one leaves the other in place.
-#![allow(clippy::unwrap_used)]
-#![cfg(feature = "host")]
 
-mod common;
-
-use common::process::{DRIVER, Env, WAIT, slices_of, stop};
+use crate::common;
+use crate::common::process::{DRIVER, Env, WAIT, slices_of, stop};
 use kubedev_testkit::apiserver::Resource;
 use kubedev_testkit::kubelet::ClaimId;
 use serde_json::{Value, json};

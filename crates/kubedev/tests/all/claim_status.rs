@@ -1,11 +1,9 @@
 //! Claim device status (KEP-4817) through the `kubedev` binary: after a prepare the claim's
 //! `status.devices` lists this driver's devices, `Ready` with the backend's data; after the
 //! unprepare they are gone, and other drivers' entries are never touched.
-#![allow(clippy::unwrap_used)]
 
-mod common;
-
-use common::process::{DRIVER, Env, NODE, WAIT, stop};
+use crate::common;
+use crate::common::process::{DRIVER, Env, NODE, WAIT, stop};
 use kubedev_testkit::apiserver::{Resource, Verb};
 use kubedev_testkit::kubelet::ClaimId;
 use serde_json::{Value, json};

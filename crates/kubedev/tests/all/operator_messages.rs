@@ -1,13 +1,10 @@
 //! What the kubelet and an operator read when something goes wrong, from the daemon as a
 //! process: errors that keep the operating system's reason, and values from a hostile request
 //! echoed bounded and escaped, in both log formats.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::process::Command;
 
-use common::process::{DRIVER, Env, stop};
+use crate::common::process::{DRIVER, Env, stop};
 use kubedev_testkit::kubelet::ClaimId;
 
 /// The longest error or log line a hostile request may cause.

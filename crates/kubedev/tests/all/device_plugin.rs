@@ -1,13 +1,10 @@
 //! The daemon's device-plugin mode in-process, against the kubelet emulator: routing Allocate
 //! to the static backend, and a WebAssembly selection policy choosing GetPreferredAllocation.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{DevicePluginDaemon, plugin};
+use crate::common::{self, DevicePluginDaemon, plugin};
 use kubedev::config::Config;
 use kubedev::runtime::run;
 use tokio_util::sync::CancellationToken;

@@ -1,6 +1,5 @@
 //! `kubedev run` in DRA mode while the API server cannot be reached, run as a process: what the
 //! log shows.
-#![allow(clippy::unwrap_used)]
 
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -4,15 +4,11 @@
 //! control daemon runs with its settings until unprepare; a bad entry fails only its own claim,
 //! naming the entry and the field; a crash in the middle of a prepare leaves no daemon behind
 //! once the daemon restarts, and a daemon lost while kubedev was down is started again.
-#![allow(clippy::unwrap_used)]
-#![cfg(feature = "nvidia")]
-
-mod common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use common::process::{DRIVER, Env, stop, wait_exit};
+use crate::common::process::{DRIVER, Env, stop, wait_exit};
 use kubedev_testkit::apiserver::Resource;
 use kubedev_testkit::kubelet::ClaimId;
 use serde_json::{Value, json};

@@ -5,10 +5,6 @@
 //! checked from inside a busybox container: nodes, libraries at their SONAME paths (found by the
 //! container's own loader), tools, firmware, the UUID in `NVIDIA_VISIBLE_DEVICES`, read-only
 //! mounts. Also the device plugin's CDI mode, and `kubedev cdi generate` against a claim's spec.
-#![cfg(feature = "nvidia")]
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::net::UnixListener;
@@ -17,7 +13,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Claims, DevicePluginDaemon, DraDaemon};
+use crate::common::{self, Claims, DevicePluginDaemon, DraDaemon};
 use kubedev_core::DeviceRef;
 use kubedev_testkit::kubelet::ClaimId;
 use kubedev_testkit::podman::{Container, Podman};

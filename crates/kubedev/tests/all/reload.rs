@@ -1,13 +1,10 @@
 //! Live configuration: a changed file is applied without restarting what did not change; a bad
 //! one is rejected and the running set stays.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::path::Path;
 use std::time::Duration;
 
-use common::DevicePluginDaemon;
+use crate::common::{self, DevicePluginDaemon};
 use kubedev_testkit::kubelet::KubeletEmulator;
 
 const WAIT: Duration = Duration::from_secs(10);

@@ -1,15 +1,12 @@
 //! Every host backend through the real daemon and both kubelet APIs: discovery → device-plugin
 //! registration and `Allocate` → ResourceSlices → DRA prepare and CDI → health changes (hot-plug,
 //! Xid events) seen by the kubelet emulator in both APIs, and recovery.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Claims, DevicePluginDaemon, DraDaemon};
+use crate::common::{self, Claims, DevicePluginDaemon, DraDaemon};
 use kubedev_core::{DeviceRef, Inventory};
 use kubedev_testkit::kubelet::ClaimId;
 

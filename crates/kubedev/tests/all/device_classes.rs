@@ -1,12 +1,10 @@
 //! The DRA driver's cluster side against the API-server emulator: the DeviceClasses it applies
 //! (KEP-5004 extended resource names) and the claims it looks up.
-#![allow(clippy::unwrap_used)]
-
-mod common;
 
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common;
 use kubedev::config::Config;
 use kubedev_core::ClaimRef;
 use kubedev_testkit::apiserver::{ApiServer, Resource, Verb};

@@ -4,7 +4,6 @@
 //! emulator itself, read through a kubeconfig. The pod's 2-GPU claim fits the node with two
 //! free GPUs; the node whose GPU another claim holds and the node with one GPU do not, each
 //! with the reason.
-#![allow(clippy::unwrap_used)]
 
 use std::process::Command;
 
