@@ -141,7 +141,7 @@ impl PseudoHeaders {
 fn check_regular_field(name: &[u8], value: &[u8]) -> Result<(), String> {
     let shown = name.escape_ascii();
     if HeaderName::from_bytes(name).is_err() {
-        return Err(format!("{shown:?} is not a valid header field name"));
+        return Err(format!("\"{shown}\" is not a valid header field name"));
     }
     if HeaderValue::from_bytes(value).is_err() {
         return Err(format!(
@@ -400,7 +400,7 @@ mod tests {
                     (":path", "/a"),
                     ("bad name", "x"),
                 ]),
-                "not a valid header field name",
+                "\"bad name\" is not a valid header field name",
             ),
             (
                 h(&[
