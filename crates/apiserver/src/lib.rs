@@ -58,7 +58,7 @@ pub use classes::{
     ClassFieldDropped, DeviceClassSpec, FIELD_MANAGER, apply_device_classes,
     apply_device_classes_until_done,
 };
-pub use connect::{ConnectError, check_kubeconfig, connect};
+pub use connect::{ConnectError, check_kubeconfig, connect, connect_context};
 pub use convert::{NUMA_NODE_ATTRIBUTE, UnhealthyDevices};
 pub use error::Error;
 pub use events::{MAX_EVENT_NOTE, NodeEvents};
