@@ -28,10 +28,10 @@ fn fixture() -> &'static Fixture {
         let dir = root.path().join("cdi");
         let driver = DriverName::new("gpu.example.com").expect("driver");
         let writer = CdiWriter::new(&dir, &driver);
-        let device = DeviceRef {
-            pool: PoolName::new("node-a").expect("pool"),
-            device: DeviceName::new("gpu-0").expect("device"),
-        };
+        let device = DeviceRef::new(
+            PoolName::new("node-a").expect("pool"),
+            DeviceName::new("gpu-0").expect("device"),
+        );
         let mut edits = ContainerEdits::default();
         edits.env.insert("VISIBLE".into(), "gpu-0".into());
         edits

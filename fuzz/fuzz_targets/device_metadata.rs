@@ -33,10 +33,10 @@ fn fixture() -> &'static Fixture {
             "default",
             "train",
         );
-        let device = DeviceRef {
-            pool: PoolName::new("node-a").expect("pool"),
-            device: DeviceName::new("gpu-0").expect("device"),
-        };
+        let device = DeviceRef::new(
+            PoolName::new("node-a").expect("pool"),
+            DeviceName::new("gpu-0").expect("device"),
+        );
         let prepared = vec![PreparedDevice::new(
             AllocatedDevice::new(device).with_request("gpu"),
             ContainerEdits::default(),

@@ -46,10 +46,10 @@ impl DevicePluginHandler for Handler {
 fn devices() -> Vec<PluginDevice> {
     (0..4)
         .map(|i| {
-            let device = DeviceRef {
-                pool: PoolName::new("node-a").expect("pool"),
-                device: DeviceName::new(format!("gpu-{i}")).expect("device"),
-            };
+            let device = DeviceRef::new(
+                PoolName::new("node-a").expect("pool"),
+                DeviceName::new(format!("gpu-{i}")).expect("device"),
+            );
             let d = PluginDevice::new(format!("gpu-{i}"), device).with_numa_node(Some(i / 2));
             if i == 3 {
                 d.with_health(Health::unhealthy("fuzz"))

@@ -318,26 +318,22 @@ mod tests {
         let mut sets = Vec::new();
         for g in 0..n {
             let set = CounterName::new(format!("gpu-{g}-counters")).unwrap();
-            sets.push(CounterSet {
-                name: set.clone(),
-                counters: counters(7),
-            });
+            sets.push(CounterSet::new(set.clone(), counters(7)));
             let mut whole = Device::new(DeviceName::new(format!("gpu-{g}")).unwrap());
-            whole.consumes_counters.push(CounterConsumption {
-                counter_set: set.clone(),
-                counters: counters(7),
-            });
+            whole
+                .consumes_counters
+                .push(CounterConsumption::new(set.clone(), counters(7)));
             devices.push(whole);
             for p in 0..7 {
                 let mut d = Device::new(DeviceName::new(format!("gpu-{g}-mig-1g-{p}")).unwrap());
-                d.consumes_counters.push(CounterConsumption {
-                    counter_set: set.clone(),
-                    counters: [(
+                d.consumes_counters.push(CounterConsumption::new(
+                    set.clone(),
+                    [(
                         CounterName::new(format!("slice{p}")).unwrap(),
                         Quantity::parse("1").unwrap(),
                     )]
                     .into(),
-                });
+                ));
                 devices.push(d);
             }
         }
@@ -437,19 +433,15 @@ mod tests {
     #[test]
     fn without_taints_tainted_and_unhealthy_devices_are_left_out() {
         let mut a = Device::new(DeviceName::new("a").unwrap());
-        a.taints.push(Taint {
-            key: "example.com/maintenance".into(),
-            value: String::new(),
-            effect: TaintEffect::NoSchedule,
-        });
+        a.taints.push(Taint::new(
+            "example.com/maintenance",
+            TaintEffect::NoSchedule,
+        ));
         let mut b = Device::new(DeviceName::new("b").unwrap());
         b.health = Health::unhealthy("Xid 79");
         let mut c = Device::new(DeviceName::new("c").unwrap());
-        c.taints.push(Taint {
-            key: "example.com/info".into(),
-            value: String::new(),
-            effect: TaintEffect::None,
-        });
+        c.taints
+            .push(Taint::new("example.com/info", TaintEffect::None));
         let d = Device::new(DeviceName::new("d").unwrap());
         let inv = Inventory::new(vec![Pool::new(
             PoolName::new("p").unwrap(),

@@ -21,6 +21,7 @@ const TEMP_NAME_ATTEMPTS: u32 = 16;
 
 /// A step of [`replace`] that failed, with the path it failed on.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct WriteFailure {
     /// What was being done, e.g. "creating temporary file".
     pub step: &'static str,

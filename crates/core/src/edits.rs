@@ -24,6 +24,7 @@ pub enum DeviceNodeType {
 /// A device node to create in the container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct DeviceNode {
     /// Path inside the container.
     pub path: String,
@@ -69,6 +70,38 @@ impl DeviceNode {
         }
     }
 
+    /// Taken from `host_path` on the host (when it is not at `path` there).
+    pub fn with_host_path(mut self, host_path: impl Into<String>) -> Self {
+        self.host_path = Some(host_path.into());
+        self
+    }
+
+    /// Of the type `node_type` (the runtime reads it from the host node otherwise).
+    pub fn with_node_type(mut self, node_type: DeviceNodeType) -> Self {
+        self.node_type = Some(node_type);
+        self
+    }
+
+    /// With the device numbers `major` and `minor`.
+    pub fn with_numbers(mut self, major: i64, minor: i64) -> Self {
+        self.major = Some(major);
+        self.minor = Some(minor);
+        self
+    }
+
+    /// With the file mode `mode` in the container.
+    pub fn with_file_mode(mut self, mode: u32) -> Self {
+        self.file_mode = Some(mode);
+        self
+    }
+
+    /// Owned by `uid` and `gid` in the container.
+    pub fn with_owner(mut self, uid: u32, gid: u32) -> Self {
+        self.uid = Some(uid);
+        self.gid = Some(gid);
+        self
+    }
+
     /// The host path (`host_path`, or `path` when they are the same).
     pub fn host_path(&self) -> &str {
         self.host_path.as_deref().unwrap_or(&self.path)
@@ -78,6 +111,7 @@ impl DeviceNode {
 /// A mount into the container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Mount {
     /// Source on the host.
     pub host_path: String,
@@ -92,16 +126,35 @@ pub struct Mount {
 }
 
 impl Mount {
+    /// A mount of `host` at `container`, without options or type.
+    pub fn new(host: impl Into<String>, container: impl Into<String>) -> Self {
+        Mount {
+            host_path: host.into(),
+            container_path: container.into(),
+            options: Vec::new(),
+            mount_type: None,
+        }
+    }
+
+    /// With the mount options `options`, e.g. `rbind`, `ro`.
+    pub fn with_options(mut self, options: Vec<String>) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Of the mount type `mount_type`, e.g. `bind`.
+    pub fn with_type(mut self, mount_type: impl Into<String>) -> Self {
+        self.mount_type = Some(mount_type.into());
+        self
+    }
+
     /// A bind mount; read-only when `read_only`.
     pub fn bind(host: impl Into<String>, container: impl Into<String>, read_only: bool) -> Self {
         let mut options = vec!["rbind".to_string()];
         options.push(if read_only { "ro" } else { "rw" }.to_string());
-        Mount {
-            host_path: host.into(),
-            container_path: container.into(),
-            options,
-            mount_type: Some("bind".into()),
-        }
+        Mount::new(host, container)
+            .with_options(options)
+            .with_type("bind")
     }
 
     /// True when the options make the mount read-only.
@@ -113,6 +166,7 @@ impl Mount {
 /// An OCI hook to run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Hook {
     /// When it runs: `createRuntime`, `createContainer`, `startContainer`, `poststart`, `poststop`.
     pub hook_name: String,
@@ -127,6 +181,38 @@ pub struct Hook {
     /// Timeout in seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<i64>,
+}
+
+impl Hook {
+    /// The executable `path` run at `hook_name` (e.g. `createContainer`), without arguments,
+    /// environment or timeout.
+    pub fn new(hook_name: impl Into<String>, path: impl Into<String>) -> Self {
+        Hook {
+            hook_name: hook_name.into(),
+            path: path.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            timeout: None,
+        }
+    }
+
+    /// With the arguments `args`, including argv\[0\].
+    pub fn with_args(mut self, args: Vec<String>) -> Self {
+        self.args = args;
+        self
+    }
+
+    /// With the environment `env` (`KEY=VALUE` entries).
+    pub fn with_env(mut self, env: Vec<String>) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// With a timeout of `seconds`.
+    pub fn with_timeout(mut self, seconds: i64) -> Self {
+        self.timeout = Some(seconds);
+        self
+    }
 }
 
 /// Everything a container needs to use some devices: the CDI `containerEdits`, plus annotations.

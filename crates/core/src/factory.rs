@@ -99,6 +99,7 @@ pub struct OwnPoolNameError {
 /// A built backend: its kind, where its devices come from and how they are prepared (usually
 /// the same object behind both).
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct BuiltBackend {
     /// The kind it was built as (its key under `backends:`); what logs and metrics call it.
     pub kind: Arc<str>,
@@ -128,6 +129,20 @@ impl BuiltBackend {
         }
     }
 
+    /// A backend named `kind` whose devices come from `source` and are prepared by `preparer`
+    /// (two objects, or one shared behind both).
+    pub fn from_parts(
+        kind: &str,
+        source: Arc<dyn DeviceSource>,
+        preparer: Arc<dyn Preparer>,
+    ) -> Self {
+        BuiltBackend {
+            kind: Arc::from(kind),
+            source,
+            preparer,
+        }
+    }
+
     /// The same backend, named `kind`.
     pub fn with_kind(mut self, kind: &str) -> Self {
         self.kind = Arc::from(kind);
@@ -139,6 +154,7 @@ impl BuiltBackend {
 /// items; empty for the section as a whole).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}{message}", if field.is_empty() { String::new() } else { format!("{field}: ") })]
+#[non_exhaustive]
 pub struct SectionError {
     /// The field within the section, e.g. `characterDevices[0].path`.
     pub field: String,

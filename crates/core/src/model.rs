@@ -35,6 +35,7 @@ impl fmt::Display for HealthState {
 
 /// A device's health and, when it is not healthy, why.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Health {
     /// The state.
     pub state: HealthState,
@@ -88,7 +89,11 @@ impl Health {
 }
 
 /// What a taint does to claims that do not tolerate it.
+///
+/// Kubernetes adds effects over time (`None` came after `NoSchedule` and `NoExecute`), so more
+/// may follow; [`as_str`](Self::as_str) spells every one as the API does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub enum TaintEffect {
     /// Not taken for new allocations.
     NoSchedule,
@@ -98,8 +103,26 @@ pub enum TaintEffect {
     None,
 }
 
+impl TaintEffect {
+    /// The effect as the Kubernetes API writes it (`NoSchedule`, `NoExecute`, `None`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+            TaintEffect::None => "None",
+        }
+    }
+}
+
+impl fmt::Display for TaintEffect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A device taint, as in `resource.k8s.io/v1` DeviceTaint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Taint {
     /// The taint key (a qualified name).
     pub key: String,
@@ -110,9 +133,27 @@ pub struct Taint {
     pub effect: TaintEffect,
 }
 
+impl Taint {
+    /// A taint `key` with `effect` and an empty value.
+    pub fn new(key: impl Into<String>, effect: TaintEffect) -> Self {
+        Taint {
+            key: key.into(),
+            value: String::new(),
+            effect,
+        }
+    }
+
+    /// With the value `value`.
+    pub fn with_value(mut self, value: impl Into<String>) -> Self {
+        self.value = value.into();
+        self
+    }
+}
+
 /// A device's capacity entry, e.g. `memory: 40Gi`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Capacity {
     /// The amount.
     pub value: Quantity,
@@ -129,6 +170,12 @@ impl Capacity {
             value,
             request_policy: None,
         }
+    }
+
+    /// With the request policy `policy` (DRA consumable capacity).
+    pub fn with_request_policy(mut self, policy: RequestPolicy) -> Self {
+        self.request_policy = Some(policy);
+        self
     }
 }
 
@@ -181,9 +228,33 @@ impl RequestPolicy {
     }
 }
 
+impl RequestRange {
+    /// Requests take at least `min`, with no most and no step.
+    pub fn new(min: Quantity) -> Self {
+        RequestRange {
+            min,
+            max: None,
+            step: None,
+        }
+    }
+
+    /// With the most a request takes.
+    pub fn with_max(mut self, max: Quantity) -> Self {
+        self.max = Some(max);
+        self
+    }
+
+    /// With the step: requests are `min` plus a multiple of `step`.
+    pub fn with_step(mut self, step: Quantity) -> Self {
+        self.step = Some(step);
+        self
+    }
+}
+
 /// Counters that a device consumes from one shared counter set of its pool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct CounterConsumption {
     /// The counter set (by name) in the same pool.
     pub counter_set: CounterName,
@@ -191,13 +262,31 @@ pub struct CounterConsumption {
     pub counters: BTreeMap<CounterName, Quantity>,
 }
 
+impl CounterConsumption {
+    /// Consumes `counters` (counter name → amount) from the set `counter_set` of the pool.
+    pub fn new(counter_set: CounterName, counters: BTreeMap<CounterName, Quantity>) -> Self {
+        CounterConsumption {
+            counter_set,
+            counters,
+        }
+    }
+}
+
 /// A set of counters that partitionable devices of a pool draw from, e.g. a GPU's memory slices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CounterSet {
     /// The set's name, unique within the pool.
     pub name: CounterName,
     /// Counter name → amount available.
     pub counters: BTreeMap<CounterName, Quantity>,
+}
+
+impl CounterSet {
+    /// The set `name` offering `counters` (counter name → amount available).
+    pub fn new(name: CounterName, counters: BTreeMap<CounterName, Quantity>) -> Self {
+        CounterSet { name, counters }
+    }
 }
 
 /// One device as a backend discovered it.
@@ -364,6 +453,7 @@ impl Pool {
 
 /// A reference to one device of the inventory.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DeviceRef {
     /// The pool.
     pub pool: PoolName,
@@ -456,9 +546,23 @@ pub trait DeviceFilter: Send + Sync + fmt::Debug {
 /// A filter that matches devices whose attributes equal all the given values (an empty set
 /// matches every device).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AttributeMatch {
     /// Attribute name (as written on the device) → required value.
     pub attributes: BTreeMap<QualifiedName, AttributeValue>,
+}
+
+impl AttributeMatch {
+    /// Matches devices whose attributes equal all of `attributes` (attribute name → value).
+    pub fn new(attributes: BTreeMap<QualifiedName, AttributeValue>) -> Self {
+        AttributeMatch { attributes }
+    }
+
+    /// Also requires the attribute `name` to equal `value`.
+    pub fn with_attribute(mut self, name: QualifiedName, value: AttributeValue) -> Self {
+        self.attributes.insert(name, value);
+        self
+    }
 }
 
 impl DeviceFilter for AttributeMatch {

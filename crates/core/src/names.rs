@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 /// A name that broke a Kubernetes naming rule.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {kind} {}: {reason}", crate::echo::echo(value))]
+#[non_exhaustive]
 pub struct NameError {
     /// What kind of name was being checked ("device name", "driver name", ...).
     pub kind: &'static str,

@@ -361,10 +361,7 @@ impl HostBackend {
             for slot in 0..slots {
                 if let Ok(device) = DeviceName::new(format!("{}-{slot}", self.entries[i].name)) {
                     out.push(SourceEvent::Health {
-                        device: DeviceRef {
-                            pool: self.pool.clone(),
-                            device,
-                        },
+                        device: DeviceRef::new(self.pool.clone(), device),
                         health: h.clone(),
                     });
                 }

@@ -35,10 +35,10 @@ impl ClaimSource for Claims {
     ) -> Result<Vec<AllocatedDevice>, kubedev_kubelet_grpc::dra::ClaimError> {
         let n: usize = claim.name.trim_start_matches('c').parse().unwrap_or(0);
         Ok(vec![
-            AllocatedDevice::new(DeviceRef {
-                pool: PoolName::new("node-a").unwrap(),
-                device: DeviceName::new(format!("gpu-{}", n % DEVICES)).unwrap(),
-            })
+            AllocatedDevice::new(DeviceRef::new(
+                PoolName::new("node-a").unwrap(),
+                DeviceName::new(format!("gpu-{}", n % DEVICES)).unwrap(),
+            ))
             .with_request("gpu"),
         ])
     }

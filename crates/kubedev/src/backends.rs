@@ -335,10 +335,7 @@ mod tests {
     }
 
     fn r(pool: &str, dev: &str) -> DeviceRef {
-        DeviceRef {
-            pool: PoolName::new(pool).unwrap(),
-            device: DeviceName::new(dev).unwrap(),
-        }
+        DeviceRef::new(PoolName::new(pool).unwrap(), DeviceName::new(dev).unwrap())
     }
 
     #[tokio::test]
@@ -354,16 +351,8 @@ mod tests {
             calls: Mutex::default(),
         });
         let backends = Backends::new(vec![
-            Backend {
-                kind: "a".into(),
-                source: a.clone(),
-                preparer: a.clone(),
-            },
-            Backend {
-                kind: "b".into(),
-                source: b.clone(),
-                preparer: b.clone(),
-            },
+            Backend::from_parts("a", a.clone(), a.clone()),
+            Backend::from_parts("b", b.clone(), b.clone()),
         ]);
         assert!(backends.needs_pre_start());
         let inventory = backends.discover_all().await;

@@ -85,10 +85,9 @@ pub async fn generate(config: &Config, path: &Path, kind: &str) -> anyhow::Resul
         .pools
         .iter()
         .flat_map(|p| {
-            p.devices.iter().map(|d| DeviceRef {
-                pool: p.name.clone(),
-                device: d.name.clone(),
-            })
+            p.devices
+                .iter()
+                .map(|d| DeviceRef::new(p.name.clone(), d.name.clone()))
         })
         .collect();
     let mut described: Vec<(String, ContainerEdits)> = Vec::new();
@@ -136,10 +135,10 @@ mod tests {
     use super::*;
 
     fn r(pool: &str, device: &str) -> DeviceRef {
-        DeviceRef {
-            pool: kubedev_core::PoolName::new(pool).unwrap(),
-            device: kubedev_core::DeviceName::new(device).unwrap(),
-        }
+        DeviceRef::new(
+            kubedev_core::PoolName::new(pool).unwrap(),
+            kubedev_core::DeviceName::new(device).unwrap(),
+        )
     }
 
     #[test]

@@ -128,10 +128,7 @@ impl StaticBackend {
             .filter(|d| d.presence_path.is_some());
         watched
             .map(|d| {
-                let device = DeviceRef {
-                    pool: self.config.pool.clone(),
-                    device: d.name.clone(),
-                };
+                let device = DeviceRef::new(self.config.pool.clone(), d.name.clone());
                 (device, Self::health_of(d))
             })
             .collect()
@@ -322,10 +319,10 @@ mod tests {
     async fn prepare_gives_nodes_env_and_rejects_unknown_devices() {
         let b = StaticBackend::new(config(std::path::Path::new("/nonexistent"))).unwrap();
         let alloc = |name: &str| {
-            AllocatedDevice::new(DeviceRef {
-                pool: PoolName::new("node-a").unwrap(),
-                device: DeviceName::new(name).unwrap(),
-            })
+            AllocatedDevice::new(DeviceRef::new(
+                PoolName::new("node-a").unwrap(),
+                DeviceName::new(name).unwrap(),
+            ))
         };
         let consumer = Consumer::Container {
             resource: "example.com/dev".into(),

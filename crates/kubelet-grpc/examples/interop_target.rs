@@ -148,9 +148,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plugin_dir = dir.join("device-plugins");
     std::fs::create_dir_all(&plugin_dir)?;
     let plugin = Arc::new(Plugin::default());
-    let device = |name: &str| kubedev_core::DeviceRef {
-        pool: kubedev_core::PoolName::new("node-a").unwrap(),
-        device: kubedev_core::DeviceName::new(name).unwrap(),
+    let device = |name: &str| {
+        kubedev_core::DeviceRef::new(
+            kubedev_core::PoolName::new("node-a").unwrap(),
+            kubedev_core::DeviceName::new(name).unwrap(),
+        )
     };
     let (_devices_tx, devices) = watch::channel(vec![
         PluginDevice::new("dev-0", device("dev-0")).with_numa_node(Some(0)),

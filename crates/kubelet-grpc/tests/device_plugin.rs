@@ -68,10 +68,10 @@ impl DevicePluginHandler for Handler {
 
 /// The inventory device `name` of the pool `node-a`.
 fn device_ref(name: &str) -> kubedev_core::DeviceRef {
-    kubedev_core::DeviceRef {
-        pool: kubedev_core::PoolName::new("node-a").unwrap(),
-        device: kubedev_core::DeviceName::new(name).unwrap(),
-    }
+    kubedev_core::DeviceRef::new(
+        kubedev_core::PoolName::new("node-a").unwrap(),
+        kubedev_core::DeviceName::new(name).unwrap(),
+    )
 }
 
 fn devices(n: usize) -> Vec<PluginDevice> {

@@ -436,12 +436,9 @@ fn path_string(p: &Path) -> String {
 }
 
 fn mount(host: &Path, container: &Path, options: &[&str]) -> Mount {
-    Mount {
-        host_path: path_string(host),
-        container_path: path_string(container),
-        options: options.iter().map(|o| (*o).to_owned()).collect(),
-        mount_type: Some("bind".into()),
-    }
+    Mount::new(path_string(host), path_string(container))
+        .with_options(options.iter().map(|o| (*o).to_owned()).collect())
+        .with_type("bind")
 }
 
 impl DriverFiles {
@@ -488,13 +485,8 @@ impl DriverFiles {
                     args.push("--link".into());
                     args.push(l);
                 }
-                e.hooks.push(Hook {
-                    hook_name: "createContainer".into(),
-                    path: hook_path.clone(),
-                    args,
-                    env: Vec::new(),
-                    timeout: None,
-                });
+                e.hooks
+                    .push(Hook::new("createContainer", hook_path.clone()).with_args(args));
             }
             if !dirs.is_empty() {
                 let mut args = vec!["nvidia-cdi-hook".to_owned(), "update-ldcache".to_owned()];
@@ -502,13 +494,8 @@ impl DriverFiles {
                     args.push("--folder".into());
                     args.push(d);
                 }
-                e.hooks.push(Hook {
-                    hook_name: "createContainer".into(),
-                    path: hook_path,
-                    args,
-                    env: Vec::new(),
-                    timeout: None,
-                });
+                e.hooks
+                    .push(Hook::new("createContainer", hook_path).with_args(args));
             }
         }
         e

@@ -217,10 +217,7 @@ impl UsbBackend {
             if st.reported.get(&name) != Some(&h) {
                 st.reported.insert(name.clone(), h.clone());
                 out.push(SourceEvent::Health {
-                    device: DeviceRef {
-                        pool: self.pool.clone(),
-                        device: name,
-                    },
+                    device: DeviceRef::new(self.pool.clone(), name),
                     health: h,
                 });
             }

@@ -499,10 +499,7 @@ impl VfioBackend {
         for (device, health) in changed {
             tracing::info!(device = %device, health = %health.state, reason = ?health.reason, "VFIO device health changed");
             let ev = SourceEvent::Health {
-                device: DeviceRef {
-                    pool: self.inner.pool.clone(),
-                    device,
-                },
+                device: DeviceRef::new(self.inner.pool.clone(), device),
                 health,
             };
             if events.send(ev).await.is_err() {

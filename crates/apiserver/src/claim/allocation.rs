@@ -125,7 +125,7 @@ fn device_result(
         .filter(|c| c.applies_to(&result.request))
         .map(OpaqueConfig::device_config)
         .collect();
-    let mut device = AllocatedDevice::new(DeviceRef { pool, device });
+    let mut device = AllocatedDevice::new(DeviceRef::new(pool, device));
     device.admin_access = result.admin_access.unwrap_or(false);
     device.request = result.request.clone();
     device.share_id = result.share_id.clone();

@@ -128,10 +128,10 @@ async fn a_missing_claim_is_not_found() {
 
 #[tokio::test]
 async fn bad_claim_names_are_refused_before_any_request() {
-    let dev = DeviceRef {
-        pool: PoolName::new("node-a").unwrap(),
-        device: DeviceName::new("gpu-0").unwrap(),
-    };
+    let dev = DeviceRef::new(
+        PoolName::new("node-a").unwrap(),
+        DeviceName::new("gpu-0").unwrap(),
+    );
     let (client, log) = fake(0);
     let reader = ClaimReader::new(client, driver());
 
@@ -185,10 +185,10 @@ async fn bad_claim_names_are_refused_before_any_request() {
 
 #[tokio::test]
 async fn status_writes_retry_conflicts_and_give_up_eventually() {
-    let dev = DeviceRef {
-        pool: PoolName::new("node-a").unwrap(),
-        device: DeviceName::new("gpu-0").unwrap(),
-    };
+    let dev = DeviceRef::new(
+        PoolName::new("node-a").unwrap(),
+        DeviceName::new("gpu-0").unwrap(),
+    );
     let (client, log) = fake(2);
     let reader = ClaimReader::new(client, driver());
     reader

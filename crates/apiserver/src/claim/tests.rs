@@ -178,9 +178,11 @@ fn bad_content_is_an_error_naming_the_value() {
 
 #[test]
 fn device_status_replaces_our_entries_and_keeps_others() {
-    let dev = |d: &str| DeviceRef {
-        pool: PoolName::new("node-a").unwrap(),
-        device: DeviceName::new(d).unwrap(),
+    let dev = |d: &str| {
+        DeviceRef::new(
+            PoolName::new("node-a").unwrap(),
+            DeviceName::new(d).unwrap(),
+        )
     };
     let t0 = Timestamp::from_second(1_700_000_000).unwrap();
     let t1 = Timestamp::from_second(1_700_000_100).unwrap();

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1 as res;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use kubedev_core::{AttributeValue, Device, DriverName, HealthState, Pool, TaintEffect};
+use kubedev_core::{AttributeValue, Device, DriverName, HealthState, Pool};
 
 use super::{
     MAX_ATTRIBUTES_AND_CAPACITIES, MAX_CONSUMPTIONS_PER_DEVICE, MAX_COUNTERS_PER_CONSUMPTION,
@@ -76,14 +76,6 @@ fn attribute(
         }
     }
     Ok(out)
-}
-
-fn taint_effect(effect: TaintEffect) -> &'static str {
-    match effect {
-        TaintEffect::NoSchedule => "NoSchedule",
-        TaintEffect::NoExecute => "NoExecute",
-        TaintEffect::None => "None",
-    }
 }
 
 /// The key of the taint put on unhealthy devices under
@@ -296,7 +288,7 @@ fn taints(
         .map(|t| res::DeviceTaint {
             key: t.key.clone(),
             value: (!t.value.is_empty()).then(|| t.value.clone()),
-            effect: taint_effect(t.effect).to_owned(),
+            effect: t.effect.as_str().to_owned(),
             time_added: None,
         })
         .collect();

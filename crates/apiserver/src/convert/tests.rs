@@ -20,11 +20,10 @@ fn plain(i: usize) -> Device {
 
 fn tainted(i: usize) -> Device {
     let mut d = plain(i);
-    d.taints.push(Taint {
-        key: "example.com/maintenance".into(),
-        value: String::new(),
-        effect: TaintEffect::NoSchedule,
-    });
+    d.taints.push(Taint::new(
+        "example.com/maintenance",
+        TaintEffect::NoSchedule,
+    ));
     d
 }
 
@@ -97,27 +96,27 @@ fn order_is_kept_across_slices() {
 fn counter_pool(sets: usize, consuming_devices: usize) -> Pool {
     let mut pool = pool_of(Vec::new());
     for s in 0..sets {
-        pool.shared_counters.push(CounterSet {
-            name: CounterName::new(format!("set-{s}")).unwrap(),
-            counters: [(
+        pool.shared_counters.push(CounterSet::new(
+            CounterName::new(format!("set-{s}")).unwrap(),
+            [(
                 CounterName::new("memory").unwrap(),
                 Quantity::parse("40Gi").unwrap(),
             )]
             .into_iter()
             .collect(),
-        });
+        ));
     }
     for i in 0..consuming_devices {
         let mut d = plain(i);
-        d.consumes_counters.push(CounterConsumption {
-            counter_set: CounterName::new("set-0").unwrap(),
-            counters: [(
+        d.consumes_counters.push(CounterConsumption::new(
+            CounterName::new("set-0").unwrap(),
+            [(
                 CounterName::new("memory").unwrap(),
                 Quantity::parse("5Gi").unwrap(),
             )]
             .into_iter()
             .collect(),
-        });
+        ));
         pool.devices.push(d);
     }
     pool
@@ -140,22 +139,17 @@ fn partitioned_gpus(gpus: usize, counters: usize, parts: usize, plain_devices: u
     };
     for g in 0..gpus {
         let set = CounterName::new(format!("gpu-{g}-counters")).unwrap();
-        pool.shared_counters.push(CounterSet {
-            name: set.clone(),
-            counters: all(counters),
-        });
+        pool.shared_counters
+            .push(CounterSet::new(set.clone(), all(counters)));
         let mut whole = Device::new(DeviceName::new(format!("gpu-{g}")).unwrap());
-        whole.consumes_counters.push(CounterConsumption {
-            counter_set: set.clone(),
-            counters: all(counters),
-        });
+        whole
+            .consumes_counters
+            .push(CounterConsumption::new(set.clone(), all(counters)));
         pool.devices.push(whole);
         for p in 0..parts {
             let mut d = Device::new(DeviceName::new(format!("gpu-{g}-part-{p}")).unwrap());
-            d.consumes_counters.push(CounterConsumption {
-                counter_set: set.clone(),
-                counters: all(1),
-            });
+            d.consumes_counters
+                .push(CounterConsumption::new(set.clone(), all(1)));
             pool.devices.push(d);
         }
     }
@@ -219,14 +213,14 @@ fn kubernetes_1_34_limits_are_named() {
     pool.devices.clear();
     let mut joint = plain(0);
     for g in 0..2 {
-        joint.consumes_counters.push(CounterConsumption {
-            counter_set: CounterName::new(format!("gpu-{g}-counters")).unwrap(),
-            counters: [(
+        joint.consumes_counters.push(CounterConsumption::new(
+            CounterName::new(format!("gpu-{g}-counters")).unwrap(),
+            [(
                 CounterName::new("c0").unwrap(),
                 Quantity::parse("1").unwrap(),
             )]
             .into(),
-        });
+        ));
     }
     pool.devices.push(joint);
     let err = same_slice(pool).unwrap_err().to_string();
@@ -238,11 +232,10 @@ fn kubernetes_1_34_limits_are_named() {
     );
     let mut pool = pool_of((0..1).map(plain).collect());
     for i in 0..5 {
-        pool.devices[0].taints.push(Taint {
-            key: format!("example.com/t{i}"),
-            value: String::new(),
-            effect: TaintEffect::NoSchedule,
-        });
+        pool.devices[0].taints.push(Taint::new(
+            format!("example.com/t{i}"),
+            TaintEffect::NoSchedule,
+        ));
     }
     let err = same_slice(pool.clone()).unwrap_err().to_string();
     assert!(err.contains("5 taints") && err.contains("1.34"), "{err}");
@@ -288,9 +281,9 @@ fn consumed_counters_per_slice_are_bounded() {
     // 40 devices consuming 2 x 32 counters each: 64 per device, 16 devices per 1024.
     let mut pool = pool_of(Vec::new());
     for s in 0..2 {
-        pool.shared_counters.push(CounterSet {
-            name: CounterName::new(format!("set-{s}")).unwrap(),
-            counters: (0..32)
+        pool.shared_counters.push(CounterSet::new(
+            CounterName::new(format!("set-{s}")).unwrap(),
+            (0..32)
                 .map(|c| {
                     (
                         CounterName::new(format!("c{c}")).unwrap(),
@@ -298,14 +291,14 @@ fn consumed_counters_per_slice_are_bounded() {
                     )
                 })
                 .collect(),
-        });
+        ));
     }
     for i in 0..40 {
         let mut d = plain(i);
         for s in 0..2 {
-            d.consumes_counters.push(CounterConsumption {
-                counter_set: CounterName::new(format!("set-{s}")).unwrap(),
-                counters: (0..32)
+            d.consumes_counters.push(CounterConsumption::new(
+                CounterName::new(format!("set-{s}")).unwrap(),
+                (0..32)
                     .map(|c| {
                         (
                             CounterName::new(format!("c{c}")).unwrap(),
@@ -313,7 +306,7 @@ fn consumed_counters_per_slice_are_bounded() {
                         )
                     })
                     .collect(),
-            });
+            ));
         }
         pool.devices.push(d);
     }
@@ -352,11 +345,8 @@ fn devices_map_to_the_v1_shape() {
         )
         .with_numa_node(1);
     d.allow_multiple_allocations = true;
-    d.taints.push(Taint {
-        key: "example.com/flaky".into(),
-        value: "xid-79".into(),
-        effect: TaintEffect::NoExecute,
-    });
+    d.taints
+        .push(Taint::new("example.com/flaky", TaintEffect::NoExecute).with_value("xid-79"));
     let pool = pool_of(vec![d.clone()]);
     let out = map_device(&pool, &d, &driver()).unwrap();
     let json = serde_json::to_value(&out).unwrap();
@@ -495,11 +485,10 @@ fn limits_are_reported_with_the_device() {
 
     let mut d = plain(8);
     for i in 0..17 {
-        d.taints.push(Taint {
-            key: format!("example.com/t{i}"),
-            value: String::new(),
-            effect: TaintEffect::NoSchedule,
-        });
+        d.taints.push(Taint::new(
+            format!("example.com/t{i}"),
+            TaintEffect::NoSchedule,
+        ));
     }
     let err = desired_pools(
         &Inventory::new(vec![pool_of(vec![d])]),
@@ -514,15 +503,17 @@ fn limits_are_reported_with_the_device() {
 
     let mut pool = counter_pool(3, 1);
     for s in 1..3 {
-        pool.devices[0].consumes_counters.push(CounterConsumption {
-            counter_set: CounterName::new(format!("set-{s}")).unwrap(),
-            counters: [(
-                CounterName::new("memory").unwrap(),
-                Quantity::parse("1").unwrap(),
-            )]
-            .into_iter()
-            .collect(),
-        });
+        pool.devices[0]
+            .consumes_counters
+            .push(CounterConsumption::new(
+                CounterName::new(format!("set-{s}")).unwrap(),
+                [(
+                    CounterName::new("memory").unwrap(),
+                    Quantity::parse("1").unwrap(),
+                )]
+                .into_iter()
+                .collect(),
+            ));
     }
     let err = desired_pools(
         &Inventory::new(vec![pool]),

@@ -8,9 +8,8 @@ use super::*;
 fn partitioned_gpu() -> Inventory {
     let slice = |n: &str| (CounterName::new(n).unwrap(), Quantity::parse("1").unwrap());
     let set = CounterName::new("gpu-0-counters").unwrap();
-    let consume = |names: &[&str]| CounterConsumption {
-        counter_set: set.clone(),
-        counters: names.iter().map(|n| slice(n)).collect(),
+    let consume = |names: &[&str]| {
+        CounterConsumption::new(set.clone(), names.iter().map(|n| slice(n)).collect())
     };
     let mut whole = plain(0);
     whole.consumes_counters.push(consume(&["s0", "s1"]));
@@ -21,10 +20,10 @@ fn partitioned_gpu() -> Inventory {
         halves.push(d);
     }
     let mut pool = Pool::new(PoolName::new(NODE).unwrap(), [vec![whole], halves].concat());
-    pool.shared_counters.push(CounterSet {
-        name: set.clone(),
-        counters: [slice("s0"), slice("s1")].into_iter().collect(),
-    });
+    pool.shared_counters.push(CounterSet::new(
+        set.clone(),
+        [slice("s0"), slice("s1")].into_iter().collect(),
+    ));
     Inventory::new(vec![pool])
 }
 

@@ -105,10 +105,10 @@ async fn an_unallocated_or_missing_claim_is_refused() {
 async fn device_status_is_written_through_the_status_subresource() {
     let (server, uid) = server_with_claim(allocated()).await;
     let reader = ClaimReader::new(server.client().unwrap(), driver());
-    let device = DeviceRef {
-        pool: PoolName::new(NODE).unwrap(),
-        device: DeviceName::new("gpu-3").unwrap(),
-    };
+    let device = DeviceRef::new(
+        PoolName::new(NODE).unwrap(),
+        DeviceName::new("gpu-3").unwrap(),
+    );
     server.fail_next(
         Verb::PatchStatus,
         Resource::ResourceClaims,

@@ -34,11 +34,10 @@ fn plain(i: usize) -> Device {
 
 fn tainted(i: usize) -> Device {
     let mut d = plain(i);
-    d.taints.push(Taint {
-        key: "example.com/maintenance".into(),
-        value: String::new(),
-        effect: TaintEffect::NoSchedule,
-    });
+    d.taints.push(Taint::new(
+        "example.com/maintenance",
+        TaintEffect::NoSchedule,
+    ));
     d
 }
 

@@ -49,26 +49,26 @@ async fn counter_sets_are_published_in_slices_of_their_own() {
     let task = publisher.start().unwrap();
 
     let mut pool = Pool::new(PoolName::new(NODE).unwrap(), Vec::new());
-    pool.shared_counters.push(CounterSet {
-        name: CounterName::new("gpu-0-memory").unwrap(),
-        counters: [(
+    pool.shared_counters.push(CounterSet::new(
+        CounterName::new("gpu-0-memory").unwrap(),
+        [(
             CounterName::new("memory").unwrap(),
             Quantity::parse("40Gi").unwrap(),
         )]
         .into_iter()
         .collect(),
-    });
+    ));
     for i in 0..70 {
         let mut d = plain(i);
-        d.consumes_counters.push(CounterConsumption {
-            counter_set: CounterName::new("gpu-0-memory").unwrap(),
-            counters: [(
+        d.consumes_counters.push(CounterConsumption::new(
+            CounterName::new("gpu-0-memory").unwrap(),
+            [(
                 CounterName::new("memory").unwrap(),
                 Quantity::parse("5Gi").unwrap(),
             )]
             .into_iter()
             .collect(),
-        });
+        ));
         pool.devices.push(d);
     }
     publisher

@@ -29,6 +29,7 @@ pub fn parse_dec(s: &str) -> Option<i64> {
 /// A `uevent` file that is not a list of `KEY=VALUE` lines.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("uevent line {line}: {problem}")]
+#[non_exhaustive]
 pub struct UeventError {
     /// The 1-based line number.
     pub line: usize,

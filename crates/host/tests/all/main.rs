@@ -26,10 +26,10 @@ pub(crate) fn backend(root: &HostRoot, config: serde_json::Value) -> HostBackend
 
 /// A reference to a device of the `node-a-host` pool.
 pub(crate) fn dref(name: &str) -> DeviceRef {
-    DeviceRef {
-        pool: PoolName::new("node-a-host").unwrap(),
-        device: DeviceName::new(name).unwrap(),
-    }
+    DeviceRef::new(
+        PoolName::new("node-a-host").unwrap(),
+        DeviceName::new(name).unwrap(),
+    )
 }
 
 /// An allocation of one device of the `node-a-host` pool.

@@ -29,10 +29,10 @@ fn writer(dir: &Path) -> CdiWriter {
 
 fn allocated(device: &str, share: Option<&str>) -> AllocatedDevice {
     {
-        let mut v = AllocatedDevice::new(DeviceRef {
-            pool: PoolName::new("node-a").unwrap(),
-            device: DeviceName::new(device).unwrap(),
-        });
+        let mut v = AllocatedDevice::new(DeviceRef::new(
+            PoolName::new("node-a").unwrap(),
+            DeviceName::new(device).unwrap(),
+        ));
         v.request = "gpu".into();
         v.share_id = share.map(str::to_owned);
         v

@@ -51,10 +51,10 @@ fn claim(uid: &str) -> ClaimRef {
 }
 
 fn allocated(device: &str) -> AllocatedDevice {
-    AllocatedDevice::new(DeviceRef {
-        pool: PoolName::new("node-a").unwrap(),
-        device: DeviceName::new(device).unwrap(),
-    })
+    AllocatedDevice::new(DeviceRef::new(
+        PoolName::new("node-a").unwrap(),
+        DeviceName::new(device).unwrap(),
+    ))
     .with_request("gpu")
     .with_config(vec![kubedev_core::DeviceConfig::new(
         kubedev_core::ConfigSource::Claim,

@@ -145,9 +145,7 @@ impl Config {
                     replicas,
                     name,
                     filter: crate::selector::ResourceFilter {
-                        attributes: AttributeMatch {
-                            attributes: r.selector.attributes.clone(),
-                        },
+                        attributes: AttributeMatch::new(r.selector.attributes.clone()),
                         cel,
                     },
                     policy: r.policy.clone(),

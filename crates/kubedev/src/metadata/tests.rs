@@ -15,10 +15,10 @@ use super::*;
 
 fn prepared(request: &str, device: &str) -> PreparedDevice {
     PreparedDevice::new(
-        AllocatedDevice::new(DeviceRef {
-            pool: PoolName::new("node-a").unwrap(),
-            device: DeviceName::new(device).unwrap(),
-        })
+        AllocatedDevice::new(DeviceRef::new(
+            PoolName::new("node-a").unwrap(),
+            DeviceName::new(device).unwrap(),
+        ))
         .with_request(request),
         ContainerEdits::default(),
     )

@@ -183,7 +183,7 @@ fn spec_devices(claim: &ClaimRef, files: &[RequestFile]) -> Result<Vec<PreparedD
             true,
         ));
         out.push(PreparedDevice::new(
-            AllocatedDevice::new(DeviceRef { pool, device: name }),
+            AllocatedDevice::new(DeviceRef::new(pool, name)),
             edits,
         ));
     }

@@ -40,10 +40,7 @@ impl HealthClock {
         let mut seen = HashMap::new();
         let mut out = Vec::new();
         for (pool, dev) in inventory.devices() {
-            let r = DeviceRef {
-                pool: pool.name.clone(),
-                device: dev.name.clone(),
-            };
+            let r = DeviceRef::new(pool.name.clone(), dev.name.clone());
             let health = match self.stale.get(&pool.name) {
                 Some((_, why)) => Health::unknown(why.clone()),
                 None => dev.health.clone(),

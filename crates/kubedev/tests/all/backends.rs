@@ -78,10 +78,7 @@ impl DraNode {
             .wait_last(WAIT)
             .await
             .devices()
-            .map(|(p, d)| DeviceRef {
-                pool: p.name.clone(),
-                device: d.name.clone(),
-            })
+            .map(|(p, d)| DeviceRef::new(p.name.clone(), d.name.clone()))
             .collect()
     }
 

@@ -100,10 +100,7 @@ impl DraNode {
         let inv = self.published().await;
         inv.devices()
             .find(|(_, d)| d.name.as_str() == name)
-            .map(|(p, d)| DeviceRef {
-                pool: p.name.clone(),
-                device: d.name.clone(),
-            })
+            .map(|(p, d)| DeviceRef::new(p.name.clone(), d.name.clone()))
             .unwrap_or_else(|| panic!("no device {name} was published: {inv:?}"))
     }
 
@@ -117,10 +114,7 @@ impl DraNode {
                     .iter()
                     .any(|(k, v)| k.as_str() == attr && v.to_string().trim_matches('"') == value)
             })
-            .map(|(p, d)| DeviceRef {
-                pool: p.name.clone(),
-                device: d.name.clone(),
-            })
+            .map(|(p, d)| DeviceRef::new(p.name.clone(), d.name.clone()))
             .unwrap_or_else(|| panic!("no published device has {attr} = {value}: {inv:?}"))
     }
 
@@ -438,10 +432,7 @@ async fn usb_device_node_and_variable_on_a_fake_host_root() {
                 .values()
                 .any(|v| v.to_string().contains("22222222"))
         })
-        .map(|(p, d)| DeviceRef {
-            pool: p.name.clone(),
-            device: d.name.clone(),
-        })
+        .map(|(p, d)| DeviceRef::new(p.name.clone(), d.name.clone()))
         .unwrap_or_else(|| panic!("no device carries serial 22222222: {inv:?}"));
     let uid = "5f1d2c3b-0000-4000-8000-00000000a006";
     let p = node.prepare(uid, vec![allocated(&dev)]).await;

@@ -195,10 +195,7 @@ async fn gpus(node: &DraDaemon, names: &[&str]) -> Vec<(DeviceRef, String)> {
                 .devices()
                 .find(|(_, d)| d.name.as_str() == *name)
                 .unwrap_or_else(|| panic!("{name} is not published: {inv:?}"));
-            let device = DeviceRef {
-                pool: pool.name.clone(),
-                device: dev.name.clone(),
-            };
+            let device = DeviceRef::new(pool.name.clone(), dev.name.clone());
             let uuid = dev
                 .attributes
                 .iter()
@@ -647,13 +644,7 @@ async fn published(node: &DraDaemon, name: &str) -> (DeviceRef, BTreeMap<String,
             )
         })
         .collect();
-    (
-        DeviceRef {
-            pool: pool.name.clone(),
-            device: dev.name.clone(),
-        },
-        attrs,
-    )
+    (DeviceRef::new(pool.name.clone(), dev.name.clone()), attrs)
 }
 
 /// What the container's `/dev` holds besides the control node: its GPU nodes (`gpus=`, names),

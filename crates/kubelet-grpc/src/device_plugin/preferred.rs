@@ -176,10 +176,10 @@ mod tests {
             .iter()
             .zip(numa)
             .map(|(id, n)| {
-                let device = kubedev_core::DeviceRef {
-                    pool: kubedev_core::PoolName::new("node").unwrap(),
-                    device: kubedev_core::DeviceName::new(id).unwrap(),
-                };
+                let device = kubedev_core::DeviceRef::new(
+                    kubedev_core::PoolName::new("node").unwrap(),
+                    kubedev_core::DeviceName::new(id).unwrap(),
+                );
                 PluginDevice::new(id, device).with_numa_node(*n)
             })
             .collect();

@@ -167,10 +167,7 @@ impl DevicePluginPublisher {
         for &(p, d) in taken {
             let pool = &inventory.pools[p];
             let dev = &pool.devices[d];
-            let here = DeviceRef {
-                pool: pool.name.clone(),
-                device: dev.name.clone(),
-            };
+            let here = DeviceRef::new(pool.name.clone(), dev.name.clone());
             let ids: Vec<String> = if r.replicas == 1 {
                 vec![dev.name.to_string()]
             } else {

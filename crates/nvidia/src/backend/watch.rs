@@ -165,10 +165,7 @@ impl Inner {
                     reported.insert(name.clone(), h.clone());
                 }
                 let ev = SourceEvent::Health {
-                    device: DeviceRef {
-                        pool: self.pool.clone(),
-                        device: name,
-                    },
+                    device: DeviceRef::new(self.pool.clone(), name),
                     health: h,
                 };
                 if events.blocking_send(ev).is_err() {

@@ -151,10 +151,9 @@ pub(super) fn partitionable(
     }
     if foreign.is_empty() {
         let mut whole = whole_gpu(common, gpu)?;
-        whole.consumes_counters.push(CounterConsumption {
-            counter_set: set_name.clone(),
-            counters: totals.counters(),
-        });
+        whole
+            .consumes_counters
+            .push(CounterConsumption::new(set_name.clone(), totals.counters()));
         out.push((whole, DeviceKind::Gpu { gpu: pos }));
     }
     for profile in &gpu.profiles {
@@ -166,10 +165,10 @@ pub(super) fn partitionable(
             }
             let name = mig_device_name(gpu, &profile.name, placement, None);
             let mut d = mig_base(common, gpu, &name, profile, placement)?;
-            d.consumes_counters.push(CounterConsumption {
-                counter_set: set_name.clone(),
-                counters: totals.profile_consumption(profile, placement),
-            });
+            d.consumes_counters.push(CounterConsumption::new(
+                set_name.clone(),
+                totals.profile_consumption(profile, placement),
+            ));
             out.push((
                 d,
                 DeviceKind::Placement {
@@ -180,9 +179,6 @@ pub(super) fn partitionable(
             ));
         }
     }
-    let set = CounterSet {
-        name: set_name,
-        counters: totals.counters(),
-    };
+    let set = CounterSet::new(set_name, totals.counters());
     Ok((out, Some(set)))
 }

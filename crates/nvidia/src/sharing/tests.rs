@@ -6,10 +6,10 @@ use kubedev_core::{ConfigSource, DeviceConfig, DeviceName, DeviceRef, PoolName};
 use serde_json::json;
 
 fn device(configs: Vec<serde_json::Value>) -> AllocatedDevice {
-    AllocatedDevice::new(DeviceRef {
-        pool: PoolName::new("node-a-nvidia").unwrap(),
-        device: DeviceName::new("gpu-0").unwrap(),
-    })
+    AllocatedDevice::new(DeviceRef::new(
+        PoolName::new("node-a-nvidia").unwrap(),
+        DeviceName::new("gpu-0").unwrap(),
+    ))
     .with_config(
         configs
             .into_iter()

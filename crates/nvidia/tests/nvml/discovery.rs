@@ -309,10 +309,10 @@ async fn time_slicing_replicas_prepare_to_their_gpu() {
             &Consumer::Container {
                 resource: "nvidia.com/gpu".into(),
             },
-            &[AllocatedDevice::new(DeviceRef {
-                pool: pool.name.clone(),
-                device: d.name.clone(),
-            })],
+            &[AllocatedDevice::new(DeviceRef::new(
+                pool.name.clone(),
+                d.name.clone(),
+            ))],
         )
         .await
         .unwrap();

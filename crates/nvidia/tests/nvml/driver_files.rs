@@ -49,10 +49,10 @@ async fn an_upgraded_driver_gives_prepared_devices_the_new_versions_files() {
     let backend = fx.backend(fx.config());
     backend.discover().await.unwrap();
 
-    let device = DeviceRef {
-        pool: backend.pool_name().clone(),
-        device: DeviceName::new("gpu-0").unwrap(),
-    };
+    let device = DeviceRef::new(
+        backend.pool_name().clone(),
+        DeviceName::new("gpu-0").unwrap(),
+    );
     let prepared = backend
         .prepare(
             &Consumer::Container {

@@ -16,10 +16,10 @@ fn partitionable(f: &Fixture) -> NvidiaBackend {
 }
 
 fn alloc(device: &str) -> AllocatedDevice {
-    AllocatedDevice::new(DeviceRef {
-        pool: PoolName::new("node-a-nvidia").unwrap(),
-        device: DeviceName::new(device).unwrap(),
-    })
+    AllocatedDevice::new(DeviceRef::new(
+        PoolName::new("node-a-nvidia").unwrap(),
+        DeviceName::new(device).unwrap(),
+    ))
     .with_request("gpu")
 }
 

@@ -85,10 +85,10 @@ fn gpus(names: &[&str], sharing: serde_json::Value) -> Vec<AllocatedDevice> {
     names
         .iter()
         .map(|n| {
-            AllocatedDevice::new(DeviceRef {
-                pool: PoolName::new("node-a-nvidia").unwrap(),
-                device: DeviceName::new(*n).unwrap(),
-            })
+            AllocatedDevice::new(DeviceRef::new(
+                PoolName::new("node-a-nvidia").unwrap(),
+                DeviceName::new(*n).unwrap(),
+            ))
             .with_request("gpu")
             .with_config(vec![DeviceConfig::new(
                 ConfigSource::Claim,

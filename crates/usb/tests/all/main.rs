@@ -27,8 +27,8 @@ pub(crate) fn backend(root: &HostRoot, resources: &[(&str, &[&str])]) -> UsbBack
 
 /// A reference to a device of the `node-a-usb` pool.
 pub(crate) fn dref(name: &str) -> DeviceRef {
-    DeviceRef {
-        pool: PoolName::new("node-a-usb").unwrap(),
-        device: DeviceName::new(name).unwrap(),
-    }
+    DeviceRef::new(
+        PoolName::new("node-a-usb").unwrap(),
+        DeviceName::new(name).unwrap(),
+    )
 }

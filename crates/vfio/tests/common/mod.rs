@@ -51,10 +51,10 @@ pub fn names(pool: &Pool) -> Vec<String> {
 
 /// An allocation of `device` in pool `node-a-vfio`.
 pub fn alloc(device: &str) -> AllocatedDevice {
-    AllocatedDevice::new(DeviceRef {
-        pool: PoolName::new("node-a-vfio").expect("pool"),
-        device: DeviceName::new(device).expect("device name"),
-    })
+    AllocatedDevice::new(DeviceRef::new(
+        PoolName::new("node-a-vfio").expect("pool"),
+        DeviceName::new(device).expect("device name"),
+    ))
     .with_request("req")
 }
 

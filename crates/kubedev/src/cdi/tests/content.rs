@@ -55,13 +55,12 @@ fn spec_has_the_cdi_shape_and_field_names() {
     p.edits
         .mounts
         .push(Mount::bind("/opt/lib", "/usr/lib/gpu", true));
-    p.edits.hooks.push(Hook {
-        hook_name: "createContainer".into(),
-        path: "/usr/bin/gpu-hook".into(),
-        args: vec!["gpu-hook".into(), "update-ldcache".into()],
-        env: vec!["DEBUG=1".into()],
-        timeout: Some(5),
-    });
+    p.edits.hooks.push(
+        Hook::new("createContainer", "/usr/bin/gpu-hook")
+            .with_args(vec!["gpu-hook".into(), "update-ldcache".into()])
+            .with_env(vec!["DEBUG=1".into()])
+            .with_timeout(5),
+    );
     p.edits
         .annotations
         .insert("gpu.example.com/model".into(), "x1".into());

@@ -101,22 +101,12 @@ fn invalid_content_is_rejected_and_the_old_file_stays() {
     p.edits.device_nodes[0].path.clear();
     cases.push((p, "empty path"));
     let mut p = prepared("gpu-0");
-    p.edits.hooks.push(Hook {
-        hook_name: "beforeBoot".into(),
-        path: "/bin/true".into(),
-        args: Vec::new(),
-        env: Vec::new(),
-        timeout: None,
-    });
+    p.edits.hooks.push(Hook::new("beforeBoot", "/bin/true"));
     cases.push((p, "hook name"));
     let mut p = prepared("gpu-0");
-    p.edits.hooks.push(Hook {
-        hook_name: "poststop".into(),
-        path: "/bin/true".into(),
-        args: Vec::new(),
-        env: vec!["NOEQUALS".into()],
-        timeout: None,
-    });
+    p.edits
+        .hooks
+        .push(Hook::new("poststop", "/bin/true").with_env(vec!["NOEQUALS".into()]));
     cases.push((p, "no '='"));
     let mut p = prepared("gpu-0");
     p.edits.mounts.push(Mount::bind("", "/x", true));

@@ -71,10 +71,10 @@ impl ClaimSource for Claims {
 
 /// The device `name` of the pool `pool`; panics when either is not a valid name.
 pub(crate) fn device(pool: &str, name: &str) -> DeviceRef {
-    DeviceRef {
-        pool: PoolName::new(pool).expect("pool name"),
-        device: DeviceName::new(name).expect("device name"),
-    }
+    DeviceRef::new(
+        PoolName::new(pool).expect("pool name"),
+        DeviceName::new(name).expect("device name"),
+    )
 }
 
 /// A ResourceSlice publisher that keeps every inventory published to it, oldest first.
@@ -430,9 +430,11 @@ pub(crate) fn schedule_mig(
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| DeviceRef {
-            pool: kubedev_core::PoolName::new(r["pool"].as_str().unwrap()).unwrap(),
-            device: kubedev_core::DeviceName::new(r["device"].as_str().unwrap()).unwrap(),
+        .map(|r| {
+            DeviceRef::new(
+                kubedev_core::PoolName::new(r["pool"].as_str().unwrap()).unwrap(),
+                kubedev_core::DeviceName::new(r["device"].as_str().unwrap()).unwrap(),
+            )
         })
         .collect()
 }
