@@ -119,6 +119,8 @@ pub struct Metrics {
     pub devices: Family<DeviceLabels, Gauge>,
     /// Registrations accepted by the kubelet (first ones and re-registrations).
     pub registrations: Family<RegistrationLabels, Counter>,
+    /// 1 while the kubelet holds a registration of the server, 0 while it does not.
+    pub registered: Family<RegistrationLabels, Gauge>,
     /// ResourceSlice publish operations by outcome.
     pub slice_publishes: Family<ResultLabels, Counter>,
     /// Selection-policy calls by resource and outcome.
@@ -170,6 +172,7 @@ impl Metrics {
         let operation_errors = Family::<ErrorLabels, Counter>::default();
         let devices = Family::<DeviceLabels, Gauge>::default();
         let registrations = Family::<RegistrationLabels, Counter>::default();
+        let registered = Family::<RegistrationLabels, Gauge>::default();
         let slice_publishes = Family::<ResultLabels, Counter>::default();
         let policy_calls = Family::<PolicyLabels, Counter>::default();
         let held_devices = Family::<HolderLabels, Gauge>::default();
@@ -231,6 +234,12 @@ impl Metrics {
             registrations.clone(),
         );
         registry.register(
+            "kubelet_registered",
+            "1 while the kubelet holds the server's registration, 0 before the first one and \
+             after the kubelet dropped it",
+            registered.clone(),
+        );
+        registry.register(
             "resourceslice_publishes",
             "ResourceSlice publish operations, by outcome",
             slice_publishes.clone(),
@@ -253,6 +262,7 @@ impl Metrics {
             operation_errors,
             devices,
             registrations,
+            registered,
             slice_publishes,
             policy_calls,
             held_devices,

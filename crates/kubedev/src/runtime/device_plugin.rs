@@ -275,7 +275,7 @@ impl DevicePlugins {
                 "device-plugin",
                 r.name.to_string(),
                 handle.watch_status(),
-                |s| s.registrations,
+                |s| (s.registrations, s.registered),
             );
             self.servers.insert(
                 r.name.to_string(),

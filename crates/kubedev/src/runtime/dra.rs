@@ -98,7 +98,7 @@ pub(super) async fn start_dra(
         "dra",
         spec.driver.to_string(),
         handle.watch_status(),
-        |s| s.registrations,
+        |s| (s.registrations, s.registered),
     );
     Ok(Some(Dra {
         driver: spec.driver.to_string(),

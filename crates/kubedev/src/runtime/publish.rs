@@ -168,13 +168,16 @@ fn count_device_plugin_devices(p: &DevicePluginPublisher, obs: &Observe) {
     }
 }
 
-/// Counts the kubelet's accepted registrations of one server into the registrations metric.
+/// Counts the kubelet's accepted registrations of one server into the registrations metric and
+/// keeps the registered gauge at the server's state; `state` reads the server's status as its
+/// registration count and whether it is registered now. The gauge's series goes when the server
+/// does.
 pub(super) fn count_registrations<S: Send + Sync + 'static>(
     metrics: &Arc<Metrics>,
     api: &'static str,
     resource: String,
     mut status: watch::Receiver<S>,
-    registrations: fn(&S) -> u64,
+    state: fn(&S) -> (u64, bool),
 ) {
     let metrics = metrics.clone();
     tokio::spawn(async move {
@@ -184,7 +187,7 @@ pub(super) fn count_registrations<S: Send + Sync + 'static>(
         };
         let mut seen = 0u64;
         loop {
-            let now = registrations(&status.borrow_and_update());
+            let (now, registered) = state(&status.borrow_and_update());
             if now > seen {
                 metrics
                     .registrations
@@ -192,10 +195,15 @@ pub(super) fn count_registrations<S: Send + Sync + 'static>(
                     .inc_by(now - seen);
                 seen = now;
             }
+            metrics
+                .registered
+                .get_or_create(&labels)
+                .set(i64::from(registered));
             if status.changed().await.is_err() {
                 break;
             }
         }
+        metrics.registered.remove(&labels);
     });
 }
 
@@ -261,5 +269,53 @@ pub(super) async fn watch_holders(
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Polls the encoded metrics until `want` holds, for at most a few seconds.
+    async fn eventually(metrics: &Metrics, want: impl Fn(&str) -> bool) -> String {
+        for _ in 0..200 {
+            let text = metrics.encode();
+            if want(&text) {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        metrics.encode()
+    }
+
+    #[tokio::test]
+    async fn registered_follows_the_servers_state_and_goes_with_it() {
+        let metrics = Metrics::new();
+        let (tx, rx) = watch::channel((0u64, false));
+        count_registrations(&metrics, "dra", "gpu.example.com".into(), rx, |s| *s);
+        let series = "kubedev_kubelet_registered{api=\"dra\",resource=\"gpu.example.com\"}";
+        let text = eventually(&metrics, |t| t.contains(&format!("{series} 0"))).await;
+        assert!(text.contains(&format!("{series} 0")), "{text}");
+
+        tx.send_replace((1, true));
+        let text = eventually(&metrics, |t| t.contains(&format!("{series} 1"))).await;
+        assert!(text.contains(&format!("{series} 1")), "{text}");
+        assert!(
+            text.contains(
+                "kubedev_kubelet_registrations_total{api=\"dra\",resource=\"gpu.example.com\"} 1"
+            ),
+            "{text}"
+        );
+
+        // The kubelet dropped the registration.
+        tx.send_replace((1, false));
+        let text = eventually(&metrics, |t| t.contains(&format!("{series} 0"))).await;
+        assert!(text.contains(&format!("{series} 0")), "{text}");
+
+        // The server is gone: so is its series.
+        drop(tx);
+        let text = eventually(&metrics, |t| !t.contains(series)).await;
+        assert!(!text.contains(series), "{text}");
     }
 }
