@@ -142,7 +142,7 @@ fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>
 /// The allocator as a scheduler uses it, whole-process CPU with freeing included: build +
 /// allocate per pod for each shared scenario, and per pod over generated clusters (the
 /// allocator's `bench_table` and `per_pod` examples, release build), beside upstream's figures;
-/// and explaining a pod over a 5,000-node dump, JSON and YAML (the `explain_cluster` example).
+/// and explaining a pod over generated dumps of 5,000 to 65,000 nodes ([`explain_curve`]).
 fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
     let scenarios = root.join("../shared/bench-scenarios");
     let mut md = String::from("\n## The allocator as a scheduler uses it\n");
@@ -156,16 +156,6 @@ fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
             "per_pod",
             vec!["5".to_string()],
             "Per pod over a cluster: a fresh allocator, Allocate on every node (ms, process CPU)",
-        ),
-        (
-            "explain_cluster",
-            vec!["5000".to_string()],
-            "`kubedev explain` over a generated 5,000-node JSON dump (reading included)",
-        ),
-        (
-            "explain_cluster",
-            vec!["5000".to_string(), "yaml".to_string()],
-            "`kubedev explain` over the same dump as YAML (reading included)",
         ),
     ] {
         let out = Command::new("cargo")
@@ -193,6 +183,93 @@ fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
             "\n{title}:\n\n```text\n{}```\n",
             String::from_utf8_lossy(&out.stdout)
         ));
+    }
+    md.push_str(&explain_curve(root)?);
+    Ok(md)
+}
+
+/// The dumps `kubedev explain` is timed over: nodes and format.
+const EXPLAIN_DUMPS: [(usize, &str); 4] = [
+    (5_000, "json"),
+    (5_000, "yaml"),
+    (20_000, "json"),
+    (65_000, "json"),
+];
+
+/// `kubedev explain` over generated `kubectl get … -o json|yaml` dumps of 5,000 to 65,000 nodes
+/// (the `explain_cluster` example, release build): each dump is written to a file first, then
+/// one process reads it and answers, as `kubedev explain -f FILE` does. Wall time is that
+/// process's, start to exit; peak memory is its `VmHWM`.
+fn explain_curve(root: &Path) -> anyhow::Result<String> {
+    crate::ci::run(
+        root,
+        "cargo",
+        &[
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "kubedev-allocator",
+            "--example",
+            "explain_cluster",
+        ],
+    )?;
+    let example = crate::ci::target_dir(root).join("release/examples/explain_cluster");
+    let tmp = tempfile::tempdir()?;
+    let mut md = String::from(
+        "\n`kubedev explain` over a generated dump (one process: reading the file, answering for \
+         every node, exiting):\n\n| nodes | format | dump | read (CPU) | answer (CPU) | wall | \
+         peak RSS |\n|---|---|---|---|---|---|---|\n",
+    );
+    for (nodes, format) in EXPLAIN_DUMPS {
+        let file = tmp.path().join(format!("dump-{nodes}.{format}"));
+        let status = Command::new(&example)
+            .arg("write")
+            .arg(nodes.to_string())
+            .arg(format)
+            .arg(&file)
+            .status()
+            .context("writing a dump with the explain_cluster example")?;
+        if !status.success() {
+            bail!("the explain_cluster example could not write a {nodes}-node {format} dump");
+        }
+        let started = std::time::Instant::now();
+        let out = Command::new(&example)
+            .arg("read")
+            .arg(&file)
+            .output()
+            .context("running the explain_cluster example")?;
+        let wall = started.elapsed();
+        if !out.status.success() {
+            bail!(
+                "explaining the {nodes}-node {format} dump failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let figures: BTreeMap<&str, f64> = stdout
+            .lines()
+            .last()
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect();
+        let figure = |key: &str| {
+            figures
+                .get(key)
+                .copied()
+                .with_context(|| format!("the explain_cluster example did not report {key}"))
+        };
+        md.push_str(&format!(
+            "| {nodes} | {format} | {:.0} MB | {:.0} ms | {:.0} ms | {:.2} s | {:.0} MiB |\n",
+            figure("bytes")? / 1e6,
+            figure("read_ms")?,
+            figure("answer_ms")?,
+            wall.as_secs_f64(),
+            figure("peak_rss_kib")? / 1024.0,
+        ));
+        std::fs::remove_file(&file)?;
     }
     Ok(md)
 }

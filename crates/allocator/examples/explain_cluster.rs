@@ -1,11 +1,19 @@
 //! `kubedev explain` at cluster scale: generates a `kubectl get … -o json` dump of N nodes (8 GPUs
 //! and one ResourceSlice each, with the metadata, `managedFields` and `status` kubectl prints,
 //! four fifths of the nodes fully taken by allocated claims) and a pending pod asking for 4 GPUs,
-//! then reads the dump and answers for every node. Prints the dump's size, the CPU time of
-//! reading and of answering (whole process), and the peak resident memory.
+//! then reads the dump and answers for every node.
 //!
-//! `cargo run --release -p kubedev-allocator --example explain_cluster [-- NODES [yaml]]`
-//! (NODES defaults to 5,000; `yaml` reads the same dump as YAML).
+//! - `explain_cluster [NODES [json|yaml]]`: generates the dump in memory (NODES defaults to
+//!   5,000; `yaml` prints it as `kubectl get … -o yaml` does), reads it and answers. Prints the
+//!   dump's size, the CPU time of reading and of answering, and the peak resident memory
+//!   (which includes generating the dump).
+//! - `explain_cluster write NODES json|yaml FILE`: writes the dump to FILE.
+//! - `explain_cluster read FILE`: reads FILE as `kubedev explain -f FILE` does and answers for
+//!   pod `default/trainer`; prints the same figures, the wall time from start to answer, and a
+//!   last line of `key=value` figures (`nodes`, `bytes`, `read_ms`, `answer_ms`, `wall_ms`,
+//!   `peak_rss_kib`) for `cargo xtask bench`.
+//!
+//! `cargo run --release -p kubedev-allocator --example explain_cluster [-- ARGS]`
 
 use std::fmt::Write as _;
 
@@ -16,17 +24,17 @@ fn process_cpu_ns() -> u64 {
     (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
-/// Peak resident memory of this process (`VmHWM`), in MiB.
-fn peak_rss_mib() -> f64 {
+/// Peak resident memory of this process (`VmHWM`), in KiB (0 where /proc does not say).
+fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("VmHWM:"))
                 .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
+                .and_then(|kb| kb.parse().ok())
         })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
+        .unwrap_or(0)
 }
 
 fn meta(name: &str, namespace: Option<&str>, extra: &str) -> String {
@@ -100,21 +108,23 @@ fn dump(nodes: usize) -> String {
     )
 }
 
-fn main() {
-    let nodes: usize = std::env::args()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(5_000);
-    let yaml = std::env::args().nth(2).as_deref() == Some("yaml");
-    let mut text = dump(nodes);
-    if yaml {
-        // The same dump as `kubectl get … -o yaml` prints it.
-        let value: serde_json::Value = serde_json::from_str(&text).expect("the dump is JSON");
-        text = serde_saphyr::to_string(&value).expect("YAML");
+/// The dump of `nodes` nodes as text, JSON or (`yaml`) YAML.
+fn dump_text(nodes: usize, yaml: bool) -> String {
+    let text = dump(nodes);
+    if !yaml {
+        return text;
     }
-    let origin = if yaml { "dump.yaml" } else { "dump.json" };
+    // The same dump as `kubectl get … -o yaml` prints it.
+    let value: serde_json::Value = serde_json::from_str(&text).expect("the dump is JSON");
+    drop(text);
+    serde_saphyr::to_string(&value).expect("YAML")
+}
+
+/// Reads `text` (named `origin`), answers for the pending pod, checks the answer and prints
+/// the figures; `started` is when the process started its work.
+fn read_and_answer(text: &str, origin: &str, started: std::time::Instant) {
     let c0 = process_cpu_ns();
-    let cluster = match read_cluster(&text, origin) {
+    let cluster = match read_cluster(text, origin) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{e}");
@@ -131,19 +141,74 @@ fn main() {
     };
     let summary = answer.to_text(false);
     let c2 = process_cpu_ns();
+    let wall = started.elapsed();
+    let nodes = answer.nodes.len();
     let fit = answer.nodes.iter().filter(|n| n.fits).count();
     assert_eq!(
         fit,
         nodes - nodes * 4 / 5,
         "the free nodes fit, the taken ones do not"
     );
+    let peak = peak_rss_kib();
     println!(
-        "{nodes} nodes, dump {:.1} MB: read {:.0} ms, answer {:.0} ms, total {:.0} ms CPU; peak RSS {:.0} MiB; {fit} nodes fit",
+        "{nodes} nodes, dump {:.1} MB: read {:.0} ms, answer {:.0} ms, total {:.0} ms CPU, {:.0} ms wall; peak RSS {:.0} MiB; {fit} nodes fit",
         text.len() as f64 / 1e6,
         (c1 - c0) as f64 / 1e6,
         (c2 - c1) as f64 / 1e6,
         (c2 - c0) as f64 / 1e6,
-        peak_rss_mib()
+        wall.as_secs_f64() * 1e3,
+        peak as f64 / 1024.0
+    );
+    println!(
+        "nodes={nodes} bytes={} read_ms={:.0} answer_ms={:.0} wall_ms={:.0} peak_rss_kib={peak}",
+        text.len(),
+        (c1 - c0) as f64 / 1e6,
+        (c2 - c1) as f64 / 1e6,
+        wall.as_secs_f64() * 1e3,
     );
     drop(std::hint::black_box(summary));
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: explain_cluster [NODES [json|yaml]] | write NODES json|yaml FILE | read FILE"
+    );
+    std::process::exit(2);
+}
+
+fn main() {
+    let started = std::time::Instant::now();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        ["write", nodes, format @ ("json" | "yaml"), file] => {
+            let nodes: usize = nodes.parse().unwrap_or_else(|_| usage());
+            let text = dump_text(nodes, *format == "yaml");
+            if let Err(e) = std::fs::write(file, text) {
+                eprintln!("writing {file}: {e}");
+                std::process::exit(1);
+            }
+        }
+        ["read", file] => {
+            let text = match std::fs::read_to_string(file) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("reading {file}: {e}");
+                    std::process::exit(1);
+                }
+            };
+            read_and_answer(&text, file, started);
+        }
+        [] | [_] | [_, "json" | "yaml"] => {
+            let nodes: usize = match args.first() {
+                Some(n) => n.parse().unwrap_or_else(|_| usage()),
+                None => 5_000,
+            };
+            let yaml = args.get(1) == Some(&"yaml");
+            let text = dump_text(nodes, yaml);
+            let origin = if yaml { "dump.yaml" } else { "dump.json" };
+            read_and_answer(&text, origin, std::time::Instant::now());
+        }
+        _ => usage(),
+    }
 }
