@@ -25,7 +25,10 @@
 //!   a NetworkPolicy that lets only named peers reach the metrics port;
 //! - for the default values and `ci/long-driver-values.yaml` (the longest driver name), the
 //!   daemon started on that configuration, with `POD_UID` and `NODE_NAME` set, registers with
-//!   the emulated kubelet's both APIs (see the `start` module).
+//!   the emulated kubelet's both APIs (see the `start` module);
+//! - the Grafana dashboard and the PrometheusRule (taken out of each rendering) query only
+//!   metrics the daemon started above serves on `/metrics`, in valid PromQL, with the data
+//!   source a dashboard variable (the `observability` module).
 //!
 //! Then `deploy/manifests/kubedev.yaml` must equal the default rendering, and the checks' own
 //! test rendering (`xtask/src/deploy/testdata/vfio-rendering.yaml`) the rendering of
@@ -45,6 +48,7 @@ mod container;
 mod helm;
 mod image;
 mod objects;
+mod observability;
 mod pod;
 mod start;
 
@@ -158,12 +162,14 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
         problems: Vec::new(),
         default_rendering: None,
         daemons: Vec::new(),
+        observability: Default::default(),
     };
     for values in &cases {
         run.check_values(values.as_deref())?;
     }
     run.check_manifests()?;
     run.check_image(&metadata)?;
+    run.problems.extend(run.observability.check());
 
     let problems = run.problems;
     if problems.is_empty() {
@@ -209,6 +215,8 @@ struct CheckRun<'a> {
     default_rendering: Option<String>,
     /// Each rendering's label, daemon container and configuration, for the image checks.
     daemons: Vec<(String, Value, Value)>,
+    /// The dashboard and alerting rules of the renderings, and the daemon's metrics.
+    observability: observability::Observability,
 }
 
 impl CheckRun<'_> {
@@ -225,7 +233,7 @@ impl CheckRun<'_> {
             self.problems.push(format!("{label}: {e:#}"));
         }
         let rendered = match helm::render(&self.helm, &self.chart, values) {
-            Ok(r) => r,
+            Ok(r) => self.observability.take(&label, r),
             Err(e) => {
                 self.problems.push(format!("{label}: {e:#}"));
                 return Ok(());
@@ -240,9 +248,11 @@ impl CheckRun<'_> {
                 .is_none_or(|f| START_TESTED.iter().any(|s| f == *s));
             if start {
                 eprintln!("deploy-check: {label}: the daemon starts and registers");
-                if let Err(e) = start::starts_and_registers(&self.kubedev, &config) {
-                    self.problems
-                        .push(format!("{label}: the daemon on this configuration: {e:#}"));
+                match start::starts_and_registers(&self.kubedev, &config) {
+                    Ok(metrics) => self.observability.exported(&label, metrics),
+                    Err(e) => self
+                        .problems
+                        .push(format!("{label}: the daemon on this configuration: {e:#}")),
                 }
             }
             self.daemons.push((label.clone(), container, config));

@@ -1,7 +1,8 @@
 //! deploy-check's start test: the daemon, on a configuration the chart rendered, starts and
 //! registers with the emulated kubelet (both APIs) and API server, with `POD_UID` and
 //! `NODE_NAME` set as the DaemonSet sets them and the kubelet's directories as long as
-//! `/var/lib/kubelet`, so socket paths are as long as on a node.
+//! `/var/lib/kubelet`, so socket paths are as long as on a node; then its `/metrics` is read
+//! over HTTP, for the observability checks.
 //!
 //! Only the paths are moved: the kubelet directory to a directory of the same length, the CDI
 //! and state directories and the host root to scratch directories (the host root with the
@@ -24,9 +25,10 @@ const NODE: &str = "deploy-check-node";
 const POD_UID: &str = "0b6e4f8e-5a8c-4c2e-9a55-3f1d2c7e9b10";
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Starts `kubedev` on `config` (the chart's `config.yaml`, as JSON) and waits until the DRA
-/// driver (when enabled) and every device-plugin resource are registered.
-pub(super) fn starts_and_registers(kubedev: &Path, config: &Value) -> anyhow::Result<()> {
+/// Starts `kubedev` on `config` (the chart's `config.yaml`, as JSON), waits until the DRA
+/// driver (when enabled) and every device-plugin resource are registered, and returns what its
+/// `/metrics` endpoint then serves.
+pub(super) fn starts_and_registers(kubedev: &Path, config: &Value) -> anyhow::Result<String> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -57,14 +59,14 @@ fn move_paths(value: &mut Value, from: &str, to: &str) {
     }
 }
 
-async fn run(kubedev: &Path, config: &Value) -> anyhow::Result<()> {
+async fn run(kubedev: &Path, config: &Value) -> anyhow::Result<String> {
     let kubelet_dir = kubelet_length_dir()?;
     let result = run_in(kubedev, config, &kubelet_dir).await;
     let _ = std::fs::remove_dir_all(&kubelet_dir);
     result
 }
 
-async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::Result<()> {
+async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::Result<String> {
     let scratch = tempfile::tempdir()?;
     let host = HostRoot::new()?;
     for node in ["/dev/kvm", "/dev/net/tun", "/dev/vhost-net"] {
@@ -108,9 +110,17 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
         .spawn()
         .with_context(|| format!("starting {}", kubedev.display()))?;
 
-    let outcome = expected
+    let mut outcome = expected
         .wait(&mut daemon, &dp_kubelet, &dra_kubelet)
         .await?;
+    let mut metrics = String::new();
+    if outcome.is_ok() {
+        let address = config["metrics"]["address"].as_str().unwrap_or_default();
+        match scrape(address).await {
+            Ok(text) => metrics = text,
+            Err(e) => outcome = Err(format!("reading http://{address}/metrics: {e:#}")),
+        }
+    }
     let _ = daemon.kill();
     let _ = daemon.wait();
     dra_kubelet.stop().await;
@@ -119,7 +129,33 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
         let printed = std::fs::read_to_string(&log).unwrap_or_default();
         bail!("{e}; the daemon said:\n{}", printed.trim());
     }
-    Ok(())
+    Ok(metrics)
+}
+
+/// GETs `/metrics` from `address` (`host:port`) over HTTP/1.0 and returns the body.
+async fn scrape(address: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let read = async {
+        let mut stream = tokio::net::TcpStream::connect(address).await?;
+        stream
+            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+            .await?;
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await?;
+        anyhow::Ok(response)
+    };
+    let response = tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .context("no answer within 10 s")??;
+    let response = String::from_utf8(response).context("the answer is not UTF-8")?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .context("the answer is not HTTP")?;
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        bail!("answered {status:?}");
+    }
+    Ok(body.to_string())
 }
 
 /// The chart's configuration with only the paths moved (see the module docs): the kubelet
