@@ -1,10 +1,13 @@
 //! Reading dumps: JSON decoded straight into the allocator's strict types where they take
 //! an object, YAML and everything else read leniently (fields the types do not know
 //! dropped, real errors named with their path), and from a claim's `status` only the
-//! allocation results and the capacity they consumed.
+//! allocation results and the capacity they consumed. A YAML `List` is read item by item, so
+//! only one object is held as a tree at a time.
 
-use serde::Deserialize;
-use serde::de::{DeserializeOwned, IgnoredAny};
+use std::fmt;
+
+use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -184,6 +187,91 @@ pub(super) fn name_of(v: &Value) -> String {
     }
 }
 
+/// One YAML document, its objects read as they stream past: a `List`'s items one at a time,
+/// or the document itself when it is one object. `None`: a document that carries `items`
+/// without being a `List`, left to the reading of whole trees.
+struct YamlDoc(Option<Cluster>);
+
+impl<'de> Deserialize<'de> for YamlDoc {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(DocVisitor)
+    }
+}
+
+struct DocVisitor;
+
+impl<'de> Visitor<'de> for DocVisitor {
+    type Value = YamlDoc;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes object or List")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<YamlDoc, E> {
+        Ok(YamlDoc(Some(Cluster::default())))
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<YamlDoc, E> {
+        self.visit_unit()
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<YamlDoc, A::Error> {
+        let is_list = |fields: &serde_json::Map<String, Value>| {
+            fields
+                .get("kind")
+                .and_then(Value::as_str)
+                .map(|k| k.ends_with("List"))
+        };
+        let mut part = Cluster::default();
+        let mut fields = serde_json::Map::new();
+        let mut streamed = false;
+        while let Some(key) = map.next_key::<String>()? {
+            // kubectl prints keys sorted, so a List's `items` come before its `kind`.
+            if key == "items" && is_list(&fields) != Some(false) {
+                map.next_value_seed(ItemsSeed(&mut part))?;
+                streamed = true;
+            } else {
+                let value: Value = map.next_value()?;
+                fields.insert(key, value);
+            }
+        }
+        match (is_list(&fields) == Some(true), streamed) {
+            (true, _) => {}
+            (false, true) => return Ok(YamlDoc(None)),
+            (false, false) => part
+                .add_object(Value::Object(fields))
+                .map_err(serde::de::Error::custom)?,
+        }
+        Ok(YamlDoc(Some(part)))
+    }
+}
+
+/// A `List`'s `items`, each added to the cluster as soon as it is read.
+struct ItemsSeed<'c>(&'c mut Cluster);
+
+impl<'de> DeserializeSeed<'de> for ItemsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of Kubernetes objects")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(item) = seq.next_element::<Value>()? {
+            self.0.add_object(item).map_err(serde::de::Error::custom)?;
+        }
+        Ok(())
+    }
+}
+
 impl Cluster {
     /// Adds the objects of one dump (`origin` names it in errors): YAML documents or JSON,
     /// each a `List` (its `items`) or one object. Kinds other than the five read are skipped.
@@ -195,6 +283,16 @@ impl Cluster {
         if text.trim_start().starts_with(['{', '[']) {
             return self.add_json(text).map_err(error);
         }
+        let (options, _) = crate::yaml::large_input(1 << 30);
+        if let Ok(docs) = serde_saphyr::from_multiple_with_options::<YamlDoc>(text, options)
+            && docs.iter().all(|d| d.0.is_some())
+        {
+            for part in docs.into_iter().filter_map(|d| d.0) {
+                self.append(part);
+            }
+            return Ok(());
+        }
+        // Whole trees: an unusual document, or one with a problem, which this names.
         let (options, budget) = crate::yaml::large_input(1 << 30);
         let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
             .map_err(|e| error(crate::yaml::describe_error(&e, &budget)))?;
@@ -218,6 +316,16 @@ impl Cluster {
             }
         }
         Ok(())
+    }
+
+    /// Moves the objects of `other` after those of `self`.
+    fn append(&mut self, other: Cluster) {
+        self.slices.extend(other.slices);
+        self.classes.extend(other.classes);
+        self.claims.extend(other.claims);
+        self.consumed.extend(other.consumed);
+        self.nodes.extend(other.nodes);
+        self.pods.extend(other.pods);
     }
 
     /// JSON input: each object is decoded straight from its text into the allocator's types;

@@ -212,3 +212,39 @@ spec:
     let answer = c.explain(&Subject::Claim("default/pair".into())).unwrap();
     assert_eq!(fits(&answer), [("n2", true), ("n1", false)], "{answer:?}");
 }
+
+/// kubectl prints a List's keys sorted, `items` before `kind`: the items are read one by one,
+/// a bad item is named as before, and a document that has `items` without being a List is
+/// read as the object it is.
+#[test]
+fn a_yaml_list_in_kubectl_order_is_read_item_by_item() {
+    let text = "apiVersion: v1
+items:
+- apiVersion: v1
+  kind: Node
+  metadata: {name: n1, labels: {zone: a}, uid: u1}
+  status: {capacity: {cpu: '8'}}
+- apiVersion: resource.k8s.io/v1
+  kind: ResourceSlice
+  metadata: {name: s1, resourceVersion: '9'}
+  spec: {driver: d, nodeName: n1, pool: {name: p, generation: 1, resourceSliceCount: 1}, devices: [{name: g0}]}
+kind: List
+metadata: {resourceVersion: ''}
+";
+    let c = read_cluster(text, "dump.yaml").unwrap();
+    assert_eq!(c.nodes[0].name, "n1");
+    assert_eq!(c.nodes[0].labels["zone"], "a");
+    assert_eq!(c.slices[0].spec.devices[0].name, "g0");
+
+    let bad = text.replace("generation: 1", "generation: x");
+    let e = read_cluster(&bad, "dump.yaml").unwrap_err().to_string();
+    assert!(
+        e.starts_with("dump.yaml: ResourceSlice s1: spec.pool.generation"),
+        "{e}"
+    );
+
+    let odd = "kind: Node\nmetadata: {name: n2}\nitems: [1]\n---\nitems: []\nkind: Node\nmetadata: {name: n3}\n";
+    let c = read_cluster(odd, "dump.yaml").unwrap();
+    let names: Vec<&str> = c.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(names, ["n2", "n3"]);
+}
