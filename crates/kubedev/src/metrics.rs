@@ -138,6 +138,51 @@ pub struct Metrics {
     /// 1 for each gated API feature kubedev needs and the API server drops.
     pub api_feature_unavailable: Family<FeatureLabels, Gauge>,
     slice_writer: SliceWriter,
+    /// Every registered family's metadata, written even while the family has no series.
+    families: Vec<FamilyDescriptor>,
+}
+
+/// A registered family's `# HELP`, `# TYPE` and `# UNIT` lines.
+#[derive(Debug)]
+struct FamilyDescriptor {
+    /// The full name, prefix and unit included.
+    name: String,
+    help: String,
+    kind: &'static str,
+    unit: Option<String>,
+}
+
+/// Registers `metric` under `name` (with `unit`) and records its descriptor in `families`.
+fn register<M: prometheus_client::registry::Metric + prometheus_client::metrics::TypedMetric>(
+    registry: &mut Registry,
+    families: &mut Vec<FamilyDescriptor>,
+    name: &str,
+    help: &str,
+    unit: Option<prometheus_client::registry::Unit>,
+    metric: M,
+) {
+    use prometheus_client::metrics::MetricType as T;
+    let unit_name = unit.as_ref().map(|u| u.as_str().to_string());
+    let full = match &unit_name {
+        Some(u) => format!("kubedev_{name}_{u}"),
+        None => format!("kubedev_{name}"),
+    };
+    families.push(FamilyDescriptor {
+        name: full,
+        help: help.to_string(),
+        kind: match M::TYPE {
+            T::Counter => "counter",
+            T::Gauge => "gauge",
+            T::Histogram => "histogram",
+            T::Info => "info",
+            T::Unknown => "unknown",
+        },
+        unit: unit_name,
+    });
+    match unit {
+        Some(u) => registry.register_with_unit(name, help, u, metric),
+        None => registry.register(name, help, metric),
+    }
 }
 
 /// The publisher `resourceslice_writes` is read from.
@@ -183,75 +228,114 @@ impl Metrics {
         let slice_writes = Family::<OperationLabels, Counter>::default();
         let recovery = Family::<RecoveryLabels, Counter>::default();
         let api_feature_unavailable = Family::<FeatureLabels, Gauge>::default();
-        registry.register(
+        let mut families = Vec::new();
+        register(
+            &mut registry,
+            &mut families,
             "api_feature_unavailable",
             "1 for each gated resource.k8s.io feature the published devices need and the API \
              server drops (its feature gate is off); kubedev then publishes a safe subset",
+            None,
             api_feature_unavailable.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "dra_recovery",
             "What DRA start-up recovery did: lost checkpoints, and claims rebuilt from the API \
              server, failed to rebuild or kept unverified, CDI specs repaired or removed, \
              prepares rolled back",
+            None,
             recovery.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "resourceslice_writes",
             "ResourceSlice writes to the API server, by operation (create, update, delete; \
              conflict and failure count refused and failed attempts, which are retried)",
+            None,
             slice_writes.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "policy_fuel",
             "Fuel a selection policy used per call (its budget is the sandbox's fuel limit)",
+            None,
             policy_fuel.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "config_reloads",
             "Configuration file changes, applied or rejected",
+            None,
             config_reloads.clone(),
         );
-        registry.register_with_unit(
+        register(
+            &mut registry,
+            &mut families,
             "dra_operation_duration",
             "Time taken by DRA prepare and unprepare of one claim",
-            prometheus_client::registry::Unit::Seconds,
+            Some(prometheus_client::registry::Unit::Seconds),
             operation_seconds.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "dra_operation_errors",
             "Failed DRA prepare and unprepare calls, by reason",
+            None,
             operation_errors.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "devices",
             "Devices served, by API, resource, pool and health",
+            None,
             devices.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "kubelet_registrations",
             "Registrations the kubelet accepted, first ones and re-registrations",
+            None,
             registrations.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "kubelet_registered",
             "1 while the kubelet holds the server's registration, 0 before the first one and \
              after the kubelet dropped it",
+            None,
             registered.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "resourceslice_publishes",
             "ResourceSlice publish operations, by outcome",
+            None,
             slice_publishes.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "policy_calls",
             "Selection-policy calls from GetPreferredAllocation, by outcome",
+            None,
             policy_calls.clone(),
         );
-        registry.register(
+        register(
+            &mut registry,
+            &mut families,
             "device_held",
             "1 for each device a container holds, with pod, namespace and container",
+            None,
             held_devices.clone(),
         );
         Arc::new(Metrics {
@@ -270,6 +354,7 @@ impl Metrics {
             policy_fuel,
             slice_writes,
             slice_writer: SliceWriter::default(),
+            families,
         })
     }
 
@@ -336,7 +421,22 @@ impl Metrics {
         let mut out = String::new();
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
+        // The registry leaves out families with no series; their metadata still says what the
+        // daemon exports.
+        let mut empty = String::new();
+        for f in &self.families {
+            if !out.contains(&format!("# TYPE {} ", f.name)) {
+                empty.push_str(&format!("# HELP {} {}.\n", f.name, f.help));
+                empty.push_str(&format!("# TYPE {} {}\n", f.name, f.kind));
+                if let Some(unit) = &f.unit {
+                    empty.push_str(&format!("# UNIT {} {unit}\n", f.name));
+                }
+            }
+        }
+        match out.strip_suffix("# EOF\n") {
+            Some(body) => format!("{body}{empty}# EOF\n"),
+            None => out + &empty,
+        }
     }
 }
 
@@ -385,6 +485,33 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want} in\n{text}");
         }
+    }
+
+    #[test]
+    fn families_without_series_are_described() {
+        let text = Metrics::new().encode();
+        for want in [
+            "# TYPE kubedev_dra_recovery counter\n",
+            "# TYPE kubedev_devices gauge\n",
+            "# TYPE kubedev_kubelet_registered gauge\n",
+            "# TYPE kubedev_dra_operation_duration_seconds histogram\n",
+            "# UNIT kubedev_dra_operation_duration_seconds seconds\n",
+            "# TYPE kubedev_policy_fuel histogram\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE ").count(), 13, "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        // A family with series is described once.
+        let m = Metrics::new();
+        m.reload("applied");
+        let text = m.encode();
+        assert_eq!(
+            text.matches("# TYPE kubedev_config_reloads ").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
     }
 
     #[test]
