@@ -41,6 +41,16 @@ pub(super) enum WhoUsesOutput {
     Json,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum StatusOutput {
+    /// Per node, then the device taints and the claims.
+    Table,
+    /// The table with every device listed too.
+    Wide,
+    Json,
+    Yaml,
+}
+
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub(super) enum SpecFormat {
     Yaml,
@@ -148,9 +158,11 @@ pub(super) enum Command {
     },
     /// Show which pod and container hold each device, in both kubelet APIs.
     ///
-    /// Asks the kubelet's pod resources API. With `--config`, only this daemon's device-plugin
-    /// resources and DRA driver are shown; device names given as arguments narrow it further
-    /// (a DRA device as `device` or `pool/device`).
+    /// Asks the kubelet's pod resources API, so it runs on the node (`kubectl debug node/NAME`
+    /// or the daemon's pod): device-plugin allocations are only visible there. With `--config`,
+    /// only this daemon's device-plugin resources and DRA driver are shown; device names given
+    /// as arguments narrow it further (a DRA device as `device` or `pool/device`). For the DRA
+    /// claims of every node, from the cluster, see `status`.
     #[command(
         after_help = "Examples:\n  kubedev who-uses\n  kubedev who-uses --config /etc/kubedev/config.yaml gpu-3\n  kubedev who-uses -o json"
     )]
@@ -166,6 +178,40 @@ pub(super) enum Command {
         output: WhoUsesOutput,
         /// Only these devices.
         devices: Vec<String>,
+    },
+    /// A DRA driver's state across the cluster, per node: its ResourceSlices, devices, device
+    /// taints and the claims allocated its devices.
+    ///
+    /// Read-only, through a kubeconfig as `kubectl` reads it. Per node: each pool the driver
+    /// publishes (generation, slices), its devices (listed with `-o wide`), device taints (key,
+    /// effect) and the ResourceClaims whose allocation holds its devices, with the pods they
+    /// are reserved for and the device conditions the driver reported. Claims are those of the
+    /// namespace (`-n`, else the context's) unless `-A` is given. The driver is `--driver`, or
+    /// the `dra.driverName` of `--config`.
+    #[command(
+        after_help = "Examples:\n  kubedev status --driver gpu.example.com -A\n  kubectl kubedev status --config /etc/kubedev/config.yaml -o wide\n  kubectl kubedev status --driver gpu.example.com --context prod -n ml -o yaml"
+    )]
+    Status(StatusArgs),
+    /// Print a shell completion script for this command line.
+    ///
+    /// Bash: `source <(kubedev completion bash)`, or write it to
+    /// `/usr/share/bash-completion/completions/kubedev`. Zsh: write it as `_kubedev` in a
+    /// directory of `$fpath`. Fish: `kubedev completion fish > ~/.config/fish/completions/kubedev.fish`.
+    #[command(
+        after_help = "Examples:\n  source <(kubedev completion bash)\n  kubedev completion zsh > \"${fpath[1]}/_kubedev\""
+    )]
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (section 1) of the command and of each subcommand into a
+    /// directory, for packaging.
+    #[command(hide = true)]
+    Man {
+        /// The directory (created if missing).
+        #[arg(long)]
+        dir: PathBuf,
     },
     /// Check a configuration file and exit.
     #[command(after_help = "Examples:\n  kubedev check-config --config /etc/kubedev/config.yaml")]
@@ -206,16 +252,14 @@ pub(super) struct SimulateArgs {
 pub(super) struct ExplainArgs {
     /// A dump (YAML or JSON); repeat for several, `-` for standard input. Without it, the
     /// live cluster is read (read-only).
-    #[arg(long, short = 'f')]
+    #[arg(long, short = 'f', conflicts_with_all = ["kubeconfig", "context"])]
     pub(super) file: Vec<PathBuf>,
-    /// The kubeconfig for reading the live cluster (default: `KUBECONFIG`,
-    /// `~/.kube/config`, or the in-cluster configuration).
-    #[arg(long, conflicts_with = "file")]
-    pub(super) kubeconfig: Option<PathBuf>,
-    /// The pod whose claims to explain, `namespace/name`.
+    #[command(flatten)]
+    pub(super) kube: KubeArgs,
+    /// The pod whose claims to explain, `namespace/name` or a name in the namespace.
     #[arg(long, conflicts_with = "claim", required_unless_present = "claim")]
     pub(super) pod: Option<String>,
-    /// The claim to explain, `namespace/name`.
+    /// The claim to explain, `namespace/name` or a name in the namespace.
     #[arg(long)]
     pub(super) claim: Option<String>,
     /// Output format.
@@ -224,4 +268,39 @@ pub(super) struct ExplainArgs {
     /// In text, also each node that does not fit and why.
     #[arg(long)]
     pub(super) details: bool,
+}
+
+/// How a command reaches the cluster, with kubectl's flags and defaults.
+#[derive(Debug, Clone, clap::Args)]
+pub(super) struct KubeArgs {
+    /// The kubeconfig file (default: `KUBECONFIG`, `~/.kube/config`, or the in-cluster
+    /// configuration).
+    #[arg(long)]
+    pub(super) kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use (default: the current context).
+    #[arg(long)]
+    pub(super) context: Option<String>,
+    /// The namespace: of names given without `namespace/`, and of what is listed (default:
+    /// the context's namespace, else `default`).
+    #[arg(long, short = 'n')]
+    pub(super) namespace: Option<String>,
+}
+
+// The options of `kubedev status` (its help is the doc comment of `Command::Status`).
+#[derive(Debug, clap::Args)]
+pub(super) struct StatusArgs {
+    #[command(flatten)]
+    pub(super) kube: KubeArgs,
+    /// The DRA driver, e.g. `gpu.example.com`.
+    #[arg(long, required_unless_present = "config", conflicts_with = "config")]
+    pub(super) driver: Option<String>,
+    /// Take the driver from this configuration file's `dra.driverName`.
+    #[arg(long, short)]
+    pub(super) config: Option<PathBuf>,
+    /// Claims of every namespace.
+    #[arg(long, short = 'A', conflicts_with = "namespace")]
+    pub(super) all_namespaces: bool,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = StatusOutput::Table)]
+    pub(super) output: StatusOutput,
 }

@@ -7,34 +7,34 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use kubedev_allocator::cluster::{Cluster, Subject};
 
-use super::args::{ExplainArgs, Output};
+use super::args::{ExplainArgs, KubeArgs, Output};
 use super::output::write_stdout;
 
 /// `kubedev explain`.
 pub(super) fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let ExplainArgs {
         file,
-        kubeconfig,
+        kube,
         pod,
         claim,
         output,
         details,
     } = args;
     let mut cluster = Cluster::default();
-    if file.is_empty() {
-        for text in &read_live_cluster(kubeconfig.as_deref(), pod.as_deref())? {
+    let subject = if file.is_empty() {
+        let (texts, subject) = read_live_cluster(&kube, pod, claim)?;
+        for text in &texts {
             cluster.add_text(text, "the cluster")?;
         }
-    }
+        subject
+    } else {
+        let namespace = kube.namespace.as_deref().unwrap_or("default");
+        subject(pod, claim, namespace)?
+    };
     for f in &file {
         let (text, origin) = read_dump(f)?;
         cluster.add_text(&text, &origin)?;
     }
-    let subject = match (pod, claim) {
-        (Some(p), _) => Subject::Pod(p),
-        (None, Some(c)) => Subject::Claim(c),
-        (None, None) => anyhow::bail!("give --pod or --claim"),
-    };
     let answer = cluster.explain(&subject).map_err(anyhow::Error::msg)?;
     let text = match output {
         Output::Text => answer.to_text(details),
@@ -45,18 +45,45 @@ pub(super) fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// What the live cluster says that explaining needs (read-only), through `kubeconfig`; `pod`
-/// (`namespace/name`, or a name in `default`) is the pod asked about, if one is.
-fn read_live_cluster(kubeconfig: Option<&Path>, pod: Option<&str>) -> anyhow::Result<Vec<String>> {
-    let pod_key = pod.map(|p| match p.split_once('/') {
-        Some((ns, name)) => (ns.to_string(), name.to_string()),
-        None => ("default".to_string(), p.to_string()),
-    });
+/// The pod or claim asked about, as `namespace/name`; a bare name is in `namespace`.
+fn subject(pod: Option<String>, claim: Option<String>, namespace: &str) -> anyhow::Result<Subject> {
+    let qualify = |name: String| {
+        if name.contains('/') {
+            name
+        } else {
+            format!("{namespace}/{name}")
+        }
+    };
+    match (pod, claim) {
+        (Some(p), _) => Ok(Subject::Pod(qualify(p))),
+        (None, Some(c)) => Ok(Subject::Claim(qualify(c))),
+        (None, None) => anyhow::bail!("give --pod or --claim"),
+    }
+}
+
+/// What the live cluster says that explaining needs (read-only), reached as `kube` says, and
+/// the subject asked about (a bare name is in `-n`'s namespace, else the context's).
+fn read_live_cluster(
+    kube: &KubeArgs,
+    pod: Option<String>,
+    claim: Option<String>,
+) -> anyhow::Result<(Vec<String>, Subject)> {
     let rt = super::current_thread_runtime()?;
     rt.block_on(async {
-        let client = kubedev_apiserver::connect(kubeconfig).await?;
-        let pod = pod_key.as_ref().map(|(ns, n)| (ns.as_str(), n.as_str()));
-        anyhow::Ok(kubedev_apiserver::read_explain_inputs(&client, pod).await?)
+        let client =
+            kubedev_apiserver::connect_context(kube.kubeconfig.as_deref(), kube.context.as_deref())
+                .await?;
+        let namespace = kube
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        let subject = subject(pod, claim, &namespace)?;
+        let pod = match &subject {
+            Subject::Pod(p) => p.split_once('/'),
+            _ => None,
+        };
+        let texts = kubedev_apiserver::read_explain_inputs(&client, pod).await?;
+        anyhow::Ok((texts, subject))
     })
 }
 

@@ -45,6 +45,7 @@ mod explain;
 #[cfg(feature = "nvidia")]
 mod gpu_sharing;
 mod health_in_cluster;
+mod kubectl_plugin;
 #[cfg(feature = "nvidia")]
 mod nvidia_containers;
 mod observability;
