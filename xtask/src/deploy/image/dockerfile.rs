@@ -6,13 +6,20 @@ use std::collections::BTreeMap;
 
 use super::DOCKERFILE;
 
-/// One instruction: its keyword in upper case, its arguments as written (continuation lines
-/// joined) and the line it starts on.
+/// One instruction: its keyword in upper case, the line it starts on, its arguments as text
+/// (continuation lines joined, comment lines inside it dropped), its options, the exec form of
+/// RUN, CMD and ENTRYPOINT, and the paths of COPY and ADD (sources, then the destination).
 #[derive(Debug, Clone)]
 pub(super) struct Instruction {
     pub(super) line: usize,
     pub(super) keyword: String,
     pub(super) args: String,
+    /// `--name[=value]` options, in order.
+    pub(super) options: Vec<(String, Option<String>)>,
+    /// The exec (JSON array) form's words; `None` for the shell form or another instruction.
+    pub(super) exec: Option<Vec<String>>,
+    /// COPY and ADD: the sources, then the destination.
+    pub(super) paths: Vec<String>,
 }
 
 /// One build stage: `FROM image [AS name]` and the instructions up to the next `FROM`.
@@ -69,79 +76,183 @@ pub(super) fn at(line: usize) -> String {
     format!("{DOCKERFILE}:{line}")
 }
 
-/// Splits a Dockerfile into stages and instructions: comment lines are dropped, lines ending
-/// in `\` continue on the next line. Fails on an instruction before the first `FROM` other
-/// than `ARG`, on a `FROM` without an image, and on a file without `FROM`.
+/// Reads a Dockerfile with BuildKit's syntax (`parse-dockerfile`: parser directives, line
+/// continuations, comments, exec and shell forms, here-documents) into stages and
+/// instructions. Fails, naming the line, where that syntax does: an instruction other than
+/// `ARG` before the first `FROM`, a file without `FROM`, a malformed instruction.
 pub(super) fn parse(text: &str) -> Result<Dockerfile, String> {
-    let mut instructions = Vec::new();
-    let mut pending: Option<(usize, String)> = None;
-    for (index, raw) in text.lines().enumerate() {
-        let line = index + 1;
-        let trimmed = raw.trim();
-        if trimmed.starts_with('#') || (trimmed.is_empty() && pending.is_none()) {
-            continue;
-        }
-        let (start, mut joined) = pending.take().unwrap_or((line, String::new()));
-        let (body, continues) = match trimmed.strip_suffix('\\') {
-            Some(b) => (b, true),
-            None => (trimmed, false),
-        };
-        if !joined.is_empty() {
-            joined.push(' ');
-        }
-        joined.push_str(body.trim());
-        if continues {
-            pending = Some((start, joined));
-        } else if !joined.trim().is_empty() {
-            instructions.push((start, joined));
-        }
-    }
-    if let Some((start, _)) = pending {
-        return Err(format!(
-            "{}: the last instruction ends in a line continuation",
-            at(start)
-        ));
-    }
-
+    let parsed = parse_dockerfile::parse(text).map_err(|e| format!("{DOCKERFILE}: {e}"))?;
+    let escape = parsed
+        .parser_directives
+        .escape
+        .as_ref()
+        .map_or('\\', |d| d.value.value);
+    let lines = LineIndex::new(text);
     let mut stages: Vec<Stage> = Vec::new();
-    for (line, text) in instructions {
-        let (keyword, args) = text.split_once(char::is_whitespace).unwrap_or((&text, ""));
-        let instruction = Instruction {
-            line,
-            keyword: keyword.to_ascii_uppercase(),
-            args: args.trim().to_string(),
+    for instruction in &parsed.instructions {
+        let Some(read) = read_instruction(instruction, text, escape, &lines) else {
+            continue;
         };
-        if instruction.keyword == "FROM" {
-            let words = words(&instruction.args).map_err(|e| format!("{}: {e}", at(line)))?;
-            let mut rest = words.iter().filter(|w| !w.starts_with("--"));
-            let image = rest
-                .next()
-                .ok_or_else(|| format!("{}: FROM names no image", at(line)))?
-                .clone();
-            let name = match (rest.next(), rest.next()) {
-                (Some(kw), Some(name)) if kw.eq_ignore_ascii_case("as") => Some(name.clone()),
-                _ => None,
-            };
+        if let parse_dockerfile::Instruction::From(from) = instruction {
             stages.push(Stage {
-                line,
-                image,
-                name,
+                line: read.line,
+                image: from.image.value.to_string(),
+                name: from.as_.as_ref().map(|(_, name)| name.value.to_string()),
                 body: Vec::new(),
             });
         } else if let Some(stage) = stages.last_mut() {
-            stage.body.push(instruction);
-        } else if instruction.keyword != "ARG" {
-            return Err(format!(
-                "{}: {} before the first FROM",
-                at(line),
-                instruction.keyword
-            ));
+            stage.body.push(read);
         }
     }
-    if stages.is_empty() {
-        return Err(format!("{DOCKERFILE} has no FROM"));
-    }
     Ok(Dockerfile { stages })
+}
+
+/// Line numbers of byte offsets.
+struct LineIndex(Vec<usize>);
+
+impl LineIndex {
+    fn new(text: &str) -> LineIndex {
+        LineIndex(text.match_indices('\n').map(|(i, _)| i).collect())
+    }
+
+    /// The 1-based line holding byte `offset`.
+    fn line(&self, offset: usize) -> usize {
+        self.0.partition_point(|&newline| newline < offset) + 1
+    }
+}
+
+/// One parsed instruction in deploy-check's model; `None` for the kinds no check reads
+/// (HEALTHCHECK, ONBUILD, SHELL, VOLUME, STOPSIGNAL, MAINTAINER).
+fn read_instruction(
+    instruction: &parse_dockerfile::Instruction<'_>,
+    text: &str,
+    escape: char,
+    lines: &LineIndex,
+) -> Option<Instruction> {
+    use parse_dockerfile::{Flag, Instruction as I, Source, UnescapedString};
+    let unescaped = |s: &UnescapedString<'_>| s.value.to_string();
+    let options = |flags: &[Flag<'_>]| -> Vec<(String, Option<String>)> {
+        flags
+            .iter()
+            .map(|f| (f.name.value.to_string(), f.value.as_ref().map(unescaped)))
+            .collect()
+    };
+    let paths = |src: &[Source<'_>], dest: &UnescapedString<'_>| -> Vec<String> {
+        src.iter()
+            .filter_map(|s| match s {
+                Source::Path(p) => Some(unescaped(p)),
+                _ => None,
+            })
+            .chain([unescaped(dest)])
+            .collect()
+    };
+    let no_options = Vec::new;
+    let (keyword, args, exec, options, paths) = match instruction {
+        I::Run(i) => {
+            let (args, exec) = command(&i.arguments, escape);
+            (&i.run, args, exec, options(&i.options), Vec::new())
+        }
+        I::Cmd(i) => {
+            let (args, exec) = command(&i.arguments, escape);
+            (&i.cmd, args, exec, no_options(), Vec::new())
+        }
+        I::Entrypoint(i) => {
+            let (args, exec) = command(&i.arguments, escape);
+            (&i.entrypoint, args, exec, no_options(), Vec::new())
+        }
+        I::Copy(i) => (
+            &i.copy,
+            String::new(),
+            None,
+            options(&i.options),
+            paths(&i.src, &i.dest),
+        ),
+        I::Add(i) => (
+            &i.add,
+            String::new(),
+            None,
+            options(&i.options),
+            paths(&i.src, &i.dest),
+        ),
+        I::From(i) => (
+            &i.from,
+            unescaped(&i.image),
+            None,
+            options(&i.options),
+            Vec::new(),
+        ),
+        I::Expose(i) => {
+            let ports: Vec<String> = i.arguments.iter().map(unescaped).collect();
+            (&i.expose, ports.join(" "), None, no_options(), Vec::new())
+        }
+        I::Arg(i) => (
+            &i.arg,
+            unescaped(&i.arguments),
+            None,
+            no_options(),
+            Vec::new(),
+        ),
+        I::Env(i) => (
+            &i.env,
+            unescaped(&i.arguments),
+            None,
+            no_options(),
+            Vec::new(),
+        ),
+        I::Label(i) => (
+            &i.label,
+            unescaped(&i.arguments),
+            None,
+            no_options(),
+            Vec::new(),
+        ),
+        I::User(i) => (
+            &i.user,
+            unescaped(&i.arguments),
+            None,
+            no_options(),
+            Vec::new(),
+        ),
+        I::Workdir(i) => (
+            &i.workdir,
+            unescaped(&i.arguments),
+            None,
+            no_options(),
+            Vec::new(),
+        ),
+        _ => return None,
+    };
+    Some(Instruction {
+        line: lines.line(keyword.span.start),
+        keyword: text[keyword.span.clone()].to_ascii_uppercase(),
+        args,
+        options,
+        exec,
+        paths,
+    })
+}
+
+/// A RUN, CMD or ENTRYPOINT command as text (the shell form with its line continuations
+/// joined and the comment lines inside it dropped, as the builder reads it; the exec form's
+/// words joined by spaces) and the exec form's words.
+fn command(command: &parse_dockerfile::Command<'_>, escape: char) -> (String, Option<Vec<String>>) {
+    match command {
+        parse_dockerfile::Command::Exec(words) => {
+            let words: Vec<String> = words.value.iter().map(|w| w.value.to_string()).collect();
+            (words.join(" "), Some(words))
+        }
+        parse_dockerfile::Command::Shell(shell) => {
+            let joined: Vec<&str> = shell
+                .value
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(|l| l.strip_suffix(escape).unwrap_or(l).trim_end())
+                .collect();
+            (joined.join(" "), None)
+        }
+        _ => (String::new(), None),
+    }
 }
 
 /// Splits arguments into words the way the Dockerfile's shell-like syntax does: whitespace
@@ -185,14 +296,6 @@ pub(super) fn words(s: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-/// The exec (JSON array) form of ENTRYPOINT, CMD or COPY; `None` for the shell form.
-pub(super) fn exec_form(args: &str) -> Option<Vec<String>> {
-    args.trim()
-        .starts_with('[')
-        .then(|| serde_json::from_str(args).ok())
-        .flatten()
-}
-
 /// `KEY=value` pairs of LABEL, ENV and ARG (`ARG NAME` has no value: `None`); the legacy
 /// `ENV KEY value` form too.
 pub(super) fn pairs(args: &str) -> Result<Vec<(String, Option<String>)>, String> {
@@ -221,37 +324,36 @@ pub(super) struct Copy {
     pub(super) dest: String,
 }
 
+/// The COPY or ADD `i` as kubedev's checks read it.
 pub(super) fn copy(i: &Instruction) -> Result<Copy, String> {
-    let mut words = match exec_form(&i.args) {
-        Some(w) => w,
-        None => words(&i.args).map_err(|e| format!("{}: {e}", at(i.line)))?,
-    };
-    let mut from = None;
-    while words.first().is_some_and(|w| w.starts_with("--")) {
-        let flag = words.remove(0);
-        if let Some(stage) = flag.strip_prefix("--from=") {
-            from = Some(stage.to_string());
-        }
-    }
-    let Some(dest) = words.pop() else {
+    let Some((dest, sources)) = i.paths.split_last() else {
         return Err(format!(
             "{}: {} names nothing to copy",
             at(i.line),
             i.keyword
         ));
     };
-    if words.is_empty() {
+    if sources.is_empty() {
         return Err(format!("{}: {} has no source", at(i.line), i.keyword));
     }
     Ok(Copy {
         line: i.line,
-        from,
-        sources: words,
-        dest,
+        from: option(i, "from").map(str::to_string),
+        sources: sources.to_vec(),
+        dest: dest.clone(),
     })
 }
 
-/// A RUN: its `--mount` options (each as key/value pairs) and its shell command.
+/// The value of the option `--name=value` of `i` (the last one given).
+fn option<'a>(i: &'a Instruction, name: &str) -> Option<&'a str> {
+    i.options
+        .iter()
+        .rev()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| v.as_deref())
+}
+
+/// A RUN: its `--mount` options (each as key/value pairs) and its command.
 #[derive(Debug)]
 pub(super) struct Run<'a> {
     pub(super) line: usize,
@@ -259,33 +361,28 @@ pub(super) struct Run<'a> {
     pub(super) command: &'a str,
 }
 
+/// The RUN `i` as kubedev's checks read it.
 pub(super) fn run(i: &Instruction) -> Run<'_> {
-    let mut rest = i.args.as_str();
-    let mut mounts = Vec::new();
-    loop {
-        let t = rest.trim_start();
-        if !t.starts_with("--") {
-            rest = t;
-            break;
-        }
-        let end = t.find(char::is_whitespace).unwrap_or(t.len());
-        if let Some(options) = t[..end].strip_prefix("--mount=") {
-            mounts.push(
-                options
-                    .split(',')
-                    .map(|kv| match kv.split_once('=') {
-                        Some((k, v)) => (k.to_string(), v.to_string()),
-                        None => (kv.to_string(), String::new()),
-                    })
-                    .collect(),
-            );
-        }
-        rest = &t[end..];
-    }
+    let mounts = i
+        .options
+        .iter()
+        .filter(|(name, _)| name == "mount")
+        .map(|(_, value)| {
+            value
+                .as_deref()
+                .unwrap_or_default()
+                .split(',')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) => (k.to_string(), v.to_string()),
+                    None => (kv.to_string(), String::new()),
+                })
+                .collect()
+        })
+        .collect();
     Run {
         line: i.line,
         mounts,
-        command: rest,
+        command: &i.args,
     }
 }
 

@@ -10,7 +10,7 @@ use object::read::elf::{FileHeader, ProgramHeader as _};
 
 use super::builder::check_builder;
 use super::dockerfile::{
-    Copy, Dockerfile, ImageRef, Stage, at, copy, debian_of_tag, exec_form, image_ref, join, pairs,
+    Copy, Dockerfile, ImageRef, Stage, at, copy, debian_of_tag, image_ref, join, pairs,
 };
 use super::{Built, Chart, DOCKERFILE, Workspace};
 
@@ -284,14 +284,14 @@ fn check_entrypoint(
     let rt_at = at(runtime.line);
     let mut problems = Vec::new();
     let exec = |keyword: &str| -> Option<Vec<String>> {
-        runtime.last(keyword).and_then(|i| exec_form(&i.args))
+        runtime.last(keyword).and_then(|i| i.exec.clone())
     };
     let entrypoint = exec("ENTRYPOINT").unwrap_or_default();
     let cmd = exec("CMD").unwrap_or_default();
     let mut shell_form = false;
     for keyword in ["ENTRYPOINT", "CMD"] {
         if let Some(i) = runtime.last(keyword)
-            && exec_form(&i.args).is_none()
+            && i.exec.is_none()
         {
             shell_form = true;
             problems.push(format!(

@@ -107,17 +107,41 @@ fn stages_instructions_and_continuations_are_read() {
     assert_eq!(df.stage("BUILDER").unwrap().line, 2);
     assert!(df.stage("2").is_none());
 
-    assert!(
-        parse("RUN true\nFROM x\n")
-            .unwrap_err()
-            .contains(":1: RUN before")
+    let before = parse("RUN true\nFROM x\n").unwrap_err();
+    assert!(before.contains("expected FROM at line 1"), "{before}");
+    let none = parse("# only a comment\n").unwrap_err();
+    assert!(none.contains("at least one FROM"), "{none}");
+}
+
+#[test]
+fn exec_forms_options_and_escape_directives_are_read() {
+    let df = parse(
+        "# escape=`\nFROM --platform=linux/amd64 x AS b\nRUN --mount=type=cache,target=/t `\n  # a comment\n  make all\nCOPY --from=b [\"/a b\", \"/c\"]\nENTRYPOINT [\"/bin/d\", \"run\"]\nCMD d run\n",
+    )
+    .unwrap();
+    let stage = &df.stages[0];
+    assert_eq!(
+        (stage.image.as_str(), stage.name.as_deref()),
+        ("x", Some("b"))
     );
-    assert!(
-        parse("FROM x\nRUN a \\\n")
-            .unwrap_err()
-            .contains("continuation")
+    let run = run(stage.last("RUN").unwrap());
+    assert_eq!(run.command, "make all");
+    assert_eq!(run.mounts[0]["target"], "/t");
+    let copied = copy(stage.last("COPY").unwrap()).unwrap();
+    assert_eq!(
+        (
+            copied.from.as_deref(),
+            copied.sources,
+            copied.dest.as_str(),
+            copied.line
+        ),
+        (Some("b"), vec!["/a b".to_string()], "/c", 6)
     );
-    assert!(parse("# only a comment\n").unwrap_err().contains("no FROM"));
+    assert_eq!(
+        stage.last("ENTRYPOINT").unwrap().exec.as_deref(),
+        Some(&["/bin/d".to_string(), "run".to_string()][..])
+    );
+    assert!(stage.last("CMD").unwrap().exec.is_none());
 }
 
 #[test]
