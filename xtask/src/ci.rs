@@ -299,6 +299,10 @@ fn tests(root: &Path, steps: &Steps) -> anyhow::Result<()> {
     steps.step("the NVML stand-in library the NVIDIA tests load");
     run(root, "cargo", &["build", "-p", "kubedev-nvml-mock"])?;
 
+    // The kubectl plugin's tests run the plugin through the real kubectl.
+    if Command::new("kubectl").arg("version").arg("--client").output().is_err() {
+        ensure_debian_packages("the kubectl plugin tests", &["kubernetes-client"])?;
+    }
     steps.step("tests");
     if has_nextest(root) {
         run(

@@ -47,6 +47,7 @@ mod access;
 mod container;
 mod helm;
 mod image;
+mod krew;
 mod objects;
 mod observability;
 mod pod;
@@ -169,6 +170,7 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
     }
     run.check_manifests()?;
     run.check_image(&metadata)?;
+    run.problems.extend(krew::check(root, &metadata)?);
     run.problems.extend(run.observability.check());
 
     let problems = run.problems;
