@@ -185,6 +185,54 @@ fn register<M: prometheus_client::registry::Metric + prometheus_client::metrics:
     }
 }
 
+/// The registry being filled and the descriptors of what it holds.
+struct Registrar {
+    registry: Registry,
+    families: Vec<FamilyDescriptor>,
+}
+
+impl Registrar {
+    fn new() -> Registrar {
+        Registrar {
+            registry: Registry::with_prefix("kubedev"),
+            families: Vec::new(),
+        }
+    }
+
+    /// Registers `metric` as `kubedev_<name>` and returns it.
+    fn add<M>(&mut self, name: &str, help: &str, metric: M) -> M
+    where
+        M: prometheus_client::registry::Metric + prometheus_client::metrics::TypedMetric + Clone,
+    {
+        register(
+            &mut self.registry,
+            &mut self.families,
+            name,
+            help,
+            None,
+            metric.clone(),
+        );
+        metric
+    }
+
+    /// Registers `metric` as `kubedev_<name>_seconds` and returns it.
+    fn add_seconds<M>(&mut self, name: &str, help: &str, metric: M) -> M
+    where
+        M: prometheus_client::registry::Metric + prometheus_client::metrics::TypedMetric + Clone,
+    {
+        let unit = Some(prometheus_client::registry::Unit::Seconds);
+        register(
+            &mut self.registry,
+            &mut self.families,
+            name,
+            help,
+            unit,
+            metric.clone(),
+        );
+        metric
+    }
+}
+
 /// The publisher `resourceslice_writes` is read from.
 #[derive(Default)]
 struct SliceWriter(RwLock<Option<Arc<dyn kubedev_core::Publisher>>>);
@@ -210,136 +258,83 @@ fn fuel_histogram() -> Histogram {
 impl Metrics {
     /// A fresh set of metrics, all at zero.
     pub fn new() -> Arc<Self> {
-        let mut registry = Registry::with_prefix("kubedev");
-        let operation_seconds = HistogramFamily::<OperationLabels>::new_with_constructor(
-            duration_histogram as fn() -> Histogram,
-        );
-        let operation_errors = Family::<ErrorLabels, Counter>::default();
-        let devices = Family::<DeviceLabels, Gauge>::default();
-        let registrations = Family::<RegistrationLabels, Counter>::default();
-        let registered = Family::<RegistrationLabels, Gauge>::default();
-        let slice_publishes = Family::<ResultLabels, Counter>::default();
-        let policy_calls = Family::<PolicyLabels, Counter>::default();
-        let held_devices = Family::<HolderLabels, Gauge>::default();
-        let config_reloads = Family::<ResultLabels, Counter>::default();
-        let policy_fuel = HistogramFamily::<ResourceLabels>::new_with_constructor(
-            fuel_histogram as fn() -> Histogram,
-        );
-        let slice_writes = Family::<OperationLabels, Counter>::default();
-        let recovery = Family::<RecoveryLabels, Counter>::default();
-        let api_feature_unavailable = Family::<FeatureLabels, Gauge>::default();
-        let mut families = Vec::new();
-        register(
-            &mut registry,
-            &mut families,
+        let mut r = Registrar::new();
+        let api_feature_unavailable = r.add(
             "api_feature_unavailable",
             "1 for each gated resource.k8s.io feature the published devices need and the API \
              server drops (its feature gate is off); kubedev then publishes a safe subset",
-            None,
-            api_feature_unavailable.clone(),
+            Family::<FeatureLabels, Gauge>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let recovery = r.add(
             "dra_recovery",
             "What DRA start-up recovery did: lost checkpoints, and claims rebuilt from the API \
              server, failed to rebuild or kept unverified, CDI specs repaired or removed, \
              prepares rolled back",
-            None,
-            recovery.clone(),
+            Family::<RecoveryLabels, Counter>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let slice_writes = r.add(
             "resourceslice_writes",
             "ResourceSlice writes to the API server, by operation (create, update, delete; \
              conflict and failure count refused and failed attempts, which are retried)",
-            None,
-            slice_writes.clone(),
+            Family::<OperationLabels, Counter>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let policy_fuel = r.add(
             "policy_fuel",
             "Fuel a selection policy used per call (its budget is the sandbox's fuel limit)",
-            None,
-            policy_fuel.clone(),
+            HistogramFamily::<ResourceLabels>::new_with_constructor(
+                fuel_histogram as fn() -> Histogram,
+            ),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let config_reloads = r.add(
             "config_reloads",
             "Configuration file changes, applied or rejected",
-            None,
-            config_reloads.clone(),
+            Family::<ResultLabels, Counter>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let operation_seconds = r.add_seconds(
             "dra_operation_duration",
             "Time taken by DRA prepare and unprepare of one claim",
-            Some(prometheus_client::registry::Unit::Seconds),
-            operation_seconds.clone(),
+            HistogramFamily::<OperationLabels>::new_with_constructor(
+                duration_histogram as fn() -> Histogram,
+            ),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let operation_errors = r.add(
             "dra_operation_errors",
             "Failed DRA prepare and unprepare calls, by reason",
-            None,
-            operation_errors.clone(),
+            Family::<ErrorLabels, Counter>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let devices = r.add(
             "devices",
             "Devices served, by API, resource, pool and health",
-            None,
-            devices.clone(),
+            Family::<DeviceLabels, Gauge>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let registrations = r.add(
             "kubelet_registrations",
             "Registrations the kubelet accepted, first ones and re-registrations",
-            None,
-            registrations.clone(),
+            Family::<RegistrationLabels, Counter>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let registered = r.add(
             "kubelet_registered",
             "1 while the kubelet holds the server's registration, 0 before the first one and \
              after the kubelet dropped it",
-            None,
-            registered.clone(),
+            Family::<RegistrationLabels, Gauge>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let slice_publishes = r.add(
             "resourceslice_publishes",
             "ResourceSlice publish operations, by outcome",
-            None,
-            slice_publishes.clone(),
+            Family::<ResultLabels, Counter>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let policy_calls = r.add(
             "policy_calls",
             "Selection-policy calls from GetPreferredAllocation, by outcome",
-            None,
-            policy_calls.clone(),
+            Family::<PolicyLabels, Counter>::default(),
         );
-        register(
-            &mut registry,
-            &mut families,
+        let held_devices = r.add(
             "device_held",
             "1 for each device a container holds, with pod, namespace and container",
-            None,
-            held_devices.clone(),
+            Family::<HolderLabels, Gauge>::default(),
         );
         Arc::new(Metrics {
-            registry,
+            registry: r.registry,
             recovery,
             api_feature_unavailable,
             operation_seconds,
@@ -354,7 +349,7 @@ impl Metrics {
             policy_fuel,
             slice_writes,
             slice_writer: SliceWriter::default(),
-            families,
+            families: r.families,
         })
     }
 

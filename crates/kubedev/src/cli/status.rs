@@ -300,6 +300,28 @@ fn table(status: &Status, wide: bool) -> String {
         out.push_str("No ResourceSlice of this driver and no claim allocated its devices.\n");
         return out;
     }
+    out.push_str(&node_table(status));
+    let taints = taint_table(status);
+    if !taints.is_empty() {
+        out.push_str("\nDevice taints\n");
+        out.push_str(&taints);
+    }
+    let claims = claim_table(status);
+    if claims.is_empty() {
+        out.push_str("\nNo claim holds a device of this driver.\n");
+    } else {
+        out.push_str("\nClaims\n");
+        out.push_str(&claims);
+    }
+    if wide {
+        out.push_str("\nDevices\n");
+        out.push_str(&device_table(status));
+    }
+    out
+}
+
+/// One row per node: its pools and their generations, slices, devices, tainted devices, claims.
+fn node_table(status: &Status) -> String {
     let mut rows = vec![row([
         "NODE",
         "POOLS (GENERATION)",
@@ -325,12 +347,16 @@ fn table(status: &Status, wide: bool) -> String {
             n.claims.len().to_string(),
         ]);
     }
-    out.push_str(&crate::table::columns(&rows));
-    let mut taint_rows = vec![row(["NODE", "DEVICE", "KEY", "VALUE", "EFFECT"])];
+    crate::table::columns(&rows)
+}
+
+/// One row per device taint; empty when no device is tainted.
+fn taint_table(status: &Status) -> String {
+    let mut rows = vec![row(["NODE", "DEVICE", "KEY", "VALUE", "EFFECT"])];
     for n in &status.nodes {
         for d in &n.devices {
             for t in &d.taints {
-                taint_rows.push([
+                rows.push([
                     n.node.clone(),
                     format!("{}/{}", d.pool, d.name),
                     t.key.clone(),
@@ -340,11 +366,16 @@ fn table(status: &Status, wide: bool) -> String {
             }
         }
     }
-    if taint_rows.len() > 1 {
-        out.push_str("\nDevice taints\n");
-        out.push_str(&crate::table::columns(&taint_rows));
+    if rows.len() > 1 {
+        crate::table::columns(&rows)
+    } else {
+        String::new()
     }
-    let mut claim_rows = vec![row([
+}
+
+/// One row per claim holding the driver's devices; empty when there is none.
+fn claim_table(status: &Status) -> String {
+    let mut rows = vec![row([
         "NODE",
         "NAMESPACE",
         "CLAIM",
@@ -354,7 +385,7 @@ fn table(status: &Status, wide: bool) -> String {
     ])];
     for n in &status.nodes {
         for c in &n.claims {
-            claim_rows.push([
+            rows.push([
                 n.node.clone(),
                 c.namespace.clone(),
                 c.name.clone(),
@@ -364,35 +395,32 @@ fn table(status: &Status, wide: bool) -> String {
             ]);
         }
     }
-    out.push_str(if claim_rows.len() > 1 {
-        "\nClaims\n"
+    if rows.len() > 1 {
+        crate::table::columns(&rows)
     } else {
-        "\nNo claim holds a device of this driver.\n"
-    });
-    if claim_rows.len() > 1 {
-        out.push_str(&crate::table::columns(&claim_rows));
+        String::new()
     }
-    if wide {
-        let mut device_rows = vec![row(["NODE", "DEVICE", "TAINTS", "CLAIM"])];
-        for n in &status.nodes {
-            for d in &n.devices {
-                let taints: Vec<String> = d
-                    .taints
-                    .iter()
-                    .map(|t| format!("{}:{}", t.key, t.effect))
-                    .collect();
-                device_rows.push([
-                    n.node.clone(),
-                    format!("{}/{}", d.pool, d.name),
-                    none_if_empty(taints.join(",")),
-                    d.claim.clone().unwrap_or_else(|| "-".into()),
-                ]);
-            }
+}
+
+/// One row per device: its taints and the claim holding it.
+fn device_table(status: &Status) -> String {
+    let mut rows = vec![row(["NODE", "DEVICE", "TAINTS", "CLAIM"])];
+    for n in &status.nodes {
+        for d in &n.devices {
+            let taints: Vec<String> = d
+                .taints
+                .iter()
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            rows.push([
+                n.node.clone(),
+                format!("{}/{}", d.pool, d.name),
+                none_if_empty(taints.join(",")),
+                d.claim.clone().unwrap_or_else(|| "-".into()),
+            ]);
         }
-        out.push_str("\nDevices\n");
-        out.push_str(&crate::table::columns(&device_rows));
     }
-    out
+    crate::table::columns(&rows)
 }
 
 fn row<const N: usize>(cells: [&str; N]) -> [String; N] {
