@@ -300,7 +300,12 @@ fn tests(root: &Path, steps: &Steps) -> anyhow::Result<()> {
     run(root, "cargo", &["build", "-p", "kubedev-nvml-mock"])?;
 
     // The kubectl plugin's tests run the plugin through the real kubectl.
-    if Command::new("kubectl").arg("version").arg("--client").output().is_err() {
+    if Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_err()
+    {
         ensure_debian_packages("the kubectl plugin tests", &["kubernetes-client"])?;
     }
     steps.step("tests");
