@@ -129,23 +129,8 @@ fn read_instruction(
     escape: char,
     lines: &LineIndex,
 ) -> Option<Instruction> {
-    use parse_dockerfile::{Flag, Instruction as I, Source, UnescapedString};
-    let unescaped = |s: &UnescapedString<'_>| s.value.to_string();
-    let options = |flags: &[Flag<'_>]| -> Vec<(String, Option<String>)> {
-        flags
-            .iter()
-            .map(|f| (f.name.value.to_string(), f.value.as_ref().map(unescaped)))
-            .collect()
-    };
-    let paths = |src: &[Source<'_>], dest: &UnescapedString<'_>| -> Vec<String> {
-        src.iter()
-            .filter_map(|s| match s {
-                Source::Path(p) => Some(unescaped(p)),
-                _ => None,
-            })
-            .chain([unescaped(dest)])
-            .collect()
-    };
+    use parse_dockerfile::Instruction as I;
+    let unescaped = |s: &parse_dockerfile::UnescapedString<'_>| s.value.to_string();
     let no_options = Vec::new;
     let (keyword, args, exec, options, paths) = match instruction {
         I::Run(i) => {
@@ -230,6 +215,31 @@ fn read_instruction(
         exec,
         paths,
     })
+}
+
+/// `--name[=value]` options as (name, value) pairs, in order.
+fn options(flags: &[parse_dockerfile::Flag<'_>]) -> Vec<(String, Option<String>)> {
+    flags
+        .iter()
+        .map(|f| {
+            let value = f.value.as_ref().map(|v| v.value.to_string());
+            (f.name.value.to_string(), value)
+        })
+        .collect()
+}
+
+/// The sources of a COPY or ADD (here-documents left out), then its destination.
+fn paths(
+    src: &[parse_dockerfile::Source<'_>],
+    dest: &parse_dockerfile::UnescapedString<'_>,
+) -> Vec<String> {
+    src.iter()
+        .filter_map(|s| match s {
+            parse_dockerfile::Source::Path(p) => Some(p.value.to_string()),
+            _ => None,
+        })
+        .chain([dest.value.to_string()])
+        .collect()
 }
 
 /// A RUN, CMD or ENTRYPOINT command as text (the shell form with its line continuations
