@@ -43,20 +43,62 @@ fn collect(criterion_dir: &Path, out: &mut Vec<Row>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Upstream allocator CPU µs per Allocate, by scenario, from the bench-scenarios README.
-fn upstream(root: &Path) -> BTreeMap<String, f64> {
+/// The upstream allocator's CPU µs for one scenario, from the bench-scenarios README.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Upstream {
+    /// A warm `Allocate` call.
+    allocate_us: f64,
+    /// Building the allocator plus one `Allocate`.
+    build_allocate_us: f64,
+}
+
+/// One figure of the README's table: `20.5`, `10,694`, or a range `378–387` (its midpoint).
+fn micros(cell: &str) -> Option<f64> {
+    let cell = cell.replace(',', "");
+    match cell.split_once(['–', '-']) {
+        Some((low, high)) => {
+            Some((low.trim().parse::<f64>().ok()? + high.trim().parse::<f64>().ok()?) / 2.0)
+        }
+        None => cell.parse().ok(),
+    }
+}
+
+/// Upstream's figures by scenario name (the first word of the table's first column).
+fn upstream(root: &Path) -> BTreeMap<String, Upstream> {
     let readme = root.join("../shared/bench-scenarios/README.md");
     let text = std::fs::read_to_string(readme).unwrap_or_default();
     let mut map = BTreeMap::new();
     for line in text.lines() {
         let cols: Vec<&str> = line.split('|').map(str::trim).collect();
-        if cols.len() > 5
-            && let Ok(us) = cols[4].replace(',', "").parse::<f64>()
+        if cols.len() > 6
+            && let (Some(allocate_us), Some(build_allocate_us)) = (micros(cols[4]), micros(cols[5]))
+            && let Some(name) = cols[1].split_whitespace().next()
         {
-            map.insert(cols[1].to_string(), us);
+            map.insert(
+                name.to_string(),
+                Upstream {
+                    allocate_us,
+                    build_allocate_us,
+                },
+            );
         }
     }
     map
+}
+
+/// The upstream figure a benchmark row compares with, and which it is: rows of the
+/// `build_allocate` group build an allocator each time, as upstream's build + Allocate figure
+/// does; the others compare with a warm `Allocate`.
+fn upstream_for(row: &str, reference: &BTreeMap<String, Upstream>) -> Option<(f64, &'static str)> {
+    let (_, figures) = reference
+        .iter()
+        .filter(|(name, _)| row.split(['/', ' ']).any(|part| part == name.as_str()))
+        .max_by_key(|(name, _)| name.len())?;
+    if row.split('/').next() == Some("build_allocate") {
+        Some((figures.build_allocate_us, "build + Allocate"))
+    } else {
+        Some((figures.allocate_us, "Allocate"))
+    }
 }
 
 fn human(ns: f64) -> String {
@@ -314,13 +356,9 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
         "# kubedev benchmark medians\n\n| benchmark | median | upstream | ratio |\n|---|---|---|---|\n",
     );
     for r in &rows {
-        let scenario = reference
-            .iter()
-            .filter(|(name, _)| r.name.split(['/', ' ']).any(|part| part == name.as_str()))
-            .max_by_key(|(name, _)| name.len());
-        let (up, ratio) = match scenario {
-            Some((_, us)) => (
-                format!("{us} µs"),
+        let (up, ratio) = match upstream_for(&r.name, &reference) {
+            Some((us, measure)) => (
+                format!("{us} µs ({measure})"),
                 format!("{:.1}×", us * 1e3 / r.median_ns),
             ),
             None => (String::new(), String::new()),
@@ -356,4 +394,38 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
     std::fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
     println!("{md}\nwritten to {}", out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shared README's figures, as the report reads them.
+    fn reference() -> BTreeMap<String, Upstream> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        upstream(&root)
+    }
+
+    #[test]
+    fn build_allocate_rows_compare_with_upstreams_build_and_allocate() {
+        let reference = reference();
+        assert_eq!(
+            upstream_for("build_allocate/cluster1000-c1", &reference),
+            Some((257.0, "build + Allocate"))
+        );
+        assert_eq!(
+            upstream_for("allocate/cluster1000-c1", &reference),
+            Some((26.9, "Allocate"))
+        );
+    }
+
+    #[test]
+    fn ranges_and_thousands_are_read() {
+        let reference = reference();
+        let shared = reference["gpu8-shared-c6"];
+        assert_eq!(shared.allocate_us, 382.5);
+        assert_eq!(shared.build_allocate_us, 380.0);
+        assert_eq!(reference["mig-c8-parent-unsat"].allocate_us, 10_694.0);
+        assert!(upstream_for("selector/eval", &reference).is_none());
+    }
 }

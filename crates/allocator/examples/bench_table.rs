@@ -9,8 +9,15 @@ use std::path::PathBuf;
 
 use kubedev_allocator::{Scenario, SimulateOptions, simulate_here};
 
+/// A figure of the README: `20.5`, `10,694`, or a range `378–387` (its midpoint).
 fn parse_micros(s: &str) -> Option<f64> {
-    s.trim().replace(',', "").parse().ok()
+    let s = s.trim().replace(',', "");
+    match s.split_once(['–', '-']) {
+        Some((low, high)) => {
+            Some((low.trim().parse::<f64>().ok()? + high.trim().parse::<f64>().ok()?) / 2.0)
+        }
+        None => s.parse().ok(),
+    }
 }
 
 /// `name -> (allocate µs, build + allocate µs)` from the README's markdown table.
@@ -20,8 +27,9 @@ fn upstream(readme: &str) -> HashMap<String, (f64, f64)> {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         if cells.len() >= 7
             && let (Some(a), Some(b)) = (parse_micros(cells[4]), parse_micros(cells[5]))
+            && let Some(name) = cells[1].split_whitespace().next()
         {
-            out.insert(cells[1].to_string(), (a, b));
+            out.insert(name.to_string(), (a, b));
         }
     }
     out
