@@ -17,6 +17,10 @@ use crate::ConsumedCapacity;
 use crate::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
 
 mod answer;
+mod block_yaml;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod block_yaml_tests;
 mod read;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

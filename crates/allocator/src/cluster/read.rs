@@ -30,6 +30,36 @@ struct KindHead<'a> {
     kind: Option<std::borrow::Cow<'a, str>>,
 }
 
+/// The fields of a document that decide how it is read.
+#[derive(Deserialize)]
+struct DocShape<'a> {
+    #[serde(borrow)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow)]
+    items: Option<&'a RawValue>,
+}
+
+/// The documents of a YAML text as JSON texts that the JSON reading reads as the YAML
+/// reading reads the YAML; `None` for text outside the block-style subset rewritten, or with
+/// a document of an unusual shape.
+pub(super) fn fast_yaml(text: &str) -> Option<super::block_yaml::JsonDocuments> {
+    super::block_yaml::to_json(text).filter(|docs| docs.iter().all(json_doc_reads_as_yaml))
+}
+
+/// Whether the JSON text of one YAML document gives, read as JSON, what the YAML reading
+/// gives: a mapping whose `kind` is a string (or null) and whose
+/// `items` is a list (or null). Other documents are left to the YAML reading.
+fn json_doc_reads_as_yaml(doc: &str) -> bool {
+    if !doc.starts_with('{') {
+        return false;
+    }
+    let Ok(shape) = serde_json::from_str::<DocShape<'_>>(doc) else {
+        return false;
+    };
+    let is = |v: Option<&RawValue>, open: char| v.is_none_or(|v| v.get().starts_with(open));
+    is(shape.kind, '"') && is(shape.items, '[')
+}
+
 /// A ResourceClaim as a dump has it: the allocator's (strict) metadata and spec, and from
 /// `status` only the allocation results.
 #[derive(Deserialize)]
@@ -283,6 +313,18 @@ impl Cluster {
         if text.trim_start().starts_with(['{', '[']) {
             return self.add_json(text).map_err(error);
         }
+        // Block-style YAML as kubectl prints it: rewritten as JSON and read as JSON is.
+        if let Some(docs) = fast_yaml(text) {
+            for doc in docs.iter() {
+                self.add_json(doc).map_err(&error)?;
+            }
+            return Ok(());
+        }
+        self.add_yaml(text).map_err(error)
+    }
+
+    /// YAML documents read by the YAML reader, which also words every error.
+    pub(super) fn add_yaml(&mut self, text: &str) -> Result<(), String> {
         let (options, _) = crate::yaml::large_input(1 << 30);
         if let Ok(docs) = serde_saphyr::from_multiple_with_options::<YamlDoc>(text, options)
             && docs.iter().all(|d| d.0.is_some())
@@ -295,7 +337,7 @@ impl Cluster {
         // Whole trees: an unusual document, or one with a problem, which this names.
         let (options, budget) = crate::yaml::large_input(1 << 30);
         let docs: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
-            .map_err(|e| error(crate::yaml::describe_error(&e, &budget)))?;
+            .map_err(|e| crate::yaml::describe_error(&e, &budget))?;
         for doc in docs {
             let items = match doc {
                 Value::Object(mut m)
@@ -312,7 +354,7 @@ impl Cluster {
                 doc => vec![doc],
             };
             for item in items {
-                self.add_object(item).map_err(&error)?;
+                self.add_object(item)?;
             }
         }
         Ok(())
