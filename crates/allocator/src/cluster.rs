@@ -25,6 +25,9 @@ mod read;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod yaml_dump_tests;
 
 /// The objects read from one or more dumps.
 #[derive(Debug, Default)]

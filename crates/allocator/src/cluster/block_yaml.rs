@@ -3,24 +3,29 @@
 //!
 //! The subset read: one or more documents (`---` separators, `...` ends) whose top is a
 //! block mapping or block sequence; block mappings and sequences with any consistent
-//! indentation, sequences indented under their key or at its column, `- key: value` items;
-//! keys plain or quoted; values plain, single-quoted or double-quoted on one line, `{}`, `[]`
-//! and literal block scalars (`|`, `|-`, `|+`); comments on their own lines and after values.
-//! Plain values are typed as the YAML reader types them for a JSON value (`true`, `yes`,
-//! `null`, `~`, `12`, `1.5`, `007` …), and only where that typing is certain.
+//! indentation, sequences indented under their key or at its column, `- key: value` and
+//! `- - item` entries; keys plain or quoted, on one line; values plain or single-quoted
+//! (continued on more indented lines, as kubectl wraps long values), double-quoted on one
+//! line, `{}`, `[]`, literal (`|`) and folded (`>`) block scalars with their indicators;
+//! comments on their own lines and after values. Plain values are typed as the YAML reader
+//! types them for a JSON value (`true`, `yes`, `null`, `~`, `12`, `1.5`, `007` …), and only
+//! where that typing is certain.
 //!
 //! Anything else returns `None`, never an error: anchors, aliases, tags, flow collections with
-//! content, complex keys, folded and multi-line scalars, tabs, duplicate keys, directives,
-//! unusual plain values. The caller then reads the text with the full YAML reader, which also
-//! words every error.
+//! content, complex keys, double-quoted values over several lines, tabs outside block scalars,
+//! duplicate keys, merge keys, directives, unusual plain values (`0x1F`, `1_000`, `.inf`),
+//! and sizes near the YAML reader's limits. The caller then reads the text with the full YAML
+//! reader, which also words every error.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::ops::Range;
 
+mod multiline;
 mod scalars;
 
+use multiline::fold;
 use scalars::{
     Plain, Step, Unsupported, check_plain, is_entry, is_marker, only_comment, plain_type,
     push_json_str, quoted, split_key,
@@ -330,44 +335,25 @@ impl<'a> Parser<'a> {
         }
         self.count()?;
         if let Some(header) = v.strip_prefix('|') {
-            return self.literal(indent, header);
+            return self.block_scalar(indent, header, false);
+        }
+        if let Some(header) = v.strip_prefix('>') {
+            return self.block_scalar(indent, header, true);
         }
         if v.starts_with(['"', '\'']) {
-            let (s, after) = quoted(v)?;
-            only_comment(after)?;
-            push_json_str(&mut self.out, &s);
+            match quoted(v) {
+                Ok((s, after)) => {
+                    only_comment(after)?;
+                    push_json_str(&mut self.out, &s);
+                }
+                Err(_) if v.starts_with('\'') => self.single_quoted_lines(indent, &v[1..])?,
+                Err(e) => return Err(e),
+            }
         } else if let Some(after) = v.strip_prefix("{}").or_else(|| v.strip_prefix("[]")) {
             only_comment(after)?;
             self.out.push_str(&v[..2]);
         } else {
-            let end = v.find(" #").unwrap_or(v.len());
-            let s = v[..end].trim_end_matches(' ');
-            check_plain(s)?;
-            if s.contains(": ") || s.ends_with(':') {
-                return Err(Unsupported);
-            }
-            match plain_type(s).ok_or(Unsupported)? {
-                Plain::Null => self.out.push_str("null"),
-                Plain::Bool(b) => self.out.push_str(if b { "true" } else { "false" }),
-                Plain::Int => {
-                    let s = s.strip_prefix('+').unwrap_or(s);
-                    if s == "-0" {
-                        self.out.push('0');
-                    } else {
-                        self.out.push_str(s);
-                    }
-                }
-                Plain::Float(f) => {
-                    // Only a float the JSON reader reads back exactly.
-                    let start = self.out.len();
-                    let n = serde_json::Number::from_f64(f).ok_or(Unsupported)?;
-                    let _ = write!(self.out, "{n}");
-                    if serde_json::from_str::<f64>(&self.out[start..]).ok() != Some(f) {
-                        return Err(Unsupported);
-                    }
-                }
-                Plain::Str => push_json_str(&mut self.out, s),
-            }
+            self.plain(indent, v)?;
         }
         // A more indented line after a one-line value would continue it.
         match self.peek()? {
@@ -376,76 +362,66 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// A literal block scalar whose header (after `|`) is `header`, under a key or `-` at
-    /// column `indent`; the header line is taken already.
-    fn literal(&mut self, indent: usize, header: &str) -> Step {
-        // Chomping (`-` strip, `+` keep) and indentation (a digit) indicators, in any order.
-        let mut chomp = None;
-        let mut content_indent = None;
-        let mut after = header;
-        for _ in 0..2 {
-            match after.as_bytes().first() {
-                Some(b'-') if chomp.is_none() => chomp = Some(false),
-                Some(b'+') if chomp.is_none() => chomp = Some(true),
-                Some(d @ b'1'..=b'9') if content_indent.is_none() => {
-                    content_indent = Some(indent + usize::from(d - b'0'));
+    /// A plain value `v` (up to its comment) under a key or `-` at column `indent`, with
+    /// the more indented lines that continue it, folded into one line.
+    fn plain(&mut self, indent: usize, v: &'a str) -> Step {
+        let comment = v.find(" #");
+        let s = v[..comment.unwrap_or(v.len())].trim_end_matches(' ');
+        check_plain(s)?;
+        if s.contains(": ") || s.ends_with(':') {
+            return Err(Unsupported);
+        }
+        let mut next = match comment {
+            None => self.continuation(indent, true)?,
+            Some(_) => None,
+        };
+        if next.is_some() {
+            let mut folded = std::mem::take(&mut self.scratch);
+            folded.clear();
+            folded.push_str(s);
+            while let Some((blanks, content)) = next {
+                let comment = content.find(" #");
+                let piece = content[..comment.unwrap_or(content.len())].trim_end_matches(' ');
+                if piece.contains(": ") || piece.ends_with(':') {
+                    return Err(Unsupported);
                 }
-                _ => break,
+                fold(&mut folded, blanks);
+                folded.push_str(piece);
+                next = match comment {
+                    None => self.continuation(indent, true)?,
+                    Some(_) => None,
+                };
             }
-            after = &after[1..];
+            // A folded plain value is a string, unless the YAML reader types it otherwise.
+            if plain_type(&folded) != Some(Plain::Str) {
+                return Err(Unsupported);
+            }
+            push_json_str(&mut self.out, &folded);
+            self.scratch = folded;
+            return Ok(());
         }
-        if !after.is_empty() {
-            only_comment(after)?;
-        }
-        let mut value = std::mem::take(&mut self.scratch);
-        value.clear();
-        let mut seen = false;
-        let mut leading_blank = 0;
-        while let Some(line) = self.line() {
-            let spaces = line.len() - line.trim_start_matches(' ').len();
-            let blank = spaces == line.len();
-            match content_indent {
-                Some(ci) if blank && spaces <= ci => value.push('\n'),
-                Some(ci) if spaces >= ci => {
-                    value.push_str(&line[ci..]);
-                    value.push('\n');
-                    seen = true;
-                }
-                Some(_) => break,
-                None if blank => {
-                    leading_blank = leading_blank.max(spaces);
-                    value.push('\n');
-                }
-                None => {
-                    if spaces <= indent {
-                        break;
-                    }
-                    if leading_blank > spaces {
-                        return Err(Unsupported);
-                    }
-                    content_indent = Some(spaces);
-                    value.push_str(&line[spaces..]);
-                    value.push('\n');
-                    seen = true;
+        match plain_type(s).ok_or(Unsupported)? {
+            Plain::Null => self.out.push_str("null"),
+            Plain::Bool(b) => self.out.push_str(if b { "true" } else { "false" }),
+            Plain::Int => {
+                let s = s.strip_prefix('+').unwrap_or(s);
+                if s == "-0" {
+                    self.out.push('0');
+                } else {
+                    self.out.push_str(s);
                 }
             }
-            self.advance();
-        }
-        if !seen && chomp != Some(true) {
-            value.clear();
-        }
-        match chomp {
-            Some(true) => {}
-            Some(false) => value.truncate(value.trim_end_matches('\n').len()),
-            None => {
-                value.truncate(value.trim_end_matches('\n').len());
-                if !value.is_empty() {
-                    value.push('\n');
+            Plain::Float(f) => {
+                // Only a float the JSON reader reads back exactly.
+                let start = self.out.len();
+                let n = serde_json::Number::from_f64(f).ok_or(Unsupported)?;
+                let _ = write!(self.out, "{n}");
+                if serde_json::from_str::<f64>(&self.out[start..]).ok() != Some(f) {
+                    return Err(Unsupported);
                 }
             }
+            Plain::Str => push_json_str(&mut self.out, s),
         }
-        push_json_str(&mut self.out, &value);
-        self.scratch = value;
         Ok(())
     }
 }

@@ -5,7 +5,6 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::block_yaml::to_json;
-use super::*;
 
 /// The documents of `text` as the rewriting reads them, `None` where it leaves the text to
 /// the YAML reader.
@@ -20,7 +19,7 @@ fn fast(text: &str) -> Option<Vec<Value>> {
 
 /// Whether the rewriting reads `text`; where it does, its documents are those the YAML
 /// reader reads.
-fn same_as_yaml_reader(text: &str) -> bool {
+pub(super) fn same_as_yaml_reader(text: &str) -> bool {
     let Some(docs) = fast(text) else {
         return false;
     };
@@ -31,7 +30,7 @@ fn same_as_yaml_reader(text: &str) -> bool {
 }
 
 /// `text` is rewritten, as the YAML reader reads it.
-fn rewritten(text: &str) {
+pub(super) fn rewritten(text: &str) {
     assert!(
         same_as_yaml_reader(text),
         "left to the YAML reader:\n{text}"
@@ -215,6 +214,72 @@ fn literal_block_scalars_are_rewritten_with_their_chomping() {
     }
 }
 
+/// Long values as kubectl prints them, wrapped at 80 columns, and other values that go on
+/// over several lines.
+#[test]
+fn values_over_several_lines_are_folded() {
+    for text in [
+        "a: plain\n  continued\nb: 1\n",
+        "a: plain\n  continued\n\n  after a blank line\n\n\n  two\nb: 1\n",
+        "a: plain   \n     spaces   \n",
+        "a: plain\n  continued # comment\nb: 1\n",
+        "- plain\n  continued\n- x\n",
+        "- a: plain\n    continued\n  b: 1\n",
+        "a: 'quoted\n  continued'\nb: 1\n",
+        "a: 'it''s\n  quoted: ''really''\n\n  # not a comment\n   x' # comment\n",
+        "a: 'quoted   \n   spaces   '\n",
+        "- 'quoted\n  continued'\n",
+        "a: 1\n  2\n",
+        "a: true\n  false\n",
+        "metadata:\n  annotations:\n    kubernetes.io/limit-ranger: 'LimitRanger plugin set: cpu request for container\n      hostnames'\n",
+    ] {
+        rewritten(text);
+    }
+    // Continuation lines starting with any character, as values and as sequence items, at
+    // every indentation: where rewritten, read as the YAML reader reads them.
+    for c in "-?:,[]{}#&*!|>'\"%@`~. ".chars() {
+        for text in [
+            format!("a: x\n  {c}y\n"),
+            format!("a: x\n  {c} y\n"),
+            format!("a: 'x\n  {c}y'\n"),
+            format!("- x\n  {c}y\n"),
+            format!("- x\n {c}y\n"),
+            format!("a:\n- x\n {c}y\n"),
+            format!("a:\n  - x\n   {c}y\n"),
+        ] {
+            same_as_yaml_reader(&text);
+        }
+    }
+    for text in [
+        "a: plain\n  b: 1\n",
+        "a: plain # comment\n  continued\n",
+        "a: plain\n  continued # comment\n  more\n",
+        "a: 'quoted\ncontinued'\n",
+        "a: 'quoted\n",
+        "a: 'quoted\n  continued' x\n",
+        "a: \"quoted\n  continued\"\n",
+    ] {
+        left(text);
+    }
+}
+
+#[test]
+fn folded_block_scalars_are_rewritten() {
+    for text in [
+        "a: >\n  folded\n  line\nb: 1\n",
+        "a: >-\n  folded\n  line\n\n  next\n  line\n",
+        "a: >+\n  folded\n\n\nb: 1\n",
+        "a: >\n\n folded\n line\n\n next\n line\n   * bullet\n\n   * list\n   * lines\n\n last\n line\n\n# Comment\n",
+        "a: >\n  text\n    more\n  text\n\n    more\n\n  text\n",
+        "a: >2\n    indented first\n  then\n",
+        "- >-\n  x\n  y\n- >\n\n",
+        "a: >\n  trailing spaces   \n  next\n",
+        "a: >\n  x\n     \n  y\n",
+    ] {
+        rewritten(text);
+    }
+}
+
 #[test]
 fn documents_are_rewritten_in_order() {
     for text in [
@@ -239,9 +304,6 @@ fn text_outside_the_subset_is_left_to_the_yaml_reader() {
         "a: !!str 1\n",
         "a: {b: 1}\n",
         "a: [1, 2]\n",
-        "a: >\n  folded\n",
-        "a: plain\n  continued\n",
-        "a: 'quoted\n  continued'\n",
         "a: \"quoted\n  continued\"\n",
         "a: 1\na: 2\n",
         "a: 1\n\"a\": 2\n",
@@ -271,231 +333,6 @@ fn text_outside_the_subset_is_left_to_the_yaml_reader() {
     left(&format!("{many}k7: again\n"));
 }
 
-/// A dump as `kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -o yaml`
-/// prints it: sequences at their key's column, `|` annotations, quoted quantities.
-const KUBECTL_DUMP: &str = r#"apiVersion: v1
-items:
-- apiVersion: resource.k8s.io/v1
-  kind: ResourceSlice
-  metadata:
-    creationTimestamp: "2026-11-20T10:00:00Z"
-    generation: 1
-    managedFields:
-    - apiVersion: resource.k8s.io/v1
-      fieldsType: FieldsV1
-      fieldsV1:
-        f:spec:
-          f:devices: {}
-          f:driver: {}
-      manager: kubedev
-      operation: Apply
-      time: "2026-11-20T10:00:00Z"
-    name: node-1-gpus
-    resourceVersion: "12345"
-    uid: 0b0d6a3e-58c2-4a1f-9d0e-7c3b2f1e6a90
-  spec:
-    devices:
-    - attributes:
-        driverVersion:
-          version: 1.2.3
-        model:
-          string: H200
-        numa:
-          int: 0
-        virtual:
-          bool: false
-      capacity:
-        memory:
-          value: 141Gi
-        cores:
-          value: "132"
-      name: gpu-0
-    - attributes:
-        model:
-          string: 'H200 # 2'
-      capacity:
-        memory:
-          value: 141Gi
-      name: gpu-1
-    driver: gpu.example.com
-    nodeName: node-1
-    pool:
-      generation: 1
-      name: node-1
-      resourceSliceCount: 1
-- apiVersion: resource.k8s.io/v1
-  kind: DeviceClass
-  metadata:
-    annotations:
-      kubectl.kubernetes.io/last-applied-configuration: |
-        {"apiVersion":"resource.k8s.io/v1","kind":"DeviceClass","metadata":{"annotations":{},"name":"gpu"},"spec":{"selectors":[{"cel":{"expression":"device.driver == \"gpu.example.com\""}}]}}
-    name: gpu
-  spec:
-    selectors:
-    - cel:
-        expression: device.driver == "gpu.example.com"
-- apiVersion: resource.k8s.io/v1
-  kind: ResourceClaim
-  metadata:
-    name: trainer-gpus
-    namespace: default
-  spec:
-    devices:
-      requests:
-      - exactly:
-          count: 1
-          deviceClassName: gpu
-        name: gpus
-  status:
-    allocation:
-      devices:
-        results:
-        - device: gpu-0
-          driver: gpu.example.com
-          pool: node-1
-          request: gpus
-- apiVersion: v1
-  kind: Node
-  metadata:
-    labels:
-      kubernetes.io/hostname: node-1
-      topology.kubernetes.io/zone: zone-a
-    annotations:
-      node.alpha.kubernetes.io/ttl: "0"
-    name: node-1
-  status:
-    capacity:
-      cpu: "64"
-      memory: 512Gi
-    conditions:
-    - message: kubelet is posting ready status
-      reason: KubeletReady
-      status: "True"
-      type: Ready
-- apiVersion: v1
-  kind: Pod
-  metadata:
-    name: trainer
-    namespace: default
-  spec:
-    containers:
-    - args:
-      - --epochs=3
-      - "--name=a b"
-      command: []
-      image: trainer:v1
-      name: main
-      resources:
-        claims:
-        - name: gpus
-    resourceClaims:
-    - name: gpus
-      resourceClaimTemplateName: trainer-gpus
-kind: List
-metadata:
-  resourceVersion: ""
-"#;
-
-/// Reads `text` rewritten as JSON (which must be how it is read) and with the YAML reader:
-/// the clusters read, or the errors, as text.
-fn read_both(text: &str) -> (String, String) {
-    assert!(read::fast_yaml(text).is_some(), "not rewritten:\n{text}");
-    let mut c = Cluster::default();
-    let fast = match c.add_text(text, "dump.yaml") {
-        Ok(()) => format!("{c:?}"),
-        Err(e) => e.to_string(),
-    };
-    let mut c = Cluster::default();
-    let yaml = match c.add_yaml(text) {
-        Ok(()) => format!("{c:?}"),
-        Err(e) => format!("dump.yaml: {e}"),
-    };
-    (fast, yaml)
-}
-
-#[test]
-fn a_kubectl_dump_is_rewritten_and_read_as_the_yaml_reader_reads_it() {
-    rewritten(KUBECTL_DUMP);
-    let (fast, yaml) = read_both(KUBECTL_DUMP);
-    assert_eq!(fast, yaml);
-    let c = read_cluster(KUBECTL_DUMP, "dump.yaml").unwrap();
-    assert_eq!(c.slices[0].spec.devices.len(), 2);
-    assert_eq!(c.classes[0].metadata.name, "gpu");
-    assert_eq!(c.claims[0].1, ["gpu.example.com/node-1/gpu-0"]);
-    assert_eq!(c.nodes[0].labels["topology.kubernetes.io/zone"], "zone-a");
-    assert_eq!(c.pods.len(), 1);
-
-    // The same objects as separate documents.
-    let docs: Vec<Value> = serde_saphyr::from_str::<Value>(KUBECTL_DUMP).unwrap()["items"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let separate: String = docs
-        .iter()
-        .map(|d| format!("---\n{}", serde_saphyr::to_string(d).unwrap()))
-        .collect();
-    rewritten(&separate);
-    let (fast, yaml) = read_both(&separate);
-    assert_eq!(fast, yaml);
-}
-
-#[test]
-fn errors_in_a_rewritten_dump_are_worded_as_the_yaml_reader_words_them() {
-    for (from, to) in [
-        (
-            "generation: 1\n      name: node-1",
-            "generation: x\n      name: node-1",
-        ),
-        ("value: 141Gi\n        cores", "value: lots\n        cores"),
-        ("count: 1", "count: -1"),
-        ("- device: gpu-0", "- device: [gpu-0]"),
-    ] {
-        assert!(KUBECTL_DUMP.contains(from), "{from}");
-        let bad = KUBECTL_DUMP.replacen(from, to, 1);
-        if read::fast_yaml(&bad).is_none() {
-            continue;
-        }
-        let (fast, yaml) = read_both(&bad);
-        assert_eq!(fast, yaml);
-    }
-    let bad = KUBECTL_DUMP.replacen("generation: 1\n      name", "generation: x\n      name", 1);
-    let e = read_cluster(&bad, "dump.yaml").unwrap_err().to_string();
-    assert!(
-        e.starts_with("dump.yaml: ResourceSlice node-1-gpus: spec.pool.generation"),
-        "{e}"
-    );
-    // A key given twice is left to the YAML reader, which names it with its line.
-    let twice = KUBECTL_DUMP.replacen(
-        "    driver: gpu.example.com\n",
-        "    driver: a\n    driver: b\n",
-        1,
-    );
-    let e = read_cluster(&twice, "dump.yaml").unwrap_err().to_string();
-    assert!(
-        e.contains("line ") && e.contains("`driver` appears twice"),
-        "{e}"
-    );
-}
-
-#[test]
-fn documents_of_unusual_shapes_are_read_as_the_yaml_reader_reads_them() {
-    for text in [
-        "kind: List\nitems: null\n",
-        "kind: List\n",
-        "kind: Node\nmetadata:\n  name: n2\nitems:\n- 1\n---\nitems: []\nkind: Node\nmetadata:\n  name: n3\n",
-        "kind: ResourceSliceList\nitems:\n- kind: Node\n  metadata:\n    name: n1\n- null\n- 3\n",
-        "kind: ~\nmetadata:\n  name: x\n",
-    ] {
-        let (fast, yaml) = read_both(text);
-        assert_eq!(fast, yaml, "{text}");
-    }
-    // Shapes the JSON reading would read otherwise are left to the YAML reader.
-    for text in ["kind: 5\n", "kind: List\nitems: 3\n", "- kind: Node\n"] {
-        assert!(read::fast_yaml(text).is_none(), "{text}");
-        assert!(read_cluster(text, "dump.yaml").is_ok(), "{text}");
-    }
-}
-
 /// Whether the JSON reader reads `f` back exactly from its JSON text.
 fn exact(f: &f64) -> bool {
     serde_json::from_str::<f64>(&Value::from(*f).to_string()).ok() == Some(*f)
@@ -504,6 +341,7 @@ fn exact(f: &f64) -> bool {
 /// Any JSON value: null, booleans, numbers, strings, lists and mappings.
 fn any_value() -> impl Strategy<Value = Value> {
     let text = "[a-zA-Z0-9 :#'\"\\\\_./\\-\n\t{}\\[\\],&*!|>%@`?~é]{0,12}";
+    let long = "[a-z0-9 :#'\",.-]{60,140}";
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
@@ -517,6 +355,7 @@ fn any_value() -> impl Strategy<Value = Value> {
             .prop_filter("read back exactly", exact)
             .prop_map(Value::from),
         text.prop_map(Value::from),
+        long.prop_map(Value::from),
         prop::sample::select(vec![
             "true", "no", "null", "~", "", "007", "1e3", "1_000", "0x1F", ".inf", "1.5", "-0",
             "- a", "a: b", " x", "x ", "#c", "|", "---", "...", "a\n\nb\n", "\n",

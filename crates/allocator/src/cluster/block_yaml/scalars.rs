@@ -227,7 +227,10 @@ pub(super) fn quoted(s: &str) -> Step<(Cow<'_, str>, &str)> {
 /// not a mapping entry (a scalar). `Err` for a key outside the subset.
 pub(super) fn split_key(content: &str) -> Step<Option<(Cow<'_, str>, &str)>> {
     if content.starts_with(['"', '\'']) {
-        let (key, after) = quoted(content)?;
+        // A quoted value that does not close on this line is no key.
+        let Ok((key, after)) = quoted(content) else {
+            return Ok(None);
+        };
         let t = after.trim_start_matches(' ');
         return match t.strip_prefix(':') {
             Some(rest) if rest.is_empty() || rest.starts_with(' ') => Ok(Some((key, rest))),
