@@ -45,43 +45,113 @@ const LINEAR_KEYS: usize = 32;
 
 /// JSON text of every document of a YAML text, one after the other.
 #[derive(Debug)]
-pub(crate) struct JsonDocuments {
+pub(crate) struct JsonDocuments<'a> {
     json: String,
-    documents: Vec<Range<usize>>,
+    documents: Vec<Document<'a>>,
+    /// Where the elements of lists that are top-level values are in `json`.
+    elements: Vec<Range<usize>>,
 }
 
-impl JsonDocuments {
-    /// Each document's JSON text, in order (empty documents are left out).
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &str> {
-        self.documents.iter().map(|r| &self.json[r.clone()])
+/// Where one document's JSON text is in the output, and its top-level values.
+#[derive(Debug)]
+struct Document<'a> {
+    range: Range<usize>,
+    top: Vec<TopValue<'a>>,
+}
+
+/// A top-level key of a document: where its value's JSON text is and, for a list, where
+/// its elements' ranges are in the list of elements.
+#[derive(Debug)]
+struct TopValue<'a> {
+    key: Cow<'a, str>,
+    value: Range<usize>,
+    elements: Range<usize>,
+}
+
+/// One document as JSON.
+pub(crate) struct JsonDocument<'d> {
+    /// Its JSON text.
+    pub(crate) json: &'d str,
+    all: &'d JsonDocuments<'d>,
+    top: &'d [TopValue<'d>],
+}
+
+impl<'d> JsonDocument<'d> {
+    fn top_value(&self, key: &str) -> Option<&'d TopValue<'d>> {
+        self.top.iter().find(|t| t.key == key)
+    }
+
+    /// The JSON text of top-level key `key`'s value, where the document is a mapping with
+    /// that key.
+    pub(crate) fn value(&self, key: &str) -> Option<&'d str> {
+        let all = self.all;
+        self.top_value(key).map(|t| &all.json[t.value.clone()])
+    }
+
+    /// The JSON texts of the elements of top-level key `key`'s value, where that is a list.
+    pub(crate) fn elements(&self, key: &str) -> Option<impl Iterator<Item = &'d str>> {
+        let all = self.all;
+        let t = self.top_value(key)?;
+        all.json[t.value.clone()].starts_with('[').then(|| {
+            all.elements[t.elements.clone()]
+                .iter()
+                .map(|r| &all.json[r.clone()])
+        })
+    }
+}
+
+impl JsonDocuments<'_> {
+    /// Each document, in order (empty documents are left out).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = JsonDocument<'_>> {
+        self.documents.iter().map(|d| JsonDocument {
+            json: &self.json[d.range.clone()],
+            all: self,
+            top: &d.top,
+        })
     }
 }
 
 /// The JSON text of `text`'s documents, or `None` for text outside the subset this module
 /// reads (see the module's documentation).
-pub(crate) fn to_json(text: &str) -> Option<JsonDocuments> {
+pub(crate) fn to_json(text: &str) -> Option<JsonDocuments<'_>> {
     if text.len() > MAX_BYTES || !plain_characters(text) {
         return None;
     }
     let mut p = Parser {
         text,
         pos: 0,
+        end: 0,
+        indent: 0,
+        tabs: text.contains('\t'),
+        top: Vec::new(),
+        elements: Vec::new(),
         out: String::with_capacity(text.len() + text.len() / 8),
         keys: Vec::new(),
         scratch: String::new(),
         depth: 0,
         nodes: 0,
     };
+    p.back_to(0);
     let documents = p.documents().ok()?;
     Some(JsonDocuments {
         json: p.out,
         documents,
+        elements: p.elements,
     })
 }
 
 /// Whether `text` holds only characters the subset reads: no control characters other than
 /// tab and line feed (no carriage returns), no C1 controls, no byte order marks.
 fn plain_characters(text: &str) -> bool {
+    // Most text is printable ASCII: that is checked a block at a time.
+    let odd = |c: u8| (c < 0x20 && c != b'\n' && c != b'\t') || c >= 0x7f;
+    if text
+        .as_bytes()
+        .chunks(64)
+        .all(|chunk| !chunk.iter().fold(false, |any, &c| any | odd(c)))
+    {
+        return true;
+    }
     let b = text.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -105,10 +175,41 @@ fn plain_characters(text: &str) -> bool {
     true
 }
 
+/// Where the line starting at `start` ends (its line feed, or the end of the text).
+fn line_end(text: &str, start: usize) -> usize {
+    text.get(start..)
+        .and_then(|rest| rest.find('\n'))
+        .map_or(text.len(), |i| start + i)
+}
+
+/// Where the comment in `s` starts (a `#` after a space), if it has one.
+fn comment_start(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut from = 0;
+    while let Some(i) = b[from..].iter().position(|&c| c == b'#') {
+        let at = from + i;
+        if at > 0 && b[at - 1] == b' ' {
+            return Some(at - 1);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 struct Parser<'a> {
     text: &'a str,
     /// Start of the current line.
     pos: usize,
+    /// End of the current line (its line feed, or the end of the text).
+    end: usize,
+    /// The number of spaces the current line starts with.
+    indent: usize,
+    /// Whether the text has a tab anywhere.
+    tabs: bool,
+    /// The current document's top-level values.
+    top: Vec<TopValue<'a>>,
+    /// Where the elements of lists that are top-level values are in the output.
+    elements: Vec<Range<usize>>,
     out: String,
     /// Keys of the mappings being read, innermost last.
     keys: Vec<Cow<'a, str>>,
@@ -121,32 +222,47 @@ struct Parser<'a> {
 impl<'a> Parser<'a> {
     /// The current line (without its line feed), `None` at the end of the text.
     fn line(&self) -> Option<&'a str> {
-        let rest = self.text.get(self.pos..).filter(|r| !r.is_empty())?;
-        Some(rest.split_once('\n').map_or(rest, |(l, _)| l))
+        (self.pos < self.text.len()).then(|| &self.text[self.pos..self.end])
     }
 
+    /// The current line as its indentation and its text from the first non-space
+    /// character, `None` at the end of the text.
+    fn indented(&self) -> Option<(usize, &'a str)> {
+        (self.pos < self.text.len())
+            .then(|| (self.indent, &self.text[self.pos + self.indent..self.end]))
+    }
+
+    /// Moves to the next line.
     fn advance(&mut self) {
-        self.pos = match self.text[self.pos..].find('\n') {
-            Some(i) => self.pos + i + 1,
-            None => self.text.len(),
-        };
+        self.back_to((self.end + 1).min(self.text.len()));
+    }
+
+    /// Where the current line starts, to come back to it with [`Self::back_to`].
+    fn mark(&self) -> usize {
+        self.pos
+    }
+
+    /// Comes back to the line at `mark`.
+    fn back_to(&mut self, mark: usize) {
+        self.pos = mark;
+        self.end = line_end(self.text, mark);
+        let line = &self.text.as_bytes()[mark..self.end];
+        self.indent = line.iter().position(|&c| c != b' ').unwrap_or(line.len());
     }
 
     /// Skips blank and comment lines; the next line with content, as its indentation and
     /// its text from the first non-space character, without taking it. `None` at the end of
     /// the text or at a document marker.
     fn peek(&mut self) -> Step<Option<(usize, &'a str)>> {
-        while let Some(line) = self.line() {
-            if line.contains('\t') {
-                return Err(Unsupported);
-            }
-            let content = line.trim_start_matches(' ');
+        while let Some((indent, content)) = self.indented() {
             if content.is_empty() || content.starts_with('#') {
                 self.advance();
                 continue;
             }
-            let indent = line.len() - content.len();
-            if indent == 0 && (is_marker(line, "---")? || is_marker(line, "...")?) {
+            if self.tabs && content.contains('\t') {
+                return Err(Unsupported);
+            }
+            if indent == 0 && (is_marker(content, "---")? || is_marker(content, "...")?) {
                 return Ok(None);
             }
             return Ok(Some((indent, content)));
@@ -172,7 +288,7 @@ impl<'a> Parser<'a> {
     }
 
     /// Every document, each written as JSON; their ranges in the output.
-    fn documents(&mut self) -> Step<Vec<Range<usize>>> {
+    fn documents(&mut self) -> Step<Vec<Document<'a>>> {
         let mut documents = Vec::new();
         let mut markers = 0;
         loop {
@@ -200,8 +316,12 @@ impl<'a> Parser<'a> {
                 return Err(Unsupported);
             }
             let start = self.out.len();
+            self.top.clear();
             self.document()?;
-            documents.push(start..self.out.len());
+            documents.push(Document {
+                range: start..self.out.len(),
+                top: std::mem::take(&mut self.top),
+            });
             if documents.len() > MAX_DOCUMENTS {
                 return Err(Unsupported);
             }
@@ -275,11 +395,20 @@ impl<'a> Parser<'a> {
             if repeated {
                 return Err(Unsupported);
             }
+            let top_key = (self.depth == 1).then(|| key.clone());
             self.keys.push(key);
             if many.is_none() && self.keys.len() - start > LINEAR_KEYS {
                 many = Some(self.keys[start..].iter().cloned().collect());
             }
+            let (value_start, elements_start) = (self.out.len(), self.elements.len());
             self.value(indent, rest, true)?;
+            if let Some(key) = top_key {
+                self.top.push(TopValue {
+                    key,
+                    value: value_start..self.out.len(),
+                    elements: elements_start..self.elements.len(),
+                });
+            }
         }
         self.keys.truncate(start);
         self.out.push('}');
@@ -306,6 +435,7 @@ impl<'a> Parser<'a> {
                 self.out.push(',');
             }
             count += 1;
+            let start = self.out.len();
             let after = &content[1..];
             let item = after.trim_start_matches(' ');
             let column = indent + 1 + after.len() - item.len();
@@ -315,6 +445,10 @@ impl<'a> Parser<'a> {
                 self.mapping(column, Some(item))?;
             } else {
                 self.value(indent, after, false)?;
+            }
+            // The elements of a top-level value.
+            if self.depth == 2 {
+                self.elements.push(start..self.out.len());
             }
         }
         self.out.push(']');
@@ -365,7 +499,7 @@ impl<'a> Parser<'a> {
     /// A plain value `v` (up to its comment) under a key or `-` at column `indent`, with
     /// the more indented lines that continue it, folded into one line.
     fn plain(&mut self, indent: usize, v: &'a str) -> Step {
-        let comment = v.find(" #");
+        let comment = comment_start(v);
         let s = v[..comment.unwrap_or(v.len())].trim_end_matches(' ');
         check_plain(s)?;
         if s.contains(": ") || s.ends_with(':') {
@@ -380,7 +514,7 @@ impl<'a> Parser<'a> {
             folded.clear();
             folded.push_str(s);
             while let Some((blanks, content)) = next {
-                let comment = content.find(" #");
+                let comment = comment_start(content);
                 let piece = content[..comment.unwrap_or(content.len())].trim_end_matches(' ');
                 if piece.contains(": ") || piece.ends_with(':') {
                     return Err(Unsupported);

@@ -12,7 +12,7 @@ fn fast(text: &str) -> Option<Vec<Value>> {
     let docs = to_json(text)?;
     Some(
         docs.iter()
-            .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}")))
+            .map(|d| serde_json::from_str(d.json).unwrap_or_else(|e| panic!("{e}: {}", d.json)))
             .collect(),
     )
 }

@@ -30,34 +30,20 @@ struct KindHead<'a> {
     kind: Option<std::borrow::Cow<'a, str>>,
 }
 
-/// The fields of a document that decide how it is read.
-#[derive(Deserialize)]
-struct DocShape<'a> {
-    #[serde(borrow)]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow)]
-    items: Option<&'a RawValue>,
-}
-
 /// The documents of a YAML text as JSON texts that the JSON reading reads as the YAML
 /// reading reads the YAML; `None` for text outside the block-style subset rewritten, or with
 /// a document of an unusual shape.
-pub(super) fn fast_yaml(text: &str) -> Option<super::block_yaml::JsonDocuments> {
-    super::block_yaml::to_json(text).filter(|docs| docs.iter().all(json_doc_reads_as_yaml))
+pub(super) fn fast_yaml(text: &str) -> Option<super::block_yaml::JsonDocuments<'_>> {
+    super::block_yaml::to_json(text).filter(|docs| docs.iter().all(|d| reads_as_yaml(&d)))
 }
 
-/// Whether the JSON text of one YAML document gives, read as JSON, what the YAML reading
-/// gives: a mapping whose `kind` is a string (or null) and whose
-/// `items` is a list (or null). Other documents are left to the YAML reading.
-fn json_doc_reads_as_yaml(doc: &str) -> bool {
-    if !doc.starts_with('{') {
-        return false;
-    }
-    let Ok(shape) = serde_json::from_str::<DocShape<'_>>(doc) else {
-        return false;
-    };
-    let is = |v: Option<&RawValue>, open: char| v.is_none_or(|v| v.get().starts_with(open));
-    is(shape.kind, '"') && is(shape.items, '[')
+/// Whether one YAML document, as JSON, gives what the YAML reading gives: a mapping whose
+/// `kind` is a string (or null) and whose `items` is a list (or null). Other documents are
+/// left to the YAML reading.
+fn reads_as_yaml(doc: &super::block_yaml::JsonDocument<'_>) -> bool {
+    doc.json.starts_with('{')
+        && doc.value("kind").is_none_or(|k| k.starts_with(['"', 'n']))
+        && doc.value("items").is_none_or(|i| i.starts_with(['[', 'n']))
 }
 
 /// A ResourceClaim as a dump has it: the allocator's (strict) metadata and spec, and from
@@ -316,7 +302,15 @@ impl Cluster {
         // Block-style YAML as kubectl prints it: rewritten as JSON and read as JSON is.
         if let Some(docs) = fast_yaml(text) {
             for doc in docs.iter() {
-                self.add_json(doc).map_err(&error)?;
+                // A List's items are read one by one, as `add_json` reads them.
+                let list = doc
+                    .value("kind")
+                    .and_then(|k| serde_json::from_str::<&str>(k).ok())
+                    .is_some_and(|k| k.ends_with("List"));
+                match doc.elements("items") {
+                    Some(items) if list => self.add_json_items(items).map_err(&error)?,
+                    _ => self.add_json(doc.json).map_err(&error)?,
+                }
             }
             return Ok(());
         }
@@ -384,10 +378,15 @@ impl Cluster {
                 _ => vec![serde_json::from_str(text).map_err(|e| kubedev_core::echo::chain(&e))?],
             }
         };
-        for raw in items {
-            if !self.add_typed(raw.get()) {
+        self.add_json_items(items.into_iter().map(RawValue::get))
+    }
+
+    /// The objects of a JSON List, each given as its JSON text.
+    fn add_json_items<'t>(&mut self, items: impl Iterator<Item = &'t str>) -> Result<(), String> {
+        for item in items {
+            if !self.add_typed(item) {
                 let v: Value =
-                    serde_json::from_str(raw.get()).map_err(|e| kubedev_core::echo::chain(&e))?;
+                    serde_json::from_str(item).map_err(|e| kubedev_core::echo::chain(&e))?;
                 self.add_object(v)?;
             }
         }

@@ -37,25 +37,24 @@ impl<'a> Parser<'a> {
         indent: usize,
         comments_end: bool,
     ) -> Step<Option<(usize, &'a str)>> {
-        let start = self.pos;
+        let start = self.mark();
         let mut blanks = 0;
-        while let Some(line) = self.line() {
-            let content = line.trim_start_matches(' ');
+        while let Some((line_indent, content)) = self.indented() {
             if content.is_empty() {
                 blanks += 1;
                 self.advance();
                 continue;
             }
-            if line.contains('\t') {
+            if self.tabs && content.contains('\t') {
                 return Err(Unsupported);
             }
-            if line.len() - content.len() <= indent || (comments_end && content.starts_with('#')) {
+            if line_indent <= indent || (comments_end && content.starts_with('#')) {
                 break;
             }
             self.advance();
             return Ok(Some((blanks, content)));
         }
-        self.pos = start;
+        self.back_to(start);
         Ok(None)
     }
 

@@ -27,12 +27,18 @@ pub(super) fn plain_type(s: &str) -> Option<Plain> {
         "~" | "null" | "Null" | "NULL" => return Some(Plain::Null),
         _ => {}
     }
-    for (words, value) in [
-        (["true", "yes", "y", "on"], true),
-        (["false", "no", "n", "off"], false),
-    ] {
-        if words.iter().any(|w| s.eq_ignore_ascii_case(w)) {
-            return Some(Plain::Bool(value));
+    let maybe_word = s
+        .bytes()
+        .next()
+        .is_some_and(|c| matches!(c | 0x20, b't' | b'f' | b'y' | b'n' | b'o'));
+    if s.len() <= 5 && maybe_word {
+        for (words, value) in [
+            (["true", "yes", "y", "on"], true),
+            (["false", "no", "n", "off"], false),
+        ] {
+            if words.iter().any(|w| s.eq_ignore_ascii_case(w)) {
+                return Some(Plain::Bool(value));
+            }
         }
     }
     let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
@@ -88,6 +94,14 @@ pub(super) fn plain_type(s: &str) -> Option<Plain> {
 /// Appends `s` to `out` as a JSON string.
 pub(super) fn push_json_str(out: &mut String, s: &str) {
     out.push('"');
+    if !s
+        .bytes()
+        .any(|b| b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f)
+    {
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {
         let escape = match b {
