@@ -101,6 +101,32 @@ fn upstream_for(row: &str, reference: &BTreeMap<String, Upstream>) -> Option<(f6
     }
 }
 
+/// The rows benchmarks wrote to `dir` (`| measure | value |` lines, one file per benchmark),
+/// in file-name order.
+fn bench_figures(dir: &Path) -> anyhow::Result<String> {
+    let mut files: Vec<_> = match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("listing {}", dir.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(String::new()),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", dir.display())),
+    };
+    files.retain(|p| p.extension().is_some_and(|x| x == "md"));
+    files.sort();
+    let mut rows = String::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}", file.display()))?;
+        rows.extend(
+            text.lines()
+                .filter(|l| l.starts_with('|'))
+                .map(|l| format!("{l}\n")),
+        );
+    }
+    Ok(rows)
+}
+
 fn human(ns: f64) -> String {
     if ns >= 1e9 {
         format!("{:.2} s", ns / 1e9)
@@ -325,6 +351,12 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
         "cargo",
         &["build", "--release", "-p", "kubedev-nvml-mock"],
     )?;
+    // Figures criterion does not keep (throughput, percentiles), written by the benchmarks.
+    let figures_dir = target.join("bench-figures");
+    if figures_dir.exists() {
+        std::fs::remove_dir_all(&figures_dir)
+            .with_context(|| format!("removing {}", figures_dir.display()))?;
+    }
     crate::ci::run(
         root,
         "cargo",
@@ -370,6 +402,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
         ));
     }
     md.push_str("\n| measure | value |\n|---|---|\n");
+    md.push_str(&bench_figures(&figures_dir)?);
     for (set, bytes) in &sizes {
         md.push_str(&format!(
             "| release binary size, backends: {set} | {:.1} MiB |\n",
@@ -427,5 +460,18 @@ mod tests {
         assert_eq!(shared.build_allocate_us, 380.0);
         assert_eq!(reference["mig-c8-parent-unsat"].allocate_us, 10_694.0);
         assert!(upstream_for("selector/eval", &reference).is_none());
+    }
+
+    #[test]
+    fn benchmarks_figures_join_the_report_in_file_order() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("b.md"), "| prepare p99 | 3.1 ms |\n").unwrap();
+        std::fs::write(dir.path().join("a.md"), "| policy calls | 7 |\nnot a row\n").unwrap();
+        std::fs::write(dir.path().join("c.txt"), "| ignored | x |\n").unwrap();
+        assert_eq!(
+            bench_figures(dir.path()).unwrap(),
+            "| policy calls | 7 |\n| prepare p99 | 3.1 ms |\n"
+        );
+        assert_eq!(bench_figures(&dir.path().join("missing")).unwrap(), "");
     }
 }
