@@ -197,6 +197,7 @@ fn block_collections_in_every_indentation_are_rewritten() {
         "a:    # comment\n  b: 1\n",
         "fieldsV1:\n  f:status:\n    f:conditions:\n      k:{\"type\":\"Ready\"}:\n        .: {}\n        f:status: {}\n  f:metadata:\n    f:finalizers:\n      v:\"example.com/x\": {}\n",
         "ключ: значение\nemoji: 😀\nnbsp: a\u{a0}\n",
+        "a: x\u{2028}y\nb: 'x\u{2029}y'\nc: |\n  x\u{2028}\n",
     ] {
         rewritten(text);
     }
