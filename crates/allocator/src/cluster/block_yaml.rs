@@ -196,6 +196,7 @@ fn comment_start(s: &str) -> Option<usize> {
     None
 }
 
+/// The rewriting of one text: where it stands in the text, and the JSON written so far.
 struct Parser<'a> {
     text: &'a str,
     /// Start of the current line.
@@ -210,12 +211,15 @@ struct Parser<'a> {
     top: Vec<TopValue<'a>>,
     /// Where the elements of lists that are top-level values are in the output.
     elements: Vec<Range<usize>>,
+    /// The JSON text written.
     out: String,
     /// Keys of the mappings being read, innermost last.
     keys: Vec<Cow<'a, str>>,
-    /// A literal block scalar's value being gathered.
+    /// A value over several lines being gathered.
     scratch: String,
+    /// How many mappings and lists are open.
     depth: usize,
+    /// How many keys, values, mappings and lists were read.
     nodes: usize,
 }
 
@@ -270,6 +274,7 @@ impl<'a> Parser<'a> {
         Ok(None)
     }
 
+    /// Counts one key, value, mapping or list; `Err` past the most rewritten.
     fn count(&mut self) -> Step {
         self.nodes += 1;
         if self.nodes > MAX_NODES {
@@ -278,6 +283,7 @@ impl<'a> Parser<'a> {
         Ok(())
     }
 
+    /// Opens a mapping or list; `Err` past the deepest nesting rewritten.
     fn enter(&mut self) -> Step {
         self.depth += 1;
         self.count()?;

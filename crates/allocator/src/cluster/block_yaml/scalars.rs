@@ -47,18 +47,16 @@ pub(super) fn plain_type(s: &str) -> Option<Plain> {
             .next()
             .is_some_and(|c| c.is_ascii_digit() || c == b'.')
     };
-    if unsigned.len() < s.len() && unsigned.strip_prefix(['+', '-']).is_some_and(&numeral) {
-        return None;
-    }
     if !numeral(unsigned) {
         return Some(Plain::Str);
     }
     // Integers in other radixes and with `_` separators, and non-finite floats, are left
-    // to the YAML reader; other text with those characters is a string.
+    // to the YAML reader; other text with those characters is a string (floats have no
+    // `_` separators).
     let b = unsigned.as_bytes();
     let radix = b.len() > 1 && b[0] == b'0' && matches!(b[1] | 0x20, b'x' | b'o' | b'b');
     if (radix && b[2..].iter().all(|c| c.is_ascii_hexdigit() || *c == b'_'))
-        || (s.contains('_') && s.bytes().all(|c| b"0123456789_.eE+-".contains(&c)))
+        || (unsigned.contains('_') && unsigned.bytes().all(|c| c.is_ascii_digit() || c == b'_'))
         || unsigned.eq_ignore_ascii_case(".inf")
         || unsigned.eq_ignore_ascii_case(".nan")
     {
