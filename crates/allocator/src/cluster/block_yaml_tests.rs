@@ -424,3 +424,70 @@ proptest! {
         prop_assert_eq!(fast(&text), Some(vec![value]), "{}", text);
     }
 }
+
+/// `words` printed as the value of `key` the way kubectl wraps long values: after the key
+/// on the first line, then on lines indented by two more spaces than the key, each line at
+/// most `width` characters; single-quoted when `quote`.
+fn wrapped(indent: usize, key: &str, words: &[String], width: usize, quote: bool) -> String {
+    let pad = " ".repeat(indent);
+    let mut text = format!("{pad}{key}: {}", if quote { "'" } else { "" });
+    let mut line_len = text.len();
+    for (i, w) in words.iter().enumerate() {
+        let w = if quote {
+            w.replace('\'', "''")
+        } else {
+            w.clone()
+        };
+        if i > 0 && line_len + 1 + w.len() > width {
+            text.push_str(&format!("\n{pad}  "));
+            line_len = indent + 2;
+        } else if i > 0 {
+            text.push(' ');
+            line_len += 1;
+        }
+        text.push_str(&w);
+        line_len += w.len();
+    }
+    if quote {
+        text.push('\'');
+    }
+    text.push('\n');
+    text
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Long values wrapped over several lines, as kubectl prints them, are rewritten and
+    /// read as one line, as the YAML reader reads them.
+    #[test]
+    fn wrapped_values_are_rewritten_as_one_line(
+        plain_words in prop::collection::vec("[a-z0-9][a-z0-9.,()/-]{0,11}", 2..30),
+        quoted_words in prop::collection::vec("[a-zA-Z0-9 :#'\",.-]{1,12}", 2..20),
+        width in 20usize..90,
+        indent in 0usize..3,
+    ) {
+        let quoted_words: Vec<String> = quoted_words
+            .iter()
+            .map(|w| w.trim().to_string())
+            .filter(|w| !w.is_empty())
+            .collect();
+        prop_assume!(!quoted_words.is_empty());
+        let nested = |body: String| format!("metadata:\n{body}other: x\n");
+        for (text, value) in [
+            (
+                nested(wrapped(indent * 2 + 2, "plain", &plain_words, width, false)),
+                plain_words.join(" "),
+            ),
+            (
+                nested(wrapped(indent * 2 + 2, "quoted", &quoted_words, width, true)),
+                quoted_words.join(" "),
+            ),
+        ] {
+            prop_assert!(same_as_yaml_reader(&text), "{}", text);
+            let docs = fast(&text).unwrap();
+            let read = docs[0]["metadata"].as_object().unwrap().values().next().unwrap();
+            prop_assert_eq!(read.as_str(), Some(value.as_str()), "{}", text);
+        }
+    }
+}
