@@ -430,6 +430,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
