@@ -131,7 +131,7 @@ pub(crate) fn to_json(text: &str) -> Option<JsonDocuments<'_>> {
         depth: 0,
         nodes: 0,
     };
-    p.back_to(0);
+    p.go_to(0);
     let documents = p.documents().ok()?;
     Some(JsonDocuments {
         json: p.out,
@@ -238,20 +238,25 @@ impl<'a> Parser<'a> {
 
     /// Moves to the next line.
     fn advance(&mut self) {
-        self.back_to((self.end + 1).min(self.text.len()));
+        self.go_to((self.end + 1).min(self.text.len()));
     }
 
-    /// Where the current line starts, to come back to it with [`Self::back_to`].
-    fn mark(&self) -> usize {
-        self.pos
+    /// Moves to the line starting at `start`.
+    fn go_to(&mut self, start: usize) {
+        self.pos = start;
+        self.end = line_end(self.text, start);
+        let line = &self.text.as_bytes()[start..self.end];
+        self.indent = line.iter().position(|&c| c != b' ').unwrap_or(line.len());
+    }
+
+    /// The current line, to come back to it with [`Self::back_to`].
+    fn mark(&self) -> (usize, usize, usize) {
+        (self.pos, self.end, self.indent)
     }
 
     /// Comes back to the line at `mark`.
-    fn back_to(&mut self, mark: usize) {
-        self.pos = mark;
-        self.end = line_end(self.text, mark);
-        let line = &self.text.as_bytes()[mark..self.end];
-        self.indent = line.iter().position(|&c| c != b' ').unwrap_or(line.len());
+    fn back_to(&mut self, mark: (usize, usize, usize)) {
+        (self.pos, self.end, self.indent) = mark;
     }
 
     /// Skips blank and comment lines; the next line with content, as its indentation and
