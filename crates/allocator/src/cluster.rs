@@ -8,7 +8,8 @@
 //! (`status.allocation`) are in use, except for devices that allow multiple allocations: of
 //! those, the capacity the allocations consumed is taken.
 //!
-//! Reading dumps is `cluster/read.rs`; the question and its answer are `cluster/answer.rs`.
+//! Reading dumps is `cluster/read.rs` (block-style YAML rewritten as JSON by
+//! `cluster/block_yaml.rs`); the question and its answer are `cluster/answer.rs`.
 
 use serde::Serialize;
 use serde_json::Value;

@@ -2,7 +2,9 @@
 //! an object, YAML and everything else read leniently (fields the types do not know
 //! dropped, real errors named with their path), and from a claim's `status` only the
 //! allocation results and the capacity they consumed. A YAML `List` is read item by item, so
-//! only one object is held as a tree at a time.
+//! only one object is held as a tree at a time. Block-style YAML, as kubectl prints it, is
+//! first rewritten as JSON (`block_yaml.rs`) and read as JSON is; other YAML, and YAML with a
+//! problem, goes to the YAML reader, which names the problem.
 
 use std::fmt;
 
