@@ -123,32 +123,56 @@ fn decode(bytes: &[u8]) -> Result<Payload, String> {
     Ok(payload)
 }
 
+/// One record as the checksum covers it: compact JSON with object keys sorted.
+pub(super) fn canonical_record(record: &ClaimRecord) -> Result<Vec<u8>, serde_json::Error> {
+    let mut out = Vec::new();
+    write_canonical(&serde_json::to_value(record)?, &mut out)?;
+    Ok(out)
+}
+
+/// Serializes a checkpoint file from its records' canonical JSON ([`canonical_record`]), in UID
+/// order: the payload is written exactly as the checksum covers it, so a change costs the
+/// changed records' encoding and one copy of the rest.
+pub(super) fn encode_records<'a>(
+    boot_id: &str,
+    records: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> Result<Vec<u8>, serde_json::Error> {
+    // Canonical order: `bootId` sorts before `claims`, and the records come sorted by UID.
+    let mut payload = Vec::new();
+    payload.extend_from_slice(b"{\"bootId\":");
+    serde_json::to_writer(&mut payload, boot_id)?;
+    payload.extend_from_slice(b",\"claims\":{");
+    for (i, (uid, record)) in records.into_iter().enumerate() {
+        if i > 0 {
+            payload.push(b',');
+        }
+        serde_json::to_writer(&mut payload, uid)?;
+        payload.push(b':');
+        payload.extend_from_slice(record);
+    }
+    payload.extend_from_slice(b"}}");
+    let header = format!(
+        "{{\"version\":\"{FORMAT_MAJOR}.{FORMAT_MINOR}\",\"checksum\":\"crc32:{:08x}\",\"payload\":",
+        crc32(&payload)
+    );
+    let mut bytes = Vec::with_capacity(header.len() + payload.len() + 2);
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend_from_slice(&payload);
+    bytes.extend_from_slice(b"}\n");
+    Ok(bytes)
+}
+
 /// Serializes a checkpoint file.
+#[cfg(test)]
 pub(super) fn encode(
     boot_id: &str,
     claims: &BTreeMap<String, ClaimRecord>,
 ) -> Result<Vec<u8>, serde_json::Error> {
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct PayloadRef<'a> {
-        boot_id: &'a str,
-        claims: &'a BTreeMap<String, ClaimRecord>,
-    }
-    #[derive(Serialize)]
-    struct Envelope<'a> {
-        version: String,
-        checksum: String,
-        payload: &'a Value,
-    }
-    let payload = serde_json::to_value(PayloadRef { boot_id, claims })?;
-    let envelope = Envelope {
-        version: format!("{FORMAT_MAJOR}.{FORMAT_MINOR}"),
-        checksum: checksum_of(&payload)?,
-        payload: &payload,
-    };
-    let mut bytes = serde_json::to_vec_pretty(&envelope)?;
-    bytes.push(b'\n');
-    Ok(bytes)
+    let records = claims
+        .iter()
+        .map(|(uid, r)| Ok((uid.as_str(), canonical_record(r)?)))
+        .collect::<Result<Vec<_>, serde_json::Error>>()?;
+    encode_records(boot_id, records.iter().map(|(uid, r)| (*uid, r.as_slice())))
 }
 
 /// A checkpoint file around `payload` (any JSON), with the version and checksum a writer gives

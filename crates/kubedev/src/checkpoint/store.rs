@@ -11,7 +11,7 @@ use std::time::Duration;
 use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
 use kubedev_core::{atomic_file, safefs};
 
-use super::file::{FileState, encode, move_aside, read_checkpoint};
+use super::file::{FileState, canonical_record, encode_records, move_aside, read_checkpoint};
 use super::{
     CHECKPOINT_FILE, Change, CheckpointError, ClaimRecord, ClaimState, INSTANCES_DIR,
     InstanceLease, LoadOutcome, NodeLock,
@@ -34,6 +34,38 @@ pub struct CheckpointStore {
     boot_id: String,
     claims: BTreeMap<String, ClaimRecord>,
     lease: InstanceLease,
+    /// Each record of `claims` as last written (canonical JSON), so a write encodes only the
+    /// records that changed.
+    encoded: BTreeMap<String, Vec<u8>>,
+    /// The file as this store last wrote or read it; while the file still matches, it holds
+    /// `claims` and is not read again.
+    known_file: Option<FileIdentity>,
+}
+
+/// What tells one version of the checkpoint file from another: a write replaces the file (a
+/// new inode) and changes its times; an edit in place changes its size or times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileIdentity {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileIdentity {
+    /// The identity of the file at `path` now; `None` when it cannot be read.
+    fn of(path: &Path) -> Option<FileIdentity> {
+        use std::os::unix::fs::MetadataExt as _;
+        let m = fs::symlink_metadata(path).ok()?;
+        Some(FileIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
 }
 
 impl CheckpointStore {
@@ -59,6 +91,8 @@ impl CheckpointStore {
             boot_id,
             claims: BTreeMap::new(),
             lease,
+            encoded: BTreeMap::new(),
+            known_file: None,
         };
         let _lock = NodeLock::acquire(&store.dir)?;
         // Every checkpoint write happens under the lock we hold, so any temporary file is left
@@ -66,7 +100,7 @@ impl CheckpointStore {
         let _ = atomic_file::remove_stale_temps(&store.dir, CHECKPOINT_FILE, Duration::ZERO);
         let (outcome, claims, rewrite) = store.read_locked()?;
         if rewrite {
-            store.persist(&claims)?;
+            store.persist(&claims, None)?;
         }
         store.claims = claims;
         Ok((store, outcome))
@@ -77,7 +111,7 @@ impl CheckpointStore {
         let _lock = NodeLock::acquire(&self.dir)?;
         let (outcome, claims, rewrite) = self.read_locked()?;
         if rewrite {
-            self.persist(&claims)?;
+            self.persist(&claims, None)?;
         }
         self.claims = claims;
         Ok(outcome)
@@ -133,7 +167,7 @@ impl CheckpointStore {
         let _lock = NodeLock::acquire(&self.dir)?;
         let (_, claims, rewrite) = self.read_locked()?;
         if rewrite {
-            self.persist(&claims)?;
+            self.persist(&claims, None)?;
         }
         self.claims = claims;
         Ok(f(&self.claims))
@@ -218,72 +252,64 @@ impl CheckpointStore {
         let path = self.path.clone();
         let owner = self.lease.id().to_owned();
         let mut results = Vec::with_capacity(changes.len());
-        self.mutate(|claims| {
-            let mut changed = false;
-            for change in changes {
-                let r = match change {
-                    Change::Start { claim, devices } => {
-                        let uid = claim.uid.to_string();
-                        claims.insert(
-                            uid,
-                            ClaimRecord {
-                                claim,
-                                state: ClaimState::PrepareStarted,
-                                devices,
-                                prepared: Vec::new(),
-                                cdi_file: None,
-                                owner: Some(owner.clone()),
-                                pod_claim_name: None,
-                            },
-                        );
-                        Ok(())
-                    }
-                    Change::Complete {
-                        uid,
-                        prepared,
-                        cdi_file,
-                        pod_claim_name,
-                    } => match claims.get_mut(&uid) {
-                        Some(record) => {
-                            record.state = ClaimState::PrepareCompleted;
-                            record.prepared = prepared;
-                            record.cdi_file = cdi_file;
-                            record.pod_claim_name = pod_claim_name;
-                            Ok(())
-                        }
-                        None => Err(CheckpointError::UnknownClaim {
-                            uid,
-                            path: path.clone(),
-                        }),
-                    },
-                    Change::Remove { uid } => {
-                        changed |= claims.remove(&uid).is_some();
-                        results.push(Ok(()));
-                        continue;
-                    }
-                };
-                changed |= r.is_ok();
-                results.push(r);
-            }
-            Ok(changed)
-        })?;
-        Ok(results)
-    }
-
-    /// Read-modify-write under the node lock: re-read the file (another instance may have
-    /// changed it), apply `change`, write the result if anything changed.
-    fn mutate(
-        &mut self,
-        change: impl FnOnce(&mut BTreeMap<String, ClaimRecord>) -> Result<bool, CheckpointError>,
-    ) -> Result<(), CheckpointError> {
+        // Read-modify-write under the node lock: another instance may have changed the file.
         let _lock = NodeLock::acquire(&self.dir)?;
         let (_, mut claims, rewrite) = self.read_locked()?;
-        let changed = change(&mut claims)?;
+        let mut touched = Vec::with_capacity(changes.len());
+        let mut changed = false;
+        for change in changes {
+            let r = match change {
+                Change::Start { claim, devices } => {
+                    let uid = claim.uid.to_string();
+                    touched.push(uid.clone());
+                    claims.insert(
+                        uid,
+                        ClaimRecord {
+                            claim,
+                            state: ClaimState::PrepareStarted,
+                            devices,
+                            prepared: Vec::new(),
+                            cdi_file: None,
+                            owner: Some(owner.clone()),
+                            pod_claim_name: None,
+                        },
+                    );
+                    Ok(())
+                }
+                Change::Complete {
+                    uid,
+                    prepared,
+                    cdi_file,
+                    pod_claim_name,
+                } => match claims.get_mut(&uid) {
+                    Some(record) => {
+                        record.state = ClaimState::PrepareCompleted;
+                        record.prepared = prepared;
+                        record.cdi_file = cdi_file;
+                        record.pod_claim_name = pod_claim_name;
+                        touched.push(uid);
+                        Ok(())
+                    }
+                    None => Err(CheckpointError::UnknownClaim {
+                        uid,
+                        path: path.clone(),
+                    }),
+                },
+                Change::Remove { uid } => {
+                    changed |= claims.remove(&uid).is_some();
+                    results.push(Ok(()));
+                    continue;
+                }
+            };
+            changed |= r.is_ok();
+            results.push(r);
+        }
         if changed || rewrite {
-            self.persist(&claims)?;
+            let touched = if rewrite { None } else { Some(&touched[..]) };
+            self.persist(&claims, touched)?;
         }
         self.claims = claims;
-        Ok(())
+        Ok(results)
     }
 
     /// Reads the file; the caller holds the node lock. Returns what was found, the claims to go
@@ -291,8 +317,18 @@ impl CheckpointStore {
     /// corrupt, another boot), the claims this store already holds are kept: they were recorded
     /// during this boot.
     fn read_locked(
-        &self,
+        &mut self,
     ) -> Result<(LoadOutcome, BTreeMap<String, ClaimRecord>, bool), CheckpointError> {
+        if self.known_file.is_some() && self.known_file == FileIdentity::of(&self.path) {
+            let outcome = LoadOutcome::Loaded {
+                claims: self.claims.len(),
+            };
+            return Ok((outcome, self.claims.clone(), false));
+        }
+        // Another writer's records: none of the encodings kept applies.
+        self.encoded.clear();
+        self.known_file = None;
+        let identity = FileIdentity::of(&self.path);
         Ok(match read_checkpoint(&self.path)? {
             FileState::Missing => (LoadOutcome::Created, self.claims.clone(), true),
             FileState::Corrupt(reason) => {
@@ -312,23 +348,60 @@ impl CheckpointStore {
                 self.claims.clone(),
                 true,
             ),
-            FileState::Valid(payload) => (
-                LoadOutcome::Loaded {
-                    claims: payload.claims.len(),
-                },
-                payload.claims,
-                false,
-            ),
+            FileState::Valid(payload) => {
+                // Unchanged since before it was read (the node lock is held): what was read is
+                // what the file holds.
+                if identity.is_some() && identity == FileIdentity::of(&self.path) {
+                    self.known_file = identity;
+                }
+                (
+                    LoadOutcome::Loaded {
+                        claims: payload.claims.len(),
+                    },
+                    payload.claims,
+                    false,
+                )
+            }
         })
     }
 
-    /// Writes `claims` atomically; the caller holds the node lock.
-    fn persist(&self, claims: &BTreeMap<String, ClaimRecord>) -> Result<(), CheckpointError> {
-        let bytes = encode(&self.boot_id, claims).map_err(|source| CheckpointError::Serialize {
+    /// Writes `claims` atomically; the caller holds the node lock. `touched` lists the records
+    /// that changed since the last write (`None`: any may have); the others' encodings are
+    /// reused.
+    fn persist(
+        &mut self,
+        claims: &BTreeMap<String, ClaimRecord>,
+        touched: Option<&[String]>,
+    ) -> Result<(), CheckpointError> {
+        self.known_file = None;
+        let serialize = |source| CheckpointError::Serialize {
             path: self.path.clone(),
             source,
-        })?;
+        };
+        let mut previous = std::mem::take(&mut self.encoded);
+        if let Some(touched) = touched {
+            for uid in touched {
+                previous.remove(uid);
+            }
+        } else {
+            previous.clear();
+        }
+        let mut encoded = BTreeMap::new();
+        for (uid, record) in claims {
+            let bytes = match previous.remove(uid) {
+                Some(bytes) => bytes,
+                None => canonical_record(record).map_err(serialize)?,
+            };
+            encoded.insert(uid.clone(), bytes);
+        }
+        let bytes = encode_records(
+            &self.boot_id,
+            encoded.iter().map(|(uid, r)| (uid.as_str(), r.as_slice())),
+        )
+        .map_err(serialize)?;
         atomic_file::replace(&self.path, CHECKPOINT_MODE, |f| f.write_all(&bytes))?;
+        self.encoded = encoded;
+        self.known_file = FileIdentity::of(&self.path);
         Ok(())
     }
 }

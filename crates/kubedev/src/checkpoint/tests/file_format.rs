@@ -117,13 +117,13 @@ fn corrupt_files_are_moved_aside_and_a_fresh_checkpoint_starts() {
 
     let future = String::from_utf8(good.clone())
         .unwrap()
-        .replace("\"version\": \"1.1\"", "\"version\": \"2.0\"");
+        .replace("\"version\":\"1.1\"", "\"version\":\"2.0\"");
     assert!(future.contains("\"2.0\""), "test edits the version");
     assert_moved_aside(&fx, future.as_bytes(), "unsupported format version", 6);
 
     let no_version = String::from_utf8(good.clone())
         .unwrap()
-        .replace("\"version\": \"1.1\"", "\"version\": 1");
+        .replace("\"version\":\"1.1\"", "\"version\":1");
     assert_moved_aside(&fx, no_version.as_bytes(), "version", 7);
 
     // Valid checksum, but the content breaks the model's rules (invalid device name).
@@ -239,6 +239,47 @@ fn the_file_says_its_version_and_checksum() {
     let mut map = BTreeMap::new();
     map.insert("u1".to_string(), store.get("u1").unwrap().clone());
     assert_eq!(fs::read(fx.file()).unwrap(), encode(BOOT_A, &map).unwrap());
+}
+
+#[test]
+fn a_file_written_change_by_change_is_the_file_of_its_records() {
+    let fx = Fixture::new();
+    let (mut store, _) = fx.open();
+    for uid in ["u1", "u2", "u3"] {
+        store
+            .start_prepare(&claim(uid), &[allocated("gpu-0")])
+            .unwrap();
+    }
+    store
+        .complete_prepare("u2", &[prepared("gpu-0")], Some("f.json"))
+        .unwrap();
+    store.remove("u1").unwrap();
+    store
+        .start_prepare(&claim("u3"), &[allocated("gpu-1")])
+        .unwrap();
+    assert_eq!(
+        store.get("u3").unwrap().devices[0].device.device.as_str(),
+        "gpu-1"
+    );
+    assert_eq!(
+        fs::read(fx.file()).unwrap(),
+        encode(BOOT_A, store.claims()).unwrap(),
+        "only the changed records were encoded again, and the file is still exact"
+    );
+    // Another instance's write (a rolling update) is read before this store's next change.
+    let (mut other, _) = fx.open();
+    other
+        .start_prepare(&claim("u9"), &[allocated("gpu-9")])
+        .unwrap();
+    store
+        .start_prepare(&claim("u4"), &[allocated("gpu-4")])
+        .unwrap();
+    let uids: Vec<&str> = store.claims().keys().map(String::as_str).collect();
+    assert_eq!(uids, ["u2", "u3", "u4", "u9"]);
+    assert_eq!(
+        fs::read(fx.file()).unwrap(),
+        encode(BOOT_A, store.claims()).unwrap()
+    );
 }
 
 proptest! {
