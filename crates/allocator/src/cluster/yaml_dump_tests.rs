@@ -230,3 +230,34 @@ fn documents_of_unusual_shapes_are_read_as_the_yaml_reader_reads_them() {
         assert!(read_cluster(text, "dump.yaml").is_ok(), "{text}");
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+    /// A dump with a few characters inserted or removed anywhere: where it is still
+    /// rewritten, it reads as the YAML reader reads it, and what the YAML reader refuses is
+    /// never rewritten.
+    #[test]
+    fn damaged_dumps_are_rewritten_only_as_the_yaml_reader_reads_them(
+        edits in proptest::collection::vec(
+            (
+                0..KUBECTL_DUMP.len(),
+                0usize..3,
+                proptest::sample::select(vec![
+                    "", " ", "  ", "\n", "\n\n", "-", "- ", ":", ": ", "#", " #", "'", "\"",
+                    "|", ">", "|-", "{", "}", "[", "]", "&a ", "*a", "!", "? ", "%", "...",
+                    "---", "\t", "\\", "x", "0", "~", ",",
+                ]),
+            ),
+            1..4,
+        ),
+    ) {
+        let mut text = KUBECTL_DUMP.to_string();
+        for (at, remove, insert) in edits {
+            let at = at.min(text.len());
+            let end = (at + remove).min(text.len());
+            text.replace_range(at..end, insert);
+        }
+        super::block_yaml_tests::same_as_yaml_reader(&text);
+    }
+}
