@@ -109,6 +109,16 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// The UID of the claim the change is about.
+    pub fn uid(&self) -> &str {
+        match self {
+            Change::Start { claim, .. } => claim.uid.as_str(),
+            Change::Complete { uid, .. } | Change::Remove { uid } => uid,
+        }
+    }
+}
+
 /// Where a claim's prepare stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ClaimState {

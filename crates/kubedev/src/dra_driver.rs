@@ -15,7 +15,7 @@
 //! `device_metadata.rs` (KEP-5304 files), `recover.rs` (start-up recovery), `rebuild.rs` (after
 //! a lost checkpoint) and `refresh.rs` (edits that changed under prepared claims).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use kubedev_core::{ClaimRef, Inventory};
@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 
 use crate::backends::Backends;
 use crate::cdi::CdiWriter;
-use crate::checkpoint::CheckpointStore;
+use crate::checkpoint::{CheckpointStore, ClaimRecord};
 use crate::claim_status::StatusWriter;
 use crate::metadata::MetadataWriter;
 use crate::metrics::Metrics;
@@ -49,6 +49,9 @@ pub struct DraDriver {
     backends: Backends,
     claims: Arc<dyn ClaimSource>,
     store: Arc<Mutex<CheckpointStore>>,
+    /// The store's records as last persisted, for the kubelet's calls to read while the store
+    /// is busy writing.
+    recorded: Recorded,
     commits: mpsc::UnboundedSender<commit::Commit>,
     cdi: Arc<CdiWriter>,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
@@ -62,6 +65,9 @@ pub struct DraDriver {
     /// Device metadata files for containers, when enabled.
     metadata: Option<Arc<MetadataWriter>>,
 }
+
+/// The checkpoint's records by claim UID, as last persisted.
+type Recorded = Arc<parking_lot::RwLock<BTreeMap<String, ClaimRecord>>>;
 
 /// Wraps a message as a failure with `reason` that the kubelet's next call may not meet: the
 /// checkpoint, the CDI directory or an internal task failed.
@@ -103,14 +109,16 @@ impl DraDriver {
         store: CheckpointStore,
         cdi: CdiWriter,
     ) -> Self {
+        let recorded: Recorded = Arc::new(parking_lot::RwLock::new(store.claims().clone()));
         let store = Arc::new(Mutex::new(store));
         let (commits, rx) = mpsc::unbounded_channel();
-        tokio::spawn(commit::committer(store.clone(), rx));
+        tokio::spawn(commit::committer(store.clone(), recorded.clone(), rx));
         DraDriver {
             backends,
             status: StatusWriter::start(claims.clone()),
             claims,
             store,
+            recorded,
             commits,
             cdi: Arc::new(cdi),
             locks: Mutex::new(HashMap::new()),

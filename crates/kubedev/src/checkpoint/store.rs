@@ -40,6 +40,8 @@ pub struct CheckpointStore {
     /// The file as this store last wrote or read it; while the file still matches, it holds
     /// `claims` and is not read again.
     known_file: Option<FileIdentity>,
+    /// How many times the file was read (and its records taken as they were found).
+    file_reads: u64,
 }
 
 /// What tells one version of the checkpoint file from another: a write replaces the file (a
@@ -93,6 +95,7 @@ impl CheckpointStore {
             lease,
             encoded: BTreeMap::new(),
             known_file: None,
+            file_reads: 0,
         };
         let _lock = NodeLock::acquire(&store.dir)?;
         // Every checkpoint write happens under the lock we hold, so any temporary file is left
@@ -181,6 +184,12 @@ impl CheckpointStore {
     /// All claims, by UID.
     pub fn claims(&self) -> &BTreeMap<String, ClaimRecord> {
         &self.claims
+    }
+
+    /// How many times the file has been read, rather than known to hold what this store last
+    /// wrote: when it changes, records other than those a change named may have changed too.
+    pub fn file_reads(&self) -> u64 {
+        self.file_reads
     }
 
     /// The claim with this UID, if recorded.
@@ -328,6 +337,7 @@ impl CheckpointStore {
         // Another writer's records: none of the encodings kept applies.
         self.encoded.clear();
         self.known_file = None;
+        self.file_reads += 1;
         let identity = FileIdentity::of(&self.path);
         Ok(match read_checkpoint(&self.path)? {
             FileState::Missing => (LoadOutcome::Created, self.claims.clone(), true),

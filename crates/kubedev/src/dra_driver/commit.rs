@@ -1,14 +1,34 @@
 //! Writing the checkpoint: one group-commit task applies the changes that arrive while a write
 //! is in flight together with the next write, so concurrent prepares share fsyncs instead of
-//! queueing for one each.
+//! queueing for one each. After each write the records are published to the driver's view,
+//! which the kubelet's calls read without waiting for a write in flight.
 
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{DraDriver, blocking};
+use super::{DraDriver, Recorded, blocking};
 use crate::checkpoint::{Change, CheckpointStore};
+
+/// Copies `store`'s records to `recorded`: those of `uids`, or all of them (`None`).
+fn publish(store: &CheckpointStore, recorded: &Recorded, uids: Option<&[String]>) {
+    let Some(uids) = uids else {
+        *recorded.write() = store.claims().clone();
+        return;
+    };
+    let mut view = recorded.write();
+    for uid in uids {
+        match store.get(uid) {
+            Some(record) => {
+                view.insert(uid.clone(), record.clone());
+            }
+            None => {
+                view.remove(uid);
+            }
+        }
+    }
+}
 
 /// A change to persist, and where to say whether it was.
 pub(super) type Commit = (Change, oneshot::Sender<Result<(), String>>);
@@ -16,6 +36,7 @@ pub(super) type Commit = (Change, oneshot::Sender<Result<(), String>>);
 /// The group-commit task: applies the changes received on `rx` to `store`, in batches.
 pub(super) async fn committer(
     store: Arc<Mutex<CheckpointStore>>,
+    recorded: Recorded,
     mut rx: mpsc::UnboundedReceiver<Commit>,
 ) {
     const MAX_BATCH: usize = 1024;
@@ -28,8 +49,17 @@ pub(super) async fn committer(
             }
         }
         let (changes, replies): (Vec<Change>, Vec<_>) = batch.into_iter().unzip();
-        let store = store.clone();
-        let outcome = kubedev_core::blocking(move || store.lock().apply(changes)).await;
+        let (store, recorded) = (store.clone(), recorded.clone());
+        let outcome = kubedev_core::blocking(move || {
+            let uids: Vec<String> = changes.iter().map(|c| c.uid().to_owned()).collect();
+            let mut store = store.lock();
+            let reads = store.file_reads();
+            let outcome = store.apply(changes);
+            let only_these = store.file_reads() == reads;
+            publish(&store, &recorded, only_these.then_some(&uids[..]));
+            outcome
+        })
+        .await;
         match outcome {
             Ok(Ok(results)) => {
                 for (reply, r) in replies.into_iter().zip(results) {
@@ -70,7 +100,13 @@ impl DraDriver {
         &self,
         f: impl FnOnce(&mut CheckpointStore) -> Result<T, String> + Send + 'static,
     ) -> Result<T, String> {
-        let store = self.store.clone();
-        blocking(move || f(&mut store.lock())).await
+        let (store, recorded) = (self.store.clone(), self.recorded.clone());
+        blocking(move || {
+            let mut store = store.lock();
+            let outcome = f(&mut store);
+            publish(&store, &recorded, None);
+            outcome
+        })
+        .await
     }
 }

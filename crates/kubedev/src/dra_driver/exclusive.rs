@@ -37,8 +37,7 @@ impl DraDriver {
 
     /// Whether device `device` of pool `pool` is recorded as prepared for a claim now.
     pub fn device_in_use(&self, pool: &str, device: &str) -> bool {
-        let store = self.store.lock();
-        store.claims().values().any(|r| {
+        self.recorded.read().values().any(|r| {
             r.devices
                 .iter()
                 .any(|d| d.device.pool.as_str() == pool && d.device.device.as_str() == device)
@@ -69,8 +68,7 @@ impl DraDriver {
             }
         }
         {
-            let store = self.store.lock();
-            for r in store.claims().values() {
+            for r in self.recorded.read().values() {
                 if r.claim.uid == claim.uid {
                     continue;
                 }

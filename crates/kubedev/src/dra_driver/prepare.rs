@@ -19,10 +19,7 @@ impl DraDriver {
         &self,
         claim: &ClaimRef,
     ) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
-        let existing = {
-            let store = self.store.lock();
-            store.get(claim.uid.as_str()).cloned()
-        };
+        let existing = self.recorded.read().get(claim.uid.as_str()).cloned();
         if let Some(r) = existing
             && r.state == ClaimState::PrepareCompleted
         {

@@ -12,10 +12,7 @@ use crate::failpoint;
 impl DraDriver {
     /// Unprepares `claim`, whose lock the caller holds; idempotent.
     pub(super) async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
-        let record = {
-            let store = self.store.lock();
-            store.get(claim.uid.as_str()).cloned()
-        };
+        let record = self.recorded.read().get(claim.uid.as_str()).cloned();
         if let Some(r) = &record {
             failpoint::reached("during-unprepare").await;
             self.backends
