@@ -1,6 +1,7 @@
 //! GetPreferredAllocation through the daemon for 8 NVIDIA GPUs (a DGX A100 through the NVML
 //! stand-in), with NUMA packing and with the NVLink-aware WebAssembly policy: the kubelet
-//! emulator's call over the real socket, answer included.
+//! emulator's call over the real socket, answer included; beside it the cheapest call
+//! (GetDevicePluginOptions) on the same connection, the part that is transport.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::path::PathBuf;
@@ -20,8 +21,14 @@ fn plugin(name: &str) -> PathBuf {
 }
 
 fn preferred(c: &mut Criterion) {
+    // The daemon on its own runtime, as in its process; the caller on another, as the kubelet
+    // is another process.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let caller = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
@@ -66,7 +73,7 @@ fn preferred(c: &mut Criterion) {
         .unwrap();
         // One connection for every call, as the kubelet keeps.
         let endpoint = dp.join(kubelet.resource("nvidia.com/gpu").unwrap().endpoint);
-        let mut client = rt.block_on(async {
+        let mut client = caller.block_on(async {
             let channel =
                 tonic::transport::Endpoint::from_shared(format!("unix://{}", endpoint.display()))
                     .unwrap()
@@ -82,9 +89,21 @@ fn preferred(c: &mut Criterion) {
                 allocation_size: 2,
             }],
         };
+        if policy.is_none() {
+            // The transport alone: the cheapest call on the same connection, so the cost of
+            // choosing is the difference.
+            g.bench_function("empty_call_same_connection", |b| {
+                b.iter(|| {
+                    caller
+                        .block_on(client.get_device_plugin_options(api::Empty {}))
+                        .unwrap()
+                        .into_inner()
+                })
+            });
+        }
         g.bench_function(policy.unwrap_or("numa-packing"), |b| {
             b.iter(|| {
-                let answer = rt
+                let answer = caller
                     .block_on(client.get_preferred_allocation(request.clone()))
                     .unwrap()
                     .into_inner();
