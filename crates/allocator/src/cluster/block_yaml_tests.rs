@@ -131,6 +131,15 @@ const CERTAIN: &[&str] = &[
     "+-",
     "1_a",
     "123e4567-e89b-12d3",
+    "0B",
+    "0x",
+    "0o",
+    "-0b",
+    "0b2",
+    "0o9",
+    "0bA",
+    "0oF",
+    "0xG",
 ];
 
 /// Plain values whose type is left to the YAML reader.

@@ -54,8 +54,14 @@ pub(super) fn plain_type(s: &str) -> Option<Plain> {
     // to the YAML reader; other text with those characters is a string (floats have no
     // `_` separators).
     let b = unsigned.as_bytes();
-    let radix = b.len() > 1 && b[0] == b'0' && matches!(b[1] | 0x20, b'x' | b'o' | b'b');
-    if (radix && b[2..].iter().all(|c| c.is_ascii_hexdigit() || *c == b'_'))
+    // A prefix with no digits after it (`0B`, `0x`) is no number in any radix.
+    let radix = b.len() > 2 && b[0] == b'0' && matches!(b[1] | 0x20, b'x' | b'o' | b'b');
+    let radix_digit = |c: u8| match b[1] | 0x20 {
+        b'x' => c.is_ascii_hexdigit(),
+        b'o' => (b'0'..=b'7').contains(&c),
+        _ => c == b'0' || c == b'1',
+    };
+    if (radix && b[2..].iter().all(|c| radix_digit(*c) || *c == b'_'))
         || (unsigned.contains('_') && unsigned.bytes().all(|c| c.is_ascii_digit() || c == b'_'))
         || unsigned.eq_ignore_ascii_case(".inf")
         || unsigned.eq_ignore_ascii_case(".nan")
