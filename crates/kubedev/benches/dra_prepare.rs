@@ -62,8 +62,10 @@ impl Publisher for NoSlices {
 struct Setup {
     _root: (tempfile::TempDir, tempfile::TempDir),
     cancel: CancellationToken,
-    client: api::dra_plugin_client::DraPluginClient<tonic::transport::Channel>,
+    client: Client,
 }
+
+type Client = api::dra_plugin_client::DraPluginClient<tonic::transport::Channel>;
 
 /// Where a daemon keeps its files: the checkpoint (plugin directory) and the CDI specs.
 #[derive(Clone, Copy)]
@@ -152,10 +154,10 @@ fn claim(n: usize) -> api::Claim {
     }
 }
 
-async fn prepare_unprepare(s: &mut Setup, n: usize) -> Duration {
+/// Prepares claim `n` alone in one call; returns how long the call took.
+async fn prepare_one(client: &mut Client, n: usize) -> Duration {
     let t = Instant::now();
-    let r = s
-        .client
+    let r = client
         .node_prepare_resources(api::NodePrepareResourcesRequest {
             claims: vec![claim(n)],
         })
@@ -164,6 +166,11 @@ async fn prepare_unprepare(s: &mut Setup, n: usize) -> Duration {
         .into_inner();
     let took = t.elapsed();
     assert!(r.claims[&format!("uid-{n}")].error.is_empty());
+    took
+}
+
+async fn prepare_unprepare(s: &mut Setup, n: usize) -> Duration {
+    let took = prepare_one(&mut s.client, n).await;
     s.client
         .node_unprepare_resources(api::NodeUnprepareResourcesRequest {
             claims: vec![claim(n)],
@@ -194,17 +201,8 @@ async fn concurrent_prepares(
         let permit = permits.clone().acquire_owned().await.unwrap();
         let mut client = s.client.clone();
         running.spawn(async move {
-            let t = Instant::now();
-            let r = client
-                .node_prepare_resources(api::NodePrepareResourcesRequest {
-                    claims: vec![claim(n)],
-                })
-                .await
-                .unwrap()
-                .into_inner();
-            let took = t.elapsed();
+            let took = prepare_one(&mut client, n).await;
             drop(permit);
-            assert!(r.claims[&format!("uid-{n}")].error.is_empty());
             took
         });
     }

@@ -388,29 +388,31 @@ impl CheckpointStore {
             path: self.path.clone(),
             source,
         };
-        let mut previous = std::mem::take(&mut self.encoded);
-        if let Some(touched) = touched {
-            for uid in touched {
-                previous.remove(uid);
+        // On any failure below `known_file` stays unset, so the next change reads the file
+        // again and drops these encodings: they never outlive a write that did not happen.
+        match touched {
+            Some(touched) => {
+                for uid in touched {
+                    self.encoded.remove(uid);
+                }
             }
-        } else {
-            previous.clear();
+            None => self.encoded.clear(),
         }
-        let mut encoded = BTreeMap::new();
+        self.encoded.retain(|uid, _| claims.contains_key(uid));
         for (uid, record) in claims {
-            let bytes = match previous.remove(uid) {
-                Some(bytes) => bytes,
-                None => canonical_record(record).map_err(serialize)?,
-            };
-            encoded.insert(uid.clone(), bytes);
+            if !self.encoded.contains_key(uid) {
+                let bytes = canonical_record(record).map_err(serialize)?;
+                self.encoded.insert(uid.clone(), bytes);
+            }
         }
         let bytes = encode_records(
             &self.boot_id,
-            encoded.iter().map(|(uid, r)| (uid.as_str(), r.as_slice())),
+            self.encoded
+                .iter()
+                .map(|(uid, r)| (uid.as_str(), r.as_slice())),
         )
         .map_err(serialize)?;
         atomic_file::replace(&self.path, CHECKPOINT_MODE, |f| f.write_all(&bytes))?;
-        self.encoded = encoded;
         self.known_file = FileIdentity::of(&self.path);
         Ok(())
     }
