@@ -22,6 +22,9 @@ const MAX_HEADER_BLOCK: usize = 256 * 1024;
 /// sees the refusal.
 const MAX_REFUSED_REMEMBERED: usize = 256;
 
+/// Room made in the request buffer before each read from the client.
+const READ_CHUNK: usize = 16 * 1024;
+
 /// The initial HPACK dynamic table size (RFC 7541 §4.2, `SETTINGS_HEADER_TABLE_SIZE` default).
 const DEFAULT_TABLE_SIZE: usize = 4096;
 
@@ -84,6 +87,10 @@ where
         last_request: 0,
         refused: BTreeSet::new(),
         logged_authority: None,
+        buf: BytesMut::with_capacity(READ_CHUNK),
+        out: Vec::with_capacity(READ_CHUNK),
+        passing: 0,
+        dropping: false,
     };
     let responses = responses(server_rd, client_wr, injected, table_limit);
     tokio::pin!(responses);
@@ -117,6 +124,14 @@ struct Requests<R, W> {
     /// Streams answered by the layer itself; the server never heard of them.
     refused: BTreeSet<u32>,
     logged_authority: Option<Vec<u8>>,
+    /// Bytes read from the client and not handled yet.
+    buf: BytesMut,
+    /// Bytes for the server, written after each read's frames are handled.
+    out: Vec<u8>,
+    /// Payload bytes of the current frame still to come, passed on as they arrive...
+    passing: usize,
+    /// ... or thrown away (a frame on a stream the layer refused).
+    dropping: bool,
 }
 
 impl<R, W> Requests<R, W>
@@ -149,40 +164,90 @@ where
         let _ = self.writer.shutdown().await;
     }
 
+    /// Reads more of the client's bytes into the buffer; `false` at the end of its stream.
+    async fn fill(&mut self) -> std::io::Result<bool> {
+        self.buf.reserve(READ_CHUNK);
+        Ok(self.reader.read_buf(&mut self.buf).await? != 0)
+    }
+
+    /// Passes on what [`Requests::handled`] left for the server, in one write.
+    async fn write_out(&mut self) -> std::io::Result<()> {
+        if !self.out.is_empty() {
+            self.writer.write_all(&self.out).await?;
+            self.out.clear();
+        }
+        Ok(())
+    }
+
     /// Checks the connection preface; a client that does not send one is not speaking HTTP/2
     /// with prior knowledge, and its bytes are copied through for the server to answer.
     async fn preface(&mut self) -> Result<bool, Stop> {
-        let mut got = Vec::with_capacity(frame::PREFACE.len());
-        while got.len() < frame::PREFACE.len() {
-            let mut byte = [0u8; 1];
-            let n = self.reader.read(&mut byte).await?;
-            if n == 0 {
-                self.writer.write_all(&got).await?;
-                return Err(Stop::Closed);
-            }
-            got.push(byte[0]);
-            if !frame::PREFACE.starts_with(&got) {
-                self.writer.write_all(&got).await?;
+        loop {
+            let n = self.buf.len().min(frame::PREFACE.len());
+            if !frame::PREFACE.starts_with(&self.buf[..n]) {
+                self.writer.write_all(&self.buf).await?;
+                self.buf.clear();
                 tokio::io::copy(&mut self.reader, &mut self.writer).await?;
                 return Ok(false);
             }
+            if n == frame::PREFACE.len() {
+                self.out.extend_from_slice(&self.buf.split_to(n));
+                return Ok(true);
+            }
+            if !self.fill().await? {
+                self.writer.write_all(&self.buf).await?;
+                return Err(Stop::Closed);
+            }
         }
-        self.writer.write_all(&got).await?;
-        Ok(true)
     }
 
+    /// Handles the client's frames as they arrive: whatever one read brings is handled and
+    /// passed on in one write, so a request's HEADERS and DATA cost the server one wake-up.
     async fn frames(&mut self) -> Result<(), Stop> {
         if !self.preface().await? {
             return Ok(());
         }
         loop {
-            let head = match self.read_head().await {
-                Ok(h) => h,
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-                Err(e) => return Err(e.into()),
+            self.handled().await?;
+            self.write_out().await?;
+            if !self.fill().await? {
+                // The end at a frame boundary is the client closing; inside a frame, a cut.
+                return if self.buf.is_empty() && self.passing == 0 {
+                    Ok(())
+                } else {
+                    Err(Stop::Closed)
+                };
+            }
+        }
+    }
+
+    /// Handles every whole frame in the buffer (and the part of a passed-through payload that
+    /// is there), leaving a frame head or header block that is not complete yet.
+    async fn handled(&mut self) -> Result<(), Stop> {
+        loop {
+            if self.passing > 0 {
+                if self.buf.is_empty() {
+                    return Ok(());
+                }
+                let n = self.passing.min(self.buf.len());
+                let chunk = self.buf.split_to(n);
+                if !self.dropping {
+                    self.out.extend_from_slice(&chunk);
+                }
+                self.passing -= n;
+                continue;
+            }
+            let Some(head) = self.buffered_head(0) else {
+                return Ok(());
             };
             match head.kind {
-                frame::HEADERS => self.header_block(head).await?,
+                frame::HEADERS => {
+                    let Some(end) = self.buffered_block(&head)? else {
+                        return Ok(());
+                    };
+                    let frames = self.buf.split_to(end);
+                    self.header_block(head, &frames).await?;
+                }
                 frame::CONTINUATION => {
                     return Err(fatal(
                         code::PROTOCOL_ERROR,
@@ -194,7 +259,7 @@ where
                     .into());
                 }
                 frame::DATA if self.refused.contains(&head.stream) => {
-                    self.discard(head.len).await?;
+                    self.skip(&head, true);
                     if head.has(frame::FLAG_END_STREAM) {
                         self.refused.remove(&head.stream);
                     }
@@ -209,42 +274,75 @@ where
                 frame::RST_STREAM | frame::WINDOW_UPDATE | frame::PRIORITY
                     if self.refused.contains(&head.stream) =>
                 {
-                    self.discard(head.len).await?;
+                    self.skip(&head, true);
                     if head.kind == frame::RST_STREAM {
                         self.refused.remove(&head.stream);
                     }
                 }
                 _ => {
-                    let mut h = Vec::with_capacity(frame::HEAD_LEN);
-                    head.write(&mut h);
-                    self.writer.write_all(&h).await?;
-                    let mut payload = (&mut self.reader).take(head.len as u64);
-                    let copied = tokio::io::copy(&mut payload, &mut self.writer).await?;
-                    if copied < head.len as u64 {
-                        return Err(Stop::Closed);
-                    }
+                    self.out.extend_from_slice(&self.buf[..frame::HEAD_LEN]);
+                    self.skip(&head, false);
                 }
             }
         }
     }
 
-    async fn read_head(&mut self) -> std::io::Result<Head> {
+    /// The head of the frame at `at` in the buffer, when all of it is there.
+    fn buffered_head(&self, at: usize) -> Option<Head> {
+        let bytes = self.buf.get(at..at + frame::HEAD_LEN)?;
         let mut b = [0u8; frame::HEAD_LEN];
-        self.reader.read_exact(&mut b).await?;
-        Ok(Head::parse(&b))
+        b.copy_from_slice(bytes);
+        Some(Head::parse(&b))
     }
 
-    async fn read_payload(&mut self, len: usize, into: &mut Vec<u8>) -> std::io::Result<()> {
-        let start = into.len();
-        into.resize(start + len, 0);
-        self.reader.read_exact(&mut into[start..]).await?;
-        Ok(())
+    /// Takes the buffered frame `head` off the buffer, its payload passed on as it arrives
+    /// (`drop`: thrown away).
+    fn skip(&mut self, head: &Head, drop: bool) {
+        self.buf.advance(frame::HEAD_LEN);
+        self.passing = head.len;
+        self.dropping = drop;
     }
 
-    async fn discard(&mut self, len: usize) -> std::io::Result<()> {
-        let mut payload = (&mut self.reader).take(len as u64);
-        tokio::io::copy(&mut payload, &mut tokio::io::sink()).await?;
-        Ok(())
+    /// Where the header block starting with HEADERS frame `head` (at the start of the buffer)
+    /// ends, once all its frames are buffered; refuses a block over [`MAX_HEADER_BLOCK`] as
+    /// soon as a frame head shows it, and a block interrupted by another frame.
+    fn buffered_block(&self, head: &Head) -> Result<Option<usize>, Fatal> {
+        if head.len > MAX_HEADER_BLOCK {
+            return Err(too_large());
+        }
+        let mut end = frame::HEAD_LEN + head.len;
+        if self.buf.len() < end {
+            return Ok(None);
+        }
+        // The fragment's length, as the limit counts it (without padding and priority).
+        let (_, fragment) = frame::split_headers_payload(head, &self.buf[frame::HEAD_LEN..end])
+            .map_err(|m| fatal(code::PROTOCOL_ERROR, m))?;
+        let mut block_len = fragment.len();
+        let mut end_headers = head.has(frame::FLAG_END_HEADERS);
+        while !end_headers {
+            let Some(next) = self.buffered_head(end) else {
+                return Ok(None);
+            };
+            if next.kind != frame::CONTINUATION || next.stream != head.stream {
+                return Err(fatal(
+                    code::PROTOCOL_ERROR,
+                    format!(
+                        "expected a CONTINUATION frame on stream {}, got a frame of type {} on stream {}",
+                        head.stream, next.kind, next.stream
+                    ),
+                ));
+            }
+            if block_len + next.len > MAX_HEADER_BLOCK {
+                return Err(too_large());
+            }
+            block_len += next.len;
+            end += frame::HEAD_LEN + next.len;
+            if self.buf.len() < end {
+                return Ok(None);
+            }
+            end_headers = next.has(frame::FLAG_END_HEADERS);
+        }
+        Ok(Some(end))
     }
 
     async fn send_to_client(&mut self, frames: Vec<u8>) -> Result<(), Stop> {
@@ -255,35 +353,21 @@ where
         }
     }
 
-    /// Reads one header block (HEADERS and its CONTINUATIONs), decodes it, and passes it on
-    /// re-encoded, or answers it.
-    async fn header_block(&mut self, head: Head) -> Result<(), Stop> {
-        if head.len > MAX_HEADER_BLOCK {
-            return Err(too_large().into());
-        }
-        let mut payload = Vec::new();
-        self.read_payload(head.len, &mut payload).await?;
-        let (priority, fragment) = frame::split_headers_payload(&head, &payload)
+    /// Decodes one buffered header block (`frames`: HEADERS `head` and its CONTINUATIONs,
+    /// checked by [`Requests::buffered_block`]) and passes it on re-encoded, or answers it.
+    async fn header_block(&mut self, head: Head, frames: &[u8]) -> Result<(), Stop> {
+        let first = &frames[frame::HEAD_LEN..frame::HEAD_LEN + head.len];
+        let (priority, fragment) = frame::split_headers_payload(&head, first)
             .map_err(|m| fatal(code::PROTOCOL_ERROR, m))?;
-        let mut block = payload[fragment].to_vec();
-        let mut end_headers = head.has(frame::FLAG_END_HEADERS);
-        while !end_headers {
-            let next = self.read_head().await?;
-            if next.kind != frame::CONTINUATION || next.stream != head.stream {
-                return Err(fatal(
-                    code::PROTOCOL_ERROR,
-                    format!(
-                        "expected a CONTINUATION frame on stream {}, got a frame of type {} on stream {}",
-                        head.stream, next.kind, next.stream
-                    ),
-                )
-                .into());
-            }
-            if block.len() + next.len > MAX_HEADER_BLOCK {
-                return Err(too_large().into());
-            }
-            self.read_payload(next.len, &mut block).await?;
-            end_headers = next.has(frame::FLAG_END_HEADERS);
+        let mut block = first[fragment].to_vec();
+        let mut at = frame::HEAD_LEN + head.len;
+        while at < frames.len() {
+            let mut b = [0u8; frame::HEAD_LEN];
+            b.copy_from_slice(&frames[at..at + frame::HEAD_LEN]);
+            let next = Head::parse(&b);
+            at += frame::HEAD_LEN;
+            block.extend_from_slice(&frames[at..at + next.len]);
+            at += next.len;
         }
         if matches!(self.policy, Policy::Accept) {
             self.decoder
@@ -327,15 +411,13 @@ where
                 },
             }
         }
-        let mut out = Vec::with_capacity(block.len() + 64);
         frame::write_header_block(
             stream,
             end_stream,
             priority,
             &headers::encode(&list),
-            &mut out,
+            &mut self.out,
         );
-        self.writer.write_all(&out).await?;
         Ok(())
     }
 

@@ -295,6 +295,67 @@ async fn a_malformed_request_gets_a_grpc_error_and_the_connection_goes_on() {
 }
 
 #[tokio::test]
+async fn requests_that_arrive_a_few_bytes_at_a_time_are_served() {
+    // A client (or a busy kernel) may hand over a frame head, a header block split into
+    // CONTINUATIONs, or a message in any number of pieces: each request is still served.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reg.sock");
+    let cancel = CancellationToken::new();
+    serve(&path, true, &cancel);
+    let mut raw = Raw::connect(&path).await;
+    let mut bytes = Vec::new();
+    for stream in [1u32, 3] {
+        let list: Vec<(Vec<u8>, Vec<u8>)> = grpc_headers("%2Fvar%2Flib%2Fx-reg.sock")
+            .iter()
+            .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
+        let block = headers::encode(&list);
+        // The block in three frames: HEADERS and two CONTINUATIONs.
+        let (a, rest) = block.split_at(block.len() / 3);
+        let (b, c) = rest.split_at(rest.len() / 2);
+        for (kind, flags, part) in [
+            (frame::HEADERS, 0, a),
+            (frame::CONTINUATION, 0, b),
+            (frame::CONTINUATION, frame::FLAG_END_HEADERS, c),
+        ] {
+            Head {
+                len: part.len(),
+                kind,
+                flags,
+                stream,
+            }
+            .write(&mut bytes);
+            bytes.extend_from_slice(part);
+        }
+        Head {
+            len: 5,
+            kind: frame::DATA,
+            flags: frame::FLAG_END_STREAM,
+            stream,
+        }
+        .write(&mut bytes);
+        bytes.extend_from_slice(&[0, 0, 0, 0, 0]);
+    }
+    for (i, piece) in bytes.chunks(7).enumerate() {
+        raw.send(piece).await;
+        if i % 3 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    for stream in [1, 3] {
+        let (_, _, fields) = raw.until(frame::HEADERS, stream).await;
+        assert_eq!(field(&fields, ":status"), Some("200"), "stream {stream}");
+        let (_, _, trailers) = raw.until(frame::HEADERS, stream).await;
+        assert_eq!(
+            field(&trailers, "grpc-status"),
+            Some("0"),
+            "stream {stream}"
+        );
+    }
+    cancel.cancel();
+}
+
+#[tokio::test]
 async fn a_header_block_that_does_not_decode_ends_the_connection_with_a_reason() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reg.sock");
