@@ -11,7 +11,7 @@
 //! The fix is a property of each socket kubedev serves, not of a service: every accepted
 //! connection goes through a small proxy in front of the HTTP/2 server. It reads the client's
 //! frames, decodes each header block with an HPACK decoder that follows the client's dynamic
-//! table (`loona-hpack`), and passes the block on re-encoded with literals that never touch the
+//! table, and passes the block on re-encoded with literals that never touch the
 //! server's dynamic table, so both HPACK contexts stay consistent whatever the table sizes. An
 //! `:authority` that parses as a URI authority passes unchanged; any other (a path, raw or
 //! percent-encoded, or an empty value) becomes `localhost`. All other frames pass through as
@@ -27,6 +27,7 @@
 
 mod frame;
 mod headers;
+mod hpack;
 mod proxy;
 
 use parking_lot::Mutex;

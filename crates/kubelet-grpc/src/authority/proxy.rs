@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::frame::{self, Head, code};
 use super::headers::{self, Verdict};
+use super::hpack;
 use super::{Policy, SocketContext};
 
 /// The largest header block (all fragments of one HEADERS and its CONTINUATIONs) accepted; far
@@ -24,9 +25,6 @@ const MAX_REFUSED_REMEMBERED: usize = 256;
 
 /// Room made in the request buffer before each read from the client.
 const READ_CHUNK: usize = 16 * 1024;
-
-/// The initial HPACK dynamic table size (RFC 7541 §4.2, `SETTINGS_HEADER_TABLE_SIZE` default).
-const DEFAULT_TABLE_SIZE: usize = 4096;
 
 /// A reason to end the whole connection: the client broke HTTP/2 framing or HPACK, after which
 /// no later header block can be read.
@@ -75,11 +73,11 @@ where
     // Frames the layer answers with; bounded, so a client that floods bad requests while not
     // reading its answers is slowed down instead of growing this queue.
     let (inject, injected) = mpsc::channel::<Vec<u8>>(32);
-    let table_limit = Arc::new(AtomicUsize::new(DEFAULT_TABLE_SIZE));
+    let table_limit = Arc::new(AtomicUsize::new(hpack::DEFAULT_TABLE_SIZE));
     let requests = Requests {
         reader: client_rd,
         writer: server_wr,
-        decoder: loona_hpack::Decoder::new(),
+        decoder: hpack::Decoder::default(),
         policy,
         socket: socket.clone(),
         inject,
@@ -114,7 +112,7 @@ where
 struct Requests<R, W> {
     reader: R,
     writer: W,
-    decoder: loona_hpack::Decoder<'static>,
+    decoder: hpack::Decoder,
     policy: Policy,
     socket: Arc<SocketContext>,
     inject: mpsc::Sender<Vec<u8>>,
