@@ -5,3 +5,4 @@ mod conformance;
 mod nodes;
 mod policy;
 mod properties;
+mod shares;

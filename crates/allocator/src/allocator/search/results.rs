@@ -4,6 +4,8 @@
 
 use std::collections::HashSet;
 
+use kubedev_core::Quantity;
+
 use super::Search;
 use crate::allocator::ClaimPlan;
 use crate::api::{
@@ -11,6 +13,7 @@ use crate::api::{
     DeviceRequestAllocationResult, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
 };
 use crate::error::AllocationError;
+use crate::model::NodeDevice;
 
 impl Search<'_, '_, '_> {
     /// Builds the `status.allocation` of every claim.
@@ -20,6 +23,8 @@ impl Search<'_, '_, '_> {
         classes: &[DeviceClass],
     ) -> Result<Vec<AllocationResult>, AllocationError> {
         let mut out = Vec::with_capacity(self.plan.len());
+        // The text of each amount consumed, written once (shares mostly consume the same).
+        let mut amounts: Vec<(Quantity, String)> = Vec::new();
         for (ci, cp) in self.plan.iter().enumerate() {
             let mut results = Vec::with_capacity(self.chosen[ci].len());
             for (k, c) in self.chosen[ci].iter().enumerate() {
@@ -29,9 +34,9 @@ impl Search<'_, '_, '_> {
                 let mut share_id = None;
                 if let Some(consumed) = &c.share {
                     for (cap, q) in dev.capacity().iter().zip(consumed) {
-                        consumed_capacity.insert(cap.key.to_string(), q.to_string());
+                        consumed_capacity.insert(cap.key.to_string(), amount_text(&mut amounts, q));
                     }
-                    share_id = Some(share_id_for(cp, &sp.full_name, &dev.id(), k));
+                    share_id = Some(share_id_for(cp, &sp.full_name, dev, k));
                 }
                 results.push(DeviceRequestAllocationResult {
                     request: sp.full_name.to_string(),
@@ -194,30 +199,102 @@ fn merge_requirements(from: &[NodeSelectorRequirement], to: &mut Vec<NodeSelecto
     }
 }
 
-/// A share ID for a multi-allocatable device. The scheduler draws a random UUID; kubedev
-/// derives one from the claim, request, device and position, so results are reproducible.
-fn share_id_for(cp: &ClaimPlan<'_>, request: &str, device: &str, position: usize) -> String {
-    // FNV-1a over the identifying text, two lanes for 128 bits.
-    let text = format!(
-        "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
-        cp.claim.metadata.uid, cp.display, request, device, position
-    );
-    let mut a: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut b: u64 = 0x8422_2325_cbf2_9ce4;
-    for byte in text.bytes() {
-        a = (a ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
-        b = (b ^ u64::from(byte))
-            .wrapping_mul(0x0000_0100_0000_01b3)
-            .rotate_left(5);
+/// The canonical text of `q`, from `seen` when an amount of the same value and format was
+/// written before.
+fn amount_text(seen: &mut Vec<(Quantity, String)>, q: &Quantity) -> String {
+    if let Some((_, text)) = seen
+        .iter()
+        .find(|(k, _)| k == q && k.format() == q.format())
+    {
+        return text.clone();
     }
-    let x = (u128::from(a) << 64) | u128::from(b);
-    let h = format!("{x:032x}");
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    let text = q.to_string();
+    if seen.len() < 8 {
+        seen.push((*q, text.clone()));
+    }
+    text
+}
+
+/// FNV-1a in two lanes (128 bits) over the text that identifies a share.
+struct ShareHash {
+    a: u64,
+    b: u64,
+}
+
+impl ShareHash {
+    fn new() -> ShareHash {
+        ShareHash {
+            a: 0xcbf2_9ce4_8422_2325,
+            b: 0x8422_2325_cbf2_9ce4,
+        }
+    }
+
+    fn write(&mut self, text: &[u8]) {
+        let (mut a, mut b) = (self.a, self.b);
+        for &byte in text {
+            a = (a ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+            b = (b ^ u64::from(byte))
+                .wrapping_mul(0x0000_0100_0000_01b3)
+                .rotate_left(5);
+        }
+        (self.a, self.b) = (a, b);
+    }
+
+    /// The hash as a UUID's text (8-4-4-4-12 lowercase hex digits).
+    fn uuid(&self) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let x = (u128::from(self.a) << 64) | u128::from(self.b);
+        let mut out = String::with_capacity(36);
+        for i in 0..32 {
+            if matches!(i, 8 | 12 | 16 | 20) {
+                out.push('-');
+            }
+            let nibble = (x >> (124 - 4 * i)) & 0xf;
+            out.push(char::from(HEX[nibble as usize]));
+        }
+        out
+    }
+}
+
+/// A share ID for a multi-allocatable device. The scheduler draws a random UUID; kubedev
+/// derives one from the claim (UID and `namespace/name`), the request, the device
+/// (`driver/pool/device`) and the result's position, so results are reproducible.
+fn share_id_for(
+    cp: &ClaimPlan<'_>,
+    request: &str,
+    dev: &NodeDevice<'_>,
+    position: usize,
+) -> String {
+    let meta = &cp.claim.metadata;
+    let mut h = ShareHash::new();
+    h.write(meta.uid.as_bytes());
+    h.write(b"\0");
+    if !meta.namespace.is_empty() {
+        h.write(meta.namespace.as_bytes());
+        h.write(b"/");
+    }
+    h.write(meta.name.as_bytes());
+    h.write(b"\0");
+    h.write(request.as_bytes());
+    h.write(b"\0");
+    h.write(dev.driver().as_bytes());
+    h.write(b"/");
+    h.write(dev.pool_name().as_bytes());
+    h.write(b"/");
+    h.write(dev.device.name.as_bytes());
+    h.write(b"\0");
+    // The position in decimal.
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut n = position;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    h.write(&digits[at..]);
+    h.uuid()
 }
