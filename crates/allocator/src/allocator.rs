@@ -27,7 +27,7 @@ use crate::slice_index::SliceIndex;
 use plan::{plan_claims, statically_impossible};
 use search::Search;
 
-pub(crate) use fit::{CapFit, capacity_fit, capacity_fits, taint_blocks, tolerates};
+pub(crate) use fit::{CapFit, Consumption, capacity_fit, capacity_fits, taint_blocks, tolerates};
 pub(crate) use selectors::{Cands, SelectorSet};
 
 /// Most devices one claim can get (the API's `AllocationResultsMaxSize`).

@@ -2,15 +2,20 @@
 //! device's policy, against what earlier shares took) and taints the request does not tolerate.
 
 use kubedev_core::Quantity;
+use smallvec::SmallVec;
 
 use crate::api::DeviceToleration;
 use crate::model::NodeDevice;
 
+/// What one allocation consumes of each capacity of a device (same order as
+/// `NodeDevice::capacity`); devices mostly have one or two capacities.
+pub(crate) type Consumption = SmallVec<[Quantity; 2]>;
+
 /// Whether a capacity request fits a device.
 #[derive(Debug)]
 pub(crate) enum CapFit {
-    /// Consumption per device capacity (same order as `NodeDevice::capacity`).
-    Fits(Vec<Quantity>),
+    /// Consumption per device capacity.
+    Fits(Consumption),
     NoFit,
 }
 
@@ -102,8 +107,8 @@ pub(crate) fn capacity_fit(
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
 ) -> Result<CapFit, String> {
-    let mut consumed = Vec::with_capacity(dev.capacity().len());
-    Ok(if fit(dev, requests, allocating, Some(&mut consumed))? {
+    let mut consumed = Consumption::new();
+    Ok(if fit(dev, requests, allocating, &mut consumed)? {
         CapFit::Fits(consumed)
     } else {
         CapFit::NoFit
@@ -124,22 +129,26 @@ pub(crate) fn capacity_fits(
         // Each capacity is consumed whole, and nothing else took from it.
         return true;
     }
-    matches!(fit(dev, requests, allocating, None), Ok(true))
+    matches!(
+        fit(dev, requests, allocating, &mut Consumption::new()),
+        Ok(true)
+    )
 }
 
-/// The check of [`capacity_fit`]; the consumption per capacity goes to `consumed` if given.
+/// The check of [`capacity_fit`]; the consumption per capacity goes to `consumed` (empty on
+/// entry).
 fn fit(
     dev: &NodeDevice<'_>,
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
-    mut consumed: Option<&mut Vec<Quantity>>,
+    consumed: &mut Consumption,
 ) -> Result<bool, String> {
     let caps = dev.capacity();
     let requests = requests.unwrap_or(&[]);
     // The request per capacity (none without requests).
-    let mut resolved: Vec<Option<Quantity>> = Vec::new();
+    let mut resolved: SmallVec<[Option<Quantity>; 2]> = SmallVec::new();
     if !requests.is_empty() {
-        resolved = vec![None; caps.len()];
+        resolved.resize(caps.len(), None);
     }
     for (name, q) in requests {
         let idx = caps
@@ -178,15 +187,9 @@ fn fit(
         if c.sign() < 0 {
             return Err(format!("capacity {}: capacity value is negative", cap.key));
         }
-        if let Some(out) = consumed.as_deref_mut() {
-            out.push(c);
-        }
+        consumed.push(c);
     }
-    for (i, cap) in caps.iter().enumerate() {
-        let c = match consumed.as_deref() {
-            Some(out) => out[i],
-            None => amount(i)?,
-        };
+    for (i, (cap, &c)) in caps.iter().zip(consumed.iter()).enumerate() {
         if violates_policy(&c, cap.policy.as_deref()) {
             return Ok(false);
         }

@@ -8,7 +8,7 @@ use kubedev_core::Quantity;
 use smallvec::SmallVec;
 
 use super::{
-    CapFit, ClaimName, ClaimPlan, MAX_DEVICES_PER_CLAIM, Mode, SubPlan, capacity_fit,
+    CapFit, ClaimName, ClaimPlan, Consumption, MAX_DEVICES_PER_CLAIM, Mode, SubPlan, capacity_fit,
     capacity_fits, taint_blocks,
 };
 use crate::error::AllocationError;
@@ -25,7 +25,15 @@ pub(crate) struct Chosen {
     pub(crate) req: usize,
     pub(crate) sub: usize,
     pub(crate) dev: u32,
-    pub(crate) share: Option<Vec<Quantity>>,
+    pub(crate) share: Option<Consumption>,
+}
+
+/// The capacity check of a candidate made before it is taken.
+enum Checked {
+    /// Not made: taking the device checks.
+    No,
+    /// The request fits, with what a share of a shared device consumes.
+    Fits(Option<Consumption>),
 }
 
 /// What taking a device did, so that giving it back undoes exactly that.
@@ -116,7 +124,7 @@ pub(crate) struct Search<'s, 'a, 'c> {
     plan: &'s [ClaimPlan<'c>],
     held: Vec<Held>,
     consumed: SmallVec<[Vec<Quantity>; 1]>,
-    share_capacity: Vec<Vec<Quantity>>,
+    share_capacity: Vec<Consumption>,
     constraint_state: SmallVec<[SmallVec<[ConstraintState<'a>; 1]>; 1]>,
     pub(crate) chosen: SmallVec<[SmallVec<[Chosen; 2]>; 1]>,
     selected: SmallVec<[SmallVec<[usize; 2]>; 1]>,
@@ -247,7 +255,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         in_sub: bool,
     ) -> Result<bool, Stop> {
         let d = sp.all_devices[at.dev];
-        let Some(undo) = self.take(at, d, true)? else {
+        let Some(undo) = self.take(at, d, true, Checked::No)? else {
             return Ok(false);
         };
         match self.search_from(at.next_device(), in_sub, 0) {
@@ -289,10 +297,10 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             if let Some(e) = err {
                 return Err(sp.cands.error(e).into());
             }
-            if !self.capacity_allows(sp, d) {
+            let Some(checked) = self.capacity_allows(sp, d) else {
                 continue;
-            }
-            let Some(undo) = self.take(at, d, false)? else {
+            };
+            let Some(undo) = self.take(at, d, false, checked)? else {
                 continue;
             };
             // A `false` has evaluated every candidate, so the errors are known then.
@@ -324,12 +332,24 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     }
 
     /// Whether the request's capacity (or the whole device) fits device `d`, with what its
-    /// earlier shares took.
+    /// earlier shares took: `None` when it does not, else the check made (for the take).
     #[inline]
-    fn capacity_allows(&self, sp: &SubPlan<'_>, d: u32) -> bool {
+    fn capacity_allows(&self, sp: &SubPlan<'_>, d: u32) -> Option<Checked> {
         let dev = &self.view.devices[d as usize];
-        !(sp.capacity.is_some() || dev.allows_multiple || !dev.plain_capacity())
-            || capacity_fits(dev, sp.capacity.as_deref(), self.share_capacity_of(d))
+        if !(sp.capacity.is_some() || dev.allows_multiple || !dev.plain_capacity()) {
+            return Some(Checked::No);
+        }
+        let requests = sp.capacity.as_deref();
+        if dev.allows_multiple {
+            match capacity_fit(dev, requests, self.share_capacity_of(d)) {
+                Ok(CapFit::Fits(consumed)) => Some(Checked::Fits(Some(consumed))),
+                _ => None,
+            }
+        } else if capacity_fits(dev, requests, self.share_capacity_of(d)) {
+            Some(Checked::Fits(None))
+        } else {
+            None
+        }
     }
 
     /// With the current match constraints fixed, can the rest of this request still be
@@ -380,11 +400,18 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         if self.held[d as usize].shares == 0 {
             return None;
         }
-        self.share_capacity.get(d as usize).map(Vec::as_slice)
+        self.share_capacity.get(d as usize).map(|c| c.as_slice())
     }
 
-    /// The scheduler's `allocateDevice`: tries to take device `d` at `at`.
-    fn take(&mut self, at: Position, d: u32, must: bool) -> Result<Option<Undo>, AllocationError> {
+    /// The scheduler's `allocateDevice`: tries to take device `d` at `at`; `checked` is the
+    /// capacity check already made, with nothing taken since.
+    fn take(
+        &mut self,
+        at: Position,
+        d: u32,
+        must: bool,
+        checked: Checked,
+    ) -> Result<Option<Undo>, AllocationError> {
         let view = self.view;
         let plan = self.plan;
         let dev = &view.devices[d as usize];
@@ -439,14 +466,20 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         }
         // Only a shared device keeps what each allocation consumed.
         let share = if multi {
-            match capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d)) {
+            let fit = match checked {
+                Checked::Fits(Some(consumed)) => Ok(CapFit::Fits(consumed)),
+                _ => capacity_fit(dev, sp.capacity.as_deref(), self.share_capacity_of(d)),
+            };
+            match fit {
                 Ok(CapFit::Fits(consumed)) => {
                     if self.share_capacity.len() < view.devices.len() {
-                        self.share_capacity.resize(view.devices.len(), Vec::new());
+                        self.share_capacity
+                            .resize(view.devices.len(), Consumption::new());
                     }
                     let acc = &mut self.share_capacity[d as usize];
                     if self.held[d as usize].shares == 0 || acc.len() != consumed.len() {
-                        *acc = vec![Quantity::default(); consumed.len()];
+                        acc.clear();
+                        acc.resize(consumed.len(), Quantity::default());
                     }
                     for (a, c) in acc.iter_mut().zip(&consumed) {
                         *a = a.checked_add(c).unwrap_or(*a);
@@ -460,7 +493,9 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                     return Ok(None);
                 }
             }
-        } else if capacity_fits(dev, sp.capacity.as_deref(), None) {
+        } else if matches!(checked, Checked::Fits(_))
+            || capacity_fits(dev, sp.capacity.as_deref(), None)
+        {
             None
         } else {
             self.rollback(at, d, &undo);
