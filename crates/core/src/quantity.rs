@@ -42,6 +42,17 @@ const MAX_EXPONENT: i64 = i32::MAX as i64;
 const MAX_SUFFIX_EXPONENT: i64 = i32::MAX as i64;
 /// Kubernetes caps a parsed binary-suffix quantity at 2^63-1 in magnitude.
 const BINARY_CAP: u128 = i64::MAX as u128;
+/// 10^0 to 10^19, the powers of ten a `u64` holds: the arithmetic of values that fit 64 bits
+/// (most quantities) uses them instead of 128-bit powers and divisions.
+static POW10: [u64; 20] = {
+    let mut table = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        table[i] = table[i - 1] * 10;
+        i += 1;
+    }
+    table
+};
 
 /// How a [`Quantity`] is written: the kind of suffix it was parsed with, kept for printing.
 ///
@@ -241,6 +252,21 @@ impl Quantity {
             return Some(0);
         }
         let shift = i64::from(self.exponent) - i64::from(scale);
+        if let Ok(m) = i64::try_from(self.mantissa)
+            && shift.unsigned_abs() < 19
+        {
+            // In 64 bits: the same result without 128-bit products and divisions.
+            let factor = POW10[shift.unsigned_abs() as usize] as i64;
+            if shift >= 0 {
+                return m.checked_mul(factor);
+            }
+            let (quotient, remainder) = (m / factor, m % factor);
+            return Some(if remainder == 0 {
+                quotient
+            } else {
+                quotient + m.signum()
+            });
+        }
         let units = if shift >= 0 {
             let factor = 10i128.checked_pow(u32::try_from(shift).ok()?)?;
             self.mantissa.checked_mul(factor)?
@@ -321,9 +347,18 @@ impl Quantity {
             });
         }
         let (mut magnitude, mut exponent) = (magnitude, exponent);
-        while magnitude % 10 == 0 {
-            magnitude /= 10;
-            exponent = exponent.saturating_add(1);
+        if let Ok(mut small) = u64::try_from(magnitude) {
+            // Trailing zeros in 64 bits: cheaper divisions, same result.
+            while small % 10 == 0 {
+                small /= 10;
+                exponent = exponent.saturating_add(1);
+            }
+            magnitude = u128::from(small);
+        } else {
+            while magnitude % 10 == 0 {
+                magnitude /= 10;
+                exponent = exponent.saturating_add(1);
+            }
         }
         if magnitude > MAX_MANTISSA || !(NANO..=MAX_EXPONENT).contains(&exponent) {
             return None;
@@ -339,6 +374,14 @@ impl Quantity {
     /// |self| in units of `10^exponent` (at most `self.exponent`), if that fits.
     fn aligned_magnitude(&self, exponent: i32) -> Option<u128> {
         let shift = self.exponent.checked_sub(exponent)?;
+        if let (Ok(small), Ok(at)) = (
+            u64::try_from(self.mantissa.unsigned_abs()),
+            usize::try_from(shift),
+        ) && let Some(&factor) = POW10.get(at)
+        {
+            // Two 64-bit factors: the product fits 128 bits.
+            return Some(u128::from(small) * u128::from(factor));
+        }
         let factor = 10u128.checked_pow(u32::try_from(shift).ok()?)?;
         self.mantissa.unsigned_abs().checked_mul(factor)
     }
@@ -348,6 +391,19 @@ impl Quantity {
         let (a, b) = (self.mantissa.unsigned_abs(), other.mantissa.unsigned_abs());
         if self.exponent == other.exponent {
             return a.cmp(&b);
+        }
+        // Both within 64 bits and exponents less than 20 apart: aligned, the larger exponent's
+        // magnitude times 10^difference fits 128 bits.
+        if let (Ok(small_a), Ok(small_b)) = (u64::try_from(a), u64::try_from(b))
+            && let Some(&factor) = POW10.get(self.exponent.abs_diff(other.exponent) as usize)
+        {
+            let (a, b) = (u128::from(small_a), u128::from(small_b));
+            let factor = u128::from(factor);
+            return if self.exponent > other.exponent {
+                (a * factor).cmp(&b)
+            } else {
+                a.cmp(&(b * factor))
+            };
         }
         // 10^(order-1) <= |x| < 10^order
         let order_a = i64::from(decimal_len(a)) + i64::from(self.exponent);

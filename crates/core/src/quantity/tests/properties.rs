@@ -64,6 +64,26 @@ fn fail(error: impl fmt::Display) -> TestCaseError {
     TestCaseError::fail(error.to_string())
 }
 
+/// `scaled_value` worked out in 128 bits: the value in units of 10^scale, rounded away from
+/// zero, if it fits an `i64`.
+fn reference_scaled(v: &Quantity, scale: i32) -> Option<i64> {
+    let (m, e) = v.to_decimal_parts();
+    if m == 0 {
+        return Some(0);
+    }
+    let shift = i64::from(e) - i64::from(scale);
+    let units = if shift >= 0 {
+        m.checked_mul(10i128.checked_pow(u32::try_from(shift).ok()?)?)?
+    } else {
+        match 10i128.checked_pow(u32::try_from(-shift).ok()?) {
+            Some(d) if m % d == 0 => m / d,
+            Some(d) => m / d + m.signum(),
+            None => m.signum(),
+        }
+    };
+    i64::try_from(units).ok()
+}
+
 fn small_quantity() -> impl Strategy<Value = Quantity> {
     (-(10i128.pow(20))..10i128.pow(20), -9i64..60, any_format())
         .prop_filter_map("out of range", |(m, e, f)| {
@@ -117,6 +137,11 @@ proptest! {
             prop_assert!(a <= c);
         }
         prop_assert_eq!(-a < -b, b < a);
+    }
+
+    #[test]
+    fn scaled_values_round_away_from_zero(v in small_quantity(), scale in -12i32..40) {
+        prop_assert_eq!(v.scaled_value(scale), reference_scaled(&v, scale));
     }
 
     #[test]
