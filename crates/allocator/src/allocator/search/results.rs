@@ -27,6 +27,8 @@ impl Search<'_, '_, '_> {
         let mut amounts: Vec<(Quantity, String)> = Vec::new();
         for (ci, cp) in self.plan.iter().enumerate() {
             let mut results = Vec::with_capacity(self.chosen[ci].len());
+            // The hash of the claim's part of its share IDs, made for its first share.
+            let mut claim_hash = None;
             for (k, c) in self.chosen[ci].iter().enumerate() {
                 let sp = &cp.requests[c.req].subs[c.sub];
                 let dev = &self.view.devices[c.dev as usize];
@@ -36,7 +38,8 @@ impl Search<'_, '_, '_> {
                     for (cap, q) in dev.capacity().iter().zip(consumed) {
                         consumed_capacity.insert(cap.key.to_string(), amount_text(&mut amounts, q));
                     }
-                    share_id = Some(share_id_for(cp, &sp.full_name, dev, k));
+                    let claim_hash = claim_hash.get_or_insert_with(|| ShareHash::claim(cp));
+                    share_id = Some(share_id_for(claim_hash, &sp.full_name, dev, k));
                 }
                 results.push(DeviceRequestAllocationResult {
                     request: sp.full_name.to_string(),
@@ -216,17 +219,29 @@ fn amount_text(seen: &mut Vec<(Quantity, String)>, q: &Quantity) -> String {
 }
 
 /// FNV-1a in two lanes (128 bits) over the text that identifies a share.
+#[derive(Clone)]
 struct ShareHash {
     a: u64,
     b: u64,
 }
 
 impl ShareHash {
-    fn new() -> ShareHash {
-        ShareHash {
+    /// The hash of a share's claim part: its UID and `namespace/name`.
+    fn claim(cp: &ClaimPlan<'_>) -> ShareHash {
+        let meta = &cp.claim.metadata;
+        let mut h = ShareHash {
             a: 0xcbf2_9ce4_8422_2325,
             b: 0x8422_2325_cbf2_9ce4,
+        };
+        h.write(meta.uid.as_bytes());
+        h.write(b"\0");
+        if !meta.namespace.is_empty() {
+            h.write(meta.namespace.as_bytes());
+            h.write(b"/");
         }
+        h.write(meta.name.as_bytes());
+        h.write(b"\0");
+        h
     }
 
     fn write(&mut self, text: &[u8]) {
@@ -240,41 +255,30 @@ impl ShareHash {
         (self.a, self.b) = (a, b);
     }
 
-    /// The hash as a UUID's text (8-4-4-4-12 lowercase hex digits).
+    /// The hash as a UUID's text: 32 lowercase hex digits (lane `a`, then lane `b`) in
+    /// groups of 8-4-4-4-12.
     fn uuid(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let x = (u128::from(self.a) << 64) | u128::from(self.b);
-        let mut out = String::with_capacity(36);
-        for i in 0..32 {
-            if matches!(i, 8 | 12 | 16 | 20) {
-                out.push('-');
+        let mut text = [b'-'; 36];
+        let mut at = 0;
+        for (i, lane) in [self.a, self.b].into_iter().enumerate() {
+            for n in 0..16 {
+                if matches!(16 * i + n, 8 | 12 | 16 | 20) {
+                    at += 1;
+                }
+                text[at] = HEX[((lane >> (60 - 4 * n)) & 0xf) as usize];
+                at += 1;
             }
-            let nibble = (x >> (124 - 4 * i)) & 0xf;
-            out.push(char::from(HEX[nibble as usize]));
         }
-        out
+        String::from_utf8_lossy(&text).into_owned()
     }
 }
 
 /// A share ID for a multi-allocatable device. The scheduler draws a random UUID; kubedev
-/// derives one from the claim (UID and `namespace/name`), the request, the device
-/// (`driver/pool/device`) and the result's position, so results are reproducible.
-fn share_id_for(
-    cp: &ClaimPlan<'_>,
-    request: &str,
-    dev: &NodeDevice<'_>,
-    position: usize,
-) -> String {
-    let meta = &cp.claim.metadata;
-    let mut h = ShareHash::new();
-    h.write(meta.uid.as_bytes());
-    h.write(b"\0");
-    if !meta.namespace.is_empty() {
-        h.write(meta.namespace.as_bytes());
-        h.write(b"/");
-    }
-    h.write(meta.name.as_bytes());
-    h.write(b"\0");
+/// derives one from the claim (UID and `namespace/name`, hashed in `claim`), the request, the
+/// device (`driver/pool/device`) and the result's position, so results are reproducible.
+fn share_id_for(claim: &ShareHash, request: &str, dev: &NodeDevice<'_>, position: usize) -> String {
+    let mut h = claim.clone();
     h.write(request.as_bytes());
     h.write(b"\0");
     h.write(dev.driver().as_bytes());
