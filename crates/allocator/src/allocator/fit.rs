@@ -20,8 +20,13 @@ pub(crate) enum CapFit {
 }
 
 fn ceil_int(q: &Quantity) -> Result<i64, String> {
-    q.value()
-        .ok_or_else(|| format!("quantity {q} does not fit an int64"))
+    whole(q, q.value())
+}
+
+/// `value`, the whole value of `q` as [`Quantity::value`] gives it, or the error that `q`
+/// does not fit an `i64`.
+fn whole(q: &Quantity, value: Option<i64>) -> Result<i64, String> {
+    value.ok_or_else(|| format!("quantity {q} does not fit an int64"))
 }
 
 /// The consumption of one capacity: the request rounded by the policy, or the policy's
@@ -46,7 +51,11 @@ fn consumed_amount(
         let Some(step) = &r.step else {
             return Ok(*req);
         };
-        let (ri, si, mi) = (ceil_int(req)?, ceil_int(step)?, ceil_int(min)?);
+        let (ri, si, mi) = (
+            ceil_int(req)?,
+            whole(step, r.step_value)?,
+            whole(min, r.min_value)?,
+        );
         if si <= 0 {
             return Ok(*req);
         }
@@ -84,9 +93,8 @@ fn violates_policy(consumed: &Quantity, policy: Option<&crate::model::CapacityPo
         if r.max.as_ref().is_some_and(|m| consumed > m) {
             return true;
         }
-        if let Some(step) = &r.step {
-            let min = r.min.unwrap_or_default();
-            match (consumed.value(), step.value(), min.value()) {
+        if r.step.is_some() {
+            match (consumed.value(), r.step_value, r.min_value) {
                 (Some(c), Some(s), Some(m)) if s != 0 => return (c - m) % s != 0,
                 _ => return true,
             }
@@ -146,10 +154,8 @@ fn fit(
     let caps = dev.capacity();
     let requests = requests.unwrap_or(&[]);
     // The request per capacity (none without requests).
-    let mut resolved: SmallVec<[Option<Quantity>; 2]> = SmallVec::new();
-    if !requests.is_empty() {
-        resolved.resize(caps.len(), None);
-    }
+    let resolved_len = if requests.is_empty() { 0 } else { caps.len() };
+    let mut resolved: SmallVec<[Option<Quantity>; 2]> = SmallVec::from_elem(None, resolved_len);
     for (name, q) in requests {
         let idx = caps
             .iter()

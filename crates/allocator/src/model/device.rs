@@ -24,6 +24,11 @@ pub(crate) struct ValidRange {
     pub(crate) min: Option<Quantity>,
     pub(crate) max: Option<Quantity>,
     pub(crate) step: Option<Quantity>,
+    /// The whole value of `min` (zero without one), if it fits an `i64` (what rounding to a
+    /// step computes with).
+    pub(crate) min_value: Option<i64>,
+    /// The whole value of `step`, if there is one and it fits an `i64`.
+    pub(crate) step_value: Option<i64>,
 }
 
 /// A capacity of a device, parsed.
@@ -301,11 +306,16 @@ fn parse_policy(cap: &DeviceCapacity, name: &str) -> Result<Option<Box<CapacityP
             .collect::<Result<_, _>>()?,
         range: match &p.valid_range {
             None => None,
-            Some(r) => Some(ValidRange {
-                min: opt(&r.min)?,
-                max: opt(&r.max)?,
-                step: opt(&r.step)?,
-            }),
+            Some(r) => {
+                let (min, step) = (opt(&r.min)?, opt(&r.step)?);
+                Some(ValidRange {
+                    min,
+                    max: opt(&r.max)?,
+                    step,
+                    min_value: min.unwrap_or_default().value(),
+                    step_value: step.and_then(|s| s.value()),
+                })
+            }
         },
     })))
 }
