@@ -270,7 +270,8 @@ impl ShareHash {
                 at += 1;
             }
         }
-        String::from_utf8_lossy(&text).into_owned()
+        // ASCII only: the text is always valid.
+        String::from_utf8(text.to_vec()).unwrap_or_default()
     }
 }
 
