@@ -25,7 +25,9 @@ pub(crate) struct Chosen {
     pub(crate) req: usize,
     pub(crate) sub: usize,
     pub(crate) dev: u32,
-    pub(crate) share: Option<Consumption>,
+    /// For a share of a shared device: what it consumes, a range of
+    /// [`Search::share_amounts`].
+    pub(crate) share: Option<std::ops::Range<u32>>,
 }
 
 /// The capacity check of a candidate made before it is taken.
@@ -125,6 +127,9 @@ pub(crate) struct Search<'s, 'a, 'c> {
     held: Vec<Held>,
     consumed: SmallVec<[Vec<Quantity>; 1]>,
     share_capacity: Vec<Consumption>,
+    /// What the shares taken consume, per capacity, in the order they were taken (devices
+    /// are given back in the reverse order, so this is a stack).
+    pub(crate) share_amounts: Vec<Quantity>,
     constraint_state: SmallVec<[SmallVec<[ConstraintState<'a>; 1]>; 1]>,
     pub(crate) chosen: SmallVec<[SmallVec<[Chosen; 2]>; 1]>,
     selected: SmallVec<[SmallVec<[usize; 2]>; 1]>,
@@ -148,6 +153,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 .map(|p| vec![Quantity::default(); p.available.len()])
                 .collect(),
             share_capacity: Vec::new(),
+            share_amounts: Vec::new(),
             constraint_state: plan
                 .iter()
                 .map(|c| {
@@ -486,7 +492,9 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                     }
                     self.held[d as usize].shares += 1;
                     undo.share = true;
-                    Some(consumed)
+                    let start = self.share_amounts.len() as u32;
+                    self.share_amounts.extend_from_slice(&consumed);
+                    Some(start..self.share_amounts.len() as u32)
                 }
                 _ => {
                     self.rollback(at, d, &undo);
@@ -571,13 +579,15 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     fn release(&mut self, at: Position, d: u32, undo: Undo) {
         if let Some(c) = self.chosen[at.claim].pop()
             && undo.share
-            && let Some(consumed) = c.share
+            && let Some(range) = c.share
         {
+            let consumed = &self.share_amounts[range.start as usize..range.end as usize];
             let acc = &mut self.share_capacity[d as usize];
-            for (a, q) in acc.iter_mut().zip(&consumed) {
+            for (a, q) in acc.iter_mut().zip(consumed) {
                 *a = a.checked_sub(q).unwrap_or_default();
             }
             self.held[d as usize].shares -= 1;
+            self.share_amounts.truncate(range.start as usize);
         }
         self.rollback(at, d, &undo);
     }

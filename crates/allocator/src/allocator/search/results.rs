@@ -34,7 +34,8 @@ impl Search<'_, '_, '_> {
                 let dev = &self.view.devices[c.dev as usize];
                 let mut consumed_capacity = std::collections::BTreeMap::new();
                 let mut share_id = None;
-                if let Some(consumed) = &c.share {
+                if let Some(range) = &c.share {
+                    let consumed = &self.share_amounts[range.start as usize..range.end as usize];
                     for (cap, q) in dev.capacity().iter().zip(consumed) {
                         consumed_capacity.insert(cap.key.to_string(), amount_text(&mut amounts, q));
                     }
