@@ -7,7 +7,7 @@
 //! generated clusters of 250 to 5,000 nodes, as whole-process CPU.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -148,35 +148,94 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Starts the release daemon with a small static config (and, when given, one selection policy
-/// loaded for its resource) and reads its resident memory once idle.
-fn daemon_idle_rss(root: &Path, bin: &Path, policy: Option<&Path>) -> anyhow::Result<u64> {
+/// The resident KiB of process `pid`'s mappings of an NVML library (the real
+/// `libnvidia-ml.so*` or the stand-in), from `/proc/PID/smaps`.
+fn nvml_rss_kib(pid: u32) -> Option<u64> {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    Some(nvml_rss_in(&smaps))
+}
+
+fn nvml_rss_in(smaps: &str) -> u64 {
+    let mut nvml = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or_default();
+        if first.contains('-') && first.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+            // A mapping's header: range, permissions, offset, device, inode, path.
+            let file = words
+                .nth(4)
+                .and_then(|p| p.rsplit('/').next())
+                .unwrap_or("");
+            nvml = file.starts_with("libnvidia-ml.so") || file == nvml_mock::LIBRARY_FILE;
+        } else if nvml && first == "Rss:" {
+            kib += words
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    kib
+}
+
+/// What one idle daemon holds: all of its resident memory, and the part that is an NVML
+/// library's.
+struct IdleRss {
+    total_kib: u64,
+    nvml_kib: u64,
+}
+
+/// Starts the release daemon with the config `config` writes for a scratch directory (given its
+/// device-plugin directory), with `env` set, and reads its resident memory once idle.
+fn daemon_idle_rss(
+    root: &Path,
+    bin: &Path,
+    env: &[(&str, PathBuf)],
+    config: impl FnOnce(&Path, &Path) -> String,
+) -> anyhow::Result<IdleRss> {
     let tmp = tempfile::tempdir()?;
     let dp = tmp.path().join("dp");
     std::fs::create_dir_all(&dp)?;
-    let config = tmp.path().join("kubedev.yaml");
-    let policy = policy
-        .map(|p| format!("      policy: {}\n", p.display()))
-        .unwrap_or_default();
-    std::fs::write(
-        &config,
-        format!(
-            "devicePlugin:\n  directory: {}\n  resources:\n    - name: example.com/dev\n{policy}backends:\n  static:\n    pool: node\n    devices:\n      - name: dev-0\n      - name: dev-1\n",
-            dp.display()
-        ),
-    )?;
+    let path = tmp.path().join("kubedev.yaml");
+    std::fs::write(&path, config(tmp.path(), &dp))?;
     let mut child = Command::new(bin)
         .args(["run", "--config"])
-        .arg(&config)
+        .arg(&path)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("RUST_LOG", "off")
         .current_dir(root)
         .stdin(Stdio::null())
         .spawn()?;
     std::thread::sleep(Duration::from_millis(1500));
-    let rss = rss_kib(child.id());
+    let rss = rss_kib(child.id()).map(|total_kib| IdleRss {
+        total_kib,
+        nvml_kib: nvml_rss_kib(child.id()).unwrap_or(0),
+    });
     let _ = child.kill();
     let _ = child.wait();
     rss.context("could not read the daemon's VmRSS")
+}
+
+/// A device-plugin config with two static devices and, when given, one selection policy.
+fn static_config(dp: &Path, policy: Option<&Path>) -> String {
+    let policy = policy
+        .map(|p| format!("      policy: {}\n", p.display()))
+        .unwrap_or_default();
+    format!(
+        "devicePlugin:\n  directory: {}\n  resources:\n    - name: example.com/dev\n{policy}backends:\n  static:\n    pool: node\n    devices:\n      - name: dev-0\n      - name: dev-1\n",
+        dp.display()
+    )
+}
+
+/// A device-plugin config serving the GPUs of the NVML stand-in at `lib` (release build), so
+/// the figure is kubedev's own memory with the NVIDIA backend, without the real library's.
+fn nvidia_config(dir: &Path, dp: &Path, lib: &Path) -> String {
+    format!(
+        "nodeName: node-a\nhostRoot: {r}\nstateDir: {r}/state\ndevicePlugin:\n  directory: {dp}\n  resources:\n    - name: nvidia.com/gpu\nbackends:\n  nvidia:\n    libraryPath: {lib}\n",
+        r = dir.display(),
+        dp = dp.display(),
+        lib = lib.display()
+    )
 }
 
 /// Release binary size for each backend set, in bytes (the default set last, so the binary left
@@ -410,16 +469,35 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
         ));
     }
     let policy = root.join(crate::plugins::WASM_DIR).join("numa-pack.wasm");
-    for (what, policy) in [
-        ("idle (static backend)", None),
-        ("with one policy loaded", Some(policy.as_path())),
-    ] {
-        match daemon_idle_rss(root, &bin, policy) {
-            Ok(kib) => md.push_str(&format!(
-                "| daemon RSS {what} | {:.1} MiB |\n",
-                kib as f64 / 1024.0
+    let nvml = target.join("release").join(nvml_mock::LIBRARY_FILE);
+    let machine = [("NVML_MOCK_MACHINE", nvml_mock::machine_path("dgx-a100"))];
+    let rss = [
+        (
+            "idle (static backend)",
+            daemon_idle_rss(root, &bin, &[], |_, dp| static_config(dp, None)),
+        ),
+        (
+            "with one policy loaded",
+            daemon_idle_rss(root, &bin, &[], |_, dp| static_config(dp, Some(&policy))),
+        ),
+        (
+            "with the NVIDIA backend, 8 GPUs (a DGX A100) through the NVML stand-in",
+            daemon_idle_rss(root, &bin, &machine, |dir, dp| {
+                nvidia_config(dir, dp, &nvml)
+            }),
+        ),
+    ];
+    for (what, measured) in rss {
+        let mib = |kib: u64| kib as f64 / 1024.0;
+        match measured {
+            Ok(r) if r.nvml_kib > 0 => md.push_str(&format!(
+                "| daemon RSS {what} | {:.1} MiB, of which the NVML library {:.1} MiB: kubedev's own {:.1} MiB |\n",
+                mib(r.total_kib),
+                mib(r.nvml_kib),
+                mib(r.total_kib - r.nvml_kib)
             )),
-            Err(e) => md.push_str(&format!("| daemon RSS {what} | not measured: {e} |\n")),
+            Ok(r) => md.push_str(&format!("| daemon RSS {what} | {:.1} MiB |\n", mib(r.total_kib))),
+            Err(e) => md.push_str(&format!("| daemon RSS {what} | not measured: {e:#} |\n")),
         }
     }
     md.push_str(&scheduler_figures(root)?);
@@ -451,6 +529,24 @@ mod tests {
             upstream_for("allocate/cluster1000-c1", &reference),
             Some((26.9, "Allocate"))
         );
+    }
+
+    #[test]
+    fn the_nvml_librarys_resident_pages_are_told_apart() {
+        let smaps = "\
+55d0c0000000-55d0c1000000 r-xp 00000000 fe:01 1234 /usr/bin/kubedev
+Rss:                9000 kB
+7f0000000000-7f0000100000 r-xp 00000000 fe:01 99 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15
+Size:               1024 kB
+Rss:                 700 kB
+7f0000100000-7f0000200000 rw-p 00100000 fe:01 99 /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.550.54.15
+Rss:                  50 kB
+7f0000300000-7f0000400000 r-xp 00000000 fe:01 7 /tmp/x/libnvml_mock.so
+Rss:                  25 kB
+7f0000400000-7f0000500000 rw-p 00000000 00:00 0
+Rss:                 400 kB
+";
+        assert_eq!(nvml_rss_in(smaps), 775);
     }
 
     #[test]
