@@ -22,6 +22,7 @@ mod block_yaml;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod block_yaml_tests;
+mod par;
 mod read;
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -1,6 +1,7 @@
 //! The question asked of a cluster: the claims a subject needs, the devices other claims
 //! hold, every node's answer (fits, or why not), and the answer as text.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
@@ -9,13 +10,20 @@ use super::{Cluster, ClusterAnswer, NodeAnswer, Subject};
 use crate::api::{Node, ResourceClaim};
 use crate::{AllocateOptions, Allocator};
 
+/// Nodes a thread answers for at a time (see `par.rs`).
+const NODES_PER_BLOCK: usize = 64;
+
 impl Cluster {
     /// The position of claim `key` (`namespace/name`, or `name` for a claim without a
     /// namespace) in [`Cluster::claims`].
     fn claim_index(&self, key: &str) -> Option<usize> {
         self.claims.iter().position(|(c, _)| {
-            let ns = &c.metadata.namespace;
-            key == format!("{ns}/{}", c.metadata.name) || (ns.is_empty() && key == c.metadata.name)
+            let (ns, name) = (c.metadata.namespace.as_str(), c.metadata.name.as_str());
+            let qualified = key
+                .strip_prefix(ns)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|rest| rest == name);
+            qualified || (ns.is_empty() && key == name)
         })
     }
 
@@ -72,13 +80,26 @@ impl Cluster {
         let options = AllocateOptions::default();
         let features =
             crate::Features::default().with_list_type_attributes(self.has_list_type_attributes());
-        let mut allocator = Allocator::new(&self.slices, &self.classes, &in_use)
-            .with_consumed_capacity(&self.consumed)
-            .with_features(features);
-        let mut answers: Vec<NodeAnswer> = nodes
-            .iter()
-            .map(|node| node_answer(&mut allocator, node, &claims, &options))
-            .collect();
+        // Each node's answer is independent of the others': the nodes are answered on every
+        // core, each thread with its own allocator, and the answers kept in the nodes' order.
+        let new_allocator = || {
+            Allocator::new(&self.slices, &self.classes, &in_use)
+                .with_consumed_capacity(&self.consumed)
+                .with_features(features)
+        };
+        let blocks = super::par::map_blocks(
+            nodes.len(),
+            NODES_PER_BLOCK,
+            new_allocator,
+            |allocator, range| {
+                nodes[range]
+                    .iter()
+                    .map(|node| node_answer(allocator, node, &claims, &options))
+                    .collect::<Vec<_>>()
+            },
+            |_| false,
+        );
+        let mut answers: Vec<NodeAnswer> = blocks.into_iter().flatten().collect();
         answers.sort_by_key(|a| !a.fits);
         Ok(ClusterAnswer {
             claims: wanted
@@ -111,8 +132,8 @@ impl Cluster {
         Ok((claims, already))
     }
 
-    /// Devices other claims hold (`driver/pool/device`, sorted); shareable ones stay
-    /// available to others.
+    /// Devices other claims hold (`driver/pool/device`, sorted, each once); shareable ones
+    /// stay available to others.
     fn devices_in_use(&self) -> Vec<String> {
         let shareable: BTreeSet<String> = self
             .slices
@@ -125,19 +146,19 @@ impl Cluster {
                     .map(move |d| format!("{}/{}/{}", s.spec.driver, s.spec.pool.name, d.name))
             })
             .collect();
-        self.claims
-            .iter()
-            .flat_map(|(_, a)| a.iter().cloned())
-            .filter(|d| !shareable.contains(d))
-            .collect::<BTreeSet<_>>()
-            .into_iter()
+        let mut held: Vec<&String> = self.claims.iter().flat_map(|(_, a)| a).collect();
+        held.sort_unstable();
+        held.dedup();
+        held.into_iter()
+            .filter(|d| !shareable.contains(*d))
+            .cloned()
             .collect()
     }
 
     /// The nodes read, or without any, the nodes the slices name (without labels).
-    fn nodes_to_explain(&self) -> Vec<Node> {
+    fn nodes_to_explain(&self) -> Cow<'_, [Node]> {
         if !self.nodes.is_empty() {
-            return self.nodes.clone();
+            return Cow::Borrowed(&self.nodes);
         }
         let names: BTreeSet<&str> = self
             .slices
@@ -150,7 +171,8 @@ impl Cluster {
                 name: n.to_string(),
                 labels: Default::default(),
             })
-            .collect()
+            .collect::<Vec<_>>()
+            .into()
     }
 
     /// Whether a slice has a list-type attribute: the API server keeps those only with
