@@ -6,6 +6,7 @@
 //! first rewritten as JSON (`block_yaml.rs`) and read as JSON is; other YAML, and YAML with a
 //! problem, goes to the YAML reader, which names the problem.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -15,7 +16,9 @@ use serde_json::value::RawValue;
 
 use super::{Cluster, ClusterError};
 use crate::ConsumedCapacity;
-use crate::api::{Node, ObjectMeta, RawQuantity, ResourceClaim, ResourceClaimSpec};
+use crate::api::{
+    DeviceClass, Node, ObjectMeta, RawQuantity, ResourceClaim, ResourceClaimSpec, ResourceSlice,
+};
 
 /// The top of a JSON dump: its kind, and its items left as text.
 #[derive(Deserialize)]
@@ -29,7 +32,7 @@ struct ListHead<'a> {
 #[derive(Deserialize)]
 struct KindHead<'a> {
     #[serde(borrow)]
-    kind: Option<std::borrow::Cow<'a, str>>,
+    kind: Option<Cow<'a, str>>,
 }
 
 /// The documents of a YAML text as JSON texts that the JSON reading reads as the YAML
@@ -52,7 +55,7 @@ fn reads_as_yaml(doc: &super::block_yaml::JsonDocument<'_>) -> bool {
 /// `status` only the allocation results.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ClaimDoc {
+struct ClaimDoc<'a> {
     #[serde(default, rename = "apiVersion")]
     _api_version: IgnoredAny,
     #[serde(default, rename = "kind")]
@@ -61,15 +64,17 @@ struct ClaimDoc {
     metadata: ObjectMeta,
     #[serde(default)]
     spec: ResourceClaimSpec,
-    status: Option<ClaimStatusDoc>,
+    #[serde(borrow)]
+    status: Option<ClaimStatusDoc<'a>>,
 }
 
 #[derive(Deserialize, Default)]
-struct ClaimStatusDoc {
-    allocation: Option<AllocationDoc>,
+struct ClaimStatusDoc<'a> {
+    #[serde(borrow)]
+    allocation: Option<AllocationDoc<'a>>,
 }
 
-impl ClaimStatusDoc {
+impl ClaimStatusDoc<'_> {
     /// The devices the claim holds (`driver/pool/device`) and the capacity it consumed from
     /// them; an amount that does not parse is an error naming its field.
     fn allocation(self) -> Result<(Vec<String>, Vec<ConsumedCapacity>), String> {
@@ -104,25 +109,26 @@ impl ClaimStatusDoc {
 }
 
 #[derive(Deserialize)]
-struct AllocationDoc {
-    devices: Option<AllocationDevicesDoc>,
+struct AllocationDoc<'a> {
+    #[serde(borrow)]
+    devices: Option<AllocationDevicesDoc<'a>>,
 }
 
 #[derive(Deserialize)]
-struct AllocationDevicesDoc {
-    #[serde(default)]
-    results: Vec<ResultDoc>,
+struct AllocationDevicesDoc<'a> {
+    #[serde(default, borrow)]
+    results: Vec<ResultDoc<'a>>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ResultDoc {
-    #[serde(default)]
-    driver: String,
-    #[serde(default)]
-    pool: String,
-    #[serde(default)]
-    device: String,
+struct ResultDoc<'a> {
+    #[serde(default, borrow)]
+    driver: Cow<'a, str>,
+    #[serde(default, borrow)]
+    pool: Cow<'a, str>,
+    #[serde(default, borrow)]
+    device: Cow<'a, str>,
     consumed_capacity: Option<std::collections::BTreeMap<String, RawQuantity>>,
 }
 
@@ -290,6 +296,195 @@ impl<'de> Visitor<'de> for ItemsSeed<'_> {
     }
 }
 
+/// Items of a JSON List read by one thread at a time (see `par.rs`).
+const ITEMS_PER_BLOCK: usize = 256;
+
+/// One object as the strict types read it.
+enum Item<'t> {
+    Slice(ResourceSlice),
+    Class(DeviceClass),
+    Claim(ClaimDoc<'t>),
+    Node(NodeDoc),
+    Pod(Value),
+    /// A kind not read (or no kind).
+    Other,
+}
+
+/// Reads one JSON object's kind, then the object as that kind's strict type (two passes);
+/// `None` where the strict type refuses it.
+fn typed_item(text: &str) -> Option<Item<'_>> {
+    let head = serde_json::from_str::<KindHead<'_>>(text).ok()?;
+    Some(match head.kind.as_deref() {
+        Some("ResourceSlice") => Item::Slice(serde_json::from_str(text).ok()?),
+        Some("DeviceClass") => Item::Class(serde_json::from_str(text).ok()?),
+        Some("ResourceClaim") => Item::Claim(serde_json::from_str(text).ok()?),
+        Some("Node") => Item::Node(serde_json::from_str(text).ok()?),
+        Some("Pod") => Item::Pod(serde_json::from_str(text).ok()?),
+        _ => Item::Other,
+    })
+}
+
+/// Reads one JSON object in one pass when its `kind` comes first (after `apiVersion`), as
+/// kubectl prints objects: the fields after it are decoded as that kind's strict type reads
+/// them. Anything else, or anything unusual (a repeated field, an escaped key), is an error,
+/// and [`typed_item`] reads the object instead, so this reads exactly what it would.
+struct ItemVisitor;
+
+/// Why [`ItemVisitor`] leaves an object to [`typed_item`].
+const NOT_ONE_PASS: &str = "not read in one pass";
+
+impl<'de> Visitor<'de> for ItemVisitor {
+    type Value = Item<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item<'de>, A::Error> {
+        let not_one_pass = || serde::de::Error::custom(NOT_ONE_PASS);
+        let mut api_version: Option<&'de str> = None;
+        let kind = loop {
+            match map.next_key::<&'de str>()? {
+                None => return Ok(Item::Other),
+                Some("apiVersion") if api_version.is_none() => {
+                    api_version = Some(map.next_value()?);
+                }
+                Some("kind") => break map.next_value::<Option<&'de str>>()?,
+                Some(_) => return Err(not_one_pass()),
+            }
+        };
+        // The fields after `kind`, each at most once; `apiVersion` and `kind` are only
+        // checked (the strict types ignore their values).
+        let mut seen_api_version = api_version.is_some();
+        let mut metadata_seen = false;
+        let mut spec_seen = false;
+        let mut status_seen = false;
+        let once = |seen: &mut bool| {
+            if std::mem::replace(seen, true) {
+                Err(not_one_pass())
+            } else {
+                Ok(())
+            }
+        };
+        match kind {
+            Some("ResourceSlice") => {
+                let mut s = ResourceSlice::default();
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    match key {
+                        "apiVersion" => {
+                            once(&mut seen_api_version)?;
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        "metadata" => {
+                            once(&mut metadata_seen)?;
+                            s.metadata = map.next_value()?;
+                        }
+                        "spec" => {
+                            once(&mut spec_seen)?;
+                            s.spec = map.next_value()?;
+                        }
+                        _ => return Err(not_one_pass()),
+                    }
+                }
+                Ok(Item::Slice(s))
+            }
+            Some("DeviceClass") => {
+                let mut c = DeviceClass::default();
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    match key {
+                        "apiVersion" => {
+                            once(&mut seen_api_version)?;
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        "metadata" => {
+                            once(&mut metadata_seen)?;
+                            c.metadata = map.next_value()?;
+                        }
+                        "spec" => {
+                            once(&mut spec_seen)?;
+                            c.spec = map.next_value()?;
+                        }
+                        _ => return Err(not_one_pass()),
+                    }
+                }
+                Ok(Item::Class(c))
+            }
+            Some("ResourceClaim") => {
+                let mut doc = ClaimDoc {
+                    _api_version: IgnoredAny,
+                    _kind: IgnoredAny,
+                    metadata: ObjectMeta::default(),
+                    spec: ResourceClaimSpec::default(),
+                    status: None,
+                };
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    match key {
+                        "apiVersion" => {
+                            once(&mut seen_api_version)?;
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                        "metadata" => {
+                            once(&mut metadata_seen)?;
+                            doc.metadata = map.next_value()?;
+                        }
+                        "spec" => {
+                            once(&mut spec_seen)?;
+                            doc.spec = map.next_value()?;
+                        }
+                        "status" => {
+                            once(&mut status_seen)?;
+                            doc.status = map.next_value()?;
+                        }
+                        _ => return Err(not_one_pass()),
+                    }
+                }
+                Ok(Item::Claim(doc))
+            }
+            Some("Node") => {
+                let mut doc = NodeDoc {
+                    metadata: NodeMetaDoc::default(),
+                };
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    match key {
+                        "kind" => return Err(not_one_pass()),
+                        "metadata" => {
+                            once(&mut metadata_seen)?;
+                            doc.metadata = map.next_value()?;
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Item::Node(doc))
+            }
+            Some("Pod") => {
+                let mut fields = serde_json::Map::new();
+                if let Some(v) = api_version {
+                    fields.insert("apiVersion".into(), Value::String(v.into()));
+                }
+                fields.insert("kind".into(), Value::String("Pod".into()));
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    let value: Value = map.next_value()?;
+                    if fields.insert(key.into(), value).is_some() {
+                        return Err(not_one_pass());
+                    }
+                }
+                Ok(Item::Pod(Value::Object(fields)))
+            }
+            _ => {
+                while let Some(key) = map.next_key::<&'de str>()? {
+                    if key == "kind" {
+                        return Err(not_one_pass());
+                    }
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Ok(Item::Other)
+            }
+        }
+    }
+}
+
 impl Cluster {
     /// Adds the objects of one dump (`origin` names it in errors): YAML documents or JSON,
     /// each a `List` (its `items`) or one object. Kinds other than the five read are skipped.
@@ -383,8 +578,46 @@ impl Cluster {
         self.add_json_items(items.into_iter().map(RawValue::get))
     }
 
-    /// The objects of a JSON List, each given as its JSON text.
+    /// The objects of a JSON List, each given as its JSON text. A large list is read on every
+    /// core, a block of items at a time, and kept in the items' order; the first item that
+    /// cannot be read (in that order) is the error, as when read one after the other.
     fn add_json_items<'t>(&mut self, items: impl Iterator<Item = &'t str>) -> Result<(), String> {
+        let items: Vec<&str> = items.collect();
+        if items.len() <= ITEMS_PER_BLOCK {
+            return self.add_json_block(&items);
+        }
+        let parts = super::par::map_blocks(
+            items.len(),
+            ITEMS_PER_BLOCK,
+            || (),
+            |(), range| {
+                let mut part = Cluster::default();
+                let result = part.add_json_block(&items[range]);
+                (part, result)
+            },
+            |(_, result)| result.is_err(),
+        );
+        self.reserve_for(parts.iter().map(|(p, _)| p));
+        for (part, result) in parts {
+            self.append(part);
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Room for the objects of `parts`, so that appending them moves each object once.
+    fn reserve_for<'p>(&mut self, parts: impl Iterator<Item = &'p Cluster> + Clone) {
+        let total = |f: fn(&Cluster) -> usize| parts.clone().map(f).sum::<usize>();
+        self.slices.reserve(total(|p| p.slices.len()));
+        self.classes.reserve(total(|p| p.classes.len()));
+        self.claims.reserve(total(|p| p.claims.len()));
+        self.consumed.reserve(total(|p| p.consumed.len()));
+        self.nodes.reserve(total(|p| p.nodes.len()));
+        self.pods.reserve(total(|p| p.pods.len()));
+    }
+
+    /// The objects of part of a JSON List, one after the other.
+    fn add_json_block(&mut self, items: &[&str]) -> Result<(), String> {
         for item in items {
             if !self.add_typed(item) {
                 let v: Value =
@@ -398,22 +631,28 @@ impl Cluster {
     /// Adds one JSON object if the strict types read it as is; `false` leaves it to the
     /// lenient path (which also reports errors).
     fn add_typed(&mut self, text: &str) -> bool {
-        let Ok(head) = serde_json::from_str::<KindHead<'_>>(text) else {
-            return false;
+        // Most objects name their kind first: they are decoded in one pass.
+        let mut de = serde_json::Deserializer::from_str(text);
+        let item = match (&mut de).deserialize_map(ItemVisitor).and_then(|item| {
+            de.end()?;
+            Ok(item)
+        }) {
+            Ok(item) => item,
+            Err(_) => match typed_item(text) {
+                Some(item) => item,
+                None => return false,
+            },
         };
-        match head.kind.as_deref() {
-            Some("ResourceSlice") => match serde_json::from_str(text) {
-                Ok(s) => self.slices.push(s),
-                Err(_) => return false,
-            },
-            Some("DeviceClass") => match serde_json::from_str(text) {
-                Ok(c) => self.classes.push(c),
-                Err(_) => return false,
-            },
-            Some("ResourceClaim") => {
-                let Ok(doc) = serde_json::from_str::<ClaimDoc>(text) else {
-                    return false;
-                };
+        self.add_item(item)
+    }
+
+    /// Adds an object the strict types read; `false` for a claim whose allocation does not
+    /// read (the lenient path names the problem).
+    fn add_item(&mut self, item: Item<'_>) -> bool {
+        match item {
+            Item::Slice(s) => self.slices.push(s),
+            Item::Class(c) => self.classes.push(c),
+            Item::Claim(doc) => {
                 // An amount that does not parse: the lenient path names it.
                 let Ok((allocated, consumed)) = doc.status.unwrap_or_default().allocation() else {
                     return false;
@@ -427,20 +666,12 @@ impl Cluster {
                     allocated,
                 ));
             }
-            Some("Node") => {
-                let Ok(doc) = serde_json::from_str::<NodeDoc>(text) else {
-                    return false;
-                };
-                self.nodes.push(Node {
-                    name: doc.metadata.name,
-                    labels: doc.metadata.labels,
-                });
-            }
-            Some("Pod") => match serde_json::from_str(text) {
-                Ok(v) => self.pods.push(v),
-                Err(_) => return false,
-            },
-            _ => {}
+            Item::Node(doc) => self.nodes.push(Node {
+                name: doc.metadata.name,
+                labels: doc.metadata.labels,
+            }),
+            Item::Pod(v) => self.pods.push(v),
+            Item::Other => {}
         }
         true
     }
@@ -457,9 +688,9 @@ impl Cluster {
                 // The claim type has no `status`: it is read here, on its own.
                 let mut v = v;
                 let status = v.as_object_mut().and_then(|m| m.remove("status"));
-                let status: ClaimStatusDoc = match status {
+                let status: ClaimStatusDoc<'_> = match &status {
                     None | Some(Value::Null) => ClaimStatusDoc::default(),
-                    Some(status) => serde_json::from_value(status)
+                    Some(status) => ClaimStatusDoc::deserialize(status)
                         .map_err(|e| what(format!("status: {}", kubedev_core::echo::chain(&e))))?,
                 };
                 let (allocated, consumed) = status.allocation().map_err(what)?;

@@ -248,3 +248,100 @@ metadata: {resourceVersion: ''}
     let names: Vec<&str> = c.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, ["n2", "n3"]);
 }
+
+/// The items of a JSON List (as JSON texts) with `nodes` nodes and a one-GPU slice each, the
+/// GPUs of the even nodes held by claims, a class and a pending claim `default/want` for one
+/// GPU. Every seventh slice names its kind last, and every eleventh carries a field of a newer
+/// release, as objects the one-pass and strict readings leave to the others.
+fn large_list_items(nodes: usize) -> Vec<String> {
+    let mut items = Vec::new();
+    for i in 0..nodes {
+        items.push(format!(
+            r#"{{"apiVersion":"v1","kind":"Node","metadata":{{"name":"n{i}","labels":{{"zone":"z{}"}}}},"status":{{"capacity":{{"cpu":"8"}}}}}}"#,
+            i % 3
+        ));
+    }
+    for i in 0..nodes {
+        let spec = format!(
+            r#"{{"driver":"gpu.example.com","nodeName":"n{i}","pool":{{"name":"n{i}","generation":1,"resourceSliceCount":1}},"devices":[{{"name":"gpu0","attributes":{{"index":{{"int":{i}}}}}}}]{}}}"#,
+            if i % 11 == 0 {
+                r#","futureField":1"#
+            } else {
+                ""
+            }
+        );
+        let meta = format!(r#"{{"name":"s{i}","uid":"u{i}"}}"#);
+        items.push(if i % 7 == 0 {
+            format!(r#"{{"metadata":{meta},"spec":{spec},"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice"}}"#)
+        } else {
+            format!(r#"{{"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{meta},"spec":{spec}}}"#)
+        });
+    }
+    items.push(r#"{"apiVersion":"resource.k8s.io/v1","kind":"DeviceClass","metadata":{"name":"gpu"},"spec":{"selectors":[{"cel":{"expression":"device.driver == \"gpu.example.com\""}}]}}"#.to_string());
+    for i in (0..nodes).step_by(2) {
+        items.push(format!(
+            r#"{{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{{"name":"held-{i}","namespace":"default"}},"spec":{{"devices":{{"requests":[{{"name":"gpu","exactly":{{"deviceClassName":"gpu"}}}}]}}}},"status":{{"allocation":{{"devices":{{"results":[{{"request":"gpu","driver":"gpu.example.com","pool":"n{i}","device":"gpu0"}}]}}}}}}}}"#
+        ));
+    }
+    items.push(r#"{"apiVersion":"resource.k8s.io/v1","kind":"ResourceClaim","metadata":{"name":"want","namespace":"default"},"spec":{"devices":{"requests":[{"name":"gpu","exactly":{"deviceClassName":"gpu"}}]}}}"#.to_string());
+    items
+}
+
+fn json_list(items: &[String]) -> String {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"List","items":[{}]}}"#,
+        items.join(",")
+    )
+}
+
+/// A large List, read a block of items at a time on every core, gives the objects in the
+/// dump's order, exactly as reading its items one at a time does, and every node's answer in
+/// the nodes' order (those that fit first).
+#[test]
+fn a_large_list_reads_and_answers_as_its_items_one_by_one() {
+    let items = large_list_items(300);
+    let c = read_cluster(&json_list(&items), "dump.json").unwrap();
+    let mut one_by_one = Cluster::default();
+    for item in &items {
+        one_by_one.add_text(item, "item.json").unwrap();
+    }
+    assert_eq!(format!("{c:?}"), format!("{one_by_one:?}"));
+    assert_eq!(c.nodes.len(), 300);
+    assert_eq!(c.slices[7].metadata.name, "s7");
+    assert_eq!(c.claims.len(), 151);
+
+    let answer = c.explain(&Subject::Claim("default/want".into())).unwrap();
+    let expected: Vec<(String, bool)> = (1..300)
+        .step_by(2)
+        .map(|i| (format!("n{i}"), true))
+        .chain((0..300).step_by(2).map(|i| (format!("n{i}"), false)))
+        .collect();
+    let got: Vec<(String, bool)> = fits(&answer)
+        .into_iter()
+        .map(|(n, f)| (n.to_string(), f))
+        .collect();
+    assert_eq!(got, expected);
+    assert_eq!(
+        answer.nodes[150].reasons,
+        [
+            "claim default/want request gpu: 1 devices, 1 in use, 0 usable, 1 wanted; needs 1 devices, 0 usable"
+        ]
+    );
+}
+
+/// In a large List with several bad objects, the error names the first of them, as when the
+/// items are read one after the other.
+#[test]
+fn the_first_bad_object_of_a_large_list_is_the_error() {
+    let mut items = large_list_items(300);
+    for at in [420, 310, 590] {
+        items[at] = items[at].replace(r#""generation":1"#, r#""generation":"x""#);
+    }
+    let e = read_cluster(&json_list(&items), "dump.json")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with("dump.json: ResourceSlice s10: spec.pool.generation"),
+        "{e}"
+    );
+}
