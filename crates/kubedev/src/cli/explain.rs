@@ -42,6 +42,11 @@ pub(super) fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         Output::Yaml => serde_saphyr::to_string(&answer)?,
     };
     write_stdout(&text)?;
+    // The command ends here and the process exits: freeing a large cluster object by object
+    // (millions of allocations for tens of thousands of nodes) would only delay the exit, so
+    // it is left to the exit.
+    std::mem::forget(cluster);
+    std::mem::forget(answer);
     Ok(ExitCode::SUCCESS)
 }
 
