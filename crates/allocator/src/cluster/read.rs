@@ -299,6 +299,104 @@ impl<'de> Visitor<'de> for ItemsSeed<'_> {
 /// Items of a JSON List read by one thread at a time (see `par.rs`).
 const ITEMS_PER_BLOCK: usize = 256;
 
+/// JSON texts from this size on are read as they stream past when they are a List (see
+/// [`Cluster::add_json_list_streamed`]).
+const STREAMED_LIST_BYTES: usize = 1 << 20;
+
+/// The top of a JSON dump as it streams past: its kind, and whether it has a list of items.
+struct ListTop {
+    kind: Option<String>,
+    items: bool,
+}
+
+/// Reads the top of a JSON dump as [`ListHead`] reads it, handing out the items of its
+/// `items` list a block at a time as they are found. Repeated fields are an error (the dump
+/// is then read as a whole, which names the problem).
+struct ListTopVisitor<'e, 't> {
+    emit: &'e mut dyn FnMut(Vec<&'t str>),
+}
+
+impl<'de> Visitor<'de> for ListTopVisitor<'_, 'de> {
+    type Value = ListTop;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a Kubernetes List")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ListTop, A::Error> {
+        let mut kind: Option<Option<String>> = None;
+        let mut items: Option<bool> = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "kind" if kind.is_none() => kind = Some(map.next_value()?),
+                "items" if items.is_none() => {
+                    items = Some(map.next_value_seed(ItemBlocks {
+                        emit: &mut *self.emit,
+                    })?);
+                }
+                "kind" | "items" => return Err(serde::de::Error::custom("repeated field")),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(ListTop {
+            kind: kind.flatten(),
+            items: items.unwrap_or(false),
+        })
+    }
+}
+
+/// A List's `items` (or null: `false`), handed out a block at a time as their texts are found.
+struct ItemBlocks<'e, 't> {
+    emit: &'e mut dyn FnMut(Vec<&'t str>),
+}
+
+impl<'de> DeserializeSeed<'de> for ItemBlocks<'_, 'de> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemBlocks<'_, 'de> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a list of Kubernetes objects")
+    }
+
+    fn visit_none<E: serde::de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_seq(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        let mut block = Vec::with_capacity(ITEMS_PER_BLOCK);
+        while let Some(item) = seq.next_element::<&'de RawValue>()? {
+            block.push(item.get());
+            if block.len() == ITEMS_PER_BLOCK {
+                (self.emit)(std::mem::replace(
+                    &mut block,
+                    Vec::with_capacity(ITEMS_PER_BLOCK),
+                ));
+            }
+        }
+        if !block.is_empty() {
+            (self.emit)(block);
+        }
+        Ok(true)
+    }
+}
+
 /// One object as the strict types read it.
 enum Item<'t> {
     Slice(ResourceSlice),
@@ -565,6 +663,11 @@ impl Cluster {
     /// only an object those strict types refuse (a field of a newer release, a real error)
     /// goes through the lenient path, which drops unknown fields and names real errors.
     fn add_json(&mut self, text: &str) -> Result<(), String> {
+        if text.len() >= STREAMED_LIST_BYTES
+            && let Some(result) = self.add_json_list_streamed(text)
+        {
+            return result;
+        }
         let items: Vec<&RawValue> = if text.trim_start().starts_with('[') {
             serde_json::from_str(text).map_err(|e| kubedev_core::echo::chain(&e))?
         } else {
@@ -576,6 +679,41 @@ impl Cluster {
             }
         };
         self.add_json_items(items.into_iter().map(RawValue::get))
+    }
+
+    /// A large JSON List read while its items are found: the reading of the text hands out
+    /// its items a block at a time to the other cores, which read them as
+    /// [`Cluster::add_json_items`] does. `None` (nothing added): the text is not a List read
+    /// this way (another object, a List of an unusual shape, an error in the text), and
+    /// [`Cluster::add_json`] reads it as a whole, naming any error as before.
+    fn add_json_list_streamed<'t>(&mut self, text: &'t str) -> Option<Result<(), String>> {
+        if !text.trim_start().starts_with('{') {
+            return None;
+        }
+        let produce = |emit: &mut dyn FnMut(Vec<&'t str>)| {
+            let mut de = serde_json::Deserializer::from_str(text);
+            let top = (&mut de).deserialize_map(ListTopVisitor { emit })?;
+            de.end()?;
+            Ok::<_, serde_json::Error>(top)
+        };
+        let work = |items: Vec<&'t str>| {
+            let mut part = Cluster::default();
+            let result = part.add_json_block(&items);
+            (part, result)
+        };
+        let (top, parts) = super::par::map_produced(produce, work);
+        let top = top.ok()?;
+        if !(top.items && top.kind.as_deref().is_some_and(|k| k.ends_with("List"))) {
+            return None;
+        }
+        self.reserve_for(parts.iter().map(|(p, _)| p));
+        for (part, result) in parts {
+            self.append(part);
+            if let Err(e) = result {
+                return Some(Err(e));
+            }
+        }
+        Some(Ok(()))
     }
 
     /// The objects of a JSON List, each given as its JSON text. A large list is read on every

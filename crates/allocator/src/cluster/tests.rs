@@ -294,54 +294,59 @@ fn json_list(items: &[String]) -> String {
     )
 }
 
-/// A large List, read a block of items at a time on every core, gives the objects in the
-/// dump's order, exactly as reading its items one at a time does, and every node's answer in
-/// the nodes' order (those that fit first).
+/// A large List, read a block of items at a time on every core (found as the text is read,
+/// for a List of a megabyte or more), gives the objects in the dump's order, exactly as
+/// reading its items one at a time does, and every node's answer in the nodes' order (those
+/// that fit first).
 #[test]
 fn a_large_list_reads_and_answers_as_its_items_one_by_one() {
-    let items = large_list_items(300);
-    let c = read_cluster(&json_list(&items), "dump.json").unwrap();
-    let mut one_by_one = Cluster::default();
-    for item in &items {
-        one_by_one.add_text(item, "item.json").unwrap();
-    }
-    assert_eq!(format!("{c:?}"), format!("{one_by_one:?}"));
-    assert_eq!(c.nodes.len(), 300);
-    assert_eq!(c.slices[7].metadata.name, "s7");
-    assert_eq!(c.claims.len(), 151);
+    for nodes in [300, 2_500] {
+        let items = large_list_items(nodes);
+        let c = read_cluster(&json_list(&items), "dump.json").unwrap();
+        let mut one_by_one = Cluster::default();
+        for item in &items {
+            one_by_one.add_text(item, "item.json").unwrap();
+        }
+        assert_eq!(format!("{c:?}"), format!("{one_by_one:?}"));
+        assert_eq!(c.nodes.len(), nodes);
+        assert_eq!(c.slices[7].metadata.name, "s7");
+        assert_eq!(c.claims.len(), nodes / 2 + 1);
 
-    let answer = c.explain(&Subject::Claim("default/want".into())).unwrap();
-    let expected: Vec<(String, bool)> = (1..300)
-        .step_by(2)
-        .map(|i| (format!("n{i}"), true))
-        .chain((0..300).step_by(2).map(|i| (format!("n{i}"), false)))
-        .collect();
-    let got: Vec<(String, bool)> = fits(&answer)
-        .into_iter()
-        .map(|(n, f)| (n.to_string(), f))
-        .collect();
-    assert_eq!(got, expected);
-    assert_eq!(
-        answer.nodes[150].reasons,
-        [
-            "claim default/want request gpu: 1 devices, 1 in use, 0 usable, 1 wanted; needs 1 devices, 0 usable"
-        ]
-    );
+        let answer = c.explain(&Subject::Claim("default/want".into())).unwrap();
+        let expected: Vec<(String, bool)> = (1..nodes)
+            .step_by(2)
+            .map(|i| (format!("n{i}"), true))
+            .chain((0..nodes).step_by(2).map(|i| (format!("n{i}"), false)))
+            .collect();
+        let got: Vec<(String, bool)> = fits(&answer)
+            .into_iter()
+            .map(|(n, f)| (n.to_string(), f))
+            .collect();
+        assert_eq!(got, expected);
+        assert_eq!(
+            answer.nodes[nodes / 2].reasons,
+            [
+                "claim default/want request gpu: 1 devices, 1 in use, 0 usable, 1 wanted; needs 1 devices, 0 usable"
+            ]
+        );
+    }
 }
 
 /// In a large List with several bad objects, the error names the first of them, as when the
 /// items are read one after the other.
 #[test]
 fn the_first_bad_object_of_a_large_list_is_the_error() {
-    let mut items = large_list_items(300);
-    for at in [420, 310, 590] {
-        items[at] = items[at].replace(r#""generation":1"#, r#""generation":"x""#);
+    for nodes in [300, 2_500] {
+        let mut items = large_list_items(nodes);
+        for at in [nodes + 120, nodes + 10, nodes + 290] {
+            items[at] = items[at].replace(r#""generation":1"#, r#""generation":"x""#);
+        }
+        let e = read_cluster(&json_list(&items), "dump.json")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("dump.json: ResourceSlice s10: spec.pool.generation"),
+            "{e}"
+        );
     }
-    let e = read_cluster(&json_list(&items), "dump.json")
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.starts_with("dump.json: ResourceSlice s10: spec.pool.generation"),
-        "{e}"
-    );
 }
