@@ -156,8 +156,8 @@ struct NodeViews<'a> {
     features: Features,
     /// The views of the last few nodes, by node name.
     nodes: Vec<(String, Result<NodeView<'a>, String>)>,
-    /// Built when a second node is asked for (see [`SliceIndex`]).
-    slice_index: Option<SliceIndex>,
+    /// Built when a second node is asked for (see [`SliceIndex`]); shared by forks.
+    slice_index: Option<std::sync::Arc<SliceIndex>>,
 }
 
 impl<'a> NodeViews<'a> {
@@ -167,7 +167,7 @@ impl<'a> NodeViews<'a> {
             None => {
                 // One node: one scan of the slices. More nodes: index them once.
                 if !self.nodes.is_empty() && self.slice_index.is_none() {
-                    self.slice_index = Some(SliceIndex::new(self.slices));
+                    self.slice_index = Some(std::sync::Arc::new(SliceIndex::new(self.slices)));
                 }
                 // A scheduler asks about each node once per pod: keeping every node's view
                 // would only grow memory. A few recent ones stay for repeated questions.
@@ -177,7 +177,7 @@ impl<'a> NodeViews<'a> {
                 let view = build_node_view(
                     node,
                     self.slices,
-                    self.slice_index.as_ref(),
+                    self.slice_index.as_deref(),
                     &self.in_use,
                     self.features,
                 );
@@ -408,6 +408,31 @@ impl<'a> Allocator<'a> {
         self.views.features = features;
         self.views.nodes.clear();
         self
+    }
+
+    /// An allocator like this one (same slices, classes, devices in use, consumed capacity
+    /// and features) without its nodes' views, sharing its index of the slices (built here
+    /// if not yet): for answering other nodes on another thread without building it all again.
+    pub(crate) fn fork(&mut self) -> Allocator<'a> {
+        let views = &mut self.views;
+        let index = views
+            .slice_index
+            .get_or_insert_with(|| std::sync::Arc::new(SliceIndex::new(views.slices)));
+        Allocator {
+            classes: self.classes,
+            class_index: self.class_index.clone(),
+            views: NodeViews {
+                slices: views.slices,
+                in_use: InUse {
+                    devices: views.in_use.devices.clone(),
+                    consumed: views.in_use.consumed.clone(),
+                },
+                features: views.features,
+                nodes: Vec::new(),
+                slice_index: Some(index.clone()),
+            },
+            stats: SearchStats::default(),
+        }
     }
 
     pub(crate) fn classes_slice(&self) -> &'a [DeviceClass] {

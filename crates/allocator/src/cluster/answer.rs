@@ -81,16 +81,21 @@ impl Cluster {
         let features =
             crate::Features::default().with_list_type_attributes(self.has_list_type_attributes());
         // Each node's answer is independent of the others': the nodes are answered on every
-        // core, each thread with its own allocator, and the answers kept in the nodes' order.
-        let new_allocator = || {
-            Allocator::new(&self.slices, &self.classes, &in_use)
-                .with_consumed_capacity(&self.consumed)
-                .with_features(features)
-        };
+        // core, each thread with its own allocator (forks of one, sharing what it built), and
+        // the answers kept in the nodes' order.
+        let mut allocator = Allocator::new(&self.slices, &self.classes, &in_use)
+            .with_consumed_capacity(&self.consumed)
+            .with_features(features);
+        let threads = super::par::threads_for(nodes.len(), NODES_PER_BLOCK);
+        let mut allocators: Vec<Allocator<'_>> = Vec::with_capacity(threads);
+        if threads > 1 {
+            allocators.extend((1..threads).map(|_| allocator.fork()));
+        }
+        allocators.push(allocator);
         let blocks = super::par::map_blocks(
             nodes.len(),
             NODES_PER_BLOCK,
-            new_allocator,
+            allocators,
             |allocator, range| {
                 nodes[range]
                     .iter()
@@ -132,8 +137,8 @@ impl Cluster {
         Ok((claims, already))
     }
 
-    /// Devices other claims hold (`driver/pool/device`, sorted, each once); shareable ones
-    /// stay available to others.
+    /// Devices other claims hold (`driver/pool/device`); shareable ones stay available to
+    /// others.
     fn devices_in_use(&self) -> Vec<String> {
         let shareable: BTreeSet<String> = self
             .slices
@@ -146,10 +151,9 @@ impl Cluster {
                     .map(move |d| format!("{}/{}/{}", s.spec.driver, s.spec.pool.name, d.name))
             })
             .collect();
-        let mut held: Vec<&String> = self.claims.iter().flat_map(|(_, a)| a).collect();
-        held.sort_unstable();
-        held.dedup();
-        held.into_iter()
+        self.claims
+            .iter()
+            .flat_map(|(_, a)| a)
             .filter(|d| !shareable.contains(*d))
             .cloned()
             .collect()

@@ -23,22 +23,28 @@ fn threads() -> usize {
         .min(MAX_THREADS)
 }
 
+/// How many threads to use for `items` items in blocks of `block` (at least one).
+pub(super) fn threads_for(items: usize, block: usize) -> usize {
+    threads().min(items.div_ceil(block.max(1))).max(1)
+}
+
 /// The results of `work` over `0..items` in blocks of `block` items, in the blocks' order.
 ///
-/// Each thread builds its state with `init` when it takes its first block and passes it to
-/// `work` for each block it takes. A block whose result `last` says is the last one (an
-/// error) ends the work: the blocks after it are not run or are dropped, the blocks before it
-/// all run. With one core or one block, everything runs on the calling thread, in order.
-pub(super) fn map_blocks<S, T, I, W, L>(
+/// One thread runs for each of `states` (the calling thread for the first; give
+/// [`threads_for`] of them), and passes its state to `work` for each block it takes. A block
+/// whose result `last` says is the last one (an error) ends the work: the blocks after it are
+/// not run or are dropped, the blocks before it all run. With one state, everything runs on
+/// the calling thread, in order.
+pub(super) fn map_blocks<S, T, W, L>(
     items: usize,
     block: usize,
-    init: I,
+    states: Vec<S>,
     work: W,
     last: L,
 ) -> Vec<T>
 where
+    S: Send,
     T: Send,
-    I: Fn() -> S + Sync,
     W: Fn(&mut S, Range<usize>) -> T + Sync,
     L: Fn(&T) -> bool + Sync,
 {
@@ -49,16 +55,14 @@ where
     let stop_at = AtomicUsize::new(usize::MAX);
     // Takes blocks in increasing order until none is left or one is the last: every block
     // before the last one is taken by some thread, and run.
-    let worker = || {
-        let mut state: Option<S> = None;
+    let worker = |mut state: S| {
         let mut done = Vec::new();
         loop {
             let b = next.fetch_add(1, Ordering::Relaxed);
             if b >= blocks || b > stop_at.load(Ordering::Relaxed) {
                 break;
             }
-            let state = state.get_or_insert_with(&init);
-            let result = work(state, b * block..((b + 1) * block).min(items));
+            let result = work(&mut state, b * block..((b + 1) * block).min(items));
             if last(&result) {
                 stop_at.fetch_min(b, Ordering::Relaxed);
             }
@@ -66,10 +70,13 @@ where
         }
         done
     };
-    let threads = threads().min(blocks);
+    let mut states = states.into_iter();
+    let Some(first) = states.next() else {
+        return Vec::new();
+    };
     let parts: Vec<Vec<(usize, T)>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..threads).map(|_| scope.spawn(worker)).collect();
-        let mut parts = vec![worker()];
+        let handles: Vec<_> = states.map(|s| scope.spawn(move || worker(s))).collect();
+        let mut parts = vec![worker(first)];
         parts.extend(
             handles
                 .into_iter()

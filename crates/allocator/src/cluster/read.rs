@@ -724,10 +724,11 @@ impl Cluster {
         if items.len() <= ITEMS_PER_BLOCK {
             return self.add_json_block(&items);
         }
+        let threads = super::par::threads_for(items.len(), ITEMS_PER_BLOCK);
         let parts = super::par::map_blocks(
             items.len(),
             ITEMS_PER_BLOCK,
-            || (),
+            vec![(); threads],
             |(), range| {
                 let mut part = Cluster::default();
                 let result = part.add_json_block(&items[range]);
