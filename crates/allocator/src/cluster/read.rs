@@ -86,7 +86,11 @@ impl ClaimStatusDoc<'_> {
         let mut allocated = Vec::with_capacity(results.len());
         let mut consumed = Vec::new();
         for (i, r) in results.into_iter().enumerate() {
-            let device = format!("{}/{}/{}", r.driver, r.pool, r.device);
+            let (driver, pool, name) = (&*r.driver, &*r.pool, &*r.device);
+            let mut device = String::with_capacity(driver.len() + pool.len() + name.len() + 2);
+            for part in [driver, "/", pool, "/", name] {
+                device.push_str(part);
+            }
             if let Some(caps) = r.consumed_capacity {
                 let mut capacity = Vec::with_capacity(caps.len());
                 for (name, q) in caps {
