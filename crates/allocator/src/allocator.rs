@@ -157,7 +157,7 @@ struct NodeViews<'a> {
     /// The views of the last few nodes, by node name.
     nodes: Vec<(String, Result<NodeView<'a>, String>)>,
     /// Built when a second node is asked for (see [`SliceIndex`]); shared by forks.
-    slice_index: Option<std::sync::Arc<SliceIndex>>,
+    slice_index: Option<std::sync::Arc<SliceIndex<'a>>>,
 }
 
 impl<'a> NodeViews<'a> {

@@ -8,30 +8,30 @@ use std::collections::HashMap;
 
 use crate::api::ResourceSlice;
 
-/// Slices by node and by pool, in their original order.
+/// Slices by node and by pool, in their original order (names borrowed from the slices).
 #[derive(Debug, Default)]
-pub(crate) struct SliceIndex {
-    by_node: HashMap<String, Vec<usize>>,
+pub(crate) struct SliceIndex<'a> {
+    by_node: HashMap<&'a str, Vec<usize>>,
     /// Slices without a node name: all nodes, a node selector, per-device node selection,
     /// counter sets only.
     elsewhere: Vec<usize>,
-    by_pool: HashMap<(String, String), Vec<usize>>,
+    by_pool: HashMap<(&'a str, &'a str), Vec<usize>>,
 }
 
-impl SliceIndex {
-    pub(crate) fn new(slices: &[ResourceSlice]) -> SliceIndex {
+impl<'a> SliceIndex<'a> {
+    pub(crate) fn new(slices: &'a [ResourceSlice]) -> SliceIndex<'a> {
         let mut index = SliceIndex::default();
         for (i, s) in slices.iter().enumerate() {
             match s.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
                 // A slice of counter sets only is read by every node its pool serves.
                 Some(n) if s.spec.shared_counters.is_empty() || !s.spec.devices.is_empty() => {
-                    index.by_node.entry(n.to_string()).or_default().push(i);
+                    index.by_node.entry(n).or_default().push(i);
                 }
                 _ => index.elsewhere.push(i),
             }
             index
                 .by_pool
-                .entry((s.spec.driver.clone(), s.spec.pool.name.clone()))
+                .entry((s.spec.driver.as_str(), s.spec.pool.name.as_str()))
                 .or_default()
                 .push(i);
         }
@@ -40,11 +40,11 @@ impl SliceIndex {
 
     /// The slices that may serve `node`, in their original order: the node's own and those of
     /// no single node. Every other slice names another node.
-    pub(crate) fn for_node<'a>(
+    pub(crate) fn for_node<'s>(
         &self,
-        slices: &'a [ResourceSlice],
+        slices: &'s [ResourceSlice],
         node: &str,
-    ) -> Vec<&'a ResourceSlice> {
+    ) -> Vec<&'s ResourceSlice> {
         let own = self.by_node.get(node).map(Vec::as_slice).unwrap_or(&[]);
         let mut out = Vec::with_capacity(own.len() + self.elsewhere.len());
         let (mut a, mut b) = (own.iter().peekable(), self.elsewhere.iter().peekable());
@@ -64,14 +64,14 @@ impl SliceIndex {
     }
 
     /// Every slice of a pool, in original order.
-    pub(crate) fn pool<'a>(
+    pub(crate) fn pool<'s>(
         &self,
-        slices: &'a [ResourceSlice],
+        slices: &'s [ResourceSlice],
         driver: &str,
         pool: &str,
-    ) -> Vec<&'a ResourceSlice> {
+    ) -> Vec<&'s ResourceSlice> {
         self.by_pool
-            .get(&(driver.to_string(), pool.to_string()))
+            .get(&(driver, pool))
             .map(|v| v.iter().map(|&i| &slices[i]).collect())
             .unwrap_or_default()
     }
