@@ -18,7 +18,7 @@ use crate::api::{
     AllocationResult, DeviceClass, DeviceSelector, DeviceToleration, Node, ResourceClaim,
     ResourceSlice,
 };
-use crate::cel::FastMap;
+use crate::cel::{FastMap, FastSet};
 use crate::error::AllocationError;
 use crate::model::{InUse, NodeView, PoolState, build_node_view};
 use crate::policy::SelectionPolicy;
@@ -368,10 +368,15 @@ impl<'a> Allocator<'a> {
             views: NodeViews {
                 slices,
                 in_use: InUse {
-                    devices: allocated_devices
-                        .iter()
-                        .filter_map(|s| split_device_id(s))
-                        .collect(),
+                    devices: {
+                        // Sized once: a cluster's claims can hold hundreds of thousands.
+                        let mut set = FastSet::with_capacity_and_hasher(
+                            allocated_devices.len(),
+                            Default::default(),
+                        );
+                        set.extend(allocated_devices.iter().filter_map(|s| split_device_id(s)));
+                        set
+                    },
                     consumed: FastMap::default(),
                 },
                 features: Features::default(),
