@@ -9,7 +9,8 @@
 //! those, the capacity the allocations consumed is taken.
 //!
 //! Reading dumps is `cluster/read.rs` (block-style YAML rewritten as JSON by
-//! `cluster/block_yaml.rs`); the question and its answer are `cluster/answer.rs`.
+//! `cluster/block_yaml.rs`); the question and its answer are `cluster/answer.rs`; both spread
+//! their work over the machine's cores with `cluster/par.rs`.
 
 use serde::Serialize;
 use serde_json::Value;

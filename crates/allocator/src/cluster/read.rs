@@ -4,7 +4,8 @@
 //! allocation results and the capacity they consumed. A YAML `List` is read item by item, so
 //! only one object is held as a tree at a time. Block-style YAML, as kubectl prints it, is
 //! first rewritten as JSON (`block_yaml.rs`) and read as JSON is; other YAML, and YAML with a
-//! problem, goes to the YAML reader, which names the problem.
+//! problem, goes to the YAML reader, which names the problem. A large JSON List's items are
+//! read on every core, a block at a time (`par.rs`), and kept in the dump's order.
 
 use std::borrow::Cow;
 use std::fmt;
