@@ -345,8 +345,9 @@ fn explain_curve(root: &Path) -> anyhow::Result<String> {
     let tmp = tempfile::tempdir()?;
     let mut md = String::from(
         "\n`kubedev explain` over a generated dump (one process: reading the file, answering for \
-         every node, exiting):\n\n| nodes | format | dump | read (CPU) | answer (CPU) | wall | \
-         peak RSS |\n|---|---|---|---|---|---|---|\n",
+         every node, exiting; reading and answering use every core, so each shows its wall time and \
+         its CPU time over all threads):\n\n| nodes | format | dump | read: wall (CPU) | answer: \
+         wall (CPU) | wall | peak RSS |\n|---|---|---|---|---|---|---|\n",
     );
     for (nodes, format) in EXPLAIN_DUMPS {
         let file = tmp.path().join(format!("dump-{nodes}.{format}"));
@@ -389,9 +390,11 @@ fn explain_curve(root: &Path) -> anyhow::Result<String> {
                 .with_context(|| format!("the explain_cluster example did not report {key}"))
         };
         md.push_str(&format!(
-            "| {nodes} | {format} | {:.0} MB | {:.0} ms | {:.0} ms | {:.2} s | {:.0} MiB |\n",
+            "| {nodes} | {format} | {:.0} MB | {:.0} ms ({:.0} ms) | {:.0} ms ({:.0} ms) | {:.2} s | {:.0} MiB |\n",
             figure("bytes")? / 1e6,
+            figure("read_wall_ms")?,
             figure("read_ms")?,
+            figure("answer_wall_ms")?,
             figure("answer_ms")?,
             wall.as_secs_f64(),
             figure("peak_rss_kib")? / 1024.0,
