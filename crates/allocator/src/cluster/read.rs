@@ -427,6 +427,55 @@ fn typed_item(text: &str) -> Option<Item<'_>> {
     })
 }
 
+/// Marks a field as read, or refuses a second one (left to [`typed_item`]).
+fn once<E: serde::de::Error>(seen: &mut bool) -> Result<(), E> {
+    if std::mem::replace(seen, true) {
+        Err(E::custom(NOT_ONE_PASS))
+    } else {
+        Ok(())
+    }
+}
+
+/// The `metadata` and `spec` of an object whose `kind` was just read, and its `status` where
+/// the kind has one (`status` given): each field at most once, `apiVersion` (already seen when
+/// `api_version_seen`) checked but not kept, any other field refused.
+fn fields_after_kind<'de, A, M, S, T>(
+    map: &mut A,
+    mut api_version_seen: bool,
+    mut status: Option<&mut Option<T>>,
+) -> Result<(M, S), A::Error>
+where
+    A: MapAccess<'de>,
+    M: Deserialize<'de> + Default,
+    S: Deserialize<'de> + Default,
+    T: Deserialize<'de>,
+{
+    let (mut metadata, mut spec) = (M::default(), S::default());
+    let (mut metadata_seen, mut spec_seen, mut status_seen) = (false, false, false);
+    while let Some(key) = map.next_key::<&'de str>()? {
+        match (key, status.as_deref_mut()) {
+            ("apiVersion", _) => {
+                once(&mut api_version_seen)?;
+                map.next_value::<IgnoredAny>()?;
+            }
+            ("metadata", _) => {
+                once(&mut metadata_seen)?;
+                metadata = map.next_value()?;
+            }
+            ("spec", _) => {
+                once(&mut spec_seen)?;
+                spec = map.next_value()?;
+            }
+            ("status", Some(status)) => {
+                once(&mut status_seen)?;
+                *status = map.next_value()?;
+            }
+            _ => return Err(serde::de::Error::custom(NOT_ONE_PASS)),
+        }
+    }
+    Ok((metadata, spec))
+}
+
 /// Reads one JSON object in one pass when its `kind` comes first (after `apiVersion`), as
 /// kubectl prints objects: the fields after it are decoded as that kind's strict type reads
 /// them. Anything else, or anything unusual (a repeated field, an escaped key), is an error,
@@ -456,97 +505,37 @@ impl<'de> Visitor<'de> for ItemVisitor {
                 Some(_) => return Err(not_one_pass()),
             }
         };
-        // The fields after `kind`, each at most once; `apiVersion` and `kind` are only
-        // checked (the strict types ignore their values).
-        let mut seen_api_version = api_version.is_some();
-        let mut metadata_seen = false;
-        let mut spec_seen = false;
-        let mut status_seen = false;
-        let once = |seen: &mut bool| {
-            if std::mem::replace(seen, true) {
-                Err(not_one_pass())
-            } else {
-                Ok(())
-            }
-        };
+        let api_version_seen = api_version.is_some();
         match kind {
             Some("ResourceSlice") => {
                 let mut s = ResourceSlice::default();
-                while let Some(key) = map.next_key::<&'de str>()? {
-                    match key {
-                        "apiVersion" => {
-                            once(&mut seen_api_version)?;
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                        "metadata" => {
-                            once(&mut metadata_seen)?;
-                            s.metadata = map.next_value()?;
-                        }
-                        "spec" => {
-                            once(&mut spec_seen)?;
-                            s.spec = map.next_value()?;
-                        }
-                        _ => return Err(not_one_pass()),
-                    }
-                }
+                (s.metadata, s.spec) =
+                    fields_after_kind(&mut map, api_version_seen, None::<&mut Option<IgnoredAny>>)?;
                 Ok(Item::Slice(s))
             }
             Some("DeviceClass") => {
                 let mut c = DeviceClass::default();
-                while let Some(key) = map.next_key::<&'de str>()? {
-                    match key {
-                        "apiVersion" => {
-                            once(&mut seen_api_version)?;
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                        "metadata" => {
-                            once(&mut metadata_seen)?;
-                            c.metadata = map.next_value()?;
-                        }
-                        "spec" => {
-                            once(&mut spec_seen)?;
-                            c.spec = map.next_value()?;
-                        }
-                        _ => return Err(not_one_pass()),
-                    }
-                }
+                (c.metadata, c.spec) =
+                    fields_after_kind(&mut map, api_version_seen, None::<&mut Option<IgnoredAny>>)?;
                 Ok(Item::Class(c))
             }
             Some("ResourceClaim") => {
-                let mut doc = ClaimDoc {
+                let mut status = None;
+                let (metadata, spec) =
+                    fields_after_kind(&mut map, api_version_seen, Some(&mut status))?;
+                Ok(Item::Claim(ClaimDoc {
                     _api_version: IgnoredAny,
                     _kind: IgnoredAny,
-                    metadata: ObjectMeta::default(),
-                    spec: ResourceClaimSpec::default(),
-                    status: None,
-                };
-                while let Some(key) = map.next_key::<&'de str>()? {
-                    match key {
-                        "apiVersion" => {
-                            once(&mut seen_api_version)?;
-                            map.next_value::<IgnoredAny>()?;
-                        }
-                        "metadata" => {
-                            once(&mut metadata_seen)?;
-                            doc.metadata = map.next_value()?;
-                        }
-                        "spec" => {
-                            once(&mut spec_seen)?;
-                            doc.spec = map.next_value()?;
-                        }
-                        "status" => {
-                            once(&mut status_seen)?;
-                            doc.status = map.next_value()?;
-                        }
-                        _ => return Err(not_one_pass()),
-                    }
-                }
-                Ok(Item::Claim(doc))
+                    metadata,
+                    spec,
+                    status,
+                }))
             }
             Some("Node") => {
                 let mut doc = NodeDoc {
                     metadata: NodeMetaDoc::default(),
                 };
+                let mut metadata_seen = false;
                 while let Some(key) = map.next_key::<&'de str>()? {
                     match key {
                         "kind" => return Err(not_one_pass()),
