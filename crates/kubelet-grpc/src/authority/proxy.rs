@@ -206,8 +206,11 @@ where
             return Ok(());
         }
         loop {
-            self.handled().await?;
+            // What came before a frame that ends the connection still reaches the server, as
+            // the GOAWAY's last stream says.
+            let handled = self.handled().await;
             self.write_out().await?;
+            handled?;
             if !self.fill().await? {
                 // The end at a frame boundary is the client closing; inside a frame, a cut.
                 return if self.buf.is_empty() && self.passing == 0 {
