@@ -9,7 +9,8 @@
 //! fails, so without help the kubelet could not even register a DRA driver.
 //!
 //! The fix is a property of each socket kubedev serves, not of a service: every accepted
-//! connection goes through a small proxy in front of the HTTP/2 server. It reads the client's
+//! connection goes through a small layer between the socket and the HTTP/2 server, applied as
+//! the server reads and writes (no task or copy of its own in between). It reads the client's
 //! frames, decodes each header block with an HPACK decoder that follows the client's dynamic
 //! table, and passes the block on re-encoded with literals that never touch the
 //! server's dynamic table, so both HPACK contexts stay consistent whatever the table sizes. An
@@ -17,14 +18,15 @@
 //! percent-encoded, or an empty value) becomes `localhost`. All other frames pass through as
 //! they are. A request the server would reset for its headers (no `:path`, a connection-specific
 //! header, …) is answered by the proxy itself with a gRPC `INTERNAL` error that names the
-//! problem, and logged at WARN, rate-limited. A client that breaks HTTP/2 framing or HPACK gets
+//! problem (put in between whole frames of the server's), and logged at WARN, rate-limited. A client that breaks HTTP/2 framing or HPACK gets
 //! a GOAWAY whose debug data says why.
 //!
-//! [`incoming`] puts the proxy in front of a listener for tonic's `serve_with_incoming`. The
-//! same machinery runs the other way for tests: [`dial`] opens a tonic channel whose requests
+//! [`incoming`] puts the layer in front of a listener for tonic's `serve_with_incoming`. The
+//! same machinery runs the other way, as a task between two streams, for tests: [`dial`] opens a tonic channel whose requests
 //! carry exactly the `:authority` a given client stack sends ([`ClientAuthority`]), which tonic
 //! itself cannot express.
 
+mod connection;
 mod frame;
 mod headers;
 mod hpack;
@@ -32,20 +34,18 @@ mod proxy;
 
 use parking_lot::Mutex;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::Stream;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, DuplexStream, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::Error;
+pub use connection::Connection;
 
-/// Bytes buffered in each direction between a socket and the HTTP/2 stack behind the proxy.
+/// Bytes buffered in each direction between a dialed socket and the HTTP/2 client.
 const PIPE_BUFFER: usize = 64 * 1024;
 
 /// The shortest time between two WARN lines about refused requests on one socket.
@@ -100,44 +100,6 @@ impl SocketContext {
     }
 }
 
-/// One accepted connection, as the HTTP/2 server sees it: the server end of the proxy.
-#[derive(Debug)]
-pub struct Connection(DuplexStream);
-
-impl tonic::transport::server::Connected for Connection {
-    type ConnectInfo = ();
-
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl AsyncRead for Connection {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Connection {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
-
 /// The connections accepted on `listener` (bound at `socket`), each behind its own proxy that
 /// accepts any `:authority`, for tonic's `serve_with_incoming`. Every kubedev server uses it; so
 /// do the testkit's emulators of servers that accept any authority (the kubelet's grpc-go).
@@ -149,11 +111,10 @@ pub fn incoming(
     futures::stream::unfold(listener, move |listener| {
         let context = context.clone();
         async move {
-            let accepted = listener.accept().await.map(|(stream, _)| {
-                let (server_end, proxy_end) = tokio::io::duplex(PIPE_BUFFER);
-                tokio::spawn(proxy::run(stream, proxy_end, Policy::Accept, context));
-                Connection(server_end)
-            });
+            let accepted = listener
+                .accept()
+                .await
+                .map(|(stream, _)| Connection::new(stream, context));
             Some((accepted, listener))
         }
     })
@@ -232,7 +193,12 @@ pub async fn dial(
             async move {
                 let stream = UnixStream::connect(&path).await?;
                 let (client_end, proxy_end) = tokio::io::duplex(PIPE_BUFFER);
-                tokio::spawn(proxy::run(proxy_end, stream, Policy::Send(value), context));
+                tokio::spawn(proxy::dialing(
+                    proxy_end,
+                    stream,
+                    Policy::Send(value),
+                    context,
+                ));
                 Ok::<_, std::io::Error>(TokioIo::new(client_end))
             }
         }))

@@ -1,14 +1,15 @@
-//! The two directions of one proxied connection: requests from the client, parsed frame by
-//! frame with their header blocks decoded and re-encoded, and responses from the server, passed
-//! through with the frames the layer answers with itself put in between whole frames.
+//! The two directions of one connection behind the layer: requests from the client, parsed
+//! frame by frame with their header blocks decoded and re-encoded ([`RequestFilter`]), and
+//! responses from the server, passed on with the frames the layer answers with itself put in
+//! between whole frames ([`ResponseTracker`]). Both are free of I/O: a serving connection drives
+//! them inline from the HTTP/2 server's reads and writes (`super::Connection`), a dialing one
+//! from a task between two streams ([`dialing`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 
 use super::frame::{self, Head, code};
 use super::headers::{self, Verdict};
@@ -23,13 +24,13 @@ const MAX_HEADER_BLOCK: usize = 256 * 1024;
 /// sees the refusal.
 const MAX_REFUSED_REMEMBERED: usize = 256;
 
-/// Room made in the request buffer before each read from the client.
-const READ_CHUNK: usize = 16 * 1024;
+/// Room made in a read buffer before each read.
+pub(super) const READ_CHUNK: usize = 16 * 1024;
 
 /// A reason to end the whole connection: the client broke HTTP/2 framing or HPACK, after which
 /// no later header block can be read.
 #[derive(Debug)]
-struct Fatal {
+pub(super) struct Fatal {
     code: u32,
     message: String,
 }
@@ -41,213 +42,119 @@ fn fatal(code: u32, message: impl Into<String>) -> Fatal {
     }
 }
 
-/// What the request direction stopped on.
-enum Stop {
-    /// The client closed its side (or sent something that is not HTTP/2, copied through).
-    Closed,
-    Fatal(Fatal),
-    Io(std::io::Error),
+/// Where the client's bytes are in the connection preface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Preface {
+    /// Not all of it read yet.
+    Pending,
+    /// Read: frames follow.
+    Frames,
+    /// The client sent something else: it does not speak HTTP/2 with prior knowledge, and its
+    /// bytes go to the server as they are, for the server to answer.
+    Passthrough,
 }
 
-impl From<std::io::Error> for Stop {
-    fn from(e: std::io::Error) -> Self {
-        Stop::Io(e)
-    }
-}
-
-impl From<Fatal> for Stop {
-    fn from(f: Fatal) -> Self {
-        Stop::Fatal(f)
-    }
-}
-
-/// Runs one connection between `client` (the peer that sends requests) and `server` until both
-/// sides are done.
-pub(super) async fn run<C, S>(client: C, server: S, policy: Policy, socket: Arc<SocketContext>)
-where
-    C: AsyncRead + AsyncWrite + Send + 'static,
-    S: AsyncRead + AsyncWrite + Send + 'static,
-{
-    let (client_rd, client_wr) = tokio::io::split(client);
-    let (server_rd, server_wr) = tokio::io::split(server);
-    // Frames the layer answers with; bounded, so a client that floods bad requests while not
-    // reading its answers is slowed down instead of growing this queue.
-    let (inject, injected) = mpsc::channel::<Vec<u8>>(32);
-    let table_limit = Arc::new(AtomicUsize::new(hpack::DEFAULT_TABLE_SIZE));
-    let requests = Requests {
-        reader: client_rd,
-        writer: server_wr,
-        decoder: hpack::Decoder::default(),
-        policy,
-        socket: socket.clone(),
-        inject,
-        table_limit: table_limit.clone(),
-        last_request: 0,
-        refused: BTreeSet::new(),
-        logged_authority: None,
-        buf: BytesMut::with_capacity(READ_CHUNK),
-        out: Vec::with_capacity(READ_CHUNK),
-        passing: 0,
-        dropping: false,
-    };
-    let responses = responses(server_rd, client_wr, injected, table_limit);
-    tokio::pin!(responses);
-    let requests = requests.run();
-    tokio::pin!(requests);
-    tokio::select! {
-        () = &mut requests => {
-            // The server sees the end of the requests and finishes its answers.
-            if let Err(e) = (&mut responses).await {
-                tracing::debug!(socket = %socket.path, error = %kubedev_core::echo::Chain(&e), "connection ended");
-            }
-        }
-        r = &mut responses => {
-            if let Err(e) = r {
-                tracing::debug!(socket = %socket.path, error = %kubedev_core::echo::Chain(&e), "connection ended");
-            }
-        }
-    }
-}
-
-struct Requests<R, W> {
-    reader: R,
-    writer: W,
+/// The request direction of one connection, free of I/O: takes the client's bytes as they are
+/// read, leaves what the server is to read in `out`, and the frames the layer answers with
+/// itself in `inject`.
+pub(super) struct RequestFilter {
     decoder: hpack::Decoder,
     policy: Policy,
     socket: Arc<SocketContext>,
-    inject: mpsc::Sender<Vec<u8>>,
-    table_limit: Arc<AtomicUsize>,
+    /// The largest HPACK table size the server has allowed in its SETTINGS.
+    table_limit: usize,
     /// The highest client-initiated stream a request was seen on.
     last_request: u32,
     /// Streams answered by the layer itself; the server never heard of them.
     refused: BTreeSet<u32>,
     logged_authority: Option<Vec<u8>>,
-    /// Bytes read from the client and not handled yet.
-    buf: BytesMut,
-    /// Bytes for the server, written after each read's frames are handled.
-    out: Vec<u8>,
+    preface: Preface,
     /// Payload bytes of the current frame still to come, passed on as they arrive...
     passing: usize,
     /// ... or thrown away (a frame on a stream the layer refused).
     dropping: bool,
+    /// Bytes for the server.
+    pub(super) out: Vec<u8>,
+    /// Frames for the client (serving only), to go between whole frames of the server's.
+    pub(super) inject: Vec<u8>,
 }
 
-impl<R, W> Requests<R, W>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    async fn run(mut self) {
-        match self.frames().await {
-            Ok(()) | Err(Stop::Closed) => {}
-            Err(Stop::Io(e)) => {
-                tracing::debug!(socket = %self.socket.path, error = %kubedev_core::echo::Chain(&e), "reading a request failed");
+impl RequestFilter {
+    pub(super) fn new(policy: Policy, socket: Arc<SocketContext>) -> Self {
+        RequestFilter {
+            decoder: hpack::Decoder::default(),
+            policy,
+            socket,
+            table_limit: hpack::DEFAULT_TABLE_SIZE,
+            last_request: 0,
+            refused: BTreeSet::new(),
+            logged_authority: None,
+            preface: Preface::Pending,
+            passing: 0,
+            dropping: false,
+            out: Vec::with_capacity(READ_CHUNK),
+            inject: Vec::new(),
+        }
+    }
+
+    /// The path of the socket the connection came in on.
+    pub(super) fn socket_path(&self) -> &str {
+        &self.socket.path
+    }
+
+    /// Notes a header table size the server allowed in its SETTINGS.
+    pub(super) fn allow_table_size(&mut self, size: usize) {
+        self.table_limit = self.table_limit.max(size);
+    }
+
+    /// Handles every whole frame in `buf` (and the part of a passed-through payload that is
+    /// there), leaving a frame head or header block that is not complete yet. What came before
+    /// a frame that ends the connection is in `out` when this fails, as the GOAWAY's last
+    /// stream says.
+    pub(super) fn handle(&mut self, buf: &mut BytesMut) -> Result<(), Fatal> {
+        match self.preface {
+            Preface::Passthrough => {
+                self.out.extend_from_slice(buf);
+                buf.clear();
+                return Ok(());
             }
-            Err(Stop::Fatal(f)) => {
-                self.socket.warn_limited(|suppressed| {
-                    tracing::warn!(
-                        socket = %self.socket.path,
-                        reason = %f.message,
-                        suppressed,
-                        "closed a gRPC connection that broke HTTP/2"
-                    );
-                });
-                if matches!(self.policy, Policy::Accept) {
-                    let mut out = Vec::new();
-                    frame::write_goaway(self.last_request, f.code, &f.message, &mut out);
-                    let _ = self.inject.send(out).await;
+            Preface::Pending => {
+                let n = buf.len().min(frame::PREFACE.len());
+                if !frame::PREFACE.starts_with(&buf[..n]) {
+                    self.preface = Preface::Passthrough;
+                    return self.handle(buf);
                 }
-            }
-        }
-        let _ = self.writer.shutdown().await;
-    }
-
-    /// Reads more of the client's bytes into the buffer; `false` at the end of its stream.
-    async fn fill(&mut self) -> std::io::Result<bool> {
-        self.buf.reserve(READ_CHUNK);
-        Ok(self.reader.read_buf(&mut self.buf).await? != 0)
-    }
-
-    /// Passes on what [`Requests::handled`] left for the server, in one write.
-    async fn write_out(&mut self) -> std::io::Result<()> {
-        if !self.out.is_empty() {
-            self.writer.write_all(&self.out).await?;
-            self.out.clear();
-        }
-        Ok(())
-    }
-
-    /// Checks the connection preface; a client that does not send one is not speaking HTTP/2
-    /// with prior knowledge, and its bytes are copied through for the server to answer.
-    async fn preface(&mut self) -> Result<bool, Stop> {
-        loop {
-            let n = self.buf.len().min(frame::PREFACE.len());
-            if !frame::PREFACE.starts_with(&self.buf[..n]) {
-                self.writer.write_all(&self.buf).await?;
-                self.buf.clear();
-                tokio::io::copy(&mut self.reader, &mut self.writer).await?;
-                return Ok(false);
-            }
-            if n == frame::PREFACE.len() {
-                self.out.extend_from_slice(&self.buf.split_to(n));
-                return Ok(true);
-            }
-            if !self.fill().await? {
-                self.writer.write_all(&self.buf).await?;
-                return Err(Stop::Closed);
-            }
-        }
-    }
-
-    /// Handles the client's frames as they arrive: whatever one read brings is handled and
-    /// passed on in one write, so a request's HEADERS and DATA cost the server one wake-up.
-    async fn frames(&mut self) -> Result<(), Stop> {
-        if !self.preface().await? {
-            return Ok(());
-        }
-        loop {
-            // What came before a frame that ends the connection still reaches the server, as
-            // the GOAWAY's last stream says.
-            let handled = self.handled().await;
-            self.write_out().await?;
-            handled?;
-            if !self.fill().await? {
-                // The end at a frame boundary is the client closing; inside a frame, a cut.
-                return if self.buf.is_empty() && self.passing == 0 {
-                    Ok(())
-                } else {
-                    Err(Stop::Closed)
-                };
-            }
-        }
-    }
-
-    /// Handles every whole frame in the buffer (and the part of a passed-through payload that
-    /// is there), leaving a frame head or header block that is not complete yet.
-    async fn handled(&mut self) -> Result<(), Stop> {
-        loop {
-            if self.passing > 0 {
-                if self.buf.is_empty() {
+                if n < frame::PREFACE.len() {
                     return Ok(());
                 }
-                let n = self.passing.min(self.buf.len());
-                let chunk = self.buf.split_to(n);
+                self.out.extend_from_slice(&buf.split_to(n));
+                self.preface = Preface::Frames;
+            }
+            Preface::Frames => {}
+        }
+        loop {
+            if self.passing > 0 {
+                if buf.is_empty() {
+                    return Ok(());
+                }
+                let n = self.passing.min(buf.len());
+                let chunk = buf.split_to(n);
                 if !self.dropping {
                     self.out.extend_from_slice(&chunk);
                 }
                 self.passing -= n;
                 continue;
             }
-            let Some(head) = self.buffered_head(0) else {
+            let Some(head) = buffered_head(buf, 0) else {
                 return Ok(());
             };
             match head.kind {
                 frame::HEADERS => {
-                    let Some(end) = self.buffered_block(&head)? else {
+                    let Some(end) = buffered_block(buf, &head)? else {
                         return Ok(());
                     };
-                    let frames = self.buf.split_to(end);
-                    self.header_block(head, &frames).await?;
+                    let frames = buf.split_to(end);
+                    self.header_block(head, &frames)?;
                 }
                 frame::CONTINUATION => {
                     return Err(fatal(
@@ -256,107 +163,70 @@ where
                             "CONTINUATION frame on stream {} without a HEADERS frame before it",
                             head.stream
                         ),
-                    )
-                    .into());
+                    ));
                 }
                 frame::DATA if self.refused.contains(&head.stream) => {
-                    self.skip(&head, true);
+                    self.skip(buf, &head, true);
                     if head.has(frame::FLAG_END_STREAM) {
                         self.refused.remove(&head.stream);
                     }
                     if head.len > 0 {
                         // The server never sees these bytes, so it would never give the
                         // connection's flow-control window back for them.
-                        let mut out = Vec::new();
-                        frame::write_window_update(0, head.len as u32, &mut out);
-                        self.send_to_client(out).await?;
+                        frame::write_window_update(0, head.len as u32, &mut self.inject);
                     }
                 }
                 frame::RST_STREAM | frame::WINDOW_UPDATE | frame::PRIORITY
                     if self.refused.contains(&head.stream) =>
                 {
-                    self.skip(&head, true);
+                    self.skip(buf, &head, true);
                     if head.kind == frame::RST_STREAM {
                         self.refused.remove(&head.stream);
                     }
                 }
                 _ => {
-                    self.out.extend_from_slice(&self.buf[..frame::HEAD_LEN]);
-                    self.skip(&head, false);
+                    self.out.extend_from_slice(&buf[..frame::HEAD_LEN]);
+                    self.skip(buf, &head, false);
                 }
             }
         }
     }
 
-    /// The head of the frame at `at` in the buffer, when all of it is there.
-    fn buffered_head(&self, at: usize) -> Option<Head> {
-        let bytes = self.buf.get(at..at + frame::HEAD_LEN)?;
-        let mut b = [0u8; frame::HEAD_LEN];
-        b.copy_from_slice(bytes);
-        Some(Head::parse(&b))
+    /// At the end of the client's bytes: a preface cut short goes to the server as it is, for
+    /// the server to answer; anything else left in `buf` (a frame cut short) is dropped.
+    pub(super) fn finish(&mut self, buf: &mut BytesMut) {
+        if self.preface == Preface::Pending {
+            self.out.extend_from_slice(buf);
+        }
+        buf.clear();
     }
 
-    /// Takes the buffered frame `head` off the buffer, its payload passed on as it arrives
+    /// Logs the reason a connection ends and, when serving, queues a GOAWAY that gives it.
+    pub(super) fn fail(&mut self, f: &Fatal) {
+        self.socket.warn_limited(|suppressed| {
+            tracing::warn!(
+                socket = %self.socket.path,
+                reason = %f.message,
+                suppressed,
+                "closed a gRPC connection that broke HTTP/2"
+            );
+        });
+        if matches!(self.policy, Policy::Accept) {
+            frame::write_goaway(self.last_request, f.code, &f.message, &mut self.inject);
+        }
+    }
+
+    /// Takes the buffered frame `head` off `buf`, its payload passed on as it arrives
     /// (`drop`: thrown away).
-    fn skip(&mut self, head: &Head, drop: bool) {
-        self.buf.advance(frame::HEAD_LEN);
+    fn skip(&mut self, buf: &mut BytesMut, head: &Head, drop: bool) {
+        buf.advance(frame::HEAD_LEN);
         self.passing = head.len;
         self.dropping = drop;
     }
 
-    /// Where the header block starting with HEADERS frame `head` (at the start of the buffer)
-    /// ends, once all its frames are buffered; refuses a block over [`MAX_HEADER_BLOCK`] as
-    /// soon as a frame head shows it, and a block interrupted by another frame.
-    fn buffered_block(&self, head: &Head) -> Result<Option<usize>, Fatal> {
-        if head.len > MAX_HEADER_BLOCK {
-            return Err(too_large());
-        }
-        let mut end = frame::HEAD_LEN + head.len;
-        if self.buf.len() < end {
-            return Ok(None);
-        }
-        // The fragment's length, as the limit counts it (without padding and priority).
-        let (_, fragment) = frame::split_headers_payload(head, &self.buf[frame::HEAD_LEN..end])
-            .map_err(|m| fatal(code::PROTOCOL_ERROR, m))?;
-        let mut block_len = fragment.len();
-        let mut end_headers = head.has(frame::FLAG_END_HEADERS);
-        while !end_headers {
-            let Some(next) = self.buffered_head(end) else {
-                return Ok(None);
-            };
-            if next.kind != frame::CONTINUATION || next.stream != head.stream {
-                return Err(fatal(
-                    code::PROTOCOL_ERROR,
-                    format!(
-                        "expected a CONTINUATION frame on stream {}, got a frame of type {} on stream {}",
-                        head.stream, next.kind, next.stream
-                    ),
-                ));
-            }
-            if block_len + next.len > MAX_HEADER_BLOCK {
-                return Err(too_large());
-            }
-            block_len += next.len;
-            end += frame::HEAD_LEN + next.len;
-            if self.buf.len() < end {
-                return Ok(None);
-            }
-            end_headers = next.has(frame::FLAG_END_HEADERS);
-        }
-        Ok(Some(end))
-    }
-
-    async fn send_to_client(&mut self, frames: Vec<u8>) -> Result<(), Stop> {
-        match self.policy {
-            Policy::Accept => self.inject.send(frames).await.map_err(|_| Stop::Closed),
-            // A dialing client never answers for the server.
-            Policy::Send(_) => Ok(()),
-        }
-    }
-
     /// Decodes one buffered header block (`frames`: HEADERS `head` and its CONTINUATIONs,
-    /// checked by [`Requests::buffered_block`]) and passes it on re-encoded, or answers it.
-    async fn header_block(&mut self, head: Head, frames: &[u8]) -> Result<(), Stop> {
+    /// checked by [`buffered_block`]) and passes it on re-encoded, or answers it.
+    fn header_block(&mut self, head: Head, frames: &[u8]) -> Result<(), Fatal> {
         let first = &frames[frame::HEAD_LEN..frame::HEAD_LEN + head.len];
         let (priority, fragment) = frame::split_headers_payload(&head, first)
             .map_err(|m| fatal(code::PROTOCOL_ERROR, m))?;
@@ -371,8 +241,7 @@ where
             at += next.len;
         }
         if matches!(self.policy, Policy::Accept) {
-            self.decoder
-                .set_max_allowed_table_size(self.table_limit.load(Ordering::Relaxed));
+            self.decoder.set_max_allowed_table_size(self.table_limit);
         }
         let mut list = self.decoder.decode(&block).map_err(|e| {
             fatal(
@@ -407,7 +276,8 @@ where
                         list = headers;
                     }
                     Verdict::Refuse(reason) => {
-                        return self.refuse(stream, end_stream, reason).await;
+                        self.refuse(stream, end_stream, reason);
+                        return Ok(());
                     }
                 },
             }
@@ -443,7 +313,7 @@ where
 
     /// Answers a request the server would reset with a gRPC error, and asks the client to stop
     /// sending on that stream.
-    async fn refuse(&mut self, stream: u32, end_stream: bool, reason: String) -> Result<(), Stop> {
+    fn refuse(&mut self, stream: u32, end_stream: bool, reason: String) {
         self.socket.warn_limited(|suppressed| {
             tracing::warn!(
                 socket = %self.socket.path,
@@ -454,23 +324,71 @@ where
             );
         });
         let message = format!("malformed request headers: {reason}");
-        let mut out = Vec::new();
         frame::write_header_block(
             stream,
             true,
             None,
             &headers::encode(&headers::grpc_error(&message)),
-            &mut out,
+            &mut self.inject,
         );
         if !end_stream {
-            frame::write_rst_stream(stream, code::NO_ERROR, &mut out);
+            frame::write_rst_stream(stream, code::NO_ERROR, &mut self.inject);
             self.refused.insert(stream);
             while self.refused.len() > MAX_REFUSED_REMEMBERED {
                 self.refused.pop_first();
             }
         }
-        self.send_to_client(out).await
     }
+}
+
+/// The head of the frame at `at` in `buf`, when all of it is there.
+fn buffered_head(buf: &[u8], at: usize) -> Option<Head> {
+    let bytes = buf.get(at..at + frame::HEAD_LEN)?;
+    let mut b = [0u8; frame::HEAD_LEN];
+    b.copy_from_slice(bytes);
+    Some(Head::parse(&b))
+}
+
+/// Where the header block starting with HEADERS frame `head` (at the start of `buf`) ends, once
+/// all its frames are buffered; refuses a block over [`MAX_HEADER_BLOCK`] as soon as a frame
+/// head shows it, and a block interrupted by another frame.
+fn buffered_block(buf: &[u8], head: &Head) -> Result<Option<usize>, Fatal> {
+    if head.len > MAX_HEADER_BLOCK {
+        return Err(too_large());
+    }
+    let mut end = frame::HEAD_LEN + head.len;
+    if buf.len() < end {
+        return Ok(None);
+    }
+    // The fragment's length, as the limit counts it (without padding and priority).
+    let (_, fragment) = frame::split_headers_payload(head, &buf[frame::HEAD_LEN..end])
+        .map_err(|m| fatal(code::PROTOCOL_ERROR, m))?;
+    let mut block_len = fragment.len();
+    let mut end_headers = head.has(frame::FLAG_END_HEADERS);
+    while !end_headers {
+        let Some(next) = buffered_head(buf, end) else {
+            return Ok(None);
+        };
+        if next.kind != frame::CONTINUATION || next.stream != head.stream {
+            return Err(fatal(
+                code::PROTOCOL_ERROR,
+                format!(
+                    "expected a CONTINUATION frame on stream {}, got a frame of type {} on stream {}",
+                    head.stream, next.kind, next.stream
+                ),
+            ));
+        }
+        if block_len + next.len > MAX_HEADER_BLOCK {
+            return Err(too_large());
+        }
+        block_len += next.len;
+        end += frame::HEAD_LEN + next.len;
+        if buf.len() < end {
+            return Ok(None);
+        }
+        end_headers = next.has(frame::FLAG_END_HEADERS);
+    }
+    Ok(Some(end))
 }
 
 fn too_large() -> Fatal {
@@ -480,97 +398,186 @@ fn too_large() -> Fatal {
     )
 }
 
-/// The response direction: copies the server's bytes to the client, keeping track of frame
-/// boundaries so the layer's own frames go in between whole frames (never inside a header
-/// block), and noting the server's `SETTINGS_HEADER_TABLE_SIZE` for the request decoder.
-async fn responses<R, W>(
-    mut server: R,
-    mut client: W,
-    mut injected: mpsc::Receiver<Vec<u8>>,
-    table_limit: Arc<AtomicUsize>,
-) -> std::io::Result<()>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let mut buf = BytesMut::with_capacity(32 * 1024);
-    // Payload bytes of the current frame not yet passed on.
-    let mut remaining = 0usize;
-    // Inside a header block that continues in CONTINUATION frames.
-    let mut in_block = false;
-    // The server's connection preface (its first SETTINGS) must reach the client first.
-    let mut started = false;
-    // The payload of a SETTINGS frame being read, to find the header table size.
-    let mut settings: Option<Vec<u8>> = None;
-    let mut out = Vec::with_capacity(32 * 1024);
-    let mut open = true;
-    loop {
-        out.clear();
-        loop {
-            if remaining > 0 {
-                if buf.is_empty() {
-                    break;
+/// The response direction, free of I/O: follows the bytes the server has sent to the client,
+/// so the layer's own frames go in between whole frames (never inside a frame or a header
+/// block), and finds the header table sizes the server allows in its SETTINGS.
+#[derive(Debug, Default)]
+pub(super) struct ResponseTracker {
+    /// The part of a frame head seen so far.
+    head: [u8; frame::HEAD_LEN],
+    head_len: usize,
+    /// Payload bytes of the current frame not yet sent.
+    remaining: usize,
+    /// Inside a header block that continues in CONTINUATION frames.
+    in_block: bool,
+    /// The server's connection preface (its first SETTINGS) has begun; nothing goes before it.
+    started: bool,
+    /// The payload of a SETTINGS frame being sent, to find the header table size.
+    settings: Option<Vec<u8>>,
+}
+
+impl ResponseTracker {
+    /// Follows `bytes`, the next ones the server sent; calls `table_size` with each header
+    /// table size a SETTINGS frame among them allows.
+    pub(super) fn sent(&mut self, mut bytes: &[u8], mut table_size: impl FnMut(usize)) {
+        while !bytes.is_empty() {
+            if self.remaining > 0 {
+                let n = self.remaining.min(bytes.len());
+                if let Some(s) = self.settings.as_mut() {
+                    s.extend_from_slice(&bytes[..n]);
                 }
-                let n = remaining.min(buf.len());
-                if let Some(s) = settings.as_mut() {
-                    s.extend_from_slice(&buf[..n]);
-                }
-                out.extend_from_slice(&buf[..n]);
-                buf.advance(n);
-                remaining -= n;
-                if remaining == 0
-                    && let Some(s) = settings.take()
+                bytes = &bytes[n..];
+                self.remaining -= n;
+                if self.remaining == 0
+                    && let Some(s) = self.settings.take()
                 {
-                    for size in frame::header_table_sizes(&s) {
-                        table_limit.fetch_max(size, Ordering::Relaxed);
-                    }
+                    frame::header_table_sizes(&s).for_each(&mut table_size);
                 }
                 continue;
             }
-            if buf.len() < frame::HEAD_LEN {
-                break;
+            let n = (frame::HEAD_LEN - self.head_len).min(bytes.len());
+            self.head[self.head_len..self.head_len + n].copy_from_slice(&bytes[..n]);
+            self.head_len += n;
+            bytes = &bytes[n..];
+            if self.head_len < frame::HEAD_LEN {
+                return;
             }
-            let mut hb = [0u8; frame::HEAD_LEN];
-            hb.copy_from_slice(&buf[..frame::HEAD_LEN]);
-            let head = Head::parse(&hb);
+            self.head_len = 0;
+            self.started = true;
+            let head = Head::parse(&self.head);
             match head.kind {
                 frame::HEADERS | frame::PUSH_PROMISE | frame::CONTINUATION => {
-                    in_block = !head.has(frame::FLAG_END_HEADERS);
+                    self.in_block = !head.has(frame::FLAG_END_HEADERS);
                 }
-                frame::SETTINGS if !head.has(frame::FLAG_ACK) && head.len <= 6 * 64 => {
-                    settings = Some(Vec::with_capacity(head.len));
+                frame::SETTINGS
+                    if !head.has(frame::FLAG_ACK) && head.len > 0 && head.len <= 6 * 64 =>
+                {
+                    self.settings = Some(Vec::with_capacity(head.len));
                 }
                 _ => {}
             }
-            started = true;
-            out.extend_from_slice(&buf[..frame::HEAD_LEN]);
-            buf.advance(frame::HEAD_LEN);
-            remaining = head.len;
-        }
-        let at_boundary = started && remaining == 0 && !in_block;
-        if at_boundary {
-            while let Ok(frames) = injected.try_recv() {
-                out.extend_from_slice(&frames);
-            }
-        }
-        if !out.is_empty() {
-            client.write_all(&out).await?;
-            client.flush().await?;
-        }
-        if !open {
-            break;
-        }
-        tokio::select! {
-            read = server.read_buf(&mut buf) => {
-                if read? == 0 {
-                    open = false;
-                }
-            }
-            Some(frames) = injected.recv(), if at_boundary => {
-                client.write_all(&frames).await?;
-                client.flush().await?;
-            }
+            self.remaining = head.len;
         }
     }
-    client.shutdown().await
+
+    /// Whether the server's bytes so far end between two whole frames outside a header block,
+    /// where a frame of the layer's can go.
+    pub(super) fn at_boundary(&self) -> bool {
+        self.started && self.remaining == 0 && self.head_len == 0 && !self.in_block
+    }
+}
+
+/// Runs one dialing connection until both sides are done: the requests of `client` (the HTTP/2
+/// client's end) to `server` (the socket) with their `:authority` set, the answers copied back
+/// as they are.
+pub(super) async fn dialing<C, S>(client: C, server: S, policy: Policy, socket: Arc<SocketContext>)
+where
+    C: AsyncRead + AsyncWrite + Send + 'static,
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut client_rd, mut client_wr) = tokio::io::split(client);
+    let (mut server_rd, mut server_wr) = tokio::io::split(server);
+    let path = socket.path.clone();
+    let requests = async move {
+        let mut filter = RequestFilter::new(policy, socket);
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        loop {
+            buf.reserve(READ_CHUNK);
+            match client_rd.read_buf(&mut buf).await {
+                Ok(0) => {
+                    filter.finish(&mut buf);
+                    let _ = server_wr.write_all(&filter.out).await;
+                    break;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(socket = %filter.socket.path, error = %kubedev_core::echo::Chain(&e), "reading a request failed");
+                    break;
+                }
+            }
+            let handled = filter.handle(&mut buf);
+            if !filter.out.is_empty() {
+                if server_wr.write_all(&filter.out).await.is_err() {
+                    break;
+                }
+                filter.out.clear();
+            }
+            if let Err(f) = handled {
+                filter.fail(&f);
+                break;
+            }
+        }
+        let _ = server_wr.shutdown().await;
+    };
+    let responses = async move {
+        tokio::io::copy(&mut server_rd, &mut client_wr).await?;
+        client_wr.shutdown().await
+    };
+    tokio::pin!(responses);
+    tokio::pin!(requests);
+    let ended = tokio::select! {
+        () = &mut requests => (&mut responses).await,
+        r = &mut responses => r,
+    };
+    if let Err(e) = ended {
+        tracing::debug!(socket = %path, error = %kubedev_core::echo::Chain(&e), "connection ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_bytes(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        Head {
+            len: payload.len(),
+            kind,
+            flags,
+            stream,
+        }
+        .write(&mut out);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    #[test]
+    fn the_layers_frames_go_only_between_whole_frames_of_the_servers() {
+        // The server's SETTINGS (a header table of 8 KiB), a header block split over HEADERS
+        // and CONTINUATION, and a DATA frame, written a few bytes at a time.
+        let mut settings = Vec::new();
+        settings.extend_from_slice(&frame::SETTING_HEADER_TABLE_SIZE.to_be_bytes());
+        settings.extend_from_slice(&8192u32.to_be_bytes());
+        let frames = [
+            frame_bytes(frame::SETTINGS, 0, 0, &settings),
+            frame_bytes(frame::HEADERS, 0, 1, b"abc"),
+            frame_bytes(frame::CONTINUATION, frame::FLAG_END_HEADERS, 1, b"de"),
+            frame_bytes(frame::DATA, frame::FLAG_END_STREAM, 1, b"hello"),
+        ];
+        let all: Vec<u8> = frames.concat();
+        // Where a whole frame ends outside a header block.
+        let mut boundaries = vec![frames[0].len()];
+        boundaries.push(boundaries[0] + frames[1].len() + frames[2].len());
+        boundaries.push(all.len());
+        for step in [1, 2, 4, 7, 9, 16] {
+            let mut tracker = ResponseTracker::default();
+            assert!(
+                !tracker.at_boundary(),
+                "nothing goes before the server's preface"
+            );
+            let mut sizes = Vec::new();
+            let mut at = 0;
+            while at < all.len() {
+                let end = (at + step).min(all.len());
+                tracker.sent(&all[at..end], |s| sizes.push(s));
+                at = end;
+                assert_eq!(
+                    tracker.at_boundary(),
+                    boundaries.contains(&at),
+                    "after {at} bytes, {step} at a time"
+                );
+            }
+            assert_eq!(sizes, [8192], "{step} at a time");
+        }
+    }
 }
