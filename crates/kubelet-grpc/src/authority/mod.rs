@@ -17,7 +17,7 @@
 //! `:authority` that parses as a URI authority passes unchanged; any other (a path, raw or
 //! percent-encoded, or an empty value) becomes `localhost`. All other frames pass through as
 //! they are. A request the server would reset for its headers (no `:path`, a connection-specific
-//! header, …) is answered by the proxy itself with a gRPC `INTERNAL` error that names the
+//! header, …) is answered by the layer itself with a gRPC `INTERNAL` error that names the
 //! problem (put in between whole frames of the server's), and logged at WARN, rate-limited. A client that breaks HTTP/2 framing or HPACK gets
 //! a GOAWAY whose debug data says why.
 //!
@@ -51,7 +51,7 @@ const PIPE_BUFFER: usize = 64 * 1024;
 /// The shortest time between two WARN lines about refused requests on one socket.
 const WARN_INTERVAL: Duration = Duration::from_secs(10);
 
-/// What the proxy does to the `:authority` of each request.
+/// What the layer does to the `:authority` of each request.
 #[derive(Debug, Clone)]
 enum Policy {
     /// Serving: accept whatever clients send (see the module documentation).
@@ -100,7 +100,7 @@ impl SocketContext {
     }
 }
 
-/// The connections accepted on `listener` (bound at `socket`), each behind its own proxy that
+/// The connections accepted on `listener` (bound at `socket`), each behind its own layer that
 /// accepts any `:authority`, for tonic's `serve_with_incoming`. Every kubedev server uses it; so
 /// do the testkit's emulators of servers that accept any authority (the kubelet's grpc-go).
 pub fn incoming(
