@@ -42,6 +42,9 @@ pub(super) struct Workspace {
     pub(super) features: BTreeMap<String, Vec<String>>,
     /// Workspace members' manifests, relative to the root.
     pub(super) members: Vec<String>,
+    /// The build profiles that optimize as `release` does: `release` and the workspace's
+    /// profiles that inherit from it.
+    pub(super) release_profiles: BTreeSet<String>,
 }
 
 /// What the chart says the image must match (its default rendering).
@@ -133,7 +136,35 @@ pub(super) fn workspace(root: &Path, metadata: &Value) -> anyhow::Result<Workspa
         repository: workspace_package_key(&manifest, "repository").unwrap_or_default(),
         features,
         members: member_manifests,
+        release_profiles: release_profiles(&manifest),
     })
+}
+
+/// `release` and every profile of the workspace manifest that inherits from it, directly or
+/// through another such profile.
+pub(super) fn release_profiles(manifest: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::from(["release".to_string()]);
+    let Ok(manifest) = manifest.parse::<toml::Table>() else {
+        return out;
+    };
+    let Some(profiles) = manifest.get("profile").and_then(|p| p.as_table()) else {
+        return out;
+    };
+    loop {
+        let before = out.len();
+        for (name, table) in profiles {
+            if table
+                .get("inherits")
+                .and_then(|i| i.as_str())
+                .is_some_and(|parent| out.contains(parent))
+            {
+                out.insert(name.clone());
+            }
+        }
+        if out.len() == before {
+            return out;
+        }
+    }
 }
 
 /// A string `key` of the `[workspace.package]` table (which `cargo metadata` does not report

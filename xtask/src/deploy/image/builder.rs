@@ -1,6 +1,6 @@
 //! The builder stage: the official Rust image at the workspace's rust-version on the runtime's
-//! Debian release, `cargo build --release --locked -p kubedev` with the FEATURES build argument
-//! and cache mounts; and the cargo features each rendering's configuration needs, which the
+//! Debian release, `cargo build --locked -p kubedev` with an optimized profile, the FEATURES
+//! build argument and cache mounts; and the cargo features each rendering's configuration needs, which the
 //! default FEATURES must build.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -29,9 +29,9 @@ pub(super) fn resolve(
 }
 
 /// The builder stage: the official Rust image at the workspace's rust-version or newer, on
-/// the runtime's Debian release; `cargo build --release --locked -p kubedev` with the
-/// FEATURES build argument and cache mounts, writing `artifact` (what the runtime copies).
-/// Returns the problems and the features the default FEATURES builds.
+/// the runtime's Debian release; `cargo build --locked -p kubedev` with an optimized profile,
+/// the FEATURES build argument and cache mounts, writing `artifact` (what the runtime
+/// copies). Returns the problems and the features the default FEATURES builds.
 pub(super) fn check_builder(
     builder: &Stage,
     artifact: &str,
@@ -55,7 +55,7 @@ pub(super) fn check_builder(
         problems.push(format!("{b_at}: the builder stage runs no `cargo build`"));
         return (problems, None);
     };
-    problems.extend(check_build_command(&build, artifact));
+    problems.extend(check_build_command(&build, artifact, &ws.release_profiles));
     problems.extend(check_build_caches(&build, &workdir));
 
     // What the default FEATURES builds.
@@ -146,9 +146,14 @@ fn build_step(builder: &Stage) -> Option<(Run<'_>, String)> {
     build
 }
 
-/// The build command: `--release --locked -p kubedev`, `$FEATURES` with
-/// `--no-default-features`, and the binary copied to `artifact`; returns the problems.
-fn check_build_command(build: &Run<'_>, artifact: &str) -> Vec<String> {
+/// The build command: an optimized profile (`--release`, or `--profile` naming one of
+/// `release_profiles`), `--locked -p kubedev`, `$FEATURES` with `--no-default-features`, and
+/// that profile's binary copied to `artifact`; returns the problems.
+fn check_build_command(
+    build: &Run<'_>,
+    artifact: &str,
+    release_profiles: &BTreeSet<String>,
+) -> Vec<String> {
     let mut problems = Vec::new();
     let r_at = at(build.line);
     let tokens: Vec<&str> = build
@@ -158,10 +163,36 @@ fn check_build_command(build: &Run<'_>, artifact: &str) -> Vec<String> {
         .collect();
     let has = |t: &str| tokens.contains(&t);
     let has_pair = |a: &str, b: &str| tokens.windows(2).any(|w| w[0] == a && w[1] == b);
-    for flag in ["--release", "--locked"] {
-        if !has(flag) {
-            problems.push(format!("{r_at}: cargo build without {flag}"));
+    let named = tokens
+        .windows(2)
+        .find(|w| w[0] == "--profile")
+        .map(|w| w[1])
+        .or_else(|| tokens.iter().find_map(|t| t.strip_prefix("--profile=")));
+    let profile = match named {
+        Some(name) if release_profiles.contains(name) => Some(name),
+        Some(name) => {
+            problems.push(format!(
+                "{r_at}: cargo build --profile {name}: not a profile that optimizes as release \
+                 does (release, or a workspace profile that inherits from it: {})",
+                release_profiles
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            None
         }
+        None if has("--release") => Some("release"),
+        None => {
+            problems.push(format!(
+                "{r_at}: cargo build without --release (or --profile naming a profile that \
+                 inherits from release)"
+            ));
+            None
+        }
+    };
+    if !has("--locked") {
+        problems.push(format!("{r_at}: cargo build without --locked"));
     }
     if !(has_pair("-p", "kubedev") || has_pair("--package", "kubedev") || has("--package=kubedev"))
     {
@@ -182,11 +213,14 @@ fn check_build_command(build: &Run<'_>, artifact: &str) -> Vec<String> {
                  --no-default-features with it"
         ));
     }
-    if !(build.command.contains("release/kubedev") && build.command.contains(artifact)) {
-        problems.push(format!(
-            "{r_at}: the runtime stage copies {artifact}, but this step does not copy \
-                 target/release/kubedev there"
-        ));
+    if let Some(profile) = profile {
+        let binary = format!("target/{profile}/kubedev");
+        if !(build.command.contains(&binary) && build.command.contains(artifact)) {
+            problems.push(format!(
+                "{r_at}: the runtime stage copies {artifact}, but this step does not copy \
+                 {binary} there"
+            ));
+        }
     }
     problems
 }

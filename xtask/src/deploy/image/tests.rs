@@ -54,6 +54,7 @@ fn workspace() -> Workspace {
             "crates/kubedev/Cargo.toml".into(),
             "xtask/Cargo.toml".into(),
         ],
+        release_profiles: ["release", "dist"].map(String::from).into(),
     }
 }
 
@@ -213,6 +214,16 @@ fn builder_drift_is_reported() {
         "not the official Rust image",
     );
     one(&problems_with("--locked ", ""), "without --locked");
+    one(&problems_with("--release ", ""), "without --release");
+    one(
+        &problems_with("--release ", "--profile dev "),
+        "--profile dev: not a profile that optimizes as release does (release, or a workspace \
+         profile that inherits from it: dist, release)",
+    );
+    one(
+        &problems_with("--release ", "--profile dist "),
+        "does not copy target/dist/kubedev there",
+    );
     one(
         &problems_with("-p kubedev", "-p kubedev-core"),
         "-p kubedev",
@@ -247,6 +258,39 @@ fn builder_drift_is_reported() {
     assert_eq!(
         built.features.into_iter().collect::<Vec<_>>(),
         vec!["host", "usb"]
+    );
+}
+
+#[test]
+fn a_profile_that_inherits_from_release_builds_the_image() {
+    let dist = GOOD
+        .replace("--release ", "--profile dist ")
+        .replace("cp target/release/kubedev", "cp target/dist/kubedev");
+    let df = parse(&dist).unwrap();
+    let (problems, _) = check_dockerfile(&df, &workspace(), &chart());
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn release_profiles_follow_inheritance_in_the_manifest() {
+    let manifest = r#"
+[profile.release]
+debug = false
+[profile.dist]
+inherits = "release"
+lto = "fat"
+[profile.dist-small]
+inherits = "dist"
+[profile.fast-dev]
+inherits = "dev"
+"#;
+    assert_eq!(
+        release_profiles(manifest),
+        ["dist", "dist-small", "release"].map(String::from).into()
+    );
+    assert_eq!(
+        release_profiles("not toml ["),
+        ["release".to_string()].into()
     );
 }
 
