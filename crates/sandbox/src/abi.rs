@@ -74,6 +74,23 @@ impl<'b> Reader<'b> {
     }
 }
 
+/// Flags of a candidate while an output is decoded.
+const SEEN: u8 = 1;
+const REJECTED: u8 = 2;
+
+/// Checks order index `i` of `n` candidates and marks it seen.
+#[inline]
+fn order_index(flags: &mut [u8], i: usize, n: usize) -> Result<(), String> {
+    let Some(f) = flags.get_mut(i) else {
+        return Err(format!("order names candidate {i}, there are {n}"));
+    };
+    if *f & SEEN != 0 {
+        return Err(format!("order names candidate {i} twice"));
+    }
+    *f |= SEEN;
+    Ok(())
+}
+
 /// Decodes and checks an output message for `n` candidates.
 pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String> {
     let mut r = Reader { buf, at: 0 };
@@ -92,6 +109,8 @@ pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String>
         ));
     }
     let kind = r.u8("the decision kind")?;
+    // Per candidate: listed in the order (SEEN), rejected (REJECTED).
+    let mut flags = vec![0u8; n];
     let (kind, order) = match kind {
         KIND_KEEP => (crate::DecisionKind::Keep, (0..n).collect()),
         KIND_ORDER => {
@@ -99,19 +118,31 @@ pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String>
             if m > n {
                 return Err(format!("order lists {m} candidates, there are {n}"));
             }
-            let mut seen = vec![false; n];
             let mut order = Vec::with_capacity(n);
-            for _ in 0..m {
-                let i = r.u32("an order index")? as usize;
-                if i >= n {
-                    return Err(format!("order names candidate {i}, there are {n}"));
+            match m
+                .checked_mul(4)
+                .and_then(|len| r.at.checked_add(len))
+                .and_then(|end| r.buf.get(r.at..end))
+            {
+                // The whole list is there: read it without a bounds check per index.
+                Some(list) => {
+                    r.at += list.len();
+                    for w in list.chunks_exact(4) {
+                        let i = u32::from_le_bytes([w[0], w[1], w[2], w[3]]) as usize;
+                        order_index(&mut flags, i, n)?;
+                        order.push(i);
+                    }
                 }
-                if std::mem::replace(&mut seen[i], true) {
-                    return Err(format!("order names candidate {i} twice"));
+                // Cut short: read index by index, to fail where the list ends.
+                None => {
+                    for _ in 0..m {
+                        let i = r.u32("an order index")? as usize;
+                        order_index(&mut flags, i, n)?;
+                        order.push(i);
+                    }
                 }
-                order.push(i);
             }
-            order.extend((0..n).filter(|&i| !seen[i]));
+            order.extend((0..n).filter(|&i| flags[i] & SEEN == 0));
             (crate::DecisionKind::Order, order)
         }
         KIND_SCORES => {
@@ -134,16 +165,16 @@ pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String>
     if nrej > n {
         return Err(format!("{nrej} rejections for {n} candidates"));
     }
-    let mut rejected = vec![false; n];
     let mut rejections = Vec::with_capacity(nrej);
     for _ in 0..nrej {
         let i = r.u32("a rejected index")? as usize;
         if i >= n {
             return Err(format!("rejection names candidate {i}, there are {n}"));
         }
-        if std::mem::replace(&mut rejected[i], true) {
+        if flags[i] & REJECTED != 0 {
             return Err(format!("candidate {i} is rejected twice"));
         }
+        flags[i] |= REJECTED;
         let len = r.u32("a reason length")? as usize;
         if len > MAX_REASON_BYTES {
             return Err(format!(
@@ -234,6 +265,14 @@ mod tests {
                 "1 bytes after",
             ),
             (out(KIND_SCORES, &u32s(&[1]), &[]), "1 scores for 3"),
+            (
+                out(KIND_ORDER, &u32s(&[1, 2]), &[])[..17].to_vec(),
+                "while reading an order index",
+            ),
+            (
+                out(KIND_ORDER, &u32s(&[5, 2]), &[])[..17].to_vec(),
+                "order names candidate 5",
+            ),
         ];
         for (bytes, want) in cases {
             let err = decode_output(&bytes, 3).unwrap_err();
