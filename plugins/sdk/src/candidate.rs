@@ -3,9 +3,22 @@
 
 use crate::input::{ANY_DRIVER, Key};
 use crate::message::{
-    ATTRIBUTE, CAPACITY, COUNTER, COUNTER_SET, Message, TAG_BOOL, TAG_INT, TAG_STRING, text,
+    ATTRIBUTE, CANDIDATE, CAPACITY, COUNTER, COUNTER_SET, Message, TAG_BOOL, TAG_INT, TAG_STRING,
+    text,
 };
 use crate::value::Value;
+
+/// The little-endian `u32` at `at` of a record (`at` is a constant: no bounds check).
+#[inline(always)]
+fn le32<const N: usize>(record: &[u8; N], at: usize) -> u32 {
+    u32::from_le_bytes([record[at], record[at + 1], record[at + 2], record[at + 3]])
+}
+
+/// The little-endian `i64` at `at` of a record.
+#[inline(always)]
+fn le64<const N: usize>(record: &[u8; N], at: usize) -> i64 {
+    (u64::from(le32(record, at)) | u64::from(le32(record, at + 4)) << 32) as i64
+}
 
 /// Device health as the host knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,9 +170,22 @@ impl<'a> Candidate<'a> {
     /// The attribute named by `key`.
     #[inline(always)]
     pub fn get(&self, key: &Key) -> Option<Value<'a>> {
-        let id = key.id_for(self.driver_id())?;
-        let at = self.find(self.record + 32, ATTRIBUTE, id)?;
-        Some(self.value(at))
+        // The candidate record and its attribute records are each bounds-checked once, then
+        // read as fixed-size arrays: this runs once per candidate in most policies.
+        let data = self.message.data;
+        let Some(rec) = data[self.record..].first_chunk::<CANDIDATE>() else {
+            panic!("a candidate record lies outside the message");
+        };
+        let id = key.id_for(le32(rec, 8))?;
+        let (off, n) = (le32(rec, 32) as usize, le32(rec, 36) as usize);
+        let (attributes, _) = data[off..off + n * ATTRIBUTE].as_chunks::<ATTRIBUTE>();
+        let a = attributes.iter().find(|a| le32(a, 0) == id)?;
+        Some(match a[4] {
+            TAG_INT => Value::Int(le64(a, 8)),
+            TAG_BOOL => Value::Bool(a[8] != 0),
+            TAG_STRING => Value::String(self.message.span(le32(a, 8), le32(a, 12))),
+            _ => Value::Version(self.message.span(le32(a, 8), le32(a, 12))),
+        })
     }
 
     /// Every attribute: qualified name and value.

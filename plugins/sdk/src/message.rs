@@ -96,7 +96,19 @@ impl<'a> Message<'a> {
 
     /// The text of the span at `at`.
     pub(crate) fn str(&self, at: usize) -> &'a str {
-        let bytes = self.bytes(at);
+        self.text_of(self.bytes(at))
+    }
+
+    /// The text of the span of `len` bytes at `off` in the string region.
+    #[inline]
+    pub(crate) fn span(&self, off: u32, len: u32) -> &'a str {
+        let off = self.strings + off as usize;
+        self.text_of(&self.data[off..off + len as usize])
+    }
+
+    /// Bytes of the string region (only those) as text.
+    #[inline]
+    fn text_of(&self, bytes: &'a [u8]) -> &'a str {
         if self.ascii {
             #[allow(unsafe_code)]
             // SAFETY: the string region is all ASCII (checked once in `Input::decode`), so
