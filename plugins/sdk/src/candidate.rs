@@ -147,14 +147,34 @@ impl<'a> Candidate<'a> {
         (self.message.data[self.record + 16] & 2 != 0).then(|| self.message.i64(self.record + 24))
     }
 
+    /// The value of attribute record `a`.
     #[inline(always)]
-    fn value(&self, at: usize) -> Value<'a> {
-        match self.message.data[at + 4] {
-            TAG_INT => Value::Int(self.message.i64(at + 8)),
-            TAG_BOOL => Value::Bool(self.message.data[at + 8] != 0),
-            TAG_STRING => Value::String(self.message.str(at + 8)),
-            _ => Value::Version(self.message.str(at + 8)),
+    fn value(&self, a: &[u8; ATTRIBUTE]) -> Value<'a> {
+        match a[4] {
+            TAG_INT => Value::Int(le64(a, 8)),
+            TAG_BOOL => Value::Bool(a[8] != 0),
+            TAG_STRING => Value::String(self.message.span(le32(a, 8), le32(a, 12))),
+            _ => Value::Version(self.message.span(le32(a, 8), le32(a, 12))),
         }
+    }
+
+    /// The candidate's record, bounds-checked once.
+    #[inline(always)]
+    fn record(&self) -> &'a [u8; CANDIDATE] {
+        let Some(rec) = self.message.data[self.record..].first_chunk::<CANDIDATE>() else {
+            panic!("a candidate record lies outside the message");
+        };
+        rec
+    }
+
+    /// The candidate's attribute records.
+    #[inline(always)]
+    fn attribute_records(&self) -> &'a [[u8; ATTRIBUTE]] {
+        let rec = self.record();
+        let (off, n) = (le32(rec, 32) as usize, le32(rec, 36) as usize);
+        self.message.data[off..off + n * ATTRIBUTE]
+            .as_chunks::<ATTRIBUTE>()
+            .0
     }
 
     /// The record named `id` in the section whose `(offset, count)` is at `at`, records of
@@ -172,36 +192,17 @@ impl<'a> Candidate<'a> {
     pub fn get(&self, key: &Key) -> Option<Value<'a>> {
         // The candidate record and its attribute records are each bounds-checked once, then
         // read as fixed-size arrays: this runs once per candidate in most policies.
-        let data = self.message.data;
-        let Some(rec) = data[self.record..].first_chunk::<CANDIDATE>() else {
-            panic!("a candidate record lies outside the message");
-        };
-        let id = key.id_for(le32(rec, 8))?;
-        let (off, n) = (le32(rec, 32) as usize, le32(rec, 36) as usize);
-        let (attributes, _) = data[off..off + n * ATTRIBUTE].as_chunks::<ATTRIBUTE>();
-        let a = attributes.iter().find(|a| le32(a, 0) == id)?;
-        Some(match a[4] {
-            TAG_INT => Value::Int(le64(a, 8)),
-            TAG_BOOL => Value::Bool(a[8] != 0),
-            TAG_STRING => Value::String(self.message.span(le32(a, 8), le32(a, 12))),
-            _ => Value::Version(self.message.span(le32(a, 8), le32(a, 12))),
-        })
+        let id = key.id_for(le32(self.record(), 8))?;
+        let a = self.attribute_records().iter().find(|a| le32(a, 0) == id)?;
+        Some(self.value(a))
     }
 
     /// Every attribute: qualified name and value.
     pub fn attributes(&self) -> impl Iterator<Item = (&'a str, Value<'a>)> + use<'a> {
         let this = *self;
-        let (off, n) = (
-            this.message.usize(this.record + 32),
-            this.message.usize(this.record + 36),
-        );
-        (0..n).map(move |i| {
-            let at = off + i * ATTRIBUTE;
-            (
-                text(this.message.name(this.message.u32(at))),
-                this.value(at),
-            )
-        })
+        self.attribute_records()
+            .iter()
+            .map(move |a| (text(this.message.name(le32(a, 0))), this.value(a)))
     }
 
     /// The attribute `name`: qualified (`domain/id`) or bare (the driver's domain). Resolves
