@@ -9,14 +9,14 @@ mod imp {
     use std::time::Duration;
 
     use anyhow::Context as _;
-    use kubedev_core::{DeviceRef, Inventory};
+    use kubedev_core::Inventory;
     use kubedev_kubelet_grpc::device_plugin::{PreferenceRequest, ResourceDevices};
 
     use crate::config::{DevicePluginSection, PolicyModule, ResourceSpec, policy_module};
     use crate::metrics::Metrics;
 
     /// Where a resource's selection policy comes from.
-    pub(crate) enum PolicySource {
+    enum Module {
         /// A module loaded once at start.
         Fixed(kubedev_sandbox::WasmPolicy),
         /// A module of the watched policy directory, looked up at every call so a reload takes
@@ -24,11 +24,33 @@ mod imp {
         Dir(Arc<kubedev_sandbox::PolicyDir>, String),
     }
 
+    /// A device-plugin resource's selection policy.
+    pub(crate) struct PolicySource {
+        module: Module,
+        /// What the first call makes once for every later one.
+        resource: std::sync::OnceLock<ResourceCalls>,
+    }
+
+    /// A resource's claim name as its policy is shown it, and its series of the policy metrics.
+    struct ResourceCalls {
+        /// `device-plugin/<resource>`.
+        claim: String,
+        ok: prometheus_client::metrics::counter::Counter,
+        fuel: prometheus_client::metrics::histogram::Histogram,
+    }
+
     impl PolicySource {
+        fn new(module: Module) -> Self {
+            PolicySource {
+                module,
+                resource: std::sync::OnceLock::new(),
+            }
+        }
+
         fn current(&self) -> Option<kubedev_sandbox::WasmPolicy> {
-            match self {
-                PolicySource::Fixed(p) => Some(p.clone()),
-                PolicySource::Dir(dir, name) => dir.get(name),
+            match &self.module {
+                Module::Fixed(p) => Some(p.clone()),
+                Module::Dir(dir, name) => dir.get(name),
             }
         }
 
@@ -42,57 +64,59 @@ mod imp {
             metrics: &Metrics,
         ) -> Option<Vec<String>> {
             let policy = self.current()?;
-            let domain = resource
-                .name()
-                .as_str()
-                .split('/')
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            let refs: Vec<DeviceRef> = request
-                .available
-                .iter()
-                .map(|id| request.device(id).map(|d| d.device.clone()))
-                .collect::<Option<_>>()?;
-            let mut candidates = Vec::with_capacity(refs.len());
-            for r in &refs {
-                let device = inventory.device(r)?;
-                candidates.push(kubedev_sandbox::Candidate::inventory(
-                    &domain,
-                    r.pool.as_str(),
-                    device,
-                ));
-            }
-            let claim = format!("device-plugin/{}", resource.name());
-            let input = kubedev_sandbox::PolicyInput::new(&claim, "", request.size, candidates);
-            let must: Vec<usize> = request
-                .must_include
-                .iter()
-                .filter_map(|m| request.available.iter().position(|a| a == m))
-                .collect();
-            let outcome = policy.evaluate(&input);
-            metrics
-                .policy_calls
-                .get_or_create(&crate::metrics::PolicyLabels {
-                    resource: resource.name().to_string(),
-                    result: if outcome.is_ok() { "ok" } else { "error" }.to_string(),
-                })
-                .inc();
-            if let Ok(eval) = &outcome {
-                metrics
+            let name = resource.name().as_str();
+            let calls = self.resource.get_or_init(|| ResourceCalls {
+                claim: format!("device-plugin/{name}"),
+                ok: metrics
+                    .policy_calls
+                    .get_or_create(&crate::metrics::PolicyLabels {
+                        resource: name.to_string(),
+                        result: "ok".to_string(),
+                    })
+                    .clone(),
+                fuel: metrics
                     .policy_fuel
                     .get_or_create(&crate::metrics::ResourceLabels {
-                        resource: resource.name().to_string(),
+                        resource: name.to_string(),
                     })
-                    .observe(eval.fuel_used as f64);
+                    .clone(),
+            });
+            let domain = name.split('/').next().unwrap_or_default();
+            let mut candidates = Vec::with_capacity(request.available.len());
+            for id in request.available {
+                let r = &request.device(id)?.device;
+                candidates.push(kubedev_sandbox::Candidate::inventory(
+                    domain,
+                    r.pool.as_str(),
+                    inventory.device(r)?,
+                ));
             }
+            let input =
+                kubedev_sandbox::PolicyInput::new(&calls.claim, "", request.size, candidates);
+            let outcome = policy.evaluate(&input);
             match outcome {
-                Ok(eval) => eval.decision.preferred(request.size, &must).map(|idx| {
-                    idx.into_iter()
-                        .map(|i| request.available[i].clone())
-                        .collect()
-                }),
+                Ok(eval) => {
+                    calls.ok.inc();
+                    calls.fuel.observe(eval.fuel_used as f64);
+                    let must: Vec<usize> = request
+                        .must_include
+                        .iter()
+                        .filter_map(|m| request.available.iter().position(|a| a == m))
+                        .collect();
+                    eval.decision.preferred(request.size, &must).map(|idx| {
+                        idx.into_iter()
+                            .map(|i| request.available[i].clone())
+                            .collect()
+                    })
+                }
                 Err(e) => {
+                    metrics
+                        .policy_calls
+                        .get_or_create(&crate::metrics::PolicyLabels {
+                            resource: name.to_string(),
+                            result: "error".to_string(),
+                        })
+                        .inc();
                     tracing::warn!(resource = %resource.name(), error = %kubedev_core::echo::Chain(&e), "selection policy failed; using NUMA packing");
                     None
                 }
@@ -189,7 +213,7 @@ mod imp {
                     if dir.get(name).is_none() {
                         tracing::info!(resource = %r.name, policy = %name, "NUMA packing until the policy is loaded from the policy directory");
                     }
-                    Ok(Some(PolicySource::Dir(dir, name.to_owned())))
+                    Ok(Some(PolicySource::new(Module::Dir(dir, name.to_owned()))))
                 }
                 PolicyModule::File(path) => {
                     let context = || {
@@ -205,7 +229,7 @@ mod imp {
                         loaded = loading => loaded.context("the policy loader failed")?.with_context(context)?,
                         _ = cancel.cancelled() => anyhow::bail!("stopped while {}", context()),
                     };
-                    Ok(Some(PolicySource::Fixed(policy)))
+                    Ok(Some(PolicySource::new(Module::Fixed(policy))))
                 }
             }
         }

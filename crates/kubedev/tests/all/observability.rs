@@ -181,3 +181,99 @@ devicePlugin:
     dp_kubelet.stop().await;
     dra_kubelet.stop().await;
 }
+
+#[tokio::test]
+async fn policy_calls_and_fuel_are_counted_per_resource_and_outcome() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    std::fs::create_dir_all(r.join("dp")).unwrap();
+    // Keeps the policy contract at load, traps on every call.
+    let trap = wat::parse_str(
+        r#"(module
+          (memory (export "memory") 1)
+          (func (export "kubedev_policy_abi_version") (result i32) (i32.const 1))
+          (func (export "kubedev_alloc") (param i32) (result i32) (i32.const 1024))
+          (func (export "kubedev_select") (param i32 i32) (result i64) (unreachable)))"#,
+    )
+    .unwrap();
+    std::fs::write(r.join("trap.wasm"), trap).unwrap();
+    let gpus: String = (0..4)
+        .map(|i| {
+            format!(
+                "      - {{name: gpu-{i}, numaNode: 0, attributes: {{type: {{string: gpu}}, resource.kubernetes.io/pcieRoot: {{string: \"pci0000:{:02x}\"}}}}}}\n",
+                i / 2
+            )
+        })
+        .collect();
+    let port = free_port();
+    let path = r.join("kubedev.yaml");
+    let text = format!(
+        "metrics:
+  address: 127.0.0.1:{port}
+devicePlugin:
+  directory: {r}/dp
+  resources:
+    - name: example.com/gpu
+      policy: {spread}
+      selector:
+        attributes:
+          type: {{string: gpu}}
+    - name: example.com/nic
+      policy: {r}/trap.wasm
+      selector:
+        attributes:
+          type: {{string: nic}}
+backends:
+  static:
+    pool: node-a
+    devices:
+{gpus}      - {{name: nic-0, numaNode: 0, attributes: {{type: {{string: nic}}}}}}
+      - {{name: nic-1, numaNode: 1, attributes: {{type: {{string: nic}}}}}}
+      - {{name: nic-2, numaNode: 0, attributes: {{type: {{string: nic}}}}}}
+",
+        r = r.display(),
+        spread = common::plugin("spread").display(),
+    );
+    let node = common::DevicePluginDaemon::start(&path, &text, &r.join("dp")).await;
+    let kubelet = &node.kubelet;
+    for (resource, n) in [("example.com/gpu", 4), ("example.com/nic", 3)] {
+        kubelet
+            .wait_for(resource, WAIT, |s| s.connected && s.capacity == n)
+            .await
+            .unwrap();
+    }
+    let ids = |prefix: &str, n: usize| (0..n).map(|i| format!("{prefix}-{i}")).collect::<Vec<_>>();
+    for _ in 0..2 {
+        let got = kubelet
+            .preferred_allocation("example.com/gpu", &ids("gpu", 4), &[], 2)
+            .await
+            .unwrap();
+        assert_eq!(
+            got,
+            ["gpu-0", "gpu-2"],
+            "spread takes one GPU per PCIe root"
+        );
+    }
+    // The trapping policy falls back to NUMA packing.
+    let got = kubelet
+        .preferred_allocation("example.com/nic", &ids("nic", 3), &[], 2)
+        .await
+        .unwrap();
+    assert_eq!(got, ["nic-0", "nic-2"]);
+
+    let (_, m) = wait_for(port, "/metrics", |s, _| s == 200).await;
+    for want in [
+        "kubedev_policy_calls_total{resource=\"example.com/gpu\",result=\"ok\"} 2",
+        "kubedev_policy_fuel_count{resource=\"example.com/gpu\"} 2",
+        "kubedev_policy_calls_total{resource=\"example.com/nic\",result=\"error\"} 1",
+    ] {
+        assert!(m.contains(want), "missing {want} in\n{m}");
+    }
+    for absent in [
+        "kubedev_policy_calls_total{resource=\"example.com/gpu\",result=\"error\"}",
+        "kubedev_policy_fuel_count{resource=\"example.com/nic\"} 1",
+    ] {
+        assert!(!m.contains(absent), "unexpected {absent} in\n{m}");
+    }
+    node.stop().await;
+}
