@@ -127,6 +127,32 @@ fn bench_figures(dir: &Path) -> anyhow::Result<String> {
     Ok(rows)
 }
 
+/// The group of the GetPreferredAllocation benchmark, and its transport-only row.
+const PREFERRED_GROUP: &str = "get_preferred_allocation_8_gpus/";
+const PREFERRED_EMPTY: &str = "empty_call_same_connection";
+
+/// For each GetPreferredAllocation row, its median above the empty call on the same
+/// connection: what choosing costs beyond the transport (a measure table row each).
+fn preferred_above_transport(rows: &[Row]) -> String {
+    let Some(empty) = rows
+        .iter()
+        .find(|r| r.name == format!("{PREFERRED_GROUP}{PREFERRED_EMPTY}"))
+    else {
+        return String::new();
+    };
+    rows.iter()
+        .filter_map(|r| Some((r.name.strip_prefix(PREFERRED_GROUP)?, r.median_ns)))
+        .filter(|(name, _)| *name != PREFERRED_EMPTY)
+        .map(|(name, ns)| {
+            format!(
+                "| GetPreferredAllocation, 8 GPUs, {name}: above the empty call ({}) | {} |\n",
+                human(empty.median_ns),
+                human(ns - empty.median_ns)
+            )
+        })
+        .collect()
+}
+
 fn human(ns: f64) -> String {
     if ns >= 1e9 {
         format!("{:.2} s", ns / 1e9)
@@ -478,6 +504,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
         ));
     }
     md.push_str("\n| measure | value |\n|---|---|\n");
+    md.push_str(&preferred_above_transport(&rows));
     md.push_str(&bench_figures(&figures_dir)?);
     for (set, bytes) in &sizes {
         md.push_str(&format!(
@@ -591,5 +618,28 @@ Rss:                 400 kB
             "| policy calls | 7 |\n| prepare p99 | 3.1 ms |\n"
         );
         assert_eq!(bench_figures(&dir.path().join("missing")).unwrap(), "");
+    }
+
+    #[test]
+    fn preferred_rows_are_reported_above_the_empty_call() {
+        let row = |name: &str, median_ns: f64| Row {
+            name: name.to_string(),
+            median_ns,
+        };
+        let rows = [
+            row(
+                "get_preferred_allocation_8_gpus/empty_call_same_connection",
+                100_000.0,
+            ),
+            row("get_preferred_allocation_8_gpus/numa-packing", 112_500.0),
+            row("get_preferred_allocation_8_gpus/nvlink-pack", 140_000.0),
+            row("call/nvlink-pack/8", 4_000.0),
+        ];
+        assert_eq!(
+            preferred_above_transport(&rows),
+            "| GetPreferredAllocation, 8 GPUs, numa-packing: above the empty call (100.00 µs) | 12.50 µs |\n\
+             | GetPreferredAllocation, 8 GPUs, nvlink-pack: above the empty call (100.00 µs) | 40.00 µs |\n"
+        );
+        assert_eq!(preferred_above_transport(&rows[1..]), "");
     }
 }
