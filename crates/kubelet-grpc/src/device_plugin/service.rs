@@ -187,10 +187,9 @@ impl api::device_plugin_server::DevicePlugin for Service {
         let devices = self.current();
         let mut responses = Vec::new();
         for (i, req) in request.into_inner().container_requests.iter().enumerate() {
-            let field = format!("container_requests[{i}]");
             let size = usize::try_from(req.allocation_size).map_err(|_| {
                 Status::invalid_argument(format!(
-                    "{field}.allocation_size is negative ({})",
+                    "container_requests[{i}].allocation_size is negative ({})",
                     req.allocation_size
                 ))
             })?;
@@ -200,7 +199,7 @@ impl api::device_plugin_server::DevicePlugin for Service {
                 size,
                 &devices,
             )
-            .map_err(|e| Status::invalid_argument(format!("{field}: {e}")))?;
+            .map_err(|e| Status::invalid_argument(format!("container_requests[{i}]: {e}")))?;
             let chosen = match self.handler.preferred_allocation(&pref) {
                 Some(ids) => match check_preference(&pref, &ids) {
                     Ok(()) => ids,
