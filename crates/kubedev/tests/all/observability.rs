@@ -187,15 +187,7 @@ async fn policy_calls_and_fuel_are_counted_per_resource_and_outcome() {
     let root = tempfile::tempdir().unwrap();
     let r = root.path();
     std::fs::create_dir_all(r.join("dp")).unwrap();
-    // Keeps the policy contract at load, traps on every call.
-    let trap = wat::parse_str(
-        r#"(module
-          (memory (export "memory") 1)
-          (func (export "kubedev_policy_abi_version") (result i32) (i32.const 1))
-          (func (export "kubedev_alloc") (param i32) (result i32) (i32.const 1024))
-          (func (export "kubedev_select") (param i32 i32) (result i64) (unreachable)))"#,
-    )
-    .unwrap();
+    let trap = common::trapping_policy();
     std::fs::write(r.join("trap.wasm"), trap).unwrap();
     let gpus: String = (0..4)
         .map(|i| {

@@ -63,15 +63,7 @@ fn simulate_with_a_policy_uses_it() {
 #[test]
 fn simulate_with_a_failing_policy_falls_back_or_refuses_with_fail_closed() {
     let dir = tempfile::tempdir().unwrap();
-    // Keeps the contract at load, traps on every call.
-    let wasm = wat::parse_str(
-        r#"(module
-          (memory (export "memory") 1)
-          (func (export "kubedev_policy_abi_version") (result i32) (i32.const 1))
-          (func (export "kubedev_alloc") (param i32) (result i32) (i32.const 1024))
-          (func (export "kubedev_select") (param i32 i32) (result i64) (unreachable)))"#,
-    )
-    .unwrap();
+    let wasm = crate::common::trapping_policy();
     let policy = dir.path().join("trap.wasm");
     std::fs::write(&policy, wasm).unwrap();
     let p = policy.to_string_lossy().into_owned();

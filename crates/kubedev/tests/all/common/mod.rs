@@ -336,6 +336,18 @@ pub(crate) fn plugin(name: &str) -> PathBuf {
     p
 }
 
+/// A selection policy that keeps the policy contract at load and traps on every call.
+pub(crate) fn trapping_policy() -> Vec<u8> {
+    wat::parse_str(
+        r#"(module
+          (memory (export "memory") 1)
+          (func (export "kubedev_policy_abi_version") (result i32) (i32.const 1))
+          (func (export "kubedev_alloc") (param i32) (result i32) (i32.const 1024))
+          (func (export "kubedev_select") (param i32 i32) (result i64) (unreachable)))"#,
+    )
+    .expect("the trapping policy's text")
+}
+
 /// Runs `check` until it gives `Ok`, every 20 ms for at most `within`, and returns its value;
 /// panics with the last `Err` (what is still missing) when the time is up.
 pub(crate) async fn eventually<T, F>(within: Duration, mut check: impl FnMut() -> F) -> T
