@@ -136,7 +136,7 @@ const PREFERRED_EMPTY: &str = "empty_call_same_connection";
 fn preferred_above_transport(rows: &[Row]) -> String {
     let Some(empty) = rows
         .iter()
-        .find(|r| r.name == format!("{PREFERRED_GROUP}{PREFERRED_EMPTY}"))
+        .find(|r| r.name.strip_prefix(PREFERRED_GROUP) == Some(PREFERRED_EMPTY))
     else {
         return String::new();
     };

@@ -27,8 +27,8 @@ mod imp {
     /// A device-plugin resource's selection policy.
     pub(crate) struct PolicySource {
         module: Module,
-        /// What the first call makes once for every later one.
-        resource: std::sync::OnceLock<ResourceCalls>,
+        /// The resource's claim name and metric series, made at the first call.
+        calls: std::sync::OnceLock<ResourceCalls>,
     }
 
     /// A resource's claim name as its policy is shown it, and its series of the policy metrics.
@@ -43,7 +43,7 @@ mod imp {
         fn new(module: Module) -> Self {
             PolicySource {
                 module,
-                resource: std::sync::OnceLock::new(),
+                calls: std::sync::OnceLock::new(),
             }
         }
 
@@ -65,7 +65,7 @@ mod imp {
         ) -> Option<Vec<String>> {
             let policy = self.current()?;
             let name = resource.name().as_str();
-            let calls = self.resource.get_or_init(|| ResourceCalls {
+            let calls = self.calls.get_or_init(|| ResourceCalls {
                 claim: format!("device-plugin/{name}"),
                 ok: metrics
                     .policy_calls
