@@ -127,30 +127,35 @@ fn bench_figures(dir: &Path) -> anyhow::Result<String> {
     Ok(rows)
 }
 
-/// The group of the GetPreferredAllocation benchmark, and its transport-only row.
-const PREFERRED_GROUP: &str = "get_preferred_allocation_8_gpus/";
+/// The groups of the GetPreferredAllocation benchmark (placed freely, and with the caller and
+/// the daemon on one CPU) with how the report names each, and their transport-only row.
+const PREFERRED_GROUPS: [(&str, &str); 2] = [
+    ("get_preferred_allocation_8_gpus/", ""),
+    ("get_preferred_allocation_8_gpus_one_cpu/", "one CPU, "),
+];
 const PREFERRED_EMPTY: &str = "empty_call_same_connection";
 
 /// For each GetPreferredAllocation row, its median above the empty call on the same
 /// connection: what choosing costs beyond the transport (a measure table row each).
 fn preferred_above_transport(rows: &[Row]) -> String {
-    let Some(empty) = rows
-        .iter()
-        .find(|r| r.name.strip_prefix(PREFERRED_GROUP) == Some(PREFERRED_EMPTY))
-    else {
-        return String::new();
-    };
-    rows.iter()
-        .filter_map(|r| Some((r.name.strip_prefix(PREFERRED_GROUP)?, r.median_ns)))
-        .filter(|(name, _)| *name != PREFERRED_EMPTY)
-        .map(|(name, ns)| {
-            format!(
-                "| GetPreferredAllocation, 8 GPUs, {name}: above the empty call ({}) | {} |\n",
-                human(empty.median_ns),
-                human(ns - empty.median_ns)
-            )
-        })
-        .collect()
+    let mut md = String::new();
+    for (group, label) in PREFERRED_GROUPS {
+        let in_group = || {
+            rows.iter()
+                .filter_map(|r| Some((r.name.strip_prefix(group)?, r.median_ns)))
+        };
+        let Some((_, empty)) = in_group().find(|(name, _)| *name == PREFERRED_EMPTY) else {
+            continue;
+        };
+        for (name, ns) in in_group().filter(|(name, _)| *name != PREFERRED_EMPTY) {
+            md.push_str(&format!(
+                "| GetPreferredAllocation, 8 GPUs, {label}{name}: above the empty call ({}) | {} |\n",
+                human(empty),
+                human(ns - empty)
+            ));
+        }
+    }
+    md
 }
 
 fn human(ns: f64) -> String {
@@ -633,13 +638,23 @@ Rss:                 400 kB
             ),
             row("get_preferred_allocation_8_gpus/numa-packing", 112_500.0),
             row("get_preferred_allocation_8_gpus/nvlink-pack", 140_000.0),
+            row(
+                "get_preferred_allocation_8_gpus_one_cpu/empty_call_same_connection",
+                50_000.0,
+            ),
+            row(
+                "get_preferred_allocation_8_gpus_one_cpu/nvlink-pack",
+                80_000.0,
+            ),
             row("call/nvlink-pack/8", 4_000.0),
         ];
         assert_eq!(
             preferred_above_transport(&rows),
             "| GetPreferredAllocation, 8 GPUs, numa-packing: above the empty call (100.00 µs) | 12.50 µs |\n\
-             | GetPreferredAllocation, 8 GPUs, nvlink-pack: above the empty call (100.00 µs) | 40.00 µs |\n"
+             | GetPreferredAllocation, 8 GPUs, nvlink-pack: above the empty call (100.00 µs) | 40.00 µs |\n\
+             | GetPreferredAllocation, 8 GPUs, one CPU, nvlink-pack: above the empty call (50.00 µs) | 30.00 µs |\n"
         );
-        assert_eq!(preferred_above_transport(&rows[1..]), "");
+        // A group without its empty call has no rows.
+        assert_eq!(preferred_above_transport(&rows[1..3]), "");
     }
 }

@@ -2,6 +2,11 @@
 //! stand-in), with NUMA packing and with the NVLink-aware WebAssembly policy: the kubelet
 //! emulator's call over the real socket, answer included; beside it the cheapest call
 //! (GetDevicePluginOptions) on the same connection, the part that is transport.
+//!
+//! Each call is measured twice: with the scheduler placing the caller and the daemon freely,
+//! and with both on one CPU. A synchronous call keeps one side busy at a time, so the second
+//! is the work of both sides; the difference is what waking a thread on another CPU costs on
+//! the machine (tens of µs in a VM whose idle CPUs halt).
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::path::PathBuf;
@@ -21,6 +26,31 @@ fn plugin(name: &str) -> PathBuf {
 }
 
 fn preferred(c: &mut Criterion) {
+    // Logging on, as the daemon starts it (events at info and above), written nowhere.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+        .with_writer(std::io::sink)
+        .init();
+    calls(c, "get_preferred_allocation_8_gpus", None);
+    // The CPU this thread runs on now, for the caller, the daemon and every thread it starts.
+    let here = rustix::thread::sched_getcpu();
+    calls(c, "get_preferred_allocation_8_gpus_one_cpu", Some(here));
+}
+
+/// `cpu`'s set alone, for `sched_setaffinity`.
+fn only(cpu: usize) -> rustix::thread::CpuSet {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    set
+}
+
+/// The group `group` of calls; with `cpu`, the caller and the daemon's threads stay on it.
+fn calls(c: &mut Criterion, group: &str, cpu: Option<usize>) {
+    let before = rustix::thread::sched_getaffinity(None).unwrap();
+    if let Some(cpu) = cpu {
+        // Every thread started from here on (the runtimes', the daemon's own) inherits it.
+        rustix::thread::sched_setaffinity(None, &only(cpu)).unwrap();
+    }
     // The daemon on its own runtime, as in its process; the caller on another, as the kubelet
     // is another process.
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -32,7 +62,7 @@ fn preferred(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let mut g = c.benchmark_group("get_preferred_allocation_8_gpus");
+    let mut g = c.benchmark_group(group);
     for policy in [None, Some("nvlink-pack")] {
         let dir = tempfile::tempdir().unwrap();
         let dp = dir.path().join("dp");
@@ -116,6 +146,8 @@ fn preferred(c: &mut Criterion) {
         rt.block_on(kubelet.stop());
     }
     g.finish();
+    drop(rt);
+    rustix::thread::sched_setaffinity(None, &before).unwrap();
 }
 
 criterion_group!(benches, preferred);
