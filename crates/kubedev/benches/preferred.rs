@@ -9,8 +9,8 @@
 //! the machine (tens of µs in a VM whose idle CPUs halt).
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kubedev::config::Config;
@@ -31,10 +31,45 @@ fn preferred(c: &mut Criterion) {
         .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
         .with_writer(std::io::sink)
         .init();
-    calls(c, "get_preferred_allocation_8_gpus", None);
+    let mut idle = Vec::new();
+    calls(c, "get_preferred_allocation_8_gpus", None, Some(&mut idle));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench-figures");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("preferred.md"), idle.concat()).unwrap();
     // The CPU this thread runs on now, for the caller, the daemon and every thread it starts.
     let here = rustix::thread::sched_getcpu();
-    calls(c, "get_preferred_allocation_8_gpus_one_cpu", Some(here));
+    calls(
+        c,
+        "get_preferred_allocation_8_gpus_one_cpu",
+        Some(here),
+        None,
+    );
+}
+
+/// How long the calls timed "after idle" wait, without any call, before each one.
+const IDLE_GAP: Duration = Duration::from_millis(50);
+/// How many calls are timed after idle, per row.
+const IDLE_CALLS: usize = 60;
+
+/// A report row for `call` made [`IDLE_CALLS`] times, each after [`IDLE_GAP`] without calls:
+/// the median and the 90th percentile.
+fn after_idle(what: &str, mut call: impl FnMut()) -> String {
+    let mut times: Vec<Duration> = (0..IDLE_CALLS)
+        .map(|_| {
+            std::thread::sleep(IDLE_GAP);
+            let started = Instant::now();
+            call();
+            started.elapsed()
+        })
+        .collect();
+    times.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    format!(
+        "| GetPreferredAllocation, 8 GPUs, each call after {} ms without calls, {what} | {:.1} µs (p90 {:.1} µs) |\n",
+        IDLE_GAP.as_millis(),
+        us(times[times.len() / 2]),
+        us(times[times.len() * 9 / 10]),
+    )
 }
 
 /// `cpu`'s set alone, for `sched_setaffinity`.
@@ -45,7 +80,8 @@ fn only(cpu: usize) -> rustix::thread::CpuSet {
 }
 
 /// The group `group` of calls; with `cpu`, the caller and the daemon's threads stay on it.
-fn calls(c: &mut Criterion, group: &str, cpu: Option<usize>) {
+/// With `idle`, each call is also timed after idle, a row each.
+fn calls(c: &mut Criterion, group: &str, cpu: Option<usize>, mut idle: Option<&mut Vec<String>>) {
     let before = rustix::thread::sched_getaffinity(None).unwrap();
     if let Some(cpu) = cpu {
         // Every thread started from here on (the runtimes', the daemon's own) inherits it.
@@ -130,17 +166,29 @@ fn calls(c: &mut Criterion, group: &str, cpu: Option<usize>) {
                         .into_inner()
                 })
             });
+            if let Some(rows) = idle.as_deref_mut() {
+                rows.push(after_idle("empty call", || {
+                    caller
+                        .block_on(client.get_device_plugin_options(api::Empty {}))
+                        .unwrap();
+                }));
+            }
         }
-        g.bench_function(policy.unwrap_or("numa-packing"), |b| {
-            b.iter(|| {
-                let answer = caller
-                    .block_on(client.get_preferred_allocation(request.clone()))
-                    .unwrap()
-                    .into_inner();
-                assert_eq!(answer.container_responses[0].device_i_ds.len(), 2);
-                answer
-            })
-        });
+        let mut prefer = || {
+            let answer = caller
+                .block_on(client.get_preferred_allocation(request.clone()))
+                .unwrap()
+                .into_inner();
+            assert_eq!(answer.container_responses[0].device_i_ds.len(), 2);
+            answer
+        };
+        let name = policy.unwrap_or("numa-packing");
+        g.bench_function(name, |b| b.iter(&mut prefer));
+        if let Some(rows) = idle.as_deref_mut() {
+            rows.push(after_idle(name, || {
+                prefer();
+            }));
+        }
         cancel.cancel();
         rt.block_on(task).unwrap().unwrap();
         rt.block_on(kubelet.stop());

@@ -8,10 +8,15 @@
 //! not counted). `keep` is a module that answers at once and reads every input: the cost
 //! of a call with nothing declared; `keep-declared` declares that it reads nothing: the
 //! fixed cost every policy pays.
+//!
+//! Back-to-back calls keep the caches warm; the daemon's calls come one per container
+//! admission. `after_idle` times each example policy's call after 50 ms without calls and
+//! writes the rows to `target/bench-figures/policy.md` for `cargo xtask bench`'s report.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
@@ -263,7 +268,43 @@ fn memory_per_policy(_: &mut Criterion) {
     );
 }
 
-criterion_group!(benches, calls_wall, compile, memory_per_policy);
+/// How long each call timed by [`after_idle`] follows the previous one.
+const IDLE_GAP: Duration = Duration::from_millis(50);
+/// Calls timed after idle, per policy.
+const IDLE_CALLS: usize = 40;
+
+/// Not a criterion timing: each example policy's call on 8 candidates, made after
+/// [`IDLE_GAP`] without calls; median and 90th percentile as report rows.
+fn after_idle(_: &mut Criterion) {
+    let sb = Sandbox::new(Limits::default()).expect("sandbox");
+    let devices = gpus(8);
+    let mut rows = String::new();
+    for name in ["numa-pack", "nvlink-pack", "spread", "binpack"] {
+        let policy = sb.load(name, &plugin_bytes(name)).expect("load");
+        let mut times: Vec<Duration> = (0..IDLE_CALLS)
+            .map(|_| {
+                std::thread::sleep(IDLE_GAP);
+                let started = Instant::now();
+                policy.evaluate(&input(&devices, 1)).expect("call");
+                started.elapsed()
+            })
+            .collect();
+        times.sort();
+        let us = |d: Duration| d.as_secs_f64() * 1e6;
+        rows.push_str(&format!(
+            "| policy call, 8 candidates, each after {} ms without calls, {name} | {:.1} µs (p90 {:.1} µs) |\n",
+            IDLE_GAP.as_millis(),
+            us(times[times.len() / 2]),
+            us(times[times.len() * 9 / 10]),
+        ));
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench-figures");
+    std::fs::create_dir_all(&dir).expect("figures directory");
+    std::fs::write(dir.join("policy.md"), &rows).expect("figures");
+    print!("{rows}");
+}
+
+criterion_group!(benches, calls_wall, compile, memory_per_policy, after_idle);
 criterion_group! {
     name = cpu;
     config = Criterion::default().with_measurement(ThreadCpu);
