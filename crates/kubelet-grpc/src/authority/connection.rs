@@ -92,12 +92,16 @@ impl Connection {
         Poll::Ready(Ok(()))
     }
 
-    /// Reads what the client sent into the buffer; `0` at its end. A read that leaves room in
-    /// the buffer shows the socket drained, so the next poll waits for the client without
-    /// another read.
+    /// Reads what the client sent into the buffer; `0` at its end.
     fn poll_read_client(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         self.raw.reserve(READ_CHUNK);
-        tokio_util::io::poll_read_buf(Pin::new(&mut self.io), cx, &mut self.raw)
+        loop {
+            ready!(self.io.poll_read_ready(cx))?;
+            match self.io.try_read_buf(&mut self.raw) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                read => return Poll::Ready(read),
+            }
+        }
     }
 
     /// Follows the first `n` bytes of `bufs`, just sent to the client.
