@@ -8,7 +8,6 @@
 //! `target/bench-figures/dra_prepare.md` for `cargo xtask bench`'s report.
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +22,10 @@ use kubedev_core::{
 use kubedev_kubelet_grpc::pb::dra::v1 as api;
 use kubedev_testkit::kubelet::DraKubelet;
 use tokio_util::sync::CancellationToken;
+
+#[path = "common/figures.rs"]
+mod figures;
+use figures::percentile;
 
 const DRIVER: &str = "gpu.example.com";
 
@@ -180,11 +183,6 @@ async fn prepare_unprepare(s: &mut Setup, n: usize) -> Duration {
     took
 }
 
-fn percentile(mut v: Vec<Duration>, p: f64) -> Duration {
-    v.sort();
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
-
 /// `calls` one-claim prepares (claims `first..`), `in_flight` at a time, as pods starting
 /// together send them: the wall time of them all and each call's latency. The claims are
 /// unprepared afterwards, in one call.
@@ -245,17 +243,6 @@ async fn one_call_of_1000(s: &mut Setup, first: usize) -> Duration {
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
-
-/// The figures criterion does not keep (throughput, percentiles), as report rows.
-fn write_figures(rows: &[(String, String)]) {
-    let dir = Path::new(DISK).join("../bench-figures");
-    std::fs::create_dir_all(&dir).unwrap();
-    let text: String = rows
-        .iter()
-        .map(|(measure, value)| format!("| {measure} | {value} |\n"))
-        .collect();
-    std::fs::write(dir.join("dra_prepare.md"), text).unwrap();
 }
 
 fn benches(c: &mut Criterion) {
@@ -341,7 +328,8 @@ fn benches(c: &mut Criterion) {
         s.cancel.cancel();
     }
     g.finish();
-    write_figures(&figures);
+    // The figures criterion does not keep (throughput, percentiles).
+    figures::write("dra_prepare", &figures);
 }
 
 criterion_group! {

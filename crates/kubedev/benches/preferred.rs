@@ -9,7 +9,7 @@
 //! the machine (tens of µs in a VM whose idle CPUs halt).
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -18,6 +18,9 @@ use kubedev::runtime::run;
 use kubedev_kubelet_grpc::pb::deviceplugin::v1beta1 as api;
 use kubedev_testkit::kubelet::KubeletEmulator;
 use tokio_util::sync::CancellationToken;
+
+#[path = "common/figures.rs"]
+mod figures;
 
 fn plugin(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -33,9 +36,7 @@ fn preferred(c: &mut Criterion) {
         .init();
     let mut idle = Vec::new();
     calls(c, "get_preferred_allocation_8_gpus", None, Some(&mut idle));
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench-figures");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("preferred.md"), idle.concat()).unwrap();
+    figures::write("preferred", &idle);
     // The CPU this thread runs on now, for the caller, the daemon and every thread it starts.
     let here = rustix::thread::sched_getcpu();
     calls(
@@ -53,8 +54,8 @@ const IDLE_CALLS: usize = 60;
 
 /// A report row for `call` made [`IDLE_CALLS`] times, each after [`IDLE_GAP`] without calls:
 /// the median and the 90th percentile.
-fn after_idle(what: &str, mut call: impl FnMut()) -> String {
-    let mut times: Vec<Duration> = (0..IDLE_CALLS)
+fn after_idle(what: &str, mut call: impl FnMut()) -> (String, String) {
+    let times: Vec<Duration> = (0..IDLE_CALLS)
         .map(|_| {
             std::thread::sleep(IDLE_GAP);
             let started = Instant::now();
@@ -62,13 +63,13 @@ fn after_idle(what: &str, mut call: impl FnMut()) -> String {
             started.elapsed()
         })
         .collect();
-    times.sort();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    format!(
-        "| GetPreferredAllocation, 8 GPUs, each call after {} ms without calls, {what} | {:.1} µs (p90 {:.1} µs) |\n",
-        IDLE_GAP.as_millis(),
-        us(times[times.len() / 2]),
-        us(times[times.len() * 9 / 10]),
+    let us = |p: f64| figures::percentile(times.clone(), p).as_secs_f64() * 1e6;
+    (
+        format!(
+            "GetPreferredAllocation, 8 GPUs, each call after {} ms without calls, {what}",
+            IDLE_GAP.as_millis()
+        ),
+        format!("{:.1} µs (p90 {:.1} µs)", us(0.5), us(0.9)),
     )
 }
 
@@ -81,7 +82,12 @@ fn only(cpu: usize) -> rustix::thread::CpuSet {
 
 /// The group `group` of calls; with `cpu`, the caller and the daemon's threads stay on it.
 /// With `idle`, each call is also timed after idle, a row each.
-fn calls(c: &mut Criterion, group: &str, cpu: Option<usize>, mut idle: Option<&mut Vec<String>>) {
+fn calls(
+    c: &mut Criterion,
+    group: &str,
+    cpu: Option<usize>,
+    mut idle: Option<&mut Vec<(String, String)>>,
+) {
     let before = rustix::thread::sched_getaffinity(None).unwrap();
     if let Some(cpu) = cpu {
         // Every thread started from here on (the runtimes', the daemon's own) inherits it.
