@@ -192,6 +192,11 @@ pub(crate) struct CallContext {
     pub(crate) memory_denied: Option<usize>,
 }
 
+/// Whether `err` says every instance slot of the pool is taken.
+pub(crate) fn is_busy(err: &wasmtime::Error) -> bool {
+    err.is::<wasmtime::PoolConcurrencyLimitError>()
+}
+
 /// The crate edge: turns any wasmtime error from instantiating or calling a policy into our
 /// own error. The only place that looks inside wasmtime's errors.
 pub(crate) fn classify(policy: &str, err: &wasmtime::Error, cx: &CallContext) -> PolicyError {
@@ -232,7 +237,7 @@ pub(crate) fn classify(policy: &str, err: &wasmtime::Error, cx: &CallContext) ->
             },
         };
     }
-    if err.is::<wasmtime::PoolConcurrencyLimitError>() {
+    if is_busy(err) {
         return PolicyError::Busy {
             policy,
             limit: cx.max_instances,

@@ -79,8 +79,10 @@
 //! Imports: none, except optionally `kubedev.log: (ptr: i32, len: i32) -> ()`, which logs
 //! UTF-8 text (at most [`Limits::log_lines_per_call`] lines of
 //! [`Limits::log_line_bytes`] bytes per call, rate-limited in the host's log, each costing
-//! 1000 fuel plus one per byte). Every call runs on a fresh instance, so a policy keeps no
-//! state between calls and a bump allocator that never frees is enough.
+//! 1000 fuel plus one per byte). Every call starts from the state instantiation leaves (a
+//! fresh instance, or one whose memory and mutable globals were put back after the last
+//! call), so a policy keeps no state between calls and a bump allocator that never frees is
+//! enough.
 //!
 //! All integers are little-endian. The input is a set of fixed-size records a guest reads
 //! in place (no parsing, no allocation per field): a header, tables of records, a name
@@ -149,7 +151,10 @@
 //! wall-clock deadline (engine epochs advanced by a ticker thread) as a backstop. NaNs are
 //! canonicalised and relaxed SIMD is off, so an answer depends only on the module and the
 //! input. One engine per [`Sandbox`]; modules are compiled once and cached by SHA-256 of
-//! their bytes; instances come from the pooling allocator. Every failure is a
+//! their bytes; instances come from the pooling allocator. A module whose state the host can
+//! put back (no start function, no instruction that changes a table or drops a segment, only
+//! numeric mutable globals) keeps up to two instances for reuse, restored after each
+//! successful call; an instance that trapped, ran out of fuel or grew its memory is dropped. Every failure is a
 //! [`PolicyError`]; callers keep the default order, or refuse when they run fail-closed.
 //!
 //! # Loading and reloading
@@ -169,6 +174,7 @@ mod inputs;
 mod limits;
 mod policy;
 mod ratelimit;
+mod restore;
 mod samples;
 mod sandbox;
 mod shape;

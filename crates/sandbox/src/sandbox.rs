@@ -29,6 +29,7 @@ use call::host_log;
 use contract::check_contract;
 use ticker::Ticker;
 
+use call::Ready;
 pub(crate) use call::{CallOutput, Host, LogSink};
 
 /// How often the epoch advances while calls run: the granularity of the wall-clock guard.
@@ -92,6 +93,11 @@ pub(crate) struct Compiled {
     select: ModuleExport,
     version: ModuleExport,
     declaration: Option<ModuleExport>,
+    /// The exports naming the module's mutable globals, when its instances can be restored
+    /// after a call and reused (see `restore`).
+    globals: Option<Vec<ModuleExport>>,
+    /// Instances restored after a call, ready for the next one.
+    idle: Mutex<Vec<Ready>>,
 }
 
 impl Sandbox {
@@ -204,8 +210,14 @@ impl Sandbox {
         }
         crate::shape::check(wasm, limits).map_err(bad)?;
         let started = Instant::now();
-        let module = self.compile_with_deadline(wasm).map_err(bad)?;
+        let (module, restorable) = self.compile_restorable(wasm).map_err(bad)?;
         let compile_time = started.elapsed();
+        let globals = restorable.and_then(|r| {
+            r.globals
+                .iter()
+                .map(|name| module.get_export_index(name))
+                .collect::<Option<Vec<_>>>()
+        });
         let (exports, declaration, imports_log) = check_contract(&module, limits).map_err(bad)?;
         let pre = self
             .inner
@@ -225,6 +237,8 @@ impl Sandbox {
             select: exports[2],
             version: exports[3],
             declaration,
+            globals,
+            idle: Mutex::new(Vec::new()),
         };
         let (version, declared) = self
             .inner
@@ -252,10 +266,31 @@ impl Sandbox {
 }
 
 impl Sandbox {
+    /// Compiles `wasm`, with an export added per mutable global when its instances can be
+    /// restored after a call; returns the module and, in that case, how to restore them. A
+    /// rewritten module that does not compile is compiled again as it was given, so the
+    /// error is the one its own bytes give.
+    fn compile_restorable(
+        &self,
+        wasm: &[u8],
+    ) -> Result<(Module, Option<crate::restore::Restorable>), String> {
+        let Some(plan) = crate::restore::plan(wasm) else {
+            return Ok((self.compile_with_deadline(wasm)?, None));
+        };
+        let Some(rewritten) = &plan.rewritten else {
+            return Ok((self.compile_with_deadline(wasm)?, Some(plan)));
+        };
+        match self.compile_with_deadline(rewritten) {
+            Ok(module) => Ok((module, Some(plan))),
+            Err(CompileError::Timeout(e)) => Err(e),
+            Err(CompileError::Other(_)) => Ok((self.compile_with_deadline(wasm)?, None)),
+        }
+    }
+
     /// Compiles `wasm` on a thread of its own and waits at most the compile timeout; a module
     /// that takes longer is refused (its compilation finishes in the background and is
     /// dropped), so neither start-up nor a reload waits on it.
-    fn compile_with_deadline(&self, wasm: &[u8]) -> Result<Module, String> {
+    fn compile_with_deadline(&self, wasm: &[u8]) -> Result<Module, CompileError> {
         let timeout = self.inner.limits.compile_timeout;
         let (tx, rx) = std::sync::mpsc::channel();
         let engine = self.inner.engine.clone();
@@ -266,21 +301,40 @@ impl Sandbox {
                 let _ = tx.send(Module::from_binary(&engine, &bytes));
             })
             .map_err(|e| {
-                format!(
+                CompileError::Other(format!(
                     "cannot start a compiler thread: {}",
                     kubedev_core::echo::chain(&e)
-                )
+                ))
             })?;
         match rx.recv_timeout(timeout) {
             Ok(Ok(module)) => Ok(module),
-            Ok(Err(e)) => Err(format!("does not compile: {}", chain(&e))),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(format!(
+            Ok(Err(e)) => Err(CompileError::Other(format!(
+                "does not compile: {}",
+                chain(&e)
+            ))),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(CompileError::Timeout(format!(
                 "it did not compile within {} s, the most allowed",
                 timeout.as_secs_f64()
+            ))),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(CompileError::Other(
+                "the compiler thread stopped without an answer".into(),
             )),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
-                Err("the compiler thread stopped without an answer".into())
-            }
+        }
+    }
+}
+
+/// Why a module did not compile: the message for [`PolicyError::BadModule`].
+enum CompileError {
+    /// It took longer than the compile timeout.
+    Timeout(String),
+    /// Any other reason.
+    Other(String),
+}
+
+impl From<CompileError> for String {
+    fn from(e: CompileError) -> String {
+        match e {
+            CompileError::Timeout(m) | CompileError::Other(m) => m,
         }
     }
 }

@@ -2,14 +2,16 @@
 //! ABI-version and select calls under fuel, memory and wall-clock limits.
 
 use parking_lot::Mutex;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use wasmtime::{Caller, Memory, ModuleExport, ResourceLimiter, Store, TypedFunc};
+use wasmtime::{
+    Caller, Global, Instance, Memory, ModuleExport, ResourceLimiter, Store, TypedFunc, Val,
+};
 
 use super::{Compiled, LOG_FUEL, MAX_TABLE_ELEMENTS, SandboxInner, TICK, VERSION_CALL_FUEL, chain};
 use crate::abi::{self, EXPORT_ALLOC, EXPORT_INPUTS, EXPORT_MEMORY, EXPORT_VERSION, RawDecision};
 use crate::encode::Message;
-use crate::error::{CallContext, HostFault, PolicyError, classify};
+use crate::error::{CallContext, HostFault, PolicyError, classify, is_busy};
 use crate::inputs::MAX_DECLARATION_BYTES;
 use crate::ratelimit::TokenBucket;
 
@@ -19,6 +21,15 @@ pub(crate) struct Host {
     peak_memory: usize,
     memory_denied: Option<usize>,
     pub(crate) log: LogSink,
+}
+
+impl Host {
+    /// Gets the store data of a reused instance ready for a new call that logs to `log`.
+    fn start_call(&mut self, log: LogSink) {
+        self.log = log;
+        self.peak_memory = 0;
+        self.memory_denied = None;
+    }
 }
 
 /// Where `kubedev.log` lines go: captured for the caller and, rate-limited, to `tracing`.
@@ -145,10 +156,47 @@ impl SandboxInner {
             },
         );
         store.limiter(|h: &mut Host| -> &mut dyn ResourceLimiter { h });
+        self.arm(&mut store, fuel)?;
+        Ok(store)
+    }
+
+    /// Gives `store` `fuel` and a wall-clock deadline from now.
+    fn arm(&self, store: &mut Store<Host>, fuel: u64) -> Result<(), wasmtime::Error> {
         store.set_fuel(fuel)?;
         let ticks = self.limits.timeout.as_nanos().div_ceil(TICK.as_nanos()) + 1;
         store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
-        Ok(store)
+        Ok(())
+    }
+
+    /// Instantiates `compiled` in a new store with `log` and `fuel`. When every instance slot
+    /// is taken, the idle instances of every module are dropped and it tries once more, so
+    /// instances kept for reuse never make a call fail as busy.
+    fn instantiate(
+        &self,
+        compiled: &Compiled,
+        log: LogSink,
+        fuel: u64,
+    ) -> Result<(Store<Host>, Instance), PolicyError> {
+        let policy = log.policy.clone();
+        let mut log = log;
+        let mut evicted = false;
+        loop {
+            let mut store = self
+                .new_store(log, fuel)
+                .map_err(|e| PolicyError::Runtime {
+                    policy: policy.to_string(),
+                    message: chain(&e),
+                })?;
+            match compiled.pre.instantiate(&mut store) {
+                Ok(instance) => return Ok((store, instance)),
+                Err(e) if is_busy(&e) && !evicted => {
+                    evicted = true;
+                    self.drop_idle_instances();
+                    log = store.into_data().log;
+                }
+                Err(e) => return Err(classify(&policy, &e, &self.context(&store, fuel))),
+            }
+        }
     }
 
     fn context(&self, store: &Store<Host>, fuel: u64) -> CallContext {
@@ -178,15 +226,9 @@ impl SandboxInner {
             bucket: Arc::new(Mutex::new(TokenBucket::new(0.0, 0.0))),
         };
         let fuel = VERSION_CALL_FUEL.min(self.limits.fuel);
-        let mut store = self
-            .new_store(log, fuel)
-            .map_err(|e| PolicyError::Runtime {
-                policy: policy.to_string(),
-                message: chain(&e),
-            })?;
+        let (mut store, instance) = self.instantiate(compiled, log, fuel)?;
         let fault = |m: String| wasmtime::Error::new(HostFault::Contract(m));
         let result = (|| {
-            let instance = compiled.pre.instantiate(&mut store)?;
             let f: TypedFunc<(), i32> = typed(&instance, &mut store, &compiled.version)
                 .map_err(|e| e.context(format!("calling {EXPORT_VERSION}")))?;
             let version = f
@@ -231,7 +273,8 @@ impl SandboxInner {
         result.map_err(|e| classify(policy, &e, &self.context(&store, fuel)))
     }
 
-    /// Runs one `kubedev_select` call on a fresh instance.
+    /// Runs one `kubedev_select` call on an instance in the state instantiation leaves it
+    /// in: a fresh one, or one restored after an earlier call.
     pub(crate) fn call_select(
         &self,
         compiled: &Compiled,
@@ -253,15 +296,13 @@ impl SandboxInner {
         };
         let _active = self.ticker.enter();
         let fuel = limits.fuel;
-        let mut store = self
-            .new_store(log, fuel)
-            .map_err(|e| PolicyError::Runtime {
-                policy: policy.to_string(),
-                message: chain(&e),
-            })?;
-        let (decision, memory) = match self.run_select(&mut store, compiled, input, len, candidates)
-        {
-            Ok(answer) => answer,
+        let Ready {
+            mut store,
+            exports,
+            image,
+        } = self.ready_instance(compiled, log, fuel)?;
+        let decision = match exports.select(&mut store, input, len, candidates, limits) {
+            Ok(decision) => decision,
             Err(SelectFailure::Wasm(e)) => {
                 return Err(classify(&policy, &e, &self.context(&store, fuel)));
             }
@@ -273,8 +314,23 @@ impl SandboxInner {
             }
         };
         let fuel_used = fuel - store.get_fuel().unwrap_or(0);
-        let memory_bytes = store.data().peak_memory.max(memory.data_size(&store));
+        let memory_bytes = store
+            .data()
+            .peak_memory
+            .max(exports.memory.data_size(&store));
         let log = std::mem::take(&mut store.data_mut().log.lines);
+        if let Some(image) = image
+            && image.restore(&mut store, exports.memory)
+        {
+            let mut idle = compiled.idle.lock();
+            if idle.len() < IDLE_PER_MODULE {
+                idle.push(Ready {
+                    store,
+                    exports,
+                    image: Some(image),
+                });
+            }
+        }
         Ok(CallOutput {
             decision,
             fuel_used,
@@ -283,30 +339,145 @@ impl SandboxInner {
         })
     }
 
-    /// Instantiates the module, writes `input` (`len` bytes) into its memory, calls
-    /// `kubedev_select` and decodes its answer; returns the answer and the instance's memory.
-    fn run_select(
+    /// An instance of `compiled` for a call logging to `log` with `fuel`: an idle one, or a
+    /// new one (with its image taken when its module's instances can be reused).
+    fn ready_instance(
         &self,
-        store: &mut Store<Host>,
         compiled: &Compiled,
-        input: &Message,
-        len: i32,
-        candidates: usize,
-    ) -> Result<(RawDecision, Memory), SelectFailure> {
-        let exports = SelectExports::of_new_instance(store, compiled)?;
-        let ptr = exports.write_input(store, input, len)?;
-        let packed = exports
-            .select
-            .call(&mut *store, (ptr as i32, len))
-            .map_err(SelectFailure::Wasm)? as u64;
-        let decision = read_output(
+        log: LogSink,
+        fuel: u64,
+    ) -> Result<Ready, PolicyError> {
+        let idle = compiled.idle.lock().pop();
+        if let Some(mut ready) = idle {
+            ready.store.data_mut().start_call(log);
+            self.arm(&mut ready.store, fuel)
+                .map_err(|e| PolicyError::Runtime {
+                    policy: ready.store.data().log.policy.to_string(),
+                    message: chain(&e),
+                })?;
+            return Ok(ready);
+        }
+        let policy = log.policy.clone();
+        let (mut store, instance) = self.instantiate(compiled, log, fuel)?;
+        let exports = match SelectExports::of_instance(&mut store, instance, compiled) {
+            Ok(exports) => exports,
+            Err(SelectFailure::Wasm(e)) => {
+                return Err(classify(&policy, &e, &self.context(&store, fuel)));
+            }
+            Err(SelectFailure::BadOutput(reason)) => {
+                return Err(PolicyError::BadOutput {
+                    policy: policy.to_string(),
+                    reason,
+                });
+            }
+        };
+        let image = compiled
+            .globals
+            .as_deref()
+            .and_then(|globals| Image::take(&mut store, instance, exports.memory, globals));
+        Ok(Ready {
             store,
-            exports.memory,
-            packed,
-            candidates,
-            self.limits.max_output_bytes,
-        )?;
-        Ok((decision, exports.memory))
+            exports,
+            image,
+        })
+    }
+
+    /// Drops the idle instances of every module, freeing their slots.
+    fn drop_idle_instances(&self) {
+        let modules: Vec<_> = self
+            .cache
+            .lock()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for module in modules {
+            module.idle.lock().clear();
+        }
+    }
+}
+
+/// Most instances of one module kept for reuse.
+const IDLE_PER_MODULE: usize = 2;
+/// Largest memory an instance kept for reuse may have: restoring it is a write of the whole.
+const MAX_IMAGE_BYTES: usize = 256 << 10;
+/// Granularity of the non-zero runs of an image.
+const RUN_BYTES: usize = 64;
+
+/// An instance with its store, and, when it can be reused, what to restore after a call.
+pub(crate) struct Ready {
+    store: Store<Host>,
+    exports: SelectExports,
+    image: Option<Image>,
+}
+
+/// What instantiation left in an instance: the size of its memory, the runs of its non-zero
+/// bytes, and the values of its mutable globals.
+struct Image {
+    size: usize,
+    runs: Vec<(usize, Box<[u8]>)>,
+    globals: Vec<(Global, Val)>,
+}
+
+impl Image {
+    /// The image of a new `instance` whose mutable globals are the exports `globals`; `None`
+    /// when its memory is over [`MAX_IMAGE_BYTES`] or a global is missing.
+    fn take(
+        store: &mut Store<Host>,
+        instance: Instance,
+        memory: Memory,
+        globals: &[ModuleExport],
+    ) -> Option<Image> {
+        let data = memory.data(&*store);
+        if data.len() > MAX_IMAGE_BYTES {
+            return None;
+        }
+        let mut runs: Vec<(usize, Box<[u8]>)> = Vec::new();
+        let mut run: Option<usize> = None;
+        for (i, chunk) in data.chunks(RUN_BYTES).enumerate() {
+            let at = i * RUN_BYTES;
+            match (chunk.iter().any(|&b| b != 0), run) {
+                (true, None) => run = Some(at),
+                (false, Some(start)) => {
+                    runs.push((start, data[start..at].into()));
+                    run = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(start) = run {
+            runs.push((start, data[start..].into()));
+        }
+        let size = data.len();
+        let globals = globals
+            .iter()
+            .map(
+                |export| match instance.get_module_export(&mut *store, export) {
+                    Some(wasmtime::Extern::Global(g)) => Some((g, g.get(&mut *store))),
+                    _ => None,
+                },
+            )
+            .collect::<Option<Vec<_>>>()?;
+        Some(Image {
+            size,
+            runs,
+            globals,
+        })
+    }
+
+    /// Puts `memory` and the globals back as the image has them; `false` when that cannot
+    /// be done (the memory grew).
+    fn restore(&self, store: &mut Store<Host>, memory: Memory) -> bool {
+        let data = memory.data_mut(&mut *store);
+        if data.len() != self.size {
+            return false;
+        }
+        data.fill(0);
+        for (at, bytes) in &self.runs {
+            data[*at..*at + bytes.len()].copy_from_slice(bytes);
+        }
+        self.globals
+            .iter()
+            .all(|(global, value)| global.set(&mut *store, *value).is_ok())
     }
 }
 
@@ -326,15 +497,12 @@ struct SelectExports {
 }
 
 impl SelectExports {
-    /// Instantiates the module and looks up its memory, allocator and select function.
-    fn of_new_instance(
+    /// Looks up the memory, allocator and select function of `instance`.
+    fn of_instance(
         store: &mut Store<Host>,
+        instance: Instance,
         compiled: &Compiled,
     ) -> Result<Self, SelectFailure> {
-        let instance = compiled
-            .pre
-            .instantiate(&mut *store)
-            .map_err(SelectFailure::Wasm)?;
         let memory = match instance.get_module_export(&mut *store, &compiled.memory) {
             Some(wasmtime::Extern::Memory(m)) => m,
             _ => {
@@ -350,6 +518,30 @@ impl SelectExports {
             alloc,
             select,
         })
+    }
+
+    /// Writes `input` (`len` bytes) into the memory, calls `kubedev_select` and decodes its
+    /// answer.
+    fn select(
+        &self,
+        store: &mut Store<Host>,
+        input: &Message,
+        len: i32,
+        candidates: usize,
+        limits: &crate::Limits,
+    ) -> Result<RawDecision, SelectFailure> {
+        let ptr = self.write_input(store, input, len)?;
+        let packed = self
+            .select
+            .call(&mut *store, (ptr as i32, len))
+            .map_err(SelectFailure::Wasm)? as u64;
+        read_output(
+            store,
+            self.memory,
+            packed,
+            candidates,
+            limits.max_output_bytes,
+        )
     }
 
     /// Has the module allocate `len` bytes and writes `input` there; returns the address.
