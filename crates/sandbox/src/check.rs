@@ -70,7 +70,7 @@ pub struct SampleRun {
     pub fuel_used: u64,
     /// Largest linear memory, bytes.
     pub memory_bytes: usize,
-    /// Wall time including instantiation.
+    /// Wall time including instantiating or restoring the instance.
     pub elapsed: Duration,
     /// Log lines written.
     pub log: Vec<String>,

@@ -129,7 +129,7 @@ pub struct Evaluation {
     pub fuel_used: u64,
     /// Largest linear memory during the call, bytes.
     pub memory_bytes: usize,
-    /// Wall time of the call, including instantiation.
+    /// Wall time of the call, including instantiating or restoring the instance.
     pub elapsed: Duration,
     /// Lines the policy wrote with `kubedev.log` (at most the per-call limit).
     pub log: Vec<String>,
@@ -207,7 +207,8 @@ impl WasmPolicy {
         }
     }
 
-    /// Asks the policy about one request, on a fresh instance, under the sandbox's limits.
+    /// Asks the policy about one request, from the module's initial state, under the
+    /// sandbox's limits.
     pub fn evaluate(&self, input: &PolicyInput<'_>) -> Result<Evaluation, PolicyError> {
         self.inner.calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();

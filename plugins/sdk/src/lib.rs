@@ -5,8 +5,9 @@
 //! a preference order, a score per candidate, or "keep the default order", optionally
 //! rejecting candidates with a reason. [`kubedev_policy!`] generates the WebAssembly
 //! exports of kubedev's policy ABI (version 1, specified in the `kubedev-sandbox` crate
-//! docs), a bump allocator (every call runs on a fresh instance, so nothing is ever freed)
-//! and a panic handler (a panic is a trap; the host then keeps its default order).
+//! docs), a bump allocator (every call starts from the module's initial memory, so nothing
+//! is ever freed) and a panic handler (a panic is a trap; the host then keeps its default
+//! order).
 //!
 //! A policy crate starts with `#![cfg_attr(target_arch = "wasm32", no_std)]`, so it also
 //! builds (and unit-tests) on the host, where the macro expands to nothing:

@@ -16,8 +16,8 @@ unsafe extern "C" {
     static __heap_base: u8;
 }
 
-/// A bump allocator: every call runs on a fresh instance, so memory is never reused
-/// except when the newest block is freed or grown.
+/// A bump allocator: every call starts from the module's initial memory, so memory is never
+/// reused except when the newest block is freed or grown.
 #[derive(Debug)]
 pub struct BumpAllocator {
     next: AtomicUsize,
