@@ -301,18 +301,9 @@ impl SandboxInner {
             exports,
             image,
         } = self.ready_instance(compiled, log, fuel)?;
-        let decision = match exports.select(&mut store, input, len, candidates, limits) {
-            Ok(decision) => decision,
-            Err(SelectFailure::Wasm(e)) => {
-                return Err(classify(&policy, &e, &self.context(&store, fuel)));
-            }
-            Err(SelectFailure::BadOutput(reason)) => {
-                return Err(PolicyError::BadOutput {
-                    policy: policy.to_string(),
-                    reason,
-                });
-            }
-        };
+        let decision = exports
+            .select(&mut store, input, len, candidates, limits)
+            .map_err(|f| self.failure(&policy, &store, fuel, f))?;
         let fuel_used = fuel - store.get_fuel().unwrap_or(0);
         let memory_bytes = store
             .data()
@@ -359,18 +350,8 @@ impl SandboxInner {
         }
         let policy = log.policy.clone();
         let (mut store, instance) = self.instantiate(compiled, log, fuel)?;
-        let exports = match SelectExports::of_instance(&mut store, instance, compiled) {
-            Ok(exports) => exports,
-            Err(SelectFailure::Wasm(e)) => {
-                return Err(classify(&policy, &e, &self.context(&store, fuel)));
-            }
-            Err(SelectFailure::BadOutput(reason)) => {
-                return Err(PolicyError::BadOutput {
-                    policy: policy.to_string(),
-                    reason,
-                });
-            }
-        };
+        let exports = SelectExports::of_instance(&mut store, instance, compiled)
+            .map_err(|f| self.failure(&policy, &store, fuel, f))?;
         let image = compiled
             .globals
             .as_deref()
@@ -380,6 +361,23 @@ impl SandboxInner {
             exports,
             image,
         })
+    }
+
+    /// The error for a select call's `failure` in `store`, which had `fuel`.
+    fn failure(
+        &self,
+        policy: &str,
+        store: &Store<Host>,
+        fuel: u64,
+        failure: SelectFailure,
+    ) -> PolicyError {
+        match failure {
+            SelectFailure::Wasm(e) => classify(policy, &e, &self.context(store, fuel)),
+            SelectFailure::BadOutput(reason) => PolicyError::BadOutput {
+                policy: policy.to_string(),
+                reason,
+            },
+        }
     }
 
     /// Drops the idle instances of every module, freeing their slots.

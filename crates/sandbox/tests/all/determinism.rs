@@ -85,6 +85,15 @@ fn modules_are_compiled_once_per_content() {
     );
 }
 
+/// A request for two of `devices`, all free.
+fn two_of(devices: &[api::Device]) -> PolicyInput<'_> {
+    let candidates = devices
+        .iter()
+        .map(|d| Candidate::published(DRIVER, "node-1", d))
+        .collect();
+    PolicyInput::new("default/job", "gpus", 2, candidates)
+}
+
 /// A policy that counts its calls in the places an instance keeps state — a global, its
 /// memory, a table or the memory's size — and answers the counts as the first two of the
 /// scores `[count, count, 2, 0]`; a count over 1 changes the order. Every call must see a
@@ -110,19 +119,8 @@ fn counting_policy(count: &str, extra: &str) -> Vec<u8> {
 
 #[test]
 fn a_policy_keeps_no_state_between_calls() {
-    let devices: Vec<api::Device> = (0..4)
-        .map(|i| api::Device {
-            name: format!("gpu-{i}"),
-            ..Default::default()
-        })
-        .collect();
-    let input = || {
-        let candidates = devices
-            .iter()
-            .map(|d| Candidate::published(DRIVER, "node-1", d))
-            .collect();
-        PolicyInput::new("default/job", "gpus", 2, candidates)
-    };
+    let devices = gpus(4);
+    let input = || two_of(&devices);
     let sb = sandbox();
     let first_call = sb
         .load(
@@ -176,13 +174,7 @@ fn instances_kept_for_reuse_never_make_a_call_busy() {
     )
     .unwrap();
     let devices = gpus(8);
-    let input = || {
-        let candidates = devices
-            .iter()
-            .map(|d| Candidate::published(DRIVER, "node-1", d))
-            .collect();
-        PolicyInput::new("default/job", "gpus", 2, candidates)
-    };
+    let input = || two_of(&devices);
     let numa = plugin(&sb, "numa-pack");
     let first = numa.evaluate(&input()).unwrap();
     let spread = plugin(&sb, "spread");
