@@ -11,7 +11,7 @@ mod ticker;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest as _, Sha256};
@@ -29,8 +29,8 @@ use call::host_log;
 use contract::check_contract;
 use ticker::Ticker;
 
-use call::Ready;
 pub(crate) use call::{CallOutput, Host, LogSink};
+use call::{MemoryImage, Ready};
 
 /// How often the epoch advances while calls run: the granularity of the wall-clock guard.
 const TICK: Duration = Duration::from_millis(2);
@@ -98,6 +98,9 @@ pub(crate) struct Compiled {
     globals: Option<Vec<ModuleExport>>,
     /// Instances restored after a call, ready for the next one.
     idle: Mutex<Vec<Ready>>,
+    /// The memory every instance starts with, taken from the first one (`None`: too large to
+    /// restore).
+    memory_image: OnceLock<Option<Arc<MemoryImage>>>,
 }
 
 impl Sandbox {
@@ -239,6 +242,7 @@ impl Sandbox {
             declaration,
             globals,
             idle: Mutex::new(Vec::new()),
+            memory_image: OnceLock::new(),
         };
         let (version, declared) = self
             .inner

@@ -174,11 +174,10 @@ impl SandboxInner {
     fn instantiate(
         &self,
         compiled: &Compiled,
-        log: LogSink,
+        mut log: LogSink,
         fuel: u64,
     ) -> Result<(Store<Host>, Instance), PolicyError> {
         let policy = log.policy.clone();
-        let mut log = log;
         let mut evicted = false;
         loop {
             let mut store = self
@@ -352,10 +351,9 @@ impl SandboxInner {
         let (mut store, instance) = self.instantiate(compiled, log, fuel)?;
         let exports = SelectExports::of_instance(&mut store, instance, compiled)
             .map_err(|f| self.failure(&policy, &store, fuel, f))?;
-        let image = compiled
-            .globals
-            .as_deref()
-            .and_then(|globals| Image::take(&mut store, instance, exports.memory, globals));
+        let image = compiled.globals.as_deref().and_then(|globals| {
+            Image::take(&mut store, instance, exports.memory, compiled, globals)
+        });
         Ok(Ready {
             store,
             exports,
@@ -408,24 +406,22 @@ pub(crate) struct Ready {
     image: Option<Image>,
 }
 
-/// What instantiation left in an instance: the size of its memory, the runs of its non-zero
-/// bytes, and the values of its mutable globals.
+/// What instantiation left in an instance: its memory, the same for every instance of the
+/// module, and the values of its mutable globals.
 struct Image {
-    size: usize,
-    runs: Vec<(usize, Box<[u8]>)>,
+    memory: Arc<MemoryImage>,
     globals: Vec<(Global, Val)>,
 }
 
-impl Image {
-    /// The image of a new `instance` whose mutable globals are the exports `globals`; `None`
-    /// when its memory is over [`MAX_IMAGE_BYTES`] or a global is missing.
-    fn take(
-        store: &mut Store<Host>,
-        instance: Instance,
-        memory: Memory,
-        globals: &[ModuleExport],
-    ) -> Option<Image> {
-        let data = memory.data(&*store);
+/// A memory as instantiation left it: its size and the runs of its non-zero bytes.
+pub(crate) struct MemoryImage {
+    size: usize,
+    runs: Vec<(usize, Box<[u8]>)>,
+}
+
+impl MemoryImage {
+    /// The image of `data`; `None` when it is over [`MAX_IMAGE_BYTES`].
+    fn of(data: &[u8]) -> Option<MemoryImage> {
         if data.len() > MAX_IMAGE_BYTES {
             return None;
         }
@@ -445,7 +441,29 @@ impl Image {
         if let Some(start) = run {
             runs.push((start, data[start..].into()));
         }
-        let size = data.len();
+        Some(MemoryImage {
+            size: data.len(),
+            runs,
+        })
+    }
+}
+
+impl Image {
+    /// The image of a new `instance` of `compiled`, whose mutable globals are the exports
+    /// `globals`; `None` when its memory is over [`MAX_IMAGE_BYTES`] or a global is missing.
+    /// The memory is imaged once per module: a module whose instances can be restored has no
+    /// start function, so instantiation always leaves the same bytes.
+    fn take(
+        store: &mut Store<Host>,
+        instance: Instance,
+        memory: Memory,
+        compiled: &Compiled,
+        globals: &[ModuleExport],
+    ) -> Option<Image> {
+        let memory = compiled
+            .memory_image
+            .get_or_init(|| MemoryImage::of(memory.data(&*store)).map(Arc::new))
+            .clone()?;
         let globals = globals
             .iter()
             .map(
@@ -455,22 +473,18 @@ impl Image {
                 },
             )
             .collect::<Option<Vec<_>>>()?;
-        Some(Image {
-            size,
-            runs,
-            globals,
-        })
+        Some(Image { memory, globals })
     }
 
     /// Puts `memory` and the globals back as the image has them; `false` when that cannot
     /// be done (the memory grew).
     fn restore(&self, store: &mut Store<Host>, memory: Memory) -> bool {
         let data = memory.data_mut(&mut *store);
-        if data.len() != self.size {
+        if data.len() != self.memory.size {
             return false;
         }
         data.fill(0);
-        for (at, bytes) in &self.runs {
+        for (at, bytes) in &self.memory.runs {
             data[*at..*at + bytes.len()].copy_from_slice(bytes);
         }
         self.globals
