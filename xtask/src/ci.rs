@@ -331,7 +331,7 @@ fn system_tests(root: &Path, steps: &Steps) -> anyhow::Result<()> {
     );
     crate::containers::containers(root)?;
 
-    steps.step("kubelet sockets against Python grpcio and Debian grpc-go (cargo xtask interop)");
+    steps.step("kubelet sockets against Python grpcio and kubelet grpc-go (cargo xtask interop)");
     crate::interop::interop(root)?;
 
     steps.step("end-to-end scenarios per backend and mode (cargo xtask e2e)");

@@ -1,7 +1,9 @@
 //! `cargo xtask interop`: kubedev's kubelet-facing servers against gRPC stacks kubedev did not
-//! write — Python's grpcio (from the Python package index) and Debian's grpc-go — each acting
-//! as the kubelet does: registration, DRA prepare/unprepare on v1 and v1beta1, the health
-//! stream, and the device-plugin API with kubedev registering at the client's `kubelet.sock`.
+//! write — Python's grpcio (from the Python package index) and grpc-go with the kubelet's own
+//! generated stubs (Go module `k8s.io/kubelet`, built with the machine's Go from the Go module
+//! proxy) — each acting as the kubelet does: registration, DRA prepare/unprepare on v1 and
+//! v1beta1, the health stream, and the device-plugin API with kubedev registering at the
+//! client's `kubelet.sock`.
 //!
 //! The servers run in `interop_target` (an example of `kubedev-kubelet-grpc`), under a
 //! directory as long as `/var/lib/kubelet`, for the longest driver name (63 characters) with a
@@ -18,20 +20,6 @@ use serde_json::Value;
 
 /// grpcio and its code generator, pinned together.
 const GRPCIO: &str = "1.85.1";
-
-/// Debian packages the grpc-go client builds with (GOPATH mode, no module downloads).
-/// The protobuf plugin is the APIv2 one: the older `protoc-gen-go` 1.3 cannot generate proto3
-/// `optional` fields (the DRA API's `share_id`), and grpc-go 1.33 encodes through
-/// `github.com/golang/protobuf`, which needs its 1.5 line for APIv2 messages.
-const GO_PACKAGES: &[&str] = &[
-    "golang-go",
-    "golang-google-grpc-dev",
-    "protobuf-compiler",
-    "protoc-gen-go",
-    "protoc-gen-go-grpc",
-    "golang-google-protobuf-dev",
-    "golang-github-golang-protobuf-1-5-dev",
-];
 
 /// The longest driver name the API allows (63 characters).
 fn driver() -> String {
@@ -50,6 +38,7 @@ struct Client {
 }
 
 pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
+    ensure_go()?;
     crate::ci::run(
         root,
         "cargo",
@@ -68,7 +57,6 @@ pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
     generate_python_stubs(root, &python, stubs.path())?;
     let script = root.join("crates/kubelet-grpc/interop/python/kubelet_client.py");
     let go_script = root.join("crates/kubelet-grpc/interop/go/run.sh");
-    crate::ci::ensure_debian_packages("the grpc-go interop client", GO_PACKAGES)?;
 
     let python_client = |authority: &'static str| {
         vec![
@@ -94,10 +82,12 @@ pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
             registration_authority: |p| p.to_string(),
         },
         Client {
-            name: "grpc-go (Debian), as the kubelet dials",
+            name: "grpc-go with k8s.io/kubelet's stubs, as the kubelet dials",
             command: vec!["bash".into(), go_script.display().to_string()],
-            // grpc-go 1.33 sends a path target as it is (1.57 on percent-encode it).
-            registration_authority: |p| p.to_string(),
+            // The plugin watcher dials the path itself (passthrough resolver); grpc-go 1.82
+            // (k8s.io/kubelet v0.37.2's) sends it percent-encoded, leading '/' included (1.33
+            // sent it as it is). Its `unix:` targets send `localhost`.
+            registration_authority: escape,
         },
     ];
     let mut table = Vec::new();
@@ -108,11 +98,29 @@ pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
         table.push((client.name, seen));
     }
     eprintln!("\n:authority each client sent, by socket (as kubedev's layer logged it):");
+    let width = table.iter().map(|(name, _)| name.len()).max().unwrap_or(0);
     for (name, seen) in &table {
         for (socket, authorities) in seen {
-            eprintln!("  {name:<42} {socket:<14} {}", authorities.join(" | "));
+            eprintln!("  {name:<width$} {socket:<14} {}", authorities.join(" | "));
         }
     }
+    Ok(())
+}
+
+/// The grpc-go client builds with whatever `go` is on PATH (its `run.sh` checks the version,
+/// Go 1.26 or newer, and `go build` fetches the modules its `go.sum` pins from the Go module
+/// proxy). Debian's `golang-go` is not installed: it is older, and would sit beside that Go.
+fn ensure_go() -> anyhow::Result<()> {
+    let found = Command::new("go")
+        .args(["env", "GOVERSION"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ensure!(
+        found,
+        "no `go` on PATH: the grpc-go interop client needs Go 1.26 or newer (from go.dev/dl, \
+         e.g. /usr/local/go/bin on PATH); `go build` then fetches k8s.io/kubelet and grpc-go \
+         from the Go module proxy"
+    );
     Ok(())
 }
 

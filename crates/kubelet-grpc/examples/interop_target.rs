@@ -1,5 +1,6 @@
 //! kubedev's kubelet-facing servers with fixed answers, for clients written with other gRPC
-//! stacks (`cargo xtask interop` drives Python's grpcio and Debian's grpc-go against it).
+//! stacks (`cargo xtask interop` drives Python's grpcio, and grpc-go with the kubelet's own stubs
+//! from `k8s.io/kubelet`, against it).
 //!
 //! `interop_target --dir D --driver NAME --resource NAME [--pod-uid UID]` serves, under `D`
 //! laid out like `/var/lib/kubelet`: the DRA driver (registration, DRA v1 and v1beta1, health v1

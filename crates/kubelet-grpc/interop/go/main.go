@@ -1,8 +1,9 @@
 // Command kubelet-client is the kubelet's side of kubedev's kubelet-facing gRPC APIs, written
-// with Debian's grpc-go (1.33) and dialing exactly as the kubelet does.
+// with the kubelet's own generated stubs (module k8s.io/kubelet) and the grpc-go that module
+// requires, dialing exactly as the kubelet does.
 //
-// Built by run.sh in GOPATH mode against stubs generated from kubedev's own .proto files;
-// run as `kubelet-client TARGET.json`, where TARGET.json is interop_target's first line.
+// Built by run.sh in module mode (go.mod and go.sum beside this file pin the versions); run as
+// `kubelet-client TARGET.json`, where TARGET.json is interop_target's first line.
 //
 // Each check prints `ok  <what>`; the first failure prints `FAIL <what>: <why>` and exits 1.
 // On success the last line is JSON: {"prepared": [claim UIDs prepared and unprepared]}.
@@ -13,7 +14,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io/ioutil"
 	"net"
 	"os"
 	"path/filepath"
@@ -22,14 +22,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	dp "kubedev.interop/gen/deviceplugin/v1beta1"
-	drav1 "kubedev.interop/gen/dra/v1"
-	drav1beta1 "kubedev.interop/gen/dra/v1beta1"
-	healthv1 "kubedev.interop/gen/drahealth/v1"
-	healthv1alpha1 "kubedev.interop/gen/drahealth/v1alpha1"
-	reg "kubedev.interop/gen/pluginregistration/v1"
+	dp "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	healthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	healthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
+	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
+	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
+	reg "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 )
 
 // timeout is the kubelet's connection timeout for plugin sockets, used for each call too.
@@ -80,7 +81,7 @@ func dialPluginWatcher(path string) *grpc.ClientConn {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	conn, err := grpc.DialContext(ctx, path,
-		grpc.WithInsecure(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithBlock(),
 		grpc.WithContextDialer(unixDialer),
 	)
@@ -92,17 +93,18 @@ func dialPluginWatcher(path string) *grpc.ClientConn {
 // the raw path as target, a unix context dialer, no authority, not blocking.
 func dialDRARaw(path string) *grpc.ClientConn {
 	conn, err := grpc.Dial(path,
-		grpc.WithInsecure(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(unixDialer),
 	)
 	must("dial "+path+" (DRA, raw path + unix dialer)", err)
 	return conn
 }
 
-// dialDRAUnix dials a DRA endpoint as newer kubelets do: grpc.NewClient("unix:"+endpoint)
-// with insecure credentials; grpc.Dial with the same target in grpc-go 1.33.
+// dialDRAUnix dials a DRA endpoint as newer kubelets do
+// (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go): grpc.NewClient("unix:"+endpoint) with
+// insecure credentials, connecting on the first call.
 func dialDRAUnix(path string) *grpc.ClientConn {
-	conn, err := grpc.Dial("unix:"+path, grpc.WithInsecure())
+	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	must("dial unix:"+path+" (DRA, unix: target)", err)
 	return conn
 }
@@ -114,7 +116,7 @@ func dialDevicePlugin(path string) *grpc.ClientConn {
 	defer cancel()
 	conn, err := grpc.DialContext(ctx, path,
 		grpc.WithAuthority("localhost"),
-		grpc.WithInsecure(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithBlock(),
 		grpc.WithContextDialer(unixDialer),
 	)
@@ -453,7 +455,7 @@ func devicePlugin(info targetInfo) {
 }
 
 func run(infoPath string) (prepared []string) {
-	raw, err := ioutil.ReadFile(infoPath)
+	raw, err := os.ReadFile(infoPath)
 	if err != nil {
 		fail("read "+infoPath, "%v", err)
 	}
@@ -505,7 +507,7 @@ func main() {
 				panic(r)
 			}
 		}()
-		fmt.Println("grpc-go " + grpc.Version + " (Debian), dialing as the kubelet")
+		fmt.Println("grpc-go " + grpc.Version + " with k8s.io/kubelet's stubs, dialing as the kubelet")
 		prepared := run(os.Args[1])
 		out, _ := json.Marshal(map[string][]string{"prepared": prepared})
 		fmt.Println(string(out))

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# run.sh TARGET.json: builds the grpc-go kubelet client (main.go beside this script) with
-# Debian's Go and grpc-go in GOPATH mode, from stubs generated out of kubedev's own .proto
-# files into a temporary GOPATH, then runs it against TARGET.json (interop_target's first
-# line). Exits with the client's status. Installs nothing: a missing tool is reported with the
-# Debian package that provides it (see README.md).
+# run.sh TARGET.json: builds the grpc-go kubelet client (main.go beside this script, a Go module
+# whose go.mod and go.sum pin k8s.io/kubelet's generated stubs and grpc-go) with the machine's
+# `go` in module mode, then runs it against TARGET.json (interop_target's first line). Exits
+# with the client's status. Installs nothing: `go build` downloads the pinned modules (through
+# GOPROXY, proxy.golang.org by default) into Go's module cache and checks them against go.sum;
+# a missing tool is reported (see README.md).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -12,80 +13,42 @@ if [ $# -ne 1 ]; then
 fi
 info=$1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-proto=$(cd "$here/../../proto" && pwd)
-gocode=/usr/share/gocode/src
+# The Go release go.mod's `go` line names; GOTOOLCHAIN=local below keeps `go` from fetching a
+# newer toolchain itself.
+need_go=1.26
 
-# 1. The tools, each with the Debian package that provides it.
-missing=()
-need_cmd() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
-need_file() { [ -e "$1" ] || missing+=("$2"); }
-need_cmd go golang-go
-need_cmd protoc protobuf-compiler
-need_cmd protoc-gen-go-grpc protoc-gen-go-grpc
-need_file "$gocode/google.golang.org/grpc/clientconn.go" golang-google-grpc-dev
-need_file "$gocode/google.golang.org/protobuf/proto/proto.go" golang-google-protobuf-dev
-# grpc-go's codec marshals through github.com/golang/protobuf; only 1.5 (built on the
-# APIv2 runtime, registry.go) handles APIv2 messages; 1.3 (golang-github-golang-protobuf-1-3-dev)
-# does not.
-need_file "$gocode/github.com/golang/protobuf/proto/registry.go" golang-github-golang-protobuf-1-5-dev
-# The APIv2 protoc-gen-go (the only one that accepts proto3 `optional`, used by dra/v1);
-# protoc-gen-go-1-3's binary has the same name but no --version.
-if ! command -v protoc-gen-go >/dev/null 2>&1 ||
-    ! protoc-gen-go --version </dev/null 2>/dev/null | grep -q '^protoc-gen-go v1\.'; then
-    missing+=(protoc-gen-go)
-fi
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "FAIL tools: missing Debian packages: ${missing[*]} (install them with apt-get as root;" \
-        "protoc-gen-go and golang-github-golang-protobuf-1-5-dev replace protoc-gen-go-1-3 and" \
-        "golang-github-golang-protobuf-1-3-dev)" >&2
+# 1. The tools.
+if ! command -v go >/dev/null 2>&1; then
+    echo "FAIL tools: no \`go\` on PATH; the client needs Go $need_go or newer (from go.dev/dl," \
+        "e.g. /usr/local/go/bin)" >&2
     exit 1
 fi
+export GOTOOLCHAIN=local
+version=$(go env GOVERSION 2>/dev/null || true)
+if ! printf '%s\n' "$version" | grep -Eq '^go1\.([0-9]{3,}|2[6-9]|[3-9][0-9])([^0-9]|$)'; then
+    echo "FAIL tools: $(command -v go) is ${version:-of unknown version}; the client's go.mod" \
+        "needs Go $need_go or newer" >&2
+    exit 1
+fi
+for f in go.mod go.sum main.go; do
+    [ -r "$here/$f" ] || { echo "FAIL sources: missing $here/$f" >&2; exit 1; }
+done
 [ -r "$info" ] || { echo "FAIL target: cannot read $info" >&2; exit 1; }
 
-# 2. A temporary GOPATH with the stubs and the client, built quietly.
+# 2. The client, built quietly into a temporary directory. Go's build and module caches stay
+# where Go keeps them (they make later builds fast); a temporary build cache when there is none.
 work=$(mktemp -d "${TMPDIR:-/tmp}/kubedev-go-interop.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 log=$work/build.log
-src=$work/gopath/src
-root=kubedev.interop
-mkdir -p "$src/$root/kubelet-client"
-cp "$here/main.go" "$src/$root/kubelet-client/"
-
-# Each .proto file -> Go import path (the files have no go_package option).
-files=(
-    pluginregistration/v1/api.proto
-    dra/v1/api.proto
-    dra/v1beta1/api.proto
-    drahealth/v1/api.proto
-    drahealth/v1alpha1/api.proto
-    deviceplugin/v1beta1/api.proto
-)
-go_opts=()
-grpc_opts=()
-for f in "${files[@]}"; do
-    pkg=$root/gen/$(dirname "$f")
-    go_opts+=("--go_opt=M$f=$pkg")
-    grpc_opts+=("--go-grpc_opt=M$f=$pkg")
-done
-
-build() {
-    (
-        cd "$proto" &&
-            protoc -I . \
-                --go_out="$src" "${go_opts[@]}" \
-                --go-grpc_out="$src" "${grpc_opts[@]}" \
-                "${files[@]}"
-    ) || return 1
-    GOPATH="$work/gopath:/usr/share/gocode" GO111MODULE=off GOFLAGS= GOPROXY=off \
-        go build -o "$work/kubelet-client" "$root/kubelet-client"
-}
-# The Go build cache stays where Go keeps it (it makes later builds fast); a temporary one
-# when there is none to use.
 if ! go env GOCACHE 2>/dev/null | grep -q '^/'; then
     export GOCACHE=$work/gocache
 fi
-if ! build >"$log" 2>&1; then
-    echo "FAIL build: generating stubs or building the grpc-go client failed:" >&2
+# -mod=readonly: the committed go.sum decides, whatever GOFLAGS says; -buildvcs=false: no
+# version-control stamp (the tree is shared and may be mid-commit).
+if ! (cd "$here" && go build -mod=readonly -buildvcs=false -o "$work/kubelet-client" .) \
+    >"$log" 2>&1; then
+    echo "FAIL build: building the grpc-go client (module $here) failed; its modules come" \
+        "from GOPROXY=$(go env GOPROXY) into $(go env GOMODCACHE):" >&2
     cat "$log" >&2
     exit 1
 fi
