@@ -335,7 +335,14 @@ fn system_tests(root: &Path, steps: &Steps) -> anyhow::Result<()> {
     crate::interop::interop(root)?;
 
     steps.step("end-to-end scenarios per backend and mode (cargo xtask e2e)");
-    crate::e2e::e2e(root)
+    crate::e2e::e2e(root)?;
+
+    steps.step(&format!(
+        "a real one-node Kubernetes {} built from upstream's Go modules, kubedev installed by \
+         its chart (cargo xtask cluster test)",
+        crate::cluster::DEFAULT_KUBERNETES
+    ));
+    crate::cluster::test_default(root)
 }
 
 /// The projects with workspaces of their own: the out-of-tree driver and the GPU check's tools.

@@ -45,7 +45,7 @@
 
 mod access;
 mod container;
-mod helm;
+pub(crate) mod helm;
 mod image;
 mod krew;
 mod objects;

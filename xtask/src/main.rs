@@ -5,6 +5,7 @@
 
 mod bench;
 mod ci;
+mod cluster;
 mod codegen;
 mod containers;
 mod demo;
@@ -59,6 +60,9 @@ enum Command {
     /// The CDI specs kubedev writes, applied by podman with runc (installs them from Debian's
     /// packages, as root), with what each container sees asserted from inside it.
     Containers,
+    /// A real one-node Kubernetes built from upstream's Go modules, kubedev installed by its
+    /// Helm chart: `build`, `up`, `test` (up, every test, down) or `down` (as root).
+    Cluster(cluster::Args),
     /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while, seeded from
     /// fuzz/seeds/ and the test fixtures; prints each target's executions.
     Fuzz(fuzz::Args),
@@ -78,6 +82,7 @@ fn main() -> anyhow::Result<()> {
         Command::Fuzz(args) => fuzz::fuzz(&root, &args),
         Command::Interop => interop::interop(&root),
         Command::Containers => containers::containers(&root),
+        Command::Cluster(args) => cluster::cluster(&root, &args),
     }
 }
 

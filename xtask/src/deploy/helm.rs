@@ -65,7 +65,7 @@ pub(super) fn render(helm: &Path, chart: &Path, values: Option<&Path>) -> anyhow
 
 /// The Helm binary: `$KUBEDEV_HELM` when set, else the pinned version, installed into
 /// `<target>/tools/helm-<version>/` on first use.
-pub(super) fn binary(root: &Path) -> anyhow::Result<PathBuf> {
+pub(crate) fn binary(root: &Path) -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("KUBEDEV_HELM") {
         return Ok(PathBuf::from(path));
     }

@@ -127,8 +127,9 @@ The daemon's configuration file (crates/kubedev/src/config.rs), generated from t
 {{- $cfg := dict }}
 {{- $_ := set $cfg "hostRoot" (ternary "/host" "/" (eq (include "kubedev.hostRootMounted" .) "true")) }}
 {{- $_ := set $cfg "stateDir" $v.stateDir }}
-{{- /* Every address of the pod's own network namespace: the probes reach it at the pod IP. */}}
-{{- $metrics := dict "address" (printf "0.0.0.0:%v" $v.metrics.port) }}
+{{- /* Every address of the pod's own network namespace (the probes reach it at the pod IP),
+unless bindAddress names one. */}}
+{{- $metrics := dict "address" (printf "%s:%v" ($v.metrics.bindAddress | default "0.0.0.0") $v.metrics.port) }}
 {{- if $v.metrics.holderLabels }}
 {{- $_ := set $metrics "podResourcesSocket" (printf "%s/pod-resources/kubelet.sock" $kubelet) }}
 {{- $_ := set $metrics "podResourcesIntervalSeconds" $v.metrics.podResourcesIntervalSeconds }}

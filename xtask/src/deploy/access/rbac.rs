@@ -54,7 +54,24 @@ fn judge(
     verb: &str,
     names: Option<&BTreeSet<String>>,
     classes: &BTreeSet<String>,
+    driver: &str,
 ) -> Result<(), String> {
+    // The synthetic permission the API server (1.36+) asks of a driver changing a claim's
+    // status.devices: for its own driver name, on claims of its own node.
+    if group == "resource.k8s.io" && resource == "resourceclaims/driver" {
+        if verb != "associated-node:patch" {
+            return Err(
+                "the daemon patches only claims allocated on its own node (associated-node:patch)"
+                    .into(),
+            );
+        }
+        return match names {
+            Some(n) if n.len() == 1 && n.contains(driver) => Ok(()),
+            _ => Err(format!(
+                "for other drivers than {driver:?}; list only it in resourceNames"
+            )),
+        };
+    }
     if group == "resource.k8s.io" && resource == "deviceclasses" {
         if classes.is_empty() {
             return Err("the daemon applies no DeviceClasses (dra.deviceClasses is empty)".into());
@@ -100,6 +117,7 @@ fn judge(
 struct Daemon {
     dra: bool,
     classes: BTreeSet<String>,
+    driver: String,
     sa: String,
     ds_at: String,
 }
@@ -116,6 +134,11 @@ impl Daemon {
             .filter_map(|c| c.get("name").and_then(Value::as_str))
             .map(str::to_string)
             .collect();
+        let driver = config
+            .pointer("/dra/driverName")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         let (_, sa) = daemon_user(pod);
         let ds_at = objects
             .iter()
@@ -125,6 +148,7 @@ impl Daemon {
         Daemon {
             dra,
             classes,
+            driver,
             sa,
             ds_at,
         }
@@ -274,14 +298,7 @@ fn check_binding<'o>(
         .enumerate()
     {
         let rule_at = format!("{role_at}: rules[{i}]");
-        problems.extend(check_rule(
-            rule,
-            &rule_at,
-            &scope,
-            b,
-            &daemon.classes,
-            grants,
-        ));
+        problems.extend(check_rule(rule, &rule_at, &scope, b, daemon, grants));
     }
     problems
 }
@@ -358,7 +375,7 @@ fn check_rule(
     rule_at: &str,
     scope: &Scope,
     b: &Object,
-    classes: &BTreeSet<String>,
+    daemon: &Daemon,
     grants: &mut Vec<Grant>,
 ) -> Vec<String> {
     let mut problems = Vec::new();
@@ -396,7 +413,15 @@ fn check_rule(
     for g in &groups {
         for r in &resources {
             for v in &verbs {
-                if let Err(why) = judge(scope, g, r, v, names.as_ref(), classes) {
+                if let Err(why) = judge(
+                    scope,
+                    g,
+                    r,
+                    v,
+                    names.as_ref(),
+                    &daemon.classes,
+                    &daemon.driver,
+                ) {
                     problems.push(format!(
                         "{rule_at}: grants {v} on {} {scope} (bound by {}): {why}",
                         resource_name(g, r),
