@@ -89,14 +89,23 @@ pub struct ServerVersion {
 }
 
 impl ServerVersion {
-    /// Reads a `/version` answer. `major` and `minor` are used when they parse (a trailing `+`
-    /// is ignored); otherwise the numbers are taken from `gitVersion` (`v1.35.0-…`).
+    /// Reads a `/version` answer: the emulated release when the server names one
+    /// (`emulationMajor`/`emulationMinor`), else `major` and `minor` when they parse (a trailing
+    /// `+` is ignored), else the numbers of `gitVersion` (`v1.35.0-…`).
     pub fn from_info(info: &k8s_openapi::apimachinery::pkg::version::Info) -> Result<Self, String> {
         let number = |s: &str| -> Option<u32> {
             let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
             digits.parse().ok()
         };
-        let from_fields = number(&info.major).zip(number(&info.minor));
+        // Started with `--emulated-version` (KEP-4330), a server reports its binary's release
+        // in major/minor and the release it behaves as in emulationMajor/emulationMinor: what
+        // it keeps and accepts is the emulated release's.
+        let emulated = info
+            .emulation_major
+            .as_deref()
+            .and_then(number)
+            .zip(info.emulation_minor.as_deref().and_then(number));
+        let from_fields = emulated.or_else(|| number(&info.major).zip(number(&info.minor)));
         let from_git = || {
             let v = info.git_version.strip_prefix('v')?;
             let mut parts = v.split('.');
@@ -491,6 +500,20 @@ mod tests {
         assert!(!ServerVersion::new(1, 33).supported());
         let e = ServerVersion::from_info(&info("", "", "devel")).unwrap_err();
         assert!(e.contains("devel"), "{e}");
+    }
+
+    #[test]
+    fn an_emulated_release_is_the_version() {
+        // kube-apiserver v1.37.2 started with --emulated-version=1.34, as its /version says.
+        let emulating = Info {
+            emulation_major: Some("1".into()),
+            emulation_minor: Some("34".into()),
+            ..info("1", "37", "v1.37.2")
+        };
+        let v = ServerVersion::from_info(&emulating).unwrap();
+        assert_eq!((v.major, v.minor), (1, 34));
+        assert_eq!(v.counter_layout(), CounterLayout::SameSlice);
+        assert_eq!(v.git_version, "v1.37.2");
     }
 
     #[test]

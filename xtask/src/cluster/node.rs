@@ -93,6 +93,15 @@ impl Node {
     /// Stops component `name` (SIGTERM, then SIGKILL after 10 s) and starts it again with the
     /// same command line and environment; returns the new process's id.
     pub(crate) fn restart(&self, name: &str) -> anyhow::Result<u32> {
+        self.restart_with(name, |_| {})
+    }
+
+    /// Like [`Node::restart`], with the command's arguments changed by `edit` first.
+    pub(crate) fn restart_with(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut Vec<String>),
+    ) -> anyhow::Result<u32> {
         let list = std::fs::read_to_string(Path::new(RUN_DIR).join("processes"))?;
         let pid: u32 = list
             .lines()
@@ -109,6 +118,8 @@ impl Node {
         let cmdline = split(std::fs::read(format!("/proc/{pid}/cmdline"))?);
         let environ = split(std::fs::read(format!("/proc/{pid}/environ"))?);
         let (program, args) = cmdline.split_first().context("an empty command line")?;
+        let mut args = args.to_vec();
+        edit(&mut args);
         signal(pid, "TERM");
         let deadline = Instant::now() + Duration::from_secs(10);
         while alive(pid) && Instant::now() < deadline {
@@ -123,7 +134,7 @@ impl Node {
             .filter(|(k, _)| *k == "PATH")
             .map(|(_, v)| ("PATH", v.to_string()))
             .collect();
-        spawn(&self.logs, name, Path::new(program), args, &env)
+        spawn(&self.logs, name, Path::new(program), &args, &env)
     }
 
     /// The last `lines` lines of each component's log, for a failure report.

@@ -23,6 +23,10 @@ const DRIVER: &str = "devices.kubedev.io";
 const CLASS: &str = "static.devices.kubedev.io";
 /// The extended resource served through the device-plugin API.
 const DP_RESOURCE: &str = "devices.kubedev.io/example";
+/// The DeviceClass the daemon applies itself, naming an extended resource (KEP-5004).
+const EXTENDED_CLASS: &str = "x1.devices.kubedev.io";
+/// The extended resource that class serves through DRA.
+const EXTENDED_RESOURCE: &str = "devices.kubedev.io/x1";
 /// The namespace of the test pods.
 const TEST_NAMESPACE: &str = "kubedev-test";
 /// Device nodes on the host the static backend offers (character devices like /dev/null).
@@ -173,6 +177,10 @@ dra:
   enabled: true
   driverName: {DRIVER}
   deviceMetadata: true
+  deviceClasses:
+    - name: {EXTENDED_CLASS}
+      cel: 'device.attributes["{DRIVER}"].model == "x1"'
+      extendedResourceName: {EXTENDED_RESOURCE}
 backends:
   host:
     enabled: false
@@ -277,8 +285,11 @@ pub(super) fn run_all(
         ("dra-end-to-end", dra_end_to_end),
         ("unfit-claim-explained", unfit_claim_explained),
         ("device-plugin", device_plugin),
+        ("extended-resource-through-dra", extended_resource),
         ("health", health),
         ("restarts", restarts),
+        // Last: it restarts the API server as older releases.
+        ("emulated-versions", emulated_versions),
     ];
     node.kubectl_out(&["create", "namespace", TEST_NAMESPACE])?;
     let mut failed = Vec::new();
@@ -1025,6 +1036,184 @@ fn restarts(node: &Node, _root: &Path) -> anyhow::Result<()> {
         Duration::from_secs(60),
         || Ok(cdi_files_naming(&uid).is_empty()),
     )?;
+    Ok(())
+}
+
+/// An extended resource served through DRA (KEP-5004, GA in 1.37): the DeviceClass the daemon
+/// applied names it; a pod that asks for it in its limits is scheduled onto kubedev's devices
+/// and gets one prepared by kubedev.
+fn extended_resource(node: &Node, _root: &Path) -> anyhow::Result<()> {
+    wait_for(
+        "the daemon's DeviceClass naming the extended resource",
+        Duration::from_secs(60),
+        || {
+            let class = node.kubectl_out(&[
+                "get",
+                "deviceclass",
+                EXTENDED_CLASS,
+                "-o",
+                "jsonpath={.spec.extendedResourceName}",
+            ])?;
+            Ok(class.trim() == EXTENDED_RESOURCE)
+        },
+    )?;
+    let res = format!("      resources:\n        limits:\n          {EXTENDED_RESOURCE}: 1\n");
+    apply(node, &test_pod("extended", "", &res))?;
+    let log = wait_running(node, "extended", Duration::from_secs(90))?;
+    eprintln!("  container's output:\n{}", indent(&log));
+    let pod = get_json(node, &["pod", "extended", "-n", TEST_NAMESPACE])?;
+    let claim = pod["status"]["extendedResourceClaimStatus"]["resourceClaimName"]
+        .as_str()
+        .context("the pod's status names no claim for its extended resource")?
+        .to_string();
+    let claim = get_json(node, &["resourceclaim", &claim, "-n", TEST_NAMESPACE])?;
+    let device = claim["status"]["allocation"]["devices"]["results"][0]["device"]
+        .as_str()
+        .context("the extended resource's claim is not allocated")?
+        .to_string();
+    eprintln!("  the scheduler's claim for {EXTENDED_RESOURCE} holds {device}");
+    ensure!(
+        log.lines()
+            .any(|l| l.starts_with("devices:") && l.contains(&format!("kubedev-{device} "))),
+        "the container does not see /dev/kubedev-{device}:\n{log}"
+    );
+    ensure!(
+        log.contains(&format!("KUBEDEV_TEST_DEVICE={device}")),
+        "the container's environment lacks KUBEDEV_TEST_DEVICE={device}:\n{log}"
+    );
+    delete_pod(node, "extended")
+}
+
+/// The daemon's log: what its newest container printed.
+fn daemon_log() -> String {
+    let mut dirs: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir("/var/log/pods")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("kubedev_"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    dirs.sort();
+    let Some((_, dir)) = dirs.last() else {
+        return String::new();
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("kubedev"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    files
+        .last()
+        .and_then(|f| std::fs::read_to_string(f).ok())
+        .unwrap_or_default()
+}
+
+/// The API server started as each older release it can emulate (`--emulated-version`,
+/// KEP-4330) down to 1.34: it says so at /version, kubedev learns that release, publishes its
+/// devices in the layout that release stores, and the server keeps them. Then back to its own.
+fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()> {
+    let own: u32 = node
+        .bins
+        .version
+        .trim_start_matches("v1.")
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .context("the cluster's minor version")?;
+    let mut accepted = Vec::new();
+    for minor in (34..own).rev() {
+        let release = format!("1.{minor}");
+        eprintln!("  the API server as {release}");
+        node.restart_with("kube-apiserver", |args| {
+            args.retain(|a| !a.starts_with("--emulated-version"));
+            args.push(format!("--emulated-version={release}"));
+        })?;
+        let ready = wait_for("the API server ready", Duration::from_secs(90), || {
+            Ok(node.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok")
+        });
+        if let Err(err) = ready {
+            eprintln!("  it does not start as {release}: {err:#}");
+            break;
+        }
+        let v: Value = serde_json::from_str(&node.kubectl_out(&["get", "--raw=/version"])?)?;
+        eprintln!(
+            "  /version: gitVersion {} minor {} emulationMinor {}",
+            v["gitVersion"], v["minor"], v["emulationMinor"]
+        );
+        ensure!(
+            v["emulationMinor"] == minor.to_string().as_str(),
+            "/version does not say it emulates {release}: {v}"
+        );
+        node.kubectl_out(&[
+            "rollout",
+            "restart",
+            "daemonset/kubedev",
+            "-n",
+            KUBEDEV_NAMESPACE,
+        ])?;
+        daemon_ready(node)?;
+        let mut learned = String::new();
+        wait_for(
+            &format!("kubedev learning the release {release}"),
+            Duration::from_secs(60),
+            || {
+                learned = daemon_log()
+                    .lines()
+                    .rfind(|l| l.contains("learned what the API server keeps"))
+                    .unwrap_or_default()
+                    .to_string();
+                Ok(learned.contains(&format!("version={release}")))
+            },
+        )?;
+        let summary = learned
+            .split_once("learned what the API server keeps of ResourceSlices")
+            .map_or(learned.as_str(), |(_, rest)| rest)
+            .trim();
+        eprintln!("  kubedev learned: {summary}");
+        wait_for(
+            &format!("kubedev's devices published to the server as {release}"),
+            Duration::from_secs(60),
+            || {
+                let slices = get_json(node, &["resourceslices"])?;
+                let names: BTreeSet<String> = slices["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| s["spec"]["driver"] == DRIVER)
+                    .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|d| d["name"].as_str().map(str::to_string))
+                    .collect();
+                Ok(names == BTreeSet::from(["test-0".into(), "test-1".into(), "test-2".into()]))
+            },
+        )?;
+        accepted.push(release);
+    }
+    eprintln!(
+        "  releases the API server emulates: {}",
+        accepted.join(", ")
+    );
+    node.restart_with("kube-apiserver", |args| {
+        args.retain(|a| !a.starts_with("--emulated-version"));
+    })?;
+    wait_for(
+        "the API server ready as itself",
+        Duration::from_secs(90),
+        || Ok(node.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok"),
+    )?;
+    node.kubectl_out(&[
+        "rollout",
+        "restart",
+        "daemonset/kubedev",
+        "-n",
+        KUBEDEV_NAMESPACE,
+    ])?;
+    daemon_ready(node)?;
+    ensure!(
+        accepted.len() == (34..own).count(),
+        "the API server emulated only {accepted:?}"
+    );
     Ok(())
 }
 
