@@ -1,0 +1,110 @@
+//! The API server as each older release it can emulate, and what kubedev publishes to it.
+
+use super::*;
+
+/// The API server started as each older release it can emulate (`--emulated-version`,
+/// KEP-4330) down to 1.34: it says so at /version, kubedev learns that release, publishes its
+/// devices in the layout that release stores, and the server keeps them. Then back to its own.
+pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()> {
+    let own: u32 = node
+        .bins
+        .version
+        .trim_start_matches("v1.")
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .context("the cluster's minor version")?;
+    let mut accepted = Vec::new();
+    for minor in (34..own).rev() {
+        let release = format!("1.{minor}");
+        eprintln!("  the API server as {release}");
+        node.restart_with("kube-apiserver", |args| {
+            args.retain(|a| !a.starts_with("--emulated-version"));
+            args.push(format!("--emulated-version={release}"));
+        })?;
+        let ready = wait_for("the API server ready", Duration::from_secs(90), || {
+            Ok(node.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok")
+        });
+        if let Err(err) = ready {
+            eprintln!("  it does not start as {release}: {err:#}");
+            break;
+        }
+        let v: Value = serde_json::from_str(&node.kubectl_out(&["get", "--raw=/version"])?)?;
+        eprintln!(
+            "  /version: gitVersion {} minor {} emulationMinor {}",
+            v["gitVersion"], v["minor"], v["emulationMinor"]
+        );
+        ensure!(
+            v["emulationMinor"] == minor.to_string().as_str(),
+            "/version does not say it emulates {release}: {v}"
+        );
+        node.kubectl_out(&[
+            "rollout",
+            "restart",
+            "daemonset/kubedev",
+            "-n",
+            KUBEDEV_NAMESPACE,
+        ])?;
+        daemon_ready(node)?;
+        let mut learned = String::new();
+        wait_for(
+            &format!("kubedev learning the release {release}"),
+            Duration::from_secs(60),
+            || {
+                learned = daemon_log()
+                    .lines()
+                    .rfind(|l| l.contains("learned what the API server keeps"))
+                    .unwrap_or_default()
+                    .to_string();
+                Ok(learned.contains(&format!("version={release}")))
+            },
+        )?;
+        let summary = learned
+            .split_once("learned what the API server keeps of ResourceSlices")
+            .map_or(learned.as_str(), |(_, rest)| rest)
+            .trim();
+        eprintln!("  kubedev learned: {summary}");
+        wait_for(
+            &format!("kubedev's devices published to the server as {release}"),
+            Duration::from_secs(60),
+            || {
+                let slices = get_json(node, &["resourceslices"])?;
+                let names: BTreeSet<String> = slices["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| s["spec"]["driver"] == DRIVER)
+                    .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|d| d["name"].as_str().map(str::to_string))
+                    .collect();
+                Ok(names == BTreeSet::from(["test-0".into(), "test-1".into(), "test-2".into()]))
+            },
+        )?;
+        accepted.push(release);
+    }
+    eprintln!(
+        "  releases the API server emulates: {}",
+        accepted.join(", ")
+    );
+    node.restart_with("kube-apiserver", |args| {
+        args.retain(|a| !a.starts_with("--emulated-version"));
+    })?;
+    wait_for(
+        "the API server ready as itself",
+        Duration::from_secs(90),
+        || Ok(node.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok"),
+    )?;
+    node.kubectl_out(&[
+        "rollout",
+        "restart",
+        "daemonset/kubedev",
+        "-n",
+        KUBEDEV_NAMESPACE,
+    ])?;
+    daemon_ready(node)?;
+    ensure!(
+        accepted.len() == (34..own).count(),
+        "the API server emulated only {accepted:?}"
+    );
+    Ok(())
+}
