@@ -174,7 +174,7 @@ fn build_module(root: &Path, dir: &str, ldflags: &str, tags: &str) -> anyhow::Re
         .map_or_else(|| "local".to_string(), |t| t.trim().to_string());
     let mut out_arg = out.clone().into_os_string();
     out_arg.push("/");
-    let status = Command::new("go")
+    let output = Command::new("go")
         .args([
             "build",
             "-trimpath",
@@ -191,10 +191,24 @@ fn build_module(root: &Path, dir: &str, ldflags: &str, tags: &str) -> anyhow::Re
         .env("GOTOOLCHAIN", &toolchain)
         // The module's go.sum is the truth: never let a build rewrite it.
         .env("GOFLAGS", "-mod=readonly -buildvcs=false")
-        .status()
+        .output()
         .context("starting go build")?;
-    if !status.success() {
-        bail!("building {dir} failed ({status}); its module is tools/cluster/{dir}");
+    // What go printed but the hundreds of `go: downloading` lines of a cold module cache.
+    let printed: Vec<String> = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .chain(String::from_utf8_lossy(&output.stdout).lines())
+        .filter(|l| !l.starts_with("go: downloading "))
+        .map(str::to_string)
+        .collect();
+    if !output.status.success() {
+        bail!(
+            "building {dir} failed ({}); its module is tools/cluster/{dir}:\n{}",
+            output.status,
+            printed.join("\n")
+        );
+    }
+    for line in printed {
+        eprintln!("{line}");
     }
     std::fs::write(&done, b"").context("marking the build done")?;
     eprintln!("{dir}: built in {:.0?}", started.elapsed());
