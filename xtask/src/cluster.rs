@@ -82,26 +82,49 @@ fn logs_dir(root: &Path) -> PathBuf {
     crate::ci::target_dir(root).join("cluster-logs")
 }
 
-/// Builds what is needed, starts the cluster and installs kubedev.
-fn up(root: &Path, version: &str) -> anyhow::Result<node::Node> {
+/// What a cluster run needs from the network (Go modules, crates, Debian packages, Helm), got
+/// before anything starts: from then on nothing may leave loopback.
+struct Built {
+    bins: build::Binaries,
+    images: Vec<PathBuf>,
+    helm: PathBuf,
+}
+
+/// Builds the components and images and finds Helm.
+fn build(root: &Path, version: &str) -> anyhow::Result<Built> {
     let started = Instant::now();
+    crate::ci::ensure_debian_packages("the real cluster (runc for containerd)", &["runc"])?;
     let bins = build::build_all(root, version)?;
     let images = tests::build_images(root).context("building the images")?;
+    let helm = crate::deploy::helm::binary(root)?;
     eprintln!("built in {:.0?}", started.elapsed());
-    let node = node::up(root, bins, logs_dir(root), &images)?;
+    Ok(Built { bins, images, helm })
+}
+
+/// Starts the cluster from what `build` made and installs kubedev.
+fn start(root: &Path, built: Built) -> anyhow::Result<node::Node> {
+    let started = Instant::now();
+    let node = node::up(built.bins, logs_dir(root), &built.images)?;
     eprintln!("node Ready after {:.0?}", started.elapsed());
-    tests::install_kubedev(root, &node)?;
+    tests::install_kubedev(root, &node, &built.helm)?;
     eprintln!("kubedev installed after {:.0?}", started.elapsed());
     Ok(node)
 }
 
-/// `up`, the tests, `down` (always); the first failure is the result, with the end of each
-/// component's log.
+/// Builds what is needed, starts the cluster and installs kubedev.
+fn up(root: &Path, version: &str) -> anyhow::Result<node::Node> {
+    start(root, build(root, version)?)
+}
+
+/// Builds, then starts the cluster, runs the tests and tears it down (always); the first
+/// failure is the result, with the end of each component's log. Sockets are watched from
+/// the start on: nothing but the builds may reach beyond loopback.
 fn test(root: &Path, version: &str, only: Option<&str>) -> anyhow::Result<()> {
     let started = Instant::now();
+    let built = build(root, version)?;
     let before = tests::connections();
     let sampler = tests::Sampler::start();
-    let result = up(root, version).and_then(|node| {
+    let result = start(root, built).and_then(|node| {
         let outcome = tests::run_all(root, &node, only, &before, sampler);
         if outcome.is_err() {
             eprintln!("{}", node.log_tails(40));

@@ -262,14 +262,8 @@ fn preflight() -> anyhow::Result<()> {
 
 /// Starts every component and waits until the node is Ready; `images` are imported into
 /// containerd before the kubelet starts. A cluster already running is torn down first.
-pub(crate) fn up(
-    root: &Path,
-    bins: Binaries,
-    logs: PathBuf,
-    images: &[PathBuf],
-) -> anyhow::Result<Node> {
+pub(crate) fn up(bins: Binaries, logs: PathBuf, images: &[PathBuf]) -> anyhow::Result<Node> {
     preflight()?;
-    crate::ci::ensure_debian_packages("the real cluster (runc for containerd)", &["runc"])?;
     if Path::new(RUN_DIR).join("processes").exists() {
         eprintln!("a cluster is running: tearing it down first");
         down()?;
@@ -319,7 +313,7 @@ pub(crate) fn up(
         state,
     };
     start_control_plane(&node)?;
-    start_containerd(&node, root)?;
+    start_containerd(&node)?;
     for archive in images {
         let out = node
             .ctr()
@@ -441,7 +435,7 @@ fn start_control_plane(node: &Node) -> anyhow::Result<()> {
 }
 
 /// containerd with runc, CDI on, the sandbox image pinned and the CNI loopback plugin.
-fn start_containerd(node: &Node, _root: &Path) -> anyhow::Result<()> {
+fn start_containerd(node: &Node) -> anyhow::Result<()> {
     let cni_conf = node.state.join("cni/net.d");
     std::fs::create_dir_all(&cni_conf)?;
     std::fs::write(

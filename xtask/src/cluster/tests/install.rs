@@ -162,16 +162,15 @@ backends:
 
 /// Makes the host's device nodes, then installs the chart with Helm and waits for the
 /// daemon's pod to be ready.
-pub(crate) fn install_kubedev(root: &Path, node: &Node) -> anyhow::Result<()> {
+pub(crate) fn install_kubedev(root: &Path, node: &Node, helm: &Path) -> anyhow::Result<()> {
     for name in DEVICES {
         make_device_node(&device_node(name))?;
     }
-    let helm = crate::deploy::helm::binary(root)?;
     let values_file = node.logs.join("kubedev-values.yaml");
     // The daemon runs in the node's network namespace, where an old and a new daemon cannot
     // both listen on the metrics port: a rolling update replaces the old one first.
     std::fs::write(&values_file, values(root)?)?;
-    let out = Command::new(&helm)
+    let out = Command::new(helm)
         .args(["install", "kubedev"])
         .arg(root.join("deploy/helm/kubedev"))
         .args(["--namespace", KUBEDEV_NAMESPACE, "--create-namespace"])
