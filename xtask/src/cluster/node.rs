@@ -81,6 +81,23 @@ impl Node {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Whether the Node's Ready condition is True.
+    pub(crate) fn ready(&self) -> anyhow::Result<bool> {
+        let ready = self.kubectl_out(&[
+            "get",
+            "node",
+            pki::NODE,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ])?;
+        Ok(ready.trim() == "True")
+    }
+
+    /// Whether the API server answers `/readyz` with ok.
+    pub(crate) fn api_ready(&self) -> anyhow::Result<bool> {
+        Ok(self.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok")
+    }
+
     /// `ctr` in containerd's `k8s.io` namespace.
     pub(crate) fn ctr(&self) -> Command {
         let mut cmd = Command::new(self.bins.containerd.join("ctr"));
@@ -394,7 +411,7 @@ fn start_control_plane(node: &Node) -> anyhow::Result<()> {
     )?;
     wait_for("the API server ready", Duration::from_secs(90), || {
         still_running(&node.logs, "kube-apiserver", apiserver)?;
-        Ok(node.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok")
+        node.api_ready()
     })?;
     let controller_manager = spawn(
         &node.logs,
@@ -572,14 +589,7 @@ registerNode: true
     )?;
     wait_for("the node Ready", Duration::from_secs(120), || {
         still_running(&node.logs, "kubelet", pid)?;
-        let ready = node.kubectl_out(&[
-            "get",
-            "node",
-            pki::NODE,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ])?;
-        Ok(ready.trim() == "True")
+        node.ready()
     })
 }
 

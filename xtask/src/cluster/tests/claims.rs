@@ -8,39 +8,15 @@ use super::*;
 /// CDI spec; the container sees its device node, environment and metadata file; the claim's
 /// status lists the device; deleting the pod unprepares the claim and removes its spec.
 pub(super) fn dra_end_to_end(node: &Node, _root: &Path) -> anyhow::Result<()> {
-    let slices = get_json(node, &["resourceslices"])?;
-    let published: BTreeSet<String> = slices["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|s| s["spec"]["driver"] == DRIVER)
-        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
-        .filter_map(|d| d["name"].as_str().map(str::to_string))
-        .collect();
+    let published = published_devices(node)?;
     eprintln!("  slices of {DRIVER}: {published:?}");
     ensure!(
-        published == BTreeSet::from(["test-0".into(), "test-1".into(), "test-2".into()]),
-        "kubedev's ResourceSlices hold {published:?}, not test-0..2 (test-dp is the device \
-         plugin's)"
+        published == dra_devices(),
+        "kubedev's ResourceSlices hold {published:?}, not {:?} (test-dp is the device \
+         plugin's)",
+        dra_devices()
     );
-    apply(
-        node,
-        &format!(
-            r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata:
-  name: one-device
-  namespace: {TEST_NAMESPACE}
-spec:
-  spec:
-    devices:
-      requests:
-        - name: dev
-          exactly:
-            deviceClassName: {CLASS}
-"#
-        ),
-    )?;
+    one_device_template(node)?;
     let claims =
         "  resourceClaims:\n    - name: dev\n      resourceClaimTemplateName: one-device\n";
     apply(
@@ -128,25 +104,7 @@ spec:
 /// A claim that cannot fit (more devices than the node has) leaves its pod Pending; the
 /// scheduler's event and `kubedev explain` against the live cluster give the same reason.
 pub(super) fn unfit_claim_explained(node: &Node, root: &Path) -> anyhow::Result<()> {
-    apply(
-        node,
-        &format!(
-            r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata:
-  name: too-many
-  namespace: {TEST_NAMESPACE}
-spec:
-  devices:
-    requests:
-      - name: dev
-        exactly:
-          deviceClassName: {CLASS}
-          allocationMode: ExactCount
-          count: 5
-"#
-        ),
-    )?;
+    claim_for(node, "too-many", 5)?;
     let claims = "  resourceClaims:\n    - name: dev\n      resourceClaimName: too-many\n";
     apply(
         node,
@@ -158,21 +116,8 @@ spec:
     )?;
     let mut message = String::new();
     wait_for("a FailedScheduling event", Duration::from_secs(60), || {
-        let events = get_json(
-            node,
-            &[
-                "events",
-                "-n",
-                TEST_NAMESPACE,
-                "--field-selector",
-                "involvedObject.name=unfit,reason=FailedScheduling",
-            ],
-        )?;
-        if let Some(m) = events["items"][0]["message"].as_str() {
-            message = m.to_string();
-            return Ok(true);
-        }
-        Ok(false)
+        message = failed_scheduling(node, "unfit")?.unwrap_or_default();
+        Ok(!message.is_empty())
     })?;
     eprintln!("  scheduler's event: {message}");
     let phase = node.kubectl_out(&[

@@ -49,25 +49,7 @@ pub(super) fn health(node: &Node, _root: &Path) -> anyhow::Result<()> {
             || Ok(dp_allocatable(node)? == "0"),
         )?;
         eprintln!("  allocatable {DP_RESOURCE}: 0 while its device is missing");
-        apply(
-            node,
-            &format!(
-                r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata:
-  name: all-three
-  namespace: {TEST_NAMESPACE}
-spec:
-  devices:
-    requests:
-      - name: dev
-        exactly:
-          deviceClassName: {CLASS}
-          allocationMode: ExactCount
-          count: 3
-"#
-            ),
-        )?;
+        claim_for(node, "all-three", 3)?;
         let claims = "  resourceClaims:\n    - name: dev\n      resourceClaimName: all-three\n";
         apply(
             node,
@@ -81,19 +63,7 @@ spec:
         wait_for(
             "the scheduler refusing the tainted device",
             Duration::from_secs(60),
-            || {
-                let events = get_json(
-                    node,
-                    &[
-                        "events",
-                        "-n",
-                        TEST_NAMESPACE,
-                        "--field-selector",
-                        "involvedObject.name=needs-three,reason=FailedScheduling",
-                    ],
-                )?;
-                Ok(events["items"].as_array().is_some_and(|a| !a.is_empty()))
-            },
+            || Ok(failed_scheduling(node, "needs-three")?.is_some()),
         )?;
         let phase = node.kubectl_out(&[
             "get",
@@ -166,14 +136,7 @@ pub(super) fn restarts(node: &Node, _root: &Path) -> anyhow::Result<()> {
         eprintln!("  restarting {step}");
         node.restart(component)?;
         wait_for("the node Ready again", Duration::from_secs(120), || {
-            let ready = node.kubectl_out(&[
-                "get",
-                "node",
-                pki::NODE,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ])?;
-            Ok(ready.trim() == "True")
+            node.ready()
         })?;
         wait_for(
             &format!("the device-plugin resource registered again after the {step} restart"),

@@ -411,6 +411,70 @@ fn daemon_log() -> String {
         .unwrap_or_default()
 }
 
+/// The names of the devices in kubedev's ResourceSlices.
+fn published_devices(node: &Node) -> anyhow::Result<BTreeSet<String>> {
+    let slices = get_json(node, &["resourceslices"])?;
+    Ok(slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["spec"]["driver"] == DRIVER)
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|d| d["name"].as_str().map(str::to_string))
+        .collect())
+}
+
+/// The DRA devices kubedev must publish: all but the device plugin's.
+fn dra_devices() -> BTreeSet<String> {
+    DEVICES
+        .iter()
+        .filter(|d| **d != "test-dp")
+        .map(|d| (*d).to_string())
+        .collect()
+}
+
+/// Applies a ResourceClaim `name` for `count` devices of the static class.
+fn claim_for(node: &Node, name: &str, count: u32) -> anyhow::Result<()> {
+    apply(
+        node,
+        &format!(
+            r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: {name}
+  namespace: {TEST_NAMESPACE}
+spec:
+  devices:
+    requests:
+      - name: dev
+        exactly:
+          deviceClassName: {CLASS}
+          allocationMode: ExactCount
+          count: {count}
+"#
+        ),
+    )
+}
+
+/// The message of the scheduler's newest FailedScheduling event for pod `pod`, if any.
+fn failed_scheduling(node: &Node, pod: &str) -> anyhow::Result<Option<String>> {
+    let events = get_json(
+        node,
+        &[
+            "events",
+            "-n",
+            TEST_NAMESPACE,
+            "--field-selector",
+            &format!("involvedObject.name={pod},reason=FailedScheduling"),
+        ],
+    )?;
+    Ok(events["items"]
+        .as_array()
+        .and_then(|items| items.last())
+        .and_then(|e| e["message"].as_str())
+        .map(str::to_string))
+}
+
 /// Indents `text` for the report.
 fn indent(text: &str) -> String {
     text.lines()

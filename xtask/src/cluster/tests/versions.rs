@@ -23,7 +23,7 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
             args.push(format!("--emulated-version={release}"));
         })?;
         let ready = wait_for("the API server ready", Duration::from_secs(90), || {
-            Ok(node.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok")
+            node.api_ready()
         });
         if let Err(err) = ready {
             eprintln!("  it does not start as {release}: {err:#}");
@@ -67,18 +67,7 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
         wait_for(
             &format!("kubedev's devices published to the server as {release}"),
             Duration::from_secs(60),
-            || {
-                let slices = get_json(node, &["resourceslices"])?;
-                let names: BTreeSet<String> = slices["items"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|s| s["spec"]["driver"] == DRIVER)
-                    .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
-                    .filter_map(|d| d["name"].as_str().map(str::to_string))
-                    .collect();
-                Ok(names == BTreeSet::from(["test-0".into(), "test-1".into(), "test-2".into()]))
-            },
+            || Ok(published_devices(node)? == dra_devices()),
         )?;
         accepted.push(release);
     }
@@ -92,7 +81,7 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
     wait_for(
         "the API server ready as itself",
         Duration::from_secs(90),
-        || Ok(node.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok"),
+        || node.api_ready(),
     )?;
     node.kubectl_out(&[
         "rollout",
