@@ -5,13 +5,8 @@ use super::*;
 
 /// The taints kubedev's slices put on device `device`: (key, effect) pairs.
 pub(super) fn device_taints(node: &Node, device: &str) -> anyhow::Result<Vec<(String, String)>> {
-    let slices = get_json(node, &["resourceslices"])?;
-    Ok(slices["items"]
-        .as_array()
+    Ok(driver_devices(node)?
         .into_iter()
-        .flatten()
-        .filter(|s| s["spec"]["driver"] == DRIVER)
-        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
         .filter(|d| d["name"] == device)
         .flat_map(|d| d["taints"].as_array().cloned().unwrap_or_default())
         .map(|t| {
@@ -154,14 +149,7 @@ pub(super) fn restarts(node: &Node, _root: &Path) -> anyhow::Result<()> {
     }
 
     eprintln!("  rolling kubedev's DaemonSet");
-    node.kubectl_out(&[
-        "rollout",
-        "restart",
-        "daemonset/kubedev",
-        "-n",
-        KUBEDEV_NAMESPACE,
-    ])?;
-    daemon_ready(node)?;
+    roll_kubedev(node)?;
     ensure!(
         container_identity(node, "holder")? == holder,
         "the running pod's container changed over kubedev's rollout"

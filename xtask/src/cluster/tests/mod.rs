@@ -411,8 +411,8 @@ fn daemon_log() -> String {
         .unwrap_or_default()
 }
 
-/// The names of the devices in kubedev's ResourceSlices.
-fn published_devices(node: &Node) -> anyhow::Result<BTreeSet<String>> {
+/// The devices in kubedev's ResourceSlices, as the server stores them.
+fn driver_devices(node: &Node) -> anyhow::Result<Vec<Value>> {
     let slices = get_json(node, &["resourceslices"])?;
     Ok(slices["items"]
         .as_array()
@@ -420,8 +420,27 @@ fn published_devices(node: &Node) -> anyhow::Result<BTreeSet<String>> {
         .flatten()
         .filter(|s| s["spec"]["driver"] == DRIVER)
         .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .collect())
+}
+
+/// The names of the devices in kubedev's ResourceSlices.
+fn published_devices(node: &Node) -> anyhow::Result<BTreeSet<String>> {
+    Ok(driver_devices(node)?
+        .iter()
         .filter_map(|d| d["name"].as_str().map(str::to_string))
         .collect())
+}
+
+/// Restarts kubedev's DaemonSet and waits until its new pod is ready.
+fn roll_kubedev(node: &Node) -> anyhow::Result<()> {
+    node.kubectl_out(&[
+        "rollout",
+        "restart",
+        "daemonset/kubedev",
+        "-n",
+        KUBEDEV_NAMESPACE,
+    ])?;
+    daemon_ready(node)
 }
 
 /// The DRA devices kubedev must publish: all but the device plugin's.

@@ -18,14 +18,7 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
     for minor in (34..own).rev() {
         let release = format!("1.{minor}");
         eprintln!("  the API server as {release}");
-        node.restart_with("kube-apiserver", |args| {
-            args.retain(|a| !a.starts_with("--emulated-version"));
-            args.push(format!("--emulated-version={release}"));
-        })?;
-        let ready = wait_for("the API server ready", Duration::from_secs(90), || {
-            node.api_ready()
-        });
-        if let Err(err) = ready {
+        if let Err(err) = restart_apiserver(node, Some(&release)) {
             eprintln!("  it does not start as {release}: {err:#}");
             break;
         }
@@ -38,14 +31,7 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
             v["emulationMinor"] == minor.to_string().as_str(),
             "/version does not say it emulates {release}: {v}"
         );
-        node.kubectl_out(&[
-            "rollout",
-            "restart",
-            "daemonset/kubedev",
-            "-n",
-            KUBEDEV_NAMESPACE,
-        ])?;
-        daemon_ready(node)?;
+        roll_kubedev(node)?;
         let mut learned = String::new();
         wait_for(
             &format!("kubedev learning the release {release}"),
@@ -75,25 +61,23 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
         "  releases the API server emulates: {}",
         accepted.join(", ")
     );
-    node.restart_with("kube-apiserver", |args| {
-        args.retain(|a| !a.starts_with("--emulated-version"));
-    })?;
-    wait_for(
-        "the API server ready as itself",
-        Duration::from_secs(90),
-        || node.api_ready(),
-    )?;
-    node.kubectl_out(&[
-        "rollout",
-        "restart",
-        "daemonset/kubedev",
-        "-n",
-        KUBEDEV_NAMESPACE,
-    ])?;
-    daemon_ready(node)?;
+    restart_apiserver(node, None).context("the API server as itself again")?;
+    roll_kubedev(node)?;
     ensure!(
         accepted.len() == (34..own).count(),
         "the API server emulated only {accepted:?}"
     );
     Ok(())
+}
+
+/// Restarts the API server as `release` (`--emulated-version`), or as its own release with
+/// `None`, and waits until it is ready.
+fn restart_apiserver(node: &Node, release: Option<&str>) -> anyhow::Result<()> {
+    node.restart_with("kube-apiserver", |args| {
+        args.retain(|a| !a.starts_with("--emulated-version"));
+        args.extend(release.map(|r| format!("--emulated-version={r}")));
+    })?;
+    wait_for("the API server ready", Duration::from_secs(90), || {
+        node.api_ready()
+    })
 }
