@@ -127,6 +127,16 @@ fn bench_figures(dir: &Path) -> anyhow::Result<String> {
     Ok(rows)
 }
 
+/// The `| soak` rows of the soaks run before (`cargo xtask soak`, reports under `dir`), in
+/// file-name order.
+fn soak_figures(dir: &Path) -> anyhow::Result<String> {
+    Ok(bench_figures(dir)?
+        .lines()
+        .filter(|l| l.starts_with("| soak"))
+        .map(|l| format!("{l}\n"))
+        .collect())
+}
+
 /// The groups of the GetPreferredAllocation benchmark (placed freely, and with the caller and
 /// the daemon on one CPU) with how the report names each, and their transport-only row.
 const PREFERRED_GROUPS: [(&str, &str); 2] = [
@@ -511,6 +521,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
     md.push_str("\n| measure | value |\n|---|---|\n");
     md.push_str(&preferred_above_transport(&rows));
     md.push_str(&bench_figures(&figures_dir)?);
+    md.push_str(&soak_figures(&target.join(crate::soak::REPORT_DIR))?);
     for (set, bytes) in &sizes {
         md.push_str(&format!(
             "| release binary size, backends: {set} | {:.1} MiB |\n",

@@ -342,7 +342,12 @@ fn system_tests(root: &Path, steps: &Steps) -> anyhow::Result<()> {
          its chart (cargo xtask cluster test)",
         crate::cluster::DEFAULT_KUBERNETES
     ));
-    crate::cluster::test_default(root)
+    crate::cluster::test_default(root)?;
+
+    steps.step(
+        "the release daemon's memory, files and threads flat over 20,000 claims (cargo xtask soak)",
+    );
+    crate::soak::soak(root, &crate::soak::Args::ci())
 }
 
 /// The projects with workspaces of their own: the out-of-tree driver and the GPU check's tools.

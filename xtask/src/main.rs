@@ -14,6 +14,7 @@ mod e2e;
 mod fuzz;
 mod interop;
 mod plugins;
+mod soak;
 
 use std::path::{Path, PathBuf};
 
@@ -63,6 +64,10 @@ enum Command {
     /// A real one-node Kubernetes built from upstream's Go modules, kubedev installed by its
     /// Helm chart: `build`, `up`, `test` (up, every test, down) or `down` (as root).
     Cluster(cluster::Args),
+    /// The release daemon in DRA mode through its real sockets for tens of thousands of claims
+    /// prepared and unprepared, failures mixed in; fails when its memory, open files, threads,
+    /// checkpoint, files on disk or metric series grow after the warm-up.
+    Soak(soak::Args),
     /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while, seeded from
     /// fuzz/seeds/ and the test fixtures; prints each target's executions.
     Fuzz(fuzz::Args),
@@ -83,6 +88,7 @@ fn main() -> anyhow::Result<()> {
         Command::Interop => interop::interop(&root),
         Command::Containers => containers::containers(&root),
         Command::Cluster(args) => cluster::cluster(&root, &args),
+        Command::Soak(args) => soak::soak(&root, &args),
     }
 }
 

@@ -9,7 +9,7 @@ use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
 
 use crate::config::DraSpec;
-use crate::dra_driver::{ClaimAllocation, ClaimSource};
+use crate::dra_driver::{CLAIM_GONE, ClaimAllocation, ClaimSource};
 use crate::runtime::ClusterServices;
 
 /// Claims through the API server; `status` says whether their device status is written.
@@ -44,7 +44,7 @@ impl ClaimSource for ApiClaims {
         &self,
         claim: &ClaimRef,
         prepared: &[PreparedDevice],
-    ) -> Result<(), String> {
+    ) -> Result<(), ClaimError> {
         if !self.status {
             return Ok(());
         }
@@ -52,17 +52,17 @@ impl ClaimSource for ApiClaims {
         self.reader
             .set_device_status(claim, &devices)
             .await
-            .map_err(|e| kubedev_core::echo::chain(&e))
+            .map_err(|e| status_error(&e))
     }
 
-    async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), String> {
+    async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         if !self.status {
             return Ok(());
         }
         self.reader
             .clear_device_status(claim)
             .await
-            .map_err(|e| kubedev_core::echo::chain(&e))
+            .map_err(|e| status_error(&e))
     }
 
     async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
@@ -75,6 +75,23 @@ impl ClaimSource for ApiClaims {
                     .collect()
             })
             .map_err(|e| kubedev_core::echo::chain(&e))
+    }
+}
+
+/// A failed status write: [`CLAIM_GONE`] when the claim was deleted or replaced, otherwise
+/// retryable as the API server's answer says.
+fn status_error(e: &kubedev_apiserver::Error) -> ClaimError {
+    let message = kubedev_core::echo::chain(e);
+    match e {
+        kubedev_apiserver::Error::ClaimNotFound { .. }
+        | kubedev_apiserver::Error::ClaimUidMismatch { .. } => {
+            ClaimError::permanent(CLAIM_GONE, message)
+        }
+        _ => ClaimError::new(
+            "claim_status",
+            Retry::from_retryable(e.is_retryable()),
+            message,
+        ),
     }
 }
 

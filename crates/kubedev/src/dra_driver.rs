@@ -41,7 +41,7 @@ mod recover;
 mod refresh;
 mod unprepare;
 
-pub use claim_source::{ClaimAllocation, ClaimSource};
+pub use claim_source::{CLAIM_GONE, ClaimAllocation, ClaimSource};
 pub use recover::Recovery;
 
 /// The DRA driver: implements the kubelet plugin's [`DraHandler`](kubedev_kubelet_grpc::dra::DraHandler).

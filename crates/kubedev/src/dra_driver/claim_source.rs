@@ -5,6 +5,10 @@ use async_trait::async_trait;
 use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
 use kubedev_kubelet_grpc::dra::ClaimError;
 
+/// The reason of a status report's error when the claim is gone: deleted, or replaced by a
+/// claim of the same name with another UID. Nothing is left to write, so it is not tried again.
+pub const CLAIM_GONE: &str = "claim_gone";
+
 /// Where the allocation of a claim comes from (the API server, or a test's table).
 #[async_trait]
 pub trait ClaimSource: Send + Sync + 'static {
@@ -32,19 +36,21 @@ pub trait ClaimSource: Send + Sync + 'static {
 
     /// Reports `prepared`, the claim's devices as the backend prepared them, in the claim's
     /// status (`status.devices`: `Ready`, the backend's data). Called in the background after
-    /// each successful prepare; by default nothing is reported.
+    /// each successful prepare; by default nothing is reported. A retryable error is tried
+    /// again a few times; an error with the reason [`CLAIM_GONE`] (the claim was deleted or
+    /// replaced) is not.
     async fn report_prepared(
         &self,
         claim: &ClaimRef,
         prepared: &[PreparedDevice],
-    ) -> Result<(), String> {
+    ) -> Result<(), ClaimError> {
         let _ = (claim, prepared);
         Ok(())
     }
 
     /// Takes this driver's devices out of the claim's status after an unprepare; by default
-    /// nothing is reported.
-    async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), String> {
+    /// nothing is reported. Errors are treated as [`ClaimSource::report_prepared`]'s are.
+    async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let _ = claim;
         Ok(())
     }
