@@ -1,13 +1,12 @@
-//! `cargo xtask soak`: the release daemon in DRA mode on a busy node, through its real sockets.
+//! `cargo xtask soak`: the release daemon on a busy node for a long time, through its real
+//! sockets, with the API-server and kubelet emulators around a `kubedev run` process.
 //!
-//! The API-server and kubelet emulators stand around a `kubedev run` process with the static
-//! backend. Each cycle creates a pod's claims in the API server, prepares them in one
-//! `NodePrepareResources` call, unprepares them in the next and deletes them, as happens when
-//! the pod goes away. Mixed in: claims the API server does not have, claims of a device the
-//! backend cannot prepare, claims deleted while still prepared, unprepare of claims never
-//! prepared, and a device that goes missing and comes back. Every `--sample-every` claims the
-//! daemon's resident memory, open files, threads, checkpoint, files on disk and metric series
-//! are read; after the warm-up they must stay flat.
+//! Two workloads, one daemon each (`soak/dra.rs`, `soak/device_plugin.rs`): claims prepared and
+//! unprepared in DRA mode, and pods given devices in device-plugin mode across kubelet
+//! restarts, each with failures mixed in. After a warm-up the daemon is left alone for
+//! [`IDLE`] and measured: resident memory, open files, threads, the checkpoint, files on disk
+//! and metric series; then the workload runs with a measurement every `--sample-every` units,
+//! and after another idle pause the last measurement must match the first.
 
 use std::collections::BTreeSet;
 use std::io::{Read as _, Write as _};
@@ -16,30 +15,36 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
-use kubedev_testkit::apiserver::{ApiServer, Resource};
-use kubedev_testkit::kubelet::{ClaimId, DraKubelet};
-use serde_json::json;
 
-const DRIVER: &str = "gpu.example.com";
-const NODE: &str = "node-soak";
-/// The namespace of every claim: a metric series that names it is a series per claim.
-const NAMESPACE: &str = "churn";
-/// Devices every cycle's claims get, one each.
-const DEVICES: usize = 4;
-/// The device that goes missing and comes back (never claimed).
-const FLAKY: &str = "gpu-flaky";
+mod device_plugin;
+mod dra;
+
+/// How long to wait for the daemon to register, answer or stop.
 const WAIT: Duration = Duration::from_secs(30);
+
+/// How long the daemon is left alone before the measurements that are compared: longer than
+/// the runtime keeps an idle thread for blocking work (10 s), so only threads that live for the
+/// daemon's whole life remain.
+const IDLE: Duration = Duration::from_secs(11);
+
+/// Where each soak's report goes, under the target directory; `cargo xtask bench` adds their
+/// `| soak` rows to its own report.
+pub(crate) const REPORT_DIR: &str = "soak";
 
 /// `cargo xtask soak`'s options.
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// How many claims are prepared and unprepared after the warm-up.
+    /// DRA claims prepared and unprepared after the warm-up (0: no DRA soak).
     #[arg(long, default_value_t = 20_000)]
     pub(crate) claims: u64,
-    /// Claims prepared and unprepared before the first measurement that counts.
+    /// Pods given devices through the device plugin after the warm-up (0: no device-plugin
+    /// soak).
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) pods: u64,
+    /// Claims or pods before the first measurement that counts.
     #[arg(long, default_value_t = 2_000)]
     pub(crate) warmup: u64,
-    /// How many claims between two measurements.
+    /// How many claims or pods between two measurements.
     #[arg(long, default_value_t = 2_000)]
     pub(crate) sample_every: u64,
     /// The most resident memory may grow from the warm-up to the end, in KiB.
@@ -52,16 +57,17 @@ pub(crate) struct Args {
     /// is on tmpfs on a node; the system's temporary directory otherwise).
     #[arg(long)]
     pub(crate) dir: Option<PathBuf>,
-    /// Measure and print only: no limit is enforced.
+    /// Measure and report only: no limit is enforced.
     #[arg(long)]
     pub(crate) measure_only: bool,
 }
 
 impl Args {
-    /// The soak CI runs: the defaults.
+    /// The soaks CI runs: the defaults.
     pub(crate) fn ci() -> Args {
         Args {
             claims: 20_000,
+            pods: 20_000,
             warmup: 2_000,
             sample_every: 2_000,
             max_growth_kib: 2048,
@@ -70,29 +76,15 @@ impl Args {
             measure_only: false,
         }
     }
+
+    /// The directory the node's files go under.
+    fn parent_dir(&self) -> Option<&Path> {
+        let shm = Path::new("/dev/shm");
+        self.dir.as_deref().or(shm.is_dir().then_some(shm))
+    }
 }
 
-/// One measurement of the daemon.
-#[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    /// Claims prepared and unprepared so far (warm-up included).
-    claims: u64,
-    /// Seconds since the first cycle.
-    seconds: f64,
-    /// Taken after the daemon was left alone for [`IDLE`].
-    idle: bool,
-    rss_kib: u64,
-    open_files: usize,
-    threads: usize,
-    /// The checkpoint file's size in bytes.
-    checkpoint_bytes: u64,
-    /// Files and directories in the CDI directory and under the device metadata root.
-    files_on_disk: usize,
-    /// Metric series the daemon exposes.
-    series: usize,
-}
-
-/// Runs the soak; fails when something grew that must not.
+/// Runs the soaks; fails when something grew that must not.
 pub(crate) fn soak(root: &Path, args: &Args) -> anyhow::Result<()> {
     let bin = match &args.binary {
         Some(b) => b.clone(),
@@ -110,161 +102,76 @@ pub(crate) fn soak(root: &Path, args: &Args) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let soak = rt.block_on(run(&bin, args))?;
-    let report = report(&soak, args);
-    println!("\n{report}");
     let dir = crate::ci::target_dir(root).join(REPORT_DIR);
     std::fs::create_dir_all(&dir)?;
-    let file = dir.join(format!("dra-{}.md", args.claims));
-    std::fs::write(&file, &report).with_context(|| format!("writing {}", file.display()))?;
-    println!("written to {}", file.display());
-    if args.measure_only {
-        return Ok(());
-    }
-    judge(&soak, args)
-}
-
-/// Where each soak's report goes, under the target directory; `cargo xtask bench` adds their
-/// `| soak` rows to its own report.
-pub(crate) const REPORT_DIR: &str = "soak";
-
-/// The working directory, the emulators and the daemon.
-struct Node {
-    dir: tempfile::TempDir,
-    api: ApiServer,
-    kubelet: DraKubelet,
-    metrics_port: u16,
-}
-
-impl Node {
-    /// The node's files in a new directory under `parent` (the system's temporary directory
-    /// when `None`).
-    async fn new(parent: Option<&Path>) -> anyhow::Result<Node> {
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("kubedev-soak");
-        let dir = match parent {
-            Some(p) => builder
-                .tempdir_in(p)
-                .with_context(|| format!("creating a directory in {}", p.display()))?,
-            None => builder.tempdir()?,
+    let mut failures = Vec::new();
+    let runs = [(args.claims, "dra"), (args.pods, "device-plugin")];
+    for (count, name) in runs.iter().filter(|(n, _)| *n > 0) {
+        let soak = match *name {
+            "dra" => rt.block_on(dra::run(&bin, args))?,
+            _ => rt.block_on(device_plugin::run(&bin, args))?,
         };
-        let r = dir.path();
-        let api = ApiServer::start().await?;
-        api.write_kubeconfig(&r.join("kubeconfig"))?;
-        api.put_raw(
-            Resource::Nodes,
-            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE, "uid": "node-soak-uid"}}),
-        )?;
-        std::fs::write(r.join("boot_id"), "50a50a50-0000-4000-8000-000000000001\n")?;
-        std::fs::create_dir_all(r.join("present"))?;
-        let mut devices = String::new();
-        let names = (0..DEVICES)
-            .map(|i| format!("gpu-{i}"))
-            .chain([FLAKY.to_string()]);
-        for name in names {
-            std::fs::write(r.join("present").join(&name), "")?;
-            devices.push_str(&format!(
-                "      - name: {name}\n        deviceNodes: [\"/dev/null\"]\n        presencePath: {}/present/{name}\n",
-                r.display()
-            ));
+        let report = soak.report();
+        println!("\n{report}");
+        let file = dir.join(format!("{name}-{count}.md"));
+        std::fs::write(&file, &report).with_context(|| format!("writing {}", file.display()))?;
+        println!("written to {}", file.display());
+        match soak.judge(args.max_growth_kib) {
+            Ok(summary) => println!("{summary}"),
+            Err(e) => failures.push(format!("{e:#}")),
         }
-        let metrics_port = free_port()?;
-        std::fs::write(
-            r.join("kubedev.yaml"),
-            format!(
-                "nodeName: {NODE}\nstateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  kubeconfig: {r}/kubeconfig\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  stateDir: {r}/state\n  bootIdPath: {r}/boot_id\n  deviceMetadata: true\nbackends:\n  static:\n    pool: {NODE}\n    pollIntervalMs: 20\n    devices:\n{devices}",
-                r = r.display()
-            ),
-        )?;
-        let kubelet = DraKubelet::start(r.join("registry"))?;
-        Ok(Node {
-            dir,
-            api,
-            kubelet,
-            metrics_port,
-        })
     }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
+    if !args.measure_only && !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
     }
+    Ok(())
+}
 
-    /// Starts the daemon and waits until it registered with the kubelet.
-    async fn start(&self, bin: &Path) -> anyhow::Result<Daemon> {
-        let log = std::fs::File::create(self.path().join("daemon.log"))?;
-        let child = Command::new(bin)
-            .args(["run", "--config"])
-            .arg(self.path().join("kubedev.yaml"))
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let daemon = Daemon(child);
-        if !self
-            .kubelet
-            .wait_until(WAIT, |k| k.drivers().contains_key(DRIVER))
-            .await
-        {
-            bail!(
-                "the daemon did not register with the kubelet; its log:\n{}",
-                self.log()
-            );
-        }
-        Ok(daemon)
-    }
+/// A workload the daemon is put through, one step at a time.
+trait Workload {
+    /// One step (a pod's claims, or a pod's devices); returns how many claims or pods it was.
+    async fn step(&mut self) -> anyhow::Result<u64>;
 
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.path().join("daemon.log")).unwrap_or_default()
-    }
+    /// The daemon's log, for a failing step.
+    fn log(&self) -> String;
+}
 
-    /// Puts the claim `name` allocated `device` into the API server.
-    fn put_claim(&self, name: &str, uid: &str, device: &str) -> anyhow::Result<ClaimId> {
-        self.api.put_raw(
-            Resource::ResourceClaims,
-            json!({
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid},
-                "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}},
-                "status": {
-                    "allocation": {"devices": {"results": [
-                        {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": device}
-                    ]}},
-                    "reservedFor": [{"resource": "pods", "name": format!("{name}-pod"), "uid": format!("{uid}-pod")}]
-                }
-            }),
-        )?;
-        Ok(ClaimId::new(NAMESPACE, name, uid))
-    }
+/// One measurement of the daemon.
+#[derive(Debug, Clone, PartialEq)]
+struct Sample {
+    /// Claims or pods done so far (warm-up included).
+    done: u64,
+    /// Seconds since the first step.
+    seconds: f64,
+    /// Taken after the daemon was left alone for [`IDLE`].
+    idle: bool,
+    rss_kib: u64,
+    open_files: usize,
+    threads: usize,
+    /// The checkpoint file's size in bytes (DRA mode).
+    checkpoint_bytes: Option<u64>,
+    /// Files and directories under the directories the daemon writes per claim or pod.
+    files_on_disk: usize,
+    /// Metric series the daemon exposes.
+    series: usize,
+}
 
-    fn delete_claim(&self, id: &ClaimId) -> anyhow::Result<()> {
-        self.api
-            .delete_raw(Resource::ResourceClaims, Some(NAMESPACE), &id.name)
-            .with_context(|| format!("claim {} was not in the API server", id.name))?;
-        Ok(())
-    }
+/// Where a daemon's resources are read.
+struct Probe {
+    pid: u32,
+    metrics_port: u16,
+    /// The checkpoint file (DRA mode).
+    checkpoint: Option<PathBuf>,
+    /// Directories the daemon writes into per claim or pod, empty when none is in use.
+    dirs: Vec<PathBuf>,
+}
 
-    fn set_present(&self, name: &str, present: bool) -> anyhow::Result<()> {
-        let path = self.path().join("present").join(name);
-        if present {
-            std::fs::write(path, "")?;
-        } else {
-            std::fs::remove_file(path)?;
-        }
-        Ok(())
-    }
-
+impl Probe {
     /// Reads the daemon's resources.
-    fn sample(
-        &self,
-        daemon: &Daemon,
-        claims: u64,
-        started: Instant,
-        idle: bool,
-    ) -> anyhow::Result<Sample> {
-        let pid = daemon.0.id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    fn sample(&self, done: u64, started: Instant, idle: bool) -> anyhow::Result<Sample> {
+        let pid = self.pid;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .with_context(|| format!("the daemon (process {pid}) is gone"))?;
         let field = |name: &str| -> anyhow::Result<u64> {
             status
                 .lines()
@@ -273,30 +180,34 @@ impl Node {
                 .and_then(|v| v.parse().ok())
                 .with_context(|| format!("no {name} in /proc/{pid}/status"))
         };
-        let checkpoint = self.path().join("state").join("kubedev-checkpoint.json");
+        let checkpoint_bytes = match &self.checkpoint {
+            Some(p) => Some(
+                std::fs::metadata(p)
+                    .with_context(|| format!("reading {}", p.display()))?
+                    .len(),
+            ),
+            None => None,
+        };
         let sample = Sample {
-            claims,
+            done,
             seconds: started.elapsed().as_secs_f64(),
             idle,
             rss_kib: field("VmRSS:")?,
             open_files: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count(),
             threads: usize::try_from(field("Threads:")?)?,
-            checkpoint_bytes: std::fs::metadata(&checkpoint)
-                .with_context(|| format!("reading {}", checkpoint.display()))?
-                .len(),
-            files_on_disk: files_under(&self.path().join("cdi"))
-                + files_under(&self.path().join("plugins").join("dra-device-metadata")),
+            checkpoint_bytes,
+            files_on_disk: self.dirs.iter().map(|d| entries_under(d)).sum(),
             series: self.series()?.len(),
         };
         eprintln!(
-            "soak: {:>8} claims {:>7.1}s{} rss {:>7} KiB  files {:>3}  threads {:>2}  checkpoint {:>4} B  on disk {}  series {}",
-            sample.claims,
+            "soak: {:>8} {:>7.1}s{} rss {:>7} KiB  files {:>3}  threads {:>2}  checkpoint {:>4} B  on disk {}  series {}",
+            sample.done,
             sample.seconds,
             if idle { " (idle)" } else { "       " },
             sample.rss_kib,
             sample.open_files,
             sample.threads,
-            sample.checkpoint_bytes,
+            sample.checkpoint_bytes.unwrap_or(0),
             sample.files_on_disk,
             sample.series
         );
@@ -314,10 +225,188 @@ impl Node {
     }
 }
 
+/// What one soak measured.
+struct Soak {
+    /// What ran, for the report: the mode, how many units after how long a warm-up.
+    what: String,
+    /// What a step counts: `claims` or `pods`.
+    unit: &'static str,
+    /// Every measurement, in order; the first is the idle one after the warm-up, the last the
+    /// idle one at the end.
+    samples: Vec<Sample>,
+    /// Metric series that appeared after the warm-up, or that name a claim or pod.
+    new_series: Vec<String>,
+    /// Units per second after the warm-up.
+    per_second: f64,
+}
+
+/// The warm-up, an idle measurement, the workload with a measurement every `sample_every`
+/// units, and a last idle measurement. `per_unit` picks out series named after a claim or pod.
+async fn drive(
+    probe: &Probe,
+    work: &mut impl Workload,
+    args: &Args,
+    total: u64,
+    per_unit: impl Fn(&str) -> bool,
+) -> anyhow::Result<(Vec<Sample>, Vec<String>, f64)> {
+    let started = Instant::now();
+    let mut done = 0u64;
+    let mut step = async |done: &mut u64| -> anyhow::Result<()> {
+        let n = work
+            .step()
+            .await
+            .with_context(|| format!("after {done}; the daemon's log:\n{}", tail(&work.log())))?;
+        *done += n;
+        Ok(())
+    };
+    while done < args.warmup {
+        step(&mut done).await?;
+    }
+    tokio::time::sleep(IDLE).await;
+    let mut samples = vec![probe.sample(done, started, true)?];
+    let baseline = probe.series()?;
+    let measured_from = (Instant::now(), done);
+    let end = args.warmup + total;
+    let mut next = done + args.sample_every;
+    while done < end {
+        step(&mut done).await?;
+        if done >= next && done < end {
+            samples.push(probe.sample(done, started, false)?);
+            next += args.sample_every;
+        }
+    }
+    let per_second = (done - measured_from.1) as f64 / measured_from.0.elapsed().as_secs_f64();
+    tokio::time::sleep(IDLE).await;
+    samples.push(probe.sample(done, started, true)?);
+    let series = probe.series()?;
+    let mut new: Vec<String> = series.difference(&baseline).cloned().collect();
+    new.extend(series.iter().filter(|s| per_unit(s)).cloned());
+    Ok((samples, new, per_second))
+}
+
+impl Soak {
+    /// The measurements as Markdown: `| soak …` rows for `cargo xtask bench`, then every
+    /// measurement.
+    fn report(&self) -> String {
+        let (Some(base), Some(end)) = (self.samples.first(), self.samples.last()) else {
+            return String::new();
+        };
+        let what = &self.what;
+        let unit = self.unit;
+        let mut t = format!(
+            "| measure | value |\n|---|---|\n\
+             | soak, {what}: {unit} per second | {:.0} |\n\
+             | soak, {what}: resident memory after the warm-up → at the end, both idle | {} → {} KiB ({:+} KiB) |\n\
+             | soak, {what}: open files, threads after the warm-up → at the end, both idle | {} → {}, {} → {} |\n\n",
+            self.per_second,
+            base.rss_kib,
+            end.rss_kib,
+            i128::from(end.rss_kib) - i128::from(base.rss_kib),
+            base.open_files,
+            end.open_files,
+            base.threads,
+            end.threads,
+        );
+        t.push_str(&format!(
+            "| {unit} | seconds | idle | resident memory (KiB) | since the warm-up (KiB) | open files | threads | checkpoint (bytes) | files on disk | metric series |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        ));
+        for s in &self.samples {
+            t.push_str(&format!(
+                "| {} | {:.1} | {} | {} | {:+} | {} | {} | {} | {} | {} |\n",
+                s.done,
+                s.seconds,
+                if s.idle { "yes" } else { "" },
+                s.rss_kib,
+                i128::from(s.rss_kib) - i128::from(base.rss_kib),
+                s.open_files,
+                s.threads,
+                s.checkpoint_bytes
+                    .map_or_else(|| "-".to_string(), |b| b.to_string()),
+                s.files_on_disk,
+                s.series
+            ));
+        }
+        t
+    }
+
+    /// A line saying what stayed flat, or an error naming what grew after the warm-up.
+    fn judge(&self, max_growth_kib: u64) -> anyhow::Result<String> {
+        let (Some(first), Some(last)) = (self.samples.first(), self.samples.last()) else {
+            bail!("soak, {}: no measurement was taken", self.what);
+        };
+        let mut wrong = Vec::new();
+        let growth = last.rss_kib.saturating_sub(first.rss_kib);
+        if growth > max_growth_kib {
+            wrong.push(format!(
+                "resident memory grew by {growth} KiB over {} {} (at most {max_growth_kib} KiB)",
+                last.done - first.done,
+                self.unit
+            ));
+        }
+        if last.open_files > first.open_files {
+            wrong.push(format!(
+                "open files grew from {} to {}",
+                first.open_files, last.open_files
+            ));
+        }
+        if last.threads > first.threads {
+            wrong.push(format!(
+                "threads grew from {} to {}",
+                first.threads, last.threads
+            ));
+        }
+        if last.checkpoint_bytes != first.checkpoint_bytes {
+            wrong.push(format!(
+                "the checkpoint is {:?} bytes with nothing prepared after the warm-up, {:?} at \
+                 the end",
+                first.checkpoint_bytes, last.checkpoint_bytes
+            ));
+        }
+        if last.files_on_disk != 0 {
+            wrong.push(format!(
+                "{} files and directories are left where the daemon writes per {}",
+                last.files_on_disk,
+                self.unit.trim_end_matches('s')
+            ));
+        }
+        if !self.new_series.is_empty() {
+            wrong.push(format!(
+                "metric series appeared after the warm-up or name a claim or pod: {}",
+                self.new_series.join(", ")
+            ));
+        }
+        if !wrong.is_empty() {
+            bail!("soak, {}, failed: {}", self.what, wrong.join("; "));
+        }
+        Ok(format!(
+            "soak, {}: passed: resident memory {:+} KiB, open files {}, threads {}",
+            self.what,
+            i128::from(last.rss_kib) - i128::from(first.rss_kib),
+            last.open_files,
+            last.threads
+        ))
+    }
+}
+
 /// A daemon process, killed when dropped.
 struct Daemon(Child);
 
 impl Daemon {
+    /// Starts `bin run --config <config>`, its standard error appended to `log`.
+    fn spawn(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Daemon> {
+        let log = std::fs::File::create(log)?;
+        let child = Command::new(bin)
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Daemon(child))
+    }
+
     /// Stops the daemon as Kubernetes does (SIGTERM); fails unless it exits cleanly in time.
     fn stop(mut self) -> anyhow::Result<()> {
         let pid = rustix::process::Pid::from_raw(i32::try_from(self.0.id())?)
@@ -348,15 +437,28 @@ impl Drop for Daemon {
     }
 }
 
+/// A new directory for a node's files under `parent` (the system's temporary directory when
+/// `None`).
+fn node_dir(parent: Option<&Path>) -> anyhow::Result<tempfile::TempDir> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("kubedev-soak");
+    match parent {
+        Some(p) => builder
+            .tempdir_in(p)
+            .with_context(|| format!("creating a directory in {}", p.display())),
+        None => Ok(builder.tempdir()?),
+    }
+}
+
 /// Regular files and directories under `dir`, at any depth.
-fn files_under(dir: &Path) -> usize {
+fn entries_under(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
     entries
         .filter_map(Result::ok)
         .map(|e| match e.file_type() {
-            Ok(t) if t.is_dir() => 1 + files_under(&e.path()),
+            Ok(t) if t.is_dir() => 1 + entries_under(&e.path()),
             Ok(t) if t.is_file() => 1,
             _ => 0,
         })
@@ -386,263 +488,8 @@ fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
     Ok(body.to_string())
 }
 
-/// How long the daemon is left alone before the measurements that are compared: longer than
-/// the runtime keeps an idle thread for blocking work (10 s), so only threads that live for the
-/// daemon's whole life remain.
-const IDLE: Duration = Duration::from_secs(11);
-
-/// What a soak measured.
-struct Soak {
-    /// Every measurement, in order.
-    samples: Vec<Sample>,
-    /// Index in `samples` of the measurement after the warm-up, the daemon idle.
-    baseline: usize,
-    /// Metric series that appeared after the warm-up.
-    new_series: Vec<String>,
-    /// Claims prepared and unprepared per second after the warm-up.
-    claims_per_second: f64,
-}
-
-/// The warm-up, an idle measurement, the cycles with a measurement every `sample_every`
-/// claims, and a last idle measurement.
-async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
-    let shm = Path::new("/dev/shm");
-    let parent = args.dir.as_deref().or(shm.is_dir().then_some(shm));
-    let node = Node::new(parent).await?;
-    let daemon = node.start(bin).await?;
-    let started = Instant::now();
-    let mut samples = Vec::new();
-    let mut cycle = 0u64;
-    let mut done = 0u64;
-    while done < args.warmup {
-        cycle_once(&node, &mut cycle, &mut done).await?;
-    }
-    tokio::time::sleep(IDLE).await;
-    samples.push(node.sample(&daemon, done, started, true)?);
-    let baseline_series = node.series()?;
-    let soak_started = Instant::now();
-    let total = args.warmup + args.claims;
-    let mut next_sample = done + args.sample_every;
-    while done < total {
-        cycle_once(&node, &mut cycle, &mut done).await?;
-        if done >= next_sample && done < total {
-            samples.push(node.sample(&daemon, done, started, false)?);
-            next_sample += args.sample_every;
-        }
-    }
-    let claims_per_second = (done - args.warmup) as f64 / soak_started.elapsed().as_secs_f64();
-    tokio::time::sleep(IDLE).await;
-    samples.push(node.sample(&daemon, done, started, true)?);
-    let series = node.series()?;
-    let mut new_series: Vec<String> = series.difference(&baseline_series).cloned().collect();
-    new_series.extend(series.iter().filter(|s| s.contains(NAMESPACE)).cloned());
-    daemon.stop()?;
-    node.kubelet.stop().await;
-    node.api.shutdown().await;
-    Ok(Soak {
-        samples,
-        baseline: 0,
-        new_series,
-        claims_per_second,
-    })
-}
-
 /// The last lines of a log.
 fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")
-}
-
-/// One pod's life: its claims created, prepared, unprepared and deleted, with this cycle's
-/// failures mixed in.
-async fn cycle_once(node: &Node, cycle: &mut u64, done: &mut u64) -> anyhow::Result<()> {
-    one_pod(node, *cycle)
-        .await
-        .with_context(|| format!("cycle {cycle}; the daemon's log:\n{}", tail(&node.log())))?;
-    *cycle += 1;
-    *done += DEVICES as u64;
-    Ok(())
-}
-
-/// The claims of pod number `cycle`.
-async fn one_pod(node: &Node, cycle: u64) -> anyhow::Result<()> {
-    let mut claims = Vec::with_capacity(DEVICES + 2);
-    for i in 0..DEVICES {
-        let name = format!("c{cycle}-{i}");
-        claims.push(node.put_claim(&name, &format!("u{cycle}-{i}"), &format!("gpu-{i}"))?);
-    }
-    // A claim the API server does not have (deleted before the kubelet got to it).
-    let missing = (cycle % 10 == 3).then(|| {
-        ClaimId::new(
-            NAMESPACE,
-            &format!("gone{cycle}"),
-            &format!("gone-u{cycle}"),
-        )
-    });
-    // A claim of a device the backend does not have: prepare fails for it alone.
-    let broken = if cycle % 10 == 6 {
-        Some(node.put_claim(
-            &format!("bad{cycle}"),
-            &format!("bad-u{cycle}"),
-            "gpu-absent",
-        )?)
-    } else {
-        None
-    };
-    let mut call = claims.clone();
-    call.extend(missing.iter().cloned());
-    call.extend(broken.iter().cloned());
-    let answers = node.kubelet.prepare(DRIVER, &call).await?;
-    for id in &claims {
-        match answers.get(&id.uid) {
-            Some(Ok(devices)) if devices.len() == 1 => {}
-            other => bail!("prepare of {}: {other:?}", id.name),
-        }
-    }
-    for id in missing.iter().chain(broken.iter()) {
-        ensure!(
-            matches!(answers.get(&id.uid), Some(Err(_))),
-            "prepare of {} should have failed: {:?}",
-            id.name,
-            answers.get(&id.uid)
-        );
-    }
-    // The device that comes and goes: health changes while claims are prepared.
-    if cycle.is_multiple_of(25) {
-        node.set_present(FLAKY, !cycle.is_multiple_of(50))?;
-    }
-    // The pod went away and the claim with it before the kubelet unprepared it.
-    if cycle % 10 == 8 {
-        node.delete_claim(&claims[0])?;
-    }
-    let mut un = call.clone();
-    // Unprepare of a claim never prepared (the kubelet repeats itself after a restart).
-    if cycle % 10 == 1 {
-        un.push(ClaimId::new(
-            NAMESPACE,
-            &format!("never{cycle}"),
-            &format!("never-u{cycle}"),
-        ));
-    }
-    let answers = node.kubelet.unprepare(DRIVER, &un).await?;
-    for id in &un {
-        match answers.get(&id.uid) {
-            Some(Ok(())) => {}
-            other => bail!("unprepare of {}: {other:?}", id.name),
-        }
-    }
-    for (i, id) in claims.iter().enumerate() {
-        if !(cycle % 10 == 8 && i == 0) {
-            node.delete_claim(id)?;
-        }
-    }
-    if let Some(id) = &broken {
-        node.delete_claim(id)?;
-    }
-    Ok(())
-}
-
-/// The measurements as Markdown: a `| measure | value |` table for `cargo xtask bench`, then
-/// every measurement.
-fn report(soak: &Soak, args: &Args) -> String {
-    let base = &soak.samples[soak.baseline];
-    let Some(end) = soak.samples.last() else {
-        return String::new();
-    };
-    let run = format!(
-        "soak, DRA, {} claims after {} of warm-up (release daemon, static backend, {} claims a call)",
-        args.claims, args.warmup, DEVICES
-    );
-    let mut t = format!(
-        "| measure | value |\n|---|---|\n\
-         | {run}: claims prepared and unprepared per second | {:.0} |\n\
-         | {run}: resident memory after the warm-up → at the end, both idle | {} → {} KiB ({:+} KiB) |\n\
-         | {run}: open files, threads after the warm-up → at the end, both idle | {} → {}, {} → {} |\n\n",
-        soak.claims_per_second,
-        base.rss_kib,
-        end.rss_kib,
-        i128::from(end.rss_kib) - i128::from(base.rss_kib),
-        base.open_files,
-        end.open_files,
-        base.threads,
-        end.threads,
-    );
-    t.push_str(
-        "| claims | seconds | idle | resident memory (KiB) | since the warm-up (KiB) | open files | threads | checkpoint (bytes) | files on disk | metric series |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n",
-    );
-    for s in &soak.samples {
-        t.push_str(&format!(
-            "| {} | {:.1} | {} | {} | {:+} | {} | {} | {} | {} | {} |\n",
-            s.claims,
-            s.seconds,
-            if s.idle { "yes" } else { "" },
-            s.rss_kib,
-            i128::from(s.rss_kib) - i128::from(base.rss_kib),
-            s.open_files,
-            s.threads,
-            s.checkpoint_bytes,
-            s.files_on_disk,
-            s.series
-        ));
-    }
-    t
-}
-
-/// Fails naming what grew after the warm-up.
-fn judge(soak: &Soak, args: &Args) -> anyhow::Result<()> {
-    let first = &soak.samples[soak.baseline];
-    let Some(last) = soak.samples.last() else {
-        bail!("no measurement was taken");
-    };
-    let mut wrong = Vec::new();
-    let growth = last.rss_kib.saturating_sub(first.rss_kib);
-    if growth > args.max_growth_kib {
-        wrong.push(format!(
-            "resident memory grew by {growth} KiB over {} claims (at most {} KiB)",
-            last.claims - first.claims,
-            args.max_growth_kib
-        ));
-    }
-    if last.open_files > first.open_files {
-        wrong.push(format!(
-            "open files grew from {} to {}",
-            first.open_files, last.open_files
-        ));
-    }
-    if last.threads > first.threads {
-        wrong.push(format!(
-            "threads grew from {} to {}",
-            first.threads, last.threads
-        ));
-    }
-    if last.checkpoint_bytes != first.checkpoint_bytes {
-        wrong.push(format!(
-            "the checkpoint is {} bytes with no claim prepared after the warm-up, {} at the end",
-            first.checkpoint_bytes, last.checkpoint_bytes
-        ));
-    }
-    if last.files_on_disk != 0 {
-        wrong.push(format!(
-            "{} files and directories are left in the CDI directory and under the device \
-             metadata root",
-            last.files_on_disk
-        ));
-    }
-    if !soak.new_series.is_empty() {
-        wrong.push(format!(
-            "metric series appeared after the warm-up: {}",
-            soak.new_series.join(", ")
-        ));
-    }
-    if !wrong.is_empty() {
-        bail!("the soak failed: {}", wrong.join("; "));
-    }
-    println!(
-        "soak passed: {} claims after the warm-up, resident memory {:+} KiB, open files {}, threads {}",
-        last.claims - first.claims,
-        i128::from(last.rss_kib) - i128::from(first.rss_kib),
-        last.open_files,
-        last.threads
-    );
-    Ok(())
 }
