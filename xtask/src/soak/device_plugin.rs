@@ -3,7 +3,10 @@
 //! of the choice (CDI mode, so the resource's CDI spec is rewritten). Mixed in: a kubelet
 //! restart every [`RESTART_EVERY`] pods (the kubelet's socket and the plugin's removed, the
 //! `ListAndWatch` stream cut; kubedev registers again and the kubelet opens a new stream), a
-//! device that goes missing and comes back, and `Allocate` of a device the node does not have.
+//! device that goes missing and comes back, `Allocate` of a device the node does not have, and
+//! the resource's selection policy replaced in the watched policy directory every
+//! `--reload-every` pods, alternating NUMA packing and spreading over PCIe roots; each reload is
+//! waited for until `GetPreferredAllocation` chooses as the new module does.
 
 use std::path::Path;
 
@@ -11,6 +14,12 @@ use anyhow::{Context as _, bail, ensure};
 use kubedev_testkit::kubelet::KubeletEmulator;
 
 use super::{Args, Daemon, Probe, Soak, WAIT, Workload};
+
+/// The policies the resource's module alternates between, from `cargo xtask build-plugins`:
+/// NUMA packing (two GPUs of one PCIe root) and spreading (one GPU per root).
+const POLICIES: [&str; 2] = ["numa-pack", "spread"];
+/// The module's name in the policy directory (the resource's `policy`).
+const POLICY: &str = "choose";
 
 const RESOURCE: &str = "example.com/gpu";
 /// The GPUs pods get.
@@ -21,8 +30,21 @@ const FLAKY: &str = "gpu-flaky";
 const RESTART_EVERY: u64 = 2_500;
 
 /// Runs the device-plugin soak with `bin`.
-pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
-    let mut node = Node::new(args.parent_dir()).await?;
+pub(super) async fn run(root: &Path, bin: &Path, args: &Args) -> anyhow::Result<Soak> {
+    let wasm = root.join(crate::plugins::WASM_DIR);
+    let policies = POLICIES
+        .iter()
+        .map(|p| {
+            let path = wasm.join(format!("{p}.wasm"));
+            std::fs::read(&path).with_context(|| {
+                format!(
+                    "reading {} (run `cargo xtask build-plugins` first)",
+                    path.display()
+                )
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let mut node = Node::new(args.parent_dir(), policies, args.reload_every).await?;
     let daemon = Daemon::spawn(
         bin,
         &node.path().join("kubedev.yaml"),
@@ -31,6 +53,7 @@ pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
     node.wait_served().await?;
     let probe = Probe {
         pid: daemon.0.id(),
+        smaps: args.smaps_dir.clone().map(|d| (d, "device-plugin")),
         metrics_port: node.metrics_port,
         checkpoint: None,
         dirs: Vec::new(),
@@ -38,12 +61,12 @@ pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
     let (samples, new_series, per_second) =
         super::drive(&probe, &mut node, args, args.pods, |s| s.contains("pod-")).await?;
     daemon.stop()?;
-    let restarts = node.restarts;
+    let (restarts, reloads) = (node.restarts, node.reloads);
     node.kubelet.stop().await;
     Ok(Soak {
         what: format!(
-            "device plugin, {} pods after {} of warm-up (2 GPUs a pod, CDI mode, {restarts} \
-             kubelet restarts in all)",
+            "device plugin, {} pods after {} of warm-up (2 GPUs a pod, CDI mode, in all \
+             {restarts} kubelet restarts and {reloads} policy reloads)",
             args.pods, args.warmup
         ),
         unit: "pods",
@@ -62,6 +85,12 @@ struct Node {
     pod: u64,
     /// Kubelet restarts so far.
     restarts: u64,
+    /// The modules of [`POLICIES`].
+    policies: Vec<Vec<u8>>,
+    /// Pods between two policy reloads (0: never).
+    reload_every: u64,
+    /// Policy reloads so far; the module in place is `policies[reloads % 2]`.
+    reloads: u64,
 }
 
 impl Workload for Node {
@@ -81,6 +110,9 @@ impl Workload for Node {
                 std::fs::remove_file(&present)?;
             }
         }
+        if self.reload_every > 0 && pod > 0 && pod.is_multiple_of(self.reload_every) {
+            self.reload().await?;
+        }
         self.one_pod(pod).await?;
         Ok(1)
     }
@@ -92,9 +124,18 @@ impl Workload for Node {
 
 impl Node {
     /// The node's files in a new directory under `parent`; the kubelet emulator listening.
-    async fn new(parent: Option<&Path>) -> anyhow::Result<Node> {
+    async fn new(
+        parent: Option<&Path>,
+        policies: Vec<Vec<u8>>,
+        reload_every: u64,
+    ) -> anyhow::Result<Node> {
         let dir = super::node_dir(parent)?;
         let r = dir.path();
+        std::fs::create_dir_all(r.join("policies"))?;
+        std::fs::write(
+            r.join("policies").join(format!("{POLICY}.wasm")),
+            &policies[0],
+        )?;
         std::fs::create_dir_all(r.join("present"))?;
         std::fs::create_dir_all(r.join("device-plugins"))?;
         let mut devices = String::new();
@@ -114,7 +155,7 @@ impl Node {
         std::fs::write(
             r.join("kubedev.yaml"),
             format!(
-                "stateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndevicePlugin:\n  directory: {r}/device-plugins\n  cdi: true\n  cdiDir: {r}/cdi\n  resources:\n    - name: {RESOURCE}\nbackends:\n  static:\n    pool: node-soak\n    pollIntervalMs: 20\n    devices:\n{devices}",
+                "stateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndevicePlugin:\n  directory: {r}/device-plugins\n  cdi: true\n  cdiDir: {r}/cdi\n  policyDir: {r}/policies\n  resources:\n    - name: {RESOURCE}\n      policy: {POLICY}\nbackends:\n  static:\n    pool: node-soak\n    pollIntervalMs: 20\n    devices:\n{devices}",
                 r = r.display()
             ),
         )?;
@@ -125,6 +166,9 @@ impl Node {
             metrics_port,
             pod: 0,
             restarts: 0,
+            policies,
+            reload_every,
+            reloads: 0,
         })
     }
 
@@ -152,9 +196,40 @@ impl Node {
         Ok(())
     }
 
-    /// Pod number `pod`: two devices chosen and allocated; every 50th pod also asks for a
-    /// device the node does not have, which must fail.
-    async fn one_pod(&self, pod: u64) -> anyhow::Result<()> {
+    /// Replaces the policy module with the other one (a new file renamed over the old, as a
+    /// ConfigMap update does) and waits until `GetPreferredAllocation` chooses as it does.
+    async fn reload(&mut self) -> anyhow::Result<()> {
+        self.reloads += 1;
+        let spread = self.reloads % 2 == 1;
+        let dir = self.path().join("policies");
+        let staged = dir.join(".staged");
+        std::fs::write(&staged, &self.policies[usize::from(spread)])?;
+        std::fs::rename(&staged, dir.join(format!("{POLICY}.wasm")))?;
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let chosen = self.choose().await?;
+            // gpu-0 and gpu-1 share a PCIe root, as do gpu-2 and gpu-3.
+            let roots: std::collections::BTreeSet<char> = chosen
+                .iter()
+                .filter_map(|d| d.strip_prefix("gpu-"))
+                .filter_map(|n| n.parse::<u8>().ok())
+                .map(|n| if n < 2 { 'a' } else { 'b' })
+                .collect();
+            if (roots.len() == 2) == spread {
+                return Ok(());
+            }
+            ensure!(
+                std::time::Instant::now() < deadline,
+                "reload {} ({}) not in effect after {WAIT:?}: still chose {chosen:?}",
+                self.reloads,
+                POLICIES[usize::from(spread)]
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// `GetPreferredAllocation` of two of the four GPUs.
+    async fn choose(&self) -> anyhow::Result<Vec<String>> {
         let available: Vec<String> = (0..DEVICES).map(|i| format!("gpu-{i}")).collect();
         let chosen = self
             .kubelet
@@ -165,6 +240,13 @@ impl Node {
             chosen.len() == 2,
             "GetPreferredAllocation chose {chosen:?} for 2 devices"
         );
+        Ok(chosen)
+    }
+
+    /// Pod number `pod`: two devices chosen and allocated; every 50th pod also asks for a
+    /// device the node does not have, which must fail.
+    async fn one_pod(&self, pod: u64) -> anyhow::Result<()> {
+        let chosen = self.choose().await?;
         let ids: Vec<&str> = chosen.iter().map(String::as_str).collect();
         let answer = self
             .kubelet

@@ -28,6 +28,7 @@ pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
     let daemon = node.start(bin).await?;
     let probe = Probe {
         pid: daemon.0.id(),
+        smaps: args.smaps_dir.clone().map(|d| (d, "dra")),
         metrics_port: node.metrics_port,
         checkpoint: Some(node.path().join("state").join("kubedev-checkpoint.json")),
         dirs: vec![
