@@ -32,7 +32,13 @@ const RESTART_EVERY: u64 = 2_500;
 /// Runs the device-plugin soak with `bin`.
 pub(super) async fn run(root: &Path, bin: &Path, args: &Args) -> anyhow::Result<Soak> {
     let wasm = root.join(crate::plugins::WASM_DIR);
-    let policies = POLICIES
+    // Without reloads the resource has no policy: NUMA packing, nothing to build first.
+    let names: &[&str] = if args.reload_every > 0 {
+        &POLICIES
+    } else {
+        &[]
+    };
+    let policies = names
         .iter()
         .map(|p| {
             let path = wasm.join(format!("{p}.wasm"));
@@ -132,10 +138,13 @@ impl Node {
         let dir = super::node_dir(parent)?;
         let r = dir.path();
         std::fs::create_dir_all(r.join("policies"))?;
-        std::fs::write(
-            r.join("policies").join(format!("{POLICY}.wasm")),
-            &policies[0],
-        )?;
+        let policy = match policies.first() {
+            Some(module) => {
+                std::fs::write(r.join("policies").join(format!("{POLICY}.wasm")), module)?;
+                format!("      policy: {POLICY}\n")
+            }
+            None => String::new(),
+        };
         std::fs::create_dir_all(r.join("present"))?;
         std::fs::create_dir_all(r.join("device-plugins"))?;
         let mut devices = String::new();
@@ -155,7 +164,7 @@ impl Node {
         std::fs::write(
             r.join("kubedev.yaml"),
             format!(
-                "stateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndevicePlugin:\n  directory: {r}/device-plugins\n  cdi: true\n  cdiDir: {r}/cdi\n  policyDir: {r}/policies\n  resources:\n    - name: {RESOURCE}\n      policy: {POLICY}\nbackends:\n  static:\n    pool: node-soak\n    pollIntervalMs: 20\n    devices:\n{devices}",
+                "stateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndevicePlugin:\n  directory: {r}/device-plugins\n  cdi: true\n  cdiDir: {r}/cdi\n  policyDir: {r}/policies\n  resources:\n    - name: {RESOURCE}\n{policy}backends:\n  static:\n    pool: node-soak\n    pollIntervalMs: 20\n    devices:\n{devices}",
                 r = r.display()
             ),
         )?;
