@@ -1,7 +1,5 @@
 //! Start-up of the daemon binary when a policy module would take minutes to compile: the
 //! daemon serves and registers at once, `/readyz` follows its servers, and SIGTERM stops it.
-//! And the environment it runs in: glibc's malloc held to two arenas unless the operator says
-//! otherwise.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -102,43 +100,4 @@ async fn a_module_that_would_compile_for_minutes_does_not_hold_up_start_or_stop(
     };
     assert!(status.success(), "{status}");
     kubelet.stop().await;
-}
-
-/// The environment variable `name` of process `pid`, from `/proc/<pid>/environ`.
-fn environ_var(pid: u32, name: &str) -> Option<String> {
-    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    environ
-        .split(|b| *b == 0)
-        .filter_map(|kv| std::str::from_utf8(kv).ok())
-        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-        .map(str::to_string)
-}
-
-/// Over a million claims, the daemon's resident memory settled 2.8 MiB above where it
-/// started with glibc's default of 16 arenas on 2 CPUs (its threads for blocking work come and
-/// go), 0.4 MiB with two: `kubedev run` runs itself again with `MALLOC_ARENA_MAX=2`, keeping
-/// its process ID and registering as usual, and leaves an operator's own value alone.
-#[cfg(target_env = "gnu")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_daemon_limits_malloc_arenas_unless_the_operator_set_them() {
-    use crate::common::process::{Env, stop};
-    let env = Env::new().await;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubedev"));
-    cmd.env_remove("MALLOC_ARENA_MAX");
-    let daemon = env.start_command(cmd, "", &[]).await;
-    assert_eq!(
-        environ_var(daemon.0.id(), "MALLOC_ARENA_MAX").as_deref(),
-        Some("2"),
-        "the registered daemon runs with two arenas"
-    );
-    stop(daemon);
-
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubedev"));
-    cmd.env("MALLOC_ARENA_MAX", "8");
-    let daemon = env.start_command(cmd, "", &[]).await;
-    assert_eq!(
-        environ_var(daemon.0.id(), "MALLOC_ARENA_MAX").as_deref(),
-        Some("8")
-    );
-    stop(daemon);
 }
