@@ -158,7 +158,11 @@ struct Sample {
     /// Taken after the daemon was left alone for [`IDLE`].
     idle: bool,
     rss_kib: u64,
+    /// Open files but the pooled connections to the API server.
     open_files: usize,
+    /// TCP connections to the API server: the client's pool keeps as many as calls ran at
+    /// once, each closed after 90 s unused.
+    api_connections: usize,
     threads: usize,
     /// The checkpoint file's size in bytes (DRA mode).
     checkpoint_bytes: Option<u64>,
@@ -178,6 +182,8 @@ struct Probe {
     checkpoint: Option<PathBuf>,
     /// Directories the daemon writes into per claim or pod, empty when none is in use.
     dirs: Vec<PathBuf>,
+    /// The API server's port (DRA mode).
+    api_port: Option<u16>,
 }
 
 impl Probe {
@@ -209,24 +215,42 @@ impl Probe {
                 dir.join(format!("{mode}-{done}.smaps")),
             )?;
         }
+        let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))?
+            .filter_map(Result::ok)
+            .filter_map(|e| std::fs::read_link(e.path()).ok())
+            .map(|l| l.to_string_lossy().into_owned())
+            .collect();
+        let api_sockets = self
+            .api_port
+            .map_or_else(BTreeSet::new, |port| tcp_sockets_to(pid, port));
+        let api_connections = fds
+            .iter()
+            .filter(|l| {
+                l.strip_prefix("socket:[")
+                    .and_then(|i| i.strip_suffix(']'))
+                    .is_some_and(|inode| api_sockets.contains(inode))
+            })
+            .count();
         let sample = Sample {
             done,
             seconds: started.elapsed().as_secs_f64(),
             idle,
             rss_kib: field("VmRSS:")?,
-            open_files: std::fs::read_dir(format!("/proc/{pid}/fd"))?.count(),
+            open_files: fds.len() - api_connections,
+            api_connections,
             threads: usize::try_from(field("Threads:")?)?,
             checkpoint_bytes,
             files_on_disk: self.dirs.iter().map(|d| entries_under(d)).sum(),
             series: self.series()?.len(),
         };
         eprintln!(
-            "soak: {:>8} {:>7.1}s{} rss {:>7} KiB  files {:>3}  threads {:>2}  checkpoint {:>4} B  on disk {}  series {}",
+            "soak: {:>8} {:>7.1}s{} rss {:>7} KiB  files {:>3} (+{} to the API server)  threads {:>2}  checkpoint {:>4} B  on disk {}  series {}",
             sample.done,
             sample.seconds,
             if idle { " (idle)" } else { "       " },
             sample.rss_kib,
             sample.open_files,
+            sample.api_connections,
             sample.threads,
             sample.checkpoint_bytes.unwrap_or(0),
             sample.files_on_disk,
@@ -318,7 +342,7 @@ impl Soak {
             "| measure | value |\n|---|---|\n\
              | soak, {what}: {unit} per second | {:.0} |\n\
              | soak, {what}: resident memory after the warm-up → at the end, both idle | {} → {} KiB ({:+} KiB) |\n\
-             | soak, {what}: open files, threads after the warm-up → at the end, both idle | {} → {}, {} → {} |\n\n",
+             | soak, {what}: open files (connections to the API server apart), threads after the warm-up → at the end, both idle | {} → {}, {} → {} |\n\n",
             self.per_second,
             base.rss_kib,
             end.rss_kib,
@@ -329,17 +353,18 @@ impl Soak {
             end.threads,
         );
         t.push_str(&format!(
-            "| {unit} | seconds | idle | resident memory (KiB) | since the warm-up (KiB) | open files | threads | checkpoint (bytes) | files on disk | metric series |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n"
+            "| {unit} | seconds | idle | resident memory (KiB) | since the warm-up (KiB) | open files | API server connections | threads | checkpoint (bytes) | files on disk | metric series |\n|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
         ));
         for s in &self.samples {
             t.push_str(&format!(
-                "| {} | {:.1} | {} | {} | {:+} | {} | {} | {} | {} | {} |\n",
+                "| {} | {:.1} | {} | {} | {:+} | {} | {} | {} | {} | {} | {} |\n",
                 s.done,
                 s.seconds,
                 if s.idle { "yes" } else { "" },
                 s.rss_kib,
                 i128::from(s.rss_kib) - i128::from(base.rss_kib),
                 s.open_files,
+                s.api_connections,
                 s.threads,
                 s.checkpoint_bytes
                     .map_or_else(|| "-".to_string(), |b| b.to_string()),
@@ -364,9 +389,16 @@ impl Soak {
                 self.unit
             ));
         }
+        if last.api_connections > API_POOL_BOUND {
+            wrong.push(format!(
+                "{} connections to the API server are open after the idle pause (its client \
+                 pools at most {API_POOL_BOUND})",
+                last.api_connections
+            ));
+        }
         if last.open_files > first.open_files {
             wrong.push(format!(
-                "open files grew from {} to {}",
+                "open files (but connections to the API server) grew from {} to {}",
                 first.open_files, last.open_files
             ));
         }
@@ -489,6 +521,29 @@ fn entries_under(dir: &Path) -> usize {
         })
         .sum()
 }
+
+/// The inodes of process `pid`'s TCP sockets connected to `port` (from `/proc/<pid>/net/tcp`
+/// and `tcp6`).
+fn tcp_sockets_to(pid: u32, port: u16) -> BTreeSet<String> {
+    let remote = format!(":{port:04X}");
+    ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(format!("/proc/{pid}/net/{t}")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    (f.len() > 9 && f[2].ends_with(&remote)).then(|| f[9].to_string())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// How many pooled connections to the API server an idle daemon may keep: the claim reads of
+/// one pod's prepare run at once, beside the status writer and the slice publisher.
+const API_POOL_BOUND: usize = 16;
 
 /// A port on 127.0.0.1 nothing listens on now.
 fn free_port() -> anyhow::Result<u16> {

@@ -62,6 +62,7 @@ pub(super) async fn run(root: &Path, bin: &Path, args: &Args) -> anyhow::Result<
         smaps: args.smaps_dir.clone().map(|d| (d, "device-plugin")),
         metrics_port: node.metrics_port,
         checkpoint: None,
+        api_port: None,
         dirs: Vec::new(),
     };
     let (samples, new_series, per_second) =

@@ -31,6 +31,7 @@ pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
         smaps: args.smaps_dir.clone().map(|d| (d, "dra")),
         metrics_port: node.metrics_port,
         checkpoint: Some(node.path().join("state").join("kubedev-checkpoint.json")),
+        api_port: Some(node.api.addr().port()),
         dirs: vec![
             node.path().join("cdi"),
             node.path().join("plugins").join("dra-device-metadata"),
