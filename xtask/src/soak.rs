@@ -168,8 +168,8 @@ struct Sample {
     checkpoint_bytes: Option<u64>,
     /// Files and directories under the directories the daemon writes per claim or pod.
     files_on_disk: usize,
-    /// Metric series the daemon exposes.
-    series: usize,
+    /// Metric series the daemon exposes (name and labels).
+    series: BTreeSet<String>,
 }
 
 /// Where a daemon's resources are read.
@@ -241,7 +241,7 @@ impl Probe {
             threads: usize::try_from(field("Threads:")?)?,
             checkpoint_bytes,
             files_on_disk: self.dirs.iter().map(|d| entries_under(d)).sum(),
-            series: self.series()?.len(),
+            series: self.series()?,
         };
         eprintln!(
             "soak: {:>8} {:>7.1}s{} rss {:>7} KiB  files {:>3} (+{} to the API server)  threads {:>2}  checkpoint {:>4} B  on disk {}  series {}",
@@ -254,7 +254,7 @@ impl Probe {
             sample.threads,
             sample.checkpoint_bytes.unwrap_or(0),
             sample.files_on_disk,
-            sample.series
+            sample.series.len()
         );
         Ok(sample)
     }
@@ -309,7 +309,6 @@ async fn drive(
     }
     tokio::time::sleep(IDLE).await;
     let mut samples = vec![probe.sample(done, started, true)?];
-    let baseline = probe.series()?;
     let measured_from = (Instant::now(), done);
     let end = args.warmup + total;
     let mut next = done + args.sample_every;
@@ -323,8 +322,8 @@ async fn drive(
     let per_second = (done - measured_from.1) as f64 / measured_from.0.elapsed().as_secs_f64();
     tokio::time::sleep(IDLE).await;
     samples.push(probe.sample(done, started, true)?);
-    let series = probe.series()?;
-    let mut new: Vec<String> = series.difference(&baseline).cloned().collect();
+    let (baseline, series) = (&samples[0].series, &samples[samples.len() - 1].series);
+    let mut new: Vec<String> = series.difference(baseline).cloned().collect();
     new.extend(series.iter().filter(|s| per_unit(s)).cloned());
     Ok((samples, new, per_second))
 }
@@ -369,7 +368,7 @@ impl Soak {
                 s.checkpoint_bytes
                     .map_or_else(|| "-".to_string(), |b| b.to_string()),
                 s.files_on_disk,
-                s.series
+                s.series.len()
             ));
         }
         t
