@@ -41,7 +41,7 @@ mod stateless;
 mod version;
 
 pub use attribute::{AttributeError, AttributeValue};
-pub use blocking::{BlockingError, blocking};
+pub use blocking::{BlockingError, blocking, dedicated};
 pub use edits::{ContainerEdits, DeviceNode, DeviceNodeType, Hook, Mount, join_env_value};
 pub use error::{ModelError, PrepareError, PublishError, SourceError};
 pub use hostfs::{BackendContext, HostFs, HostFsError};

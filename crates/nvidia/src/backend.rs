@@ -208,7 +208,8 @@ impl DeviceSource for NvidiaBackend {
         let stop = Arc::new(AtomicBool::new(false));
         let _guard = StopOnDrop(stop.clone());
         let inner = self.inner.clone();
-        blocking(move || inner.watch_blocking(&events, &stop))
+        // As long as the daemon runs: on a thread of its own, not one for blocking work.
+        kubedev_core::dedicated("nvml-events", move || inner.watch_blocking(&events, &stop))
             .await
             .map_err(|e| SourceError::Unavailable {
                 backend: BACKEND.into(),
