@@ -114,7 +114,22 @@ pub(super) struct ResourceClaim {
 }
 
 impl From<ResourceClaim> for super::ResourceClaim {
-    fn from(c: ResourceClaim) -> Self {
+    /// The claim as the API server stores it: a toleration without an operator has `Equal`
+    /// (the scheduler copies tolerations into the allocation as stored).
+    fn from(mut c: ResourceClaim) -> Self {
+        let default = |ts: &mut Vec<super::DeviceToleration>| {
+            for t in ts.iter_mut().filter(|t| t.operator.is_empty()) {
+                t.operator = "Equal".into();
+            }
+        };
+        for r in &mut c.spec.devices.requests {
+            if let Some(e) = &mut r.exactly {
+                default(&mut e.tolerations);
+            }
+            for s in &mut r.first_available {
+                default(&mut s.tolerations);
+            }
+        }
         super::ResourceClaim {
             metadata: c.metadata,
             spec: c.spec,

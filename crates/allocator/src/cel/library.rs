@@ -119,7 +119,8 @@ impl Func {
             (true, "sub", 1) => QSub,
             (true, "asInteger", 0) => AsInteger,
             (true, "asApproximateFloat", 0) => AsApproximateFloat,
-            (true, "sign", 0) => Sign,
+            // A global function in the Kubernetes quantity library (its docs show a member).
+            (false, "sign", 1) => Sign,
             (true, "isInteger", 0) => IsInteger,
             (true, "major", 0) => Major,
             (true, "minor", 0) => Minor,

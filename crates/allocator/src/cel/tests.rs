@@ -133,10 +133,11 @@ fn kubernetes_quantity() {
     yes(r#"quantity("2Gi").sub(quantity("1Gi")).compareTo(quantity("1Gi")) == 0"#);
     yes(r#"quantity("5").add(3).asInteger() == 8"#);
     yes(r#"quantity("1500m").asApproximateFloat() == 1.5"#);
-    yes(r#"quantity("-3").sign() == -1 && quantity("0").sign() == 0"#);
+    // `sign` is a global function of the Kubernetes quantity library, not a member.
+    yes(r#"sign(quantity("-3")) == -1 && sign(quantity("0")) == 0"#);
     yes(r#"quantity("2").isInteger() && !quantity("1500m").isInteger()"#);
     yes(r#"isQuantity("10Mi") && !isQuantity("10 Mi")"#);
-    runtime_err(r#"quantity("ten").sign() == 1"#, "invalid quantity");
+    runtime_err(r#"sign(quantity("ten")) == 1"#, "invalid quantity");
     runtime_err(r#"quantity("1500m").asInteger() == 1"#, "cannot convert");
 }
 
@@ -186,6 +187,27 @@ fn compile_errors() {
     compile_err("1 + 2", "must evaluate to bool");
     compile_err(r#"device.driver == 1"#, "no matching overload");
     compile_err("device.driver ==", "syntax error");
+    compile_err(r#"quantity("1").sign() == 1"#, "sign");
+    // `!` binds tighter than `in`: this is `(!"model") in ...`.
+    compile_err(
+        r#"!"model" in device.attributes["a"]"#,
+        "found no matching overload for '!_' applied to '(string)'",
+    );
+    compile_err(
+        r#"device.driver && true"#,
+        "'_&&_' applied to '(string, bool)'",
+    );
+    compile_err(r#"1 || true"#, "'_||_' applied to '(int, bool)'");
+    compile_err(
+        r#"!device.attributes["a"].model in ["a100", "l4"]"#,
+        "found no matching overload for '@in' applied to '(bool, list(string))'",
+    );
+    compile_err(r#"1 in {"a": 1}"#, "'@in' applied to '(int, map)'");
+    yes(r#"1 in [1, "a"] && "a" in ["a", 2]"#);
+    compile_err(
+        r#"(device.driver ? true : false)"#,
+        "'_?_:_' applied to '(string)'",
+    );
     let long = format!("{}true", " ".repeat(MAX_CODE_POINTS));
     compile_err(
         &long,

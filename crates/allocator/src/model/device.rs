@@ -71,8 +71,6 @@ pub(crate) struct NodeDevice<'a> {
     pub(crate) binds_to_node: bool,
     /// Capacity existing allocations took from this (shareable) device: name, amount.
     pub(crate) consumed_before: Box<[(&'a str, Quantity)]>,
-    /// `DRAListTypeAttributes` is on.
-    pub(super) list_attributes: bool,
 }
 
 /// What selectors and capacity checks need of a device, prepared when first needed (most
@@ -114,9 +112,7 @@ impl<'a> NodeDevice<'a> {
                 // Scalars always convert; versions must parse (the interner keeps each text's
                 // answer), and anything else is unsupported.
                 if a.int.is_none() && a.bool.is_none() && a.string.is_none() {
-                    cel::with_interner(|interner| {
-                        attribute_value(name, a, self.list_attributes, interner)
-                    })?;
+                    cel::with_interner(|interner| attribute_value(name, a, interner))?;
                 }
             }
             Ok(())

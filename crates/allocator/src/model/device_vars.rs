@@ -27,13 +27,7 @@ impl<'d, 'a> LazyDeviceVars<'d, 'a> {
             let capacities = dev.parsed_capacities();
             Box::new(
                 cel::with_interner(|interner| {
-                    device_context(
-                        dev.device,
-                        dev.driver(),
-                        &capacities.list,
-                        dev.list_attributes,
-                        interner,
-                    )
+                    device_context(dev.device, dev.driver(), &capacities.list, interner)
                 })
                 .unwrap_or_else(|_| {
                     // Not readable: selectors are not evaluated on such a device.
@@ -71,7 +65,7 @@ impl cel::DeviceVars for LazyDeviceVars<'_, '_> {
             return Some(cel::with_interner(|interner| interner.quantity(c.value)));
         }
         let (name, a) = dev.attribute(domain, id)?;
-        cel::with_interner(|interner| attribute_value(name, a, dev.list_attributes, interner).ok())
+        cel::with_interner(|interner| attribute_value(name, a, interner).ok())
     }
 
     fn entry_ref(&self, capacity: bool, domain: &str, id: &str) -> Option<cel::EntryRef<'_>> {
@@ -94,7 +88,6 @@ pub(super) fn device_context(
     dev: &Device,
     driver: &str,
     capacities: &[Capacity<'_>],
-    list_attributes: bool,
     interner: &mut Interner,
 ) -> Result<DeviceContext, String> {
     let mut ctx = DeviceContext::empty(
@@ -104,7 +97,7 @@ pub(super) fn device_context(
         (dev.attributes.len(), capacities.len()),
     );
     for (name, a) in &dev.attributes {
-        let v = attribute_value(name, a, list_attributes, interner)?;
+        let v = attribute_value(name, a, interner)?;
         ctx.push_attribute(interner, driver, name, v);
     }
     for c in capacities {
@@ -114,12 +107,12 @@ pub(super) fn device_context(
 }
 
 /// An attribute as the `device` variable has it: the first set field of int, bool, string,
-/// version (and with `list_attributes`, the list fields); none set or an invalid version is
-/// an error.
+/// version, then of the list fields (which the scheduler converts whether or not
+/// `DRAListTypeAttributes` is on, from Kubernetes 1.37); none set or an invalid version is an
+/// error.
 pub(super) fn attribute_value(
     name: &str,
     a: &DeviceAttribute,
-    list_attributes: bool,
     interner: &mut Interner,
 ) -> Result<Value, String> {
     Ok(if let Some(i) = a.int {
@@ -132,7 +125,7 @@ pub(super) fn attribute_value(
         interner
             .version(v)
             .map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
-    } else if let Some(list) = list_attributes.then(|| list_value(a, interner)).flatten() {
+    } else if let Some(list) = list_value(a, interner) {
         list.map_err(|e| format!("attribute {name}: parse semantic version: {e}"))?
     } else {
         return Err(format!("attribute {name}: unsupported attribute value"));

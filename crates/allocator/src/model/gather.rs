@@ -68,15 +68,7 @@ pub(crate) fn build_node_view<'a>(
         if !usable {
             continue;
         }
-        if let Err(reason) = prepare_pool(
-            &mut view,
-            pi,
-            node,
-            &g.relevant,
-            &g.others,
-            in_use,
-            features,
-        ) {
+        if let Err(reason) = prepare_pool(&mut view, pi, node, &g.relevant, &g.others, in_use) {
             let pool = &mut view.pools[pi];
             view.devices.truncate(pool.devices.start);
             pool.devices = pool.devices.start..pool.devices.start;
@@ -156,13 +148,11 @@ fn gather_pools<'a>(
 }
 
 /// Whether `slice` may serve `node`: by its own node selection, or for per-device node
-/// selection by one of its devices'. A slice of counter sets only serves every node.
+/// selection by one of its devices'. A slice of counter sets only is no different: one that
+/// does not select the node is found with the rest of its pool when the pool's relevant
+/// slices are not all there.
 fn slice_relevant(node: &Node, slice: &ResourceSlice) -> Result<bool, String> {
     let spec = &slice.spec;
-    // A slice of counter sets only (1.35+) serves every node its pool's devices serve.
-    if !spec.shared_counters.is_empty() && spec.devices.is_empty() {
-        return Ok(true);
-    }
     let node_name = spec.node_name.as_deref().filter(|n| !n.is_empty());
     let all = spec.all_nodes.unwrap_or(false);
     if node_name.is_some() || all || spec.node_selector.is_some() {

@@ -18,7 +18,6 @@ pub(super) fn prepare_pool<'a>(
     relevant: &[&'a ResourceSlice],
     others: &[&'a ResourceSlice],
     in_use: &InUse<'a>,
-    features: crate::Features,
 ) -> Result<(), String> {
     let (driver, pool_name) = (view.pools[pi].driver, view.pools[pi].name);
     let start = view.devices.len();
@@ -32,10 +31,12 @@ pub(super) fn prepare_pool<'a>(
         driver,
         name: pool_name,
         in_use,
-        list_attributes: features.list_type_attributes,
+        // The pool's counter sets wherever they are: a slice of counter sets that does not
+        // select this node is among the pool's other slices.
         counters: CounterSets::flatten(
             relevant
                 .iter()
+                .chain(others)
                 .copied()
                 .filter(|s| !s.spec.shared_counters.is_empty()),
         )?,
@@ -128,8 +129,6 @@ struct PreparingPool<'a, 'x> {
     driver: &'a str,
     name: &'a str,
     in_use: &'x InUse<'a>,
-    /// `DRAListTypeAttributes` is on.
-    list_attributes: bool,
     counters: CounterSets<'a>,
 }
 
@@ -212,7 +211,6 @@ impl<'a> PreparingPool<'a, '_> {
             consumption: counters,
             allows_multiple: d.allow_multiple_allocations.unwrap_or(false),
             binds_to_node: d.binds_to_node.unwrap_or(false),
-            list_attributes: self.list_attributes,
             consumed_before: if self.in_use.consumed.is_empty() {
                 Box::default()
             } else {

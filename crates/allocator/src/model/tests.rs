@@ -59,7 +59,7 @@ fn device_entries_read_from_the_slice_equal_the_built_variable() {
     }
     let driver = "gpu.example.com";
     let capacities = parse_capacities(&device);
-    let built = cel::with_interner(|i| device_context(&device, driver, &capacities.list, false, i))
+    let built = cel::with_interner(|i| device_context(&device, driver, &capacities.list, i))
         .expect("device variable");
     let dev = NodeDevice {
         pool: 0,
@@ -76,7 +76,6 @@ fn device_entries_read_from_the_slice_equal_the_built_variable() {
         allows_multiple: false,
         binds_to_node: false,
         consumed_before: Box::default(),
-        list_attributes: false,
     };
     assert_eq!(dev.readable(), &Ok(()));
     let driver_value = Value::String(driver.into());

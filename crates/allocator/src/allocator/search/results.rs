@@ -134,6 +134,25 @@ impl Search<'_, '_, '_> {
                 }
             }
         }
+        // An entry that names every request of the claim (each by its name, or by its chosen
+        // subrequest's) applies to all: its list is cleared, as empty means all.
+        for entry in &mut config {
+            if entry.requests.is_empty() {
+                continue;
+            }
+            let applies_to_all = cp.requests.iter().enumerate().all(|(ri, rp)| {
+                let name = &cp.claim.spec.devices.requests[ri].name;
+                entry.requests.contains(name)
+                    || (rp.first_available
+                        && entry
+                            .requests
+                            .iter()
+                            .any(|r| *r == *rp.subs[self.selected_sub(ci, ri)].full_name))
+            });
+            if applies_to_all {
+                entry.requests.clear();
+            }
+        }
         config
     }
 

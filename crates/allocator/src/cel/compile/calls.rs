@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cel::common::ast::{CallExpr, Expr, IdedExpr, LiteralValue, operators};
 
 use super::fold::{fold_call, fold_device_entry};
-use super::types::check_binary;
+use super::types::{check_binary, check_logical};
 use super::{Compiler, undeclared};
 use crate::cel::CompileError;
 use crate::cel::library::Func;
@@ -60,13 +60,18 @@ impl Compiler {
             operators::LOGICAL_AND | operators::LOGICAL_OR if args.len() == 2 => {
                 let a = self.boxed(&args[0])?;
                 let b = self.boxed(&args[1])?;
+                check_logical(name, &[&a, &b])?;
                 if name == operators::LOGICAL_AND {
                     Node::And(a, b)
                 } else {
                     Node::Or(a, b)
                 }
             }
-            operators::LOGICAL_NOT if args.len() == 1 => Node::Not(self.boxed(&args[0])?),
+            operators::LOGICAL_NOT if args.len() == 1 => {
+                let a = self.boxed(&args[0])?;
+                check_logical(name, &[&a])?;
+                Node::Not(a)
+            }
             operators::NOT_STRICTLY_FALSE if args.len() == 1 => {
                 Node::NotStrictlyFalse(self.boxed(&args[0])?)
             }
@@ -75,11 +80,11 @@ impl Compiler {
                 Node::Lit(Value::Double(d)) => Node::Lit(Value::Double(-d)),
                 other => Node::Neg(Box::new(other)),
             },
-            operators::CONDITIONAL if args.len() == 3 => Node::Cond(Box::new((
-                self.expr(&args[0])?,
-                self.expr(&args[1])?,
-                self.expr(&args[2])?,
-            ))),
+            operators::CONDITIONAL if args.len() == 3 => {
+                let c = self.expr(&args[0])?;
+                check_logical(name, &[&c])?;
+                Node::Cond(Box::new((c, self.expr(&args[1])?, self.expr(&args[2])?)))
+            }
             operators::INDEX if args.len() == 2 => {
                 let operand = self.boxed(&args[0])?;
                 let index = self.boxed(&args[1])?;

@@ -63,7 +63,10 @@ pub(super) fn check_binary(op: BinOp, a: &Node, b: &Node) -> Result<(), CompileE
                         StaticType::String | StaticType::Bytes | StaticType::Bool
                     ))
         }
-        BinOp::In => matches!(tb, StaticType::List | StaticType::Map),
+        BinOp::In => {
+            matches!(tb, StaticType::List | StaticType::Map)
+                && element_type(b).is_none_or(|t| t == ta || t == StaticType::Dyn)
+        }
         BinOp::Add => {
             ta == tb
                 && matches!(
@@ -82,13 +85,54 @@ pub(super) fn check_binary(op: BinOp, a: &Node, b: &Node) -> Result<(), CompileE
     if ok {
         Ok(())
     } else {
+        let tb_name = match (tb, element_type(b)) {
+            (StaticType::List, Some(t)) => format!("list({})", t.name()),
+            _ => tb.name().to_string(),
+        };
         Err(CompileError::Type(format!(
-            "found no matching overload for '{}' applied to '({}, {})'",
+            "found no matching overload for '{}' applied to '({}, {tb_name})'",
             op.name(),
             ta.name(),
-            tb.name()
         )))
     }
+}
+
+/// The one static type of a literal list's items or a literal map's keys (`Dyn` when they
+/// differ or one is not known); `None` for anything else.
+fn element_type(node: &Node) -> Option<StaticType> {
+    let one = |mut types: Box<dyn Iterator<Item = StaticType> + '_>| {
+        let first = types.next()?;
+        Some(if types.all(|t| t == first) {
+            first
+        } else {
+            StaticType::Dyn
+        })
+    };
+    match node {
+        Node::List(items, _) => one(Box::new(items.iter().map(static_type))),
+        Node::Map(entries) => one(Box::new(entries.iter().map(|(k, _, _)| static_type(k)))),
+        Node::Lit(Value::List(items)) => one(Box::new(
+            items.iter().map(|v| static_type(&Node::Lit(v.clone()))),
+        )),
+        _ => None,
+    }
+}
+
+/// Refuses a logical operator (`!_`, `_&&_`, `_||_`, and the condition of `_?_:_`) an
+/// operand of which has a static type other than bool: `!"a" in m` is `(!"a") in m`.
+pub(super) fn check_logical(op: &str, operands: &[&Node]) -> Result<(), CompileError> {
+    let types: Vec<StaticType> = operands.iter().map(|n| static_type(n)).collect();
+    if types
+        .iter()
+        .all(|t| matches!(t, StaticType::Bool | StaticType::Dyn))
+    {
+        return Ok(());
+    }
+    let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+    Err(CompileError::Type(format!(
+        "found no matching overload for '{op}' applied to '({})'",
+        names.join(", ")
+    )))
 }
 
 /// The static type of `node`: [`StaticType::Dyn`] where it depends on the device.
