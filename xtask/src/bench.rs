@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: runs every crate's benchmarks and writes one table of medians.
 //!
 //! The table goes to `target/bench.md`. Rows whose name contains an allocator scenario of
-//! `../shared/bench-scenarios` carry the upstream allocator's time and our speed-up. The daemon's
+//! `../shared/bench-scenarios` carry the upstream allocator's time, measured in the same run
+//! (`cargo xtask differential --speed`), and our speed-up. The daemon's
 //! idle memory and the release binary's size are measured here too, and the allocator as a
 //! scheduler uses it: build + allocate per pod for each shared scenario and per pod over
 //! generated clusters of 250 to 5,000 nodes, as whole-process CPU.
@@ -43,7 +44,8 @@ fn collect(criterion_dir: &Path, out: &mut Vec<Row>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The upstream allocator's CPU µs for one scenario, from the bench-scenarios README.
+/// Upstream's CPU µs for one scenario, measured in this run (`cargo xtask differential
+/// --speed`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Upstream {
     /// A warm `Allocate` call.
@@ -52,38 +54,22 @@ struct Upstream {
     build_allocate_us: f64,
 }
 
-/// One figure of the README's table: `20.5`, `10,694`, or a range `378–387` (its midpoint).
-fn micros(cell: &str) -> Option<f64> {
-    let cell = cell.replace(',', "");
-    match cell.split_once(['–', '-']) {
-        Some((low, high)) => {
-            Some((low.trim().parse::<f64>().ok()? + high.trim().parse::<f64>().ok()?) / 2.0)
-        }
-        None => cell.parse().ok(),
-    }
-}
-
-/// Upstream's figures by scenario name (the first word of the table's first column).
-fn upstream(root: &Path) -> BTreeMap<String, Upstream> {
-    let readme = root.join("../shared/bench-scenarios/README.md");
-    let text = std::fs::read_to_string(readme).unwrap_or_default();
-    let mut map = BTreeMap::new();
-    for line in text.lines() {
-        let cols: Vec<&str> = line.split('|').map(str::trim).collect();
-        if cols.len() > 6
-            && let (Some(allocate_us), Some(build_allocate_us)) = (micros(cols[4]), micros(cols[5]))
-            && let Some(name) = cols[1].split_whitespace().next()
-        {
-            map.insert(
-                name.to_string(),
+/// Upstream's figures by scenario name.
+fn upstream(
+    figures: &BTreeMap<String, crate::differential::Figures>,
+) -> BTreeMap<String, Upstream> {
+    figures
+        .iter()
+        .map(|(name, f)| {
+            (
+                name.clone(),
                 Upstream {
-                    allocate_us,
-                    build_allocate_us,
+                    allocate_us: f.upstream_allocate_us,
+                    build_allocate_us: f.upstream_build_us,
                 },
-            );
-        }
-    }
-    map
+            )
+        })
+        .collect()
 }
 
 /// The upstream figure a benchmark row compares with, and which it is: rows of the
@@ -309,51 +295,44 @@ fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>
 /// Runs the benchmarks and writes the table.
 /// The allocator as a scheduler uses it, whole-process CPU with freeing included: build +
 /// allocate per pod for each shared scenario, and per pod over generated clusters (the
-/// allocator's `bench_table` and `per_pod` examples, release build), beside upstream's figures;
+/// allocator's `per_pod` example, release build), upstream's allocator beside kubedev's on each
+/// shared scenario, both measured in this run;
 /// and explaining a pod over generated dumps of 5,000 to 65,000 nodes ([`explain_curve`]).
-fn scheduler_figures(root: &Path) -> anyhow::Result<String> {
-    let scenarios = root.join("../shared/bench-scenarios");
+fn scheduler_figures(
+    root: &Path,
+    side_by_side: &BTreeMap<String, crate::differential::Figures>,
+) -> anyhow::Result<String> {
     let mut md = String::from("\n## The allocator as a scheduler uses it\n");
-    for (example, args, title) in [
-        (
-            "bench_table",
-            vec![scenarios.display().to_string(), "2000".to_string()],
-            "Shared scenarios: warm allocate and build + allocate per pod (µs, process CPU)",
-        ),
-        (
-            "per_pod",
-            vec!["5".to_string()],
-            "Per pod over a cluster: a fresh allocator, Allocate on every node (ms, process CPU)",
-        ),
-    ] {
-        let out = Command::new("cargo")
-            .current_dir(root)
-            .args([
-                "run",
-                "--release",
-                "-q",
-                "-p",
-                "kubedev-allocator",
-                "--example",
-                example,
-                "--",
-            ])
-            .args(&args)
-            .output()
-            .with_context(|| format!("running the {example} example"))?;
-        if !out.status.success() {
-            bail!(
-                "the {example} example failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        md.push_str(&format!(
-            "\n{title}:\n\n```text\n{}```\n",
-            String::from_utf8_lossy(&out.stdout)
-        ));
-    }
+    md.push_str(&format!(
+        "\nShared scenarios, kubedev and upstream's allocator (tools/allocsim) measured in this \
+         run: warm Allocate and build + Allocate per pod (µs, process CPU):\n\n{}",
+        crate::differential::table(side_by_side)
+    ));
+    md.push_str(&format!(
+        "\nPer pod over a cluster: a fresh allocator, Allocate on every node (ms, process \
+         CPU):\n\n```text\n{}```\n",
+        allocator_example(root, "per_pod", &["5"])?
+    ));
     md.push_str(&explain_curve(root)?);
     Ok(md)
+}
+
+/// What the allocator's example `name` (release build) prints with `args`.
+pub(crate) fn allocator_example(root: &Path, name: &str, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("cargo")
+        .current_dir(root)
+        .args(["run", "--release", "-q", "-p", "kubedev-allocator"])
+        .args(["--example", name, "--"])
+        .args(args)
+        .output()
+        .with_context(|| format!("running the {name} example"))?;
+    if !out.status.success() {
+        bail!(
+            "the {name} example failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The dumps `kubedev explain` is timed over: nodes and format.
@@ -500,7 +479,9 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     collect(&target.join("criterion"), &mut rows)?;
     rows.sort_by(|a, b| a.name.cmp(&b.name));
-    let reference = upstream(root);
+    // Upstream's allocator timed in this run, on this machine, beside kubedev's.
+    let side_by_side = crate::differential::side_by_side(root)?;
+    let reference = upstream(&side_by_side);
     let mut md = String::from(
         "# kubedev benchmark medians\n\n| benchmark | median | upstream | ratio |\n|---|---|---|---|\n",
     );
@@ -564,7 +545,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
             Err(e) => md.push_str(&format!("| daemon RSS (dist binary) {what} | not measured: {e:#} |\n")),
         }
     }
-    md.push_str(&scheduler_figures(root)?);
+    md.push_str(&scheduler_figures(root, &side_by_side)?);
     let out = target.join("bench.md");
     std::fs::write(&out, &md).with_context(|| format!("writing {}", out.display()))?;
     println!("{md}\nwritten to {}", out.display());
@@ -576,10 +557,22 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
-    /// The shared README's figures, as the report reads them.
+    /// Figures as a run measures them.
     fn reference() -> BTreeMap<String, Upstream> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        upstream(&root)
+        let mut map = BTreeMap::new();
+        for (name, allocate_us, build_allocate_us) in [
+            ("cluster1000-c1", 26.9, 257.0),
+            ("cluster1000-c10", 1.0, 2.0),
+        ] {
+            map.insert(
+                name.to_string(),
+                Upstream {
+                    allocate_us,
+                    build_allocate_us,
+                },
+            );
+        }
+        map
     }
 
     #[test]
@@ -614,12 +607,12 @@ Rss:                 400 kB
     }
 
     #[test]
-    fn ranges_and_thousands_are_read() {
+    fn a_row_compares_with_the_scenario_it_names_whole() {
         let reference = reference();
-        let shared = reference["gpu8-shared-c6"];
-        assert_eq!(shared.allocate_us, 382.5);
-        assert_eq!(shared.build_allocate_us, 380.0);
-        assert_eq!(reference["mig-c8-parent-unsat"].allocate_us, 10_694.0);
+        assert_eq!(
+            upstream_for("allocate/cluster1000-c10", &reference),
+            Some((1.0, "Allocate"))
+        );
         assert!(upstream_for("selector/eval", &reference).is_none());
     }
 

@@ -334,6 +334,13 @@ fn system_tests(root: &Path, steps: &Steps) -> anyhow::Result<()> {
     steps.step("kubelet sockets against Python grpcio and kubelet grpc-go (cargo xtask interop)");
     crate::interop::interop(root)?;
 
+    steps.step(&format!(
+        "the allocator against upstream's {} on every conformance scenario and 2,000 random ones \
+         (cargo xtask differential)",
+        crate::differential::DEFAULT_RELEASE
+    ));
+    crate::differential::differential(root, &crate::differential::Args::ci())?;
+
     steps.step("end-to-end scenarios per backend and mode (cargo xtask e2e)");
     crate::e2e::e2e(root)?;
 

@@ -10,6 +10,7 @@ mod codegen;
 mod containers;
 mod demo;
 mod deploy;
+mod differential;
 mod e2e;
 mod fuzz;
 mod interop;
@@ -68,6 +69,9 @@ enum Command {
     /// prepared and unprepared, failures mixed in; fails when its memory, open files, threads,
     /// checkpoint, files on disk or metric series grow after the warm-up.
     Soak(soak::Args),
+    /// kubedev's allocator against upstream's (k8s.io/dynamic-resource-allocation, built from
+    /// its Go module by tools/allocsim) on every conformance scenario and on seeded random ones.
+    Differential(differential::Args),
     /// Run every fuzz target in fuzz/ (cargo-fuzz, no sanitizer) for a while, seeded from
     /// fuzz/seeds/ and the test fixtures; prints each target's executions.
     Fuzz(fuzz::Args),
@@ -89,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         Command::Containers => containers::containers(&root),
         Command::Cluster(args) => cluster::cluster(&root, &args),
         Command::Soak(args) => soak::soak(&root, &args),
+        Command::Differential(args) => differential::differential(&root, &args),
     }
 }
 

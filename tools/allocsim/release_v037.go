@@ -1,0 +1,51 @@
+//go:build !dra038
+
+package main
+
+import (
+	"context"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+// release is the Kubernetes release whose allocator this build runs.
+const release = "1.37.2"
+
+// releaseDefaultGates are the DRA feature gates on by default in Kubernetes 1.37
+// (pkg/features/kube_features.go at v1.37.2).
+var releaseDefaultGates = []string{
+	"DRAAdminAccess",
+	"DRAPrioritizedList",
+	"DRAPartitionableDevices",
+	"DRADeviceTaints",
+	"DRADeviceBindingConditions",
+	"DRAResourceClaimDeviceStatus",
+	"DRAConsumableCapacity",
+	"DRAFractionalCapacityRange",
+}
+
+// allocatorFeatures is the scheduler plugin's AllocatorFeatures at 1.37.
+func allocatorFeatures(on sets.Set[string]) structured.Features {
+	return structured.Features{
+		AdminAccess:             on.Has("DRAAdminAccess"),
+		PrioritizedList:         on.Has("DRAPrioritizedList"),
+		PartitionableDevices:    on.Has("DRAPartitionableDevices"),
+		DeviceTaints:            on.Has("DRADeviceTaints"),
+		DeviceBindingAndStatus:  on.Has("DRADeviceBindingConditions") && on.Has("DRAResourceClaimDeviceStatus"),
+		ConsumableCapacity:      on.Has("DRAConsumableCapacity"),
+		FractionalCapacityRange: on.Has("DRAFractionalCapacityRange"),
+		ListTypeAttributes:      on.Has("DRAListTypeAttributes"),
+		OptionalNodeOperations:  on.Has("DRAOptionalNodeOperations"),
+		DerivedAttributes:       on.Has("DRADerivedAttributes"),
+		CompatibilityGroups:     on.Has("DRADeviceCompatibilityGroups"),
+	}
+}
+
+func newAllocator(ctx context.Context, f structured.Features, state structured.AllocatedState,
+	lister structured.DeviceClassLister, slices []*resourceapi.ResourceSlice, cache *cel.Cache,
+) (structured.Allocator, error) {
+	return structured.NewAllocator(ctx, f, state, lister, slices, cache)
+}

@@ -1,0 +1,102 @@
+//! Speed side by side: kubedev's allocator and upstream's on every scenario of
+//! `../shared/bench-scenarios`, both measured in the same run on this machine (process CPU,
+//! medians over batches): a warm `Allocate`, and a fresh allocator plus one `Allocate` as the
+//! scheduler makes one per pod.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::bail;
+use kubedev_allocator::Scenario;
+
+use super::peer::{DEFAULT_RELEASE, Upstream};
+
+/// Runs per scenario for kubedev (a tenth for the cluster scenarios).
+const OUR_RUNS: usize = 2000;
+/// Runs per scenario for upstream, slower by one or two orders of magnitude.
+const UPSTREAM_RUNS: u64 = 400;
+
+/// Both allocators' figures for one scenario, in µs.
+#[derive(Debug, Clone)]
+pub(crate) struct Figures {
+    /// kubedev, warm `Allocate`.
+    pub(crate) ours_allocate_us: f64,
+    /// kubedev, build + `Allocate`.
+    pub(crate) ours_build_us: f64,
+    /// Upstream, warm `Allocate`.
+    pub(crate) upstream_allocate_us: f64,
+    /// Upstream, build + `Allocate`.
+    pub(crate) upstream_build_us: f64,
+    /// Upstream's search steps for one `Allocate`.
+    pub(crate) upstream_steps: u64,
+    /// kubedev's outcome.
+    pub(crate) outcome: String,
+    /// Whether both gave the same answer.
+    pub(crate) agree: bool,
+}
+
+/// Measures both allocators on the shared scenarios; the figures by scenario name.
+pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figures>> {
+    let dir = root.join("../shared/bench-scenarios");
+    let printed = crate::bench::allocator_example(
+        root,
+        "bench_table",
+        &[&dir.display().to_string(), &OUR_RUNS.to_string()],
+    )?;
+    let mut up = Upstream::start(root, DEFAULT_RELEASE)?;
+    let mut figures = BTreeMap::new();
+    for line in printed.lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let [name, alloc, build, outcome] = cols[..] else {
+            bail!("bench_table printed {line:?}");
+        };
+        let path = dir.join(format!("{name}.yaml"));
+        let scenario =
+            Scenario::from_path(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let runs = if scenario.resource_slices.len() > 100 {
+            UPSTREAM_RUNS / 10
+        } else {
+            UPSTREAM_RUNS
+        };
+        let (theirs, steps, timing) = up.time(&scenario, runs)?;
+        let agree = super::difference(&super::ours(&scenario), &theirs).is_none();
+        let ns = |s: &str| s.parse::<f64>().map(|n| n / 1000.0);
+        figures.insert(
+            name.to_string(),
+            Figures {
+                ours_allocate_us: ns(alloc)?,
+                ours_build_us: ns(build)?,
+                upstream_allocate_us: timing.allocate_cpu_ns as f64 / 1000.0,
+                upstream_build_us: timing.build_allocate_cpu_ns as f64 / 1000.0,
+                upstream_steps: steps,
+                outcome: outcome.to_string(),
+                agree,
+            },
+        );
+    }
+    up.finish()?;
+    Ok(figures)
+}
+
+/// The figures as a markdown table.
+pub(crate) fn table(figures: &BTreeMap<String, Figures>) -> String {
+    let mut md = format!(
+        "| scenario | kubedev Allocate µs | upstream {DEFAULT_RELEASE} µs | ratio | kubedev build + Allocate µs | upstream µs | ratio | upstream steps | outcome | same answer |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---|---|\n"
+    );
+    for (name, f) in figures {
+        md.push_str(&format!(
+            "| {name} | {:.2} | {:.1} | {:.1}× | {:.2} | {:.1} | {:.1}× | {} | {} | {} |\n",
+            f.ours_allocate_us,
+            f.upstream_allocate_us,
+            f.upstream_allocate_us / f.ours_allocate_us,
+            f.ours_build_us,
+            f.upstream_build_us,
+            f.upstream_build_us / f.ours_build_us,
+            f.upstream_steps,
+            f.outcome,
+            if f.agree { "yes" } else { "NO" },
+        ));
+    }
+    md
+}
