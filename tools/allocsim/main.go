@@ -196,11 +196,7 @@ func run(req *request) answer {
 			c.UID = types.UID(fmt.Sprintf("claim-uid-%d", i))
 		}
 	}
-	allocated := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
+	allocated := emptyAllocatedState()
 	for _, id := range sc.AllocatedDevices {
 		parts := strings.SplitN(id, "/", 3)
 		if len(parts) != 3 {

@@ -11,9 +11,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
-// release is the Kubernetes release whose allocator this build runs.
-const release = "1.37.2"
-
 // releaseDefaultGates are the DRA feature gates on by default in Kubernetes 1.37
 // (pkg/features/kube_features.go at v1.37.2).
 var releaseDefaultGates = []string{
@@ -25,6 +22,15 @@ var releaseDefaultGates = []string{
 	"DRAResourceClaimDeviceStatus",
 	"DRAConsumableCapacity",
 	"DRAFractionalCapacityRange",
+}
+
+// emptyAllocatedState is the scheduler's allocated state with nothing in use.
+func emptyAllocatedState() structured.AllocatedState {
+	return structured.AllocatedState{
+		AllocatedDevices:         sets.New[structured.DeviceID](),
+		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
+	}
 }
 
 // allocatorFeatures is the scheduler plugin's AllocatorFeatures at 1.37.

@@ -219,3 +219,19 @@ pub enum AllocationError {
         millis: u128,
     },
 }
+
+impl AllocationError {
+    /// Whether the error rules out only the node being allocated for, as the scheduler's
+    /// per-node failures do (its pod stays unschedulable there and other nodes are tried),
+    /// rather than the whole scheduling attempt: invalid pools, and an `All` request over an
+    /// incomplete or invalid pool (per node from Kubernetes 1.38, kubernetes/kubernetes#141898;
+    /// 1.37 aborted the attempt).
+    pub fn only_this_node(&self) -> bool {
+        matches!(
+            self,
+            AllocationError::InvalidPools { .. }
+                | AllocationError::AllIncompletePool { .. }
+                | AllocationError::AllInvalidPool { .. }
+        )
+    }
+}

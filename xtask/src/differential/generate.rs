@@ -42,14 +42,18 @@ pub(super) fn random_cases(up: &mut Upstream, args: &Args, out: &Path) -> anyhow
         let mine = ours(&scenario);
         let theirs = up.allocate(&scenario)?;
         *classes.entry(mine.class()).or_default() += 1;
-        if let Some(diff) = difference(&mine, &theirs) {
+        if let Some(diff) = difference(&args.release, &mine, &theirs) {
             let full = out.join(format!("random-{seed}.yaml"));
             write_scenario(&full, &value, seed, &diff)?;
-            let shrunk = shrink(up, value)?;
+            let shrunk = shrink(up, &args.release, value)?;
             let small = out.join(format!("random-{seed}-shrunk.yaml"));
             let shrunk_scenario = parse(&shrunk)?;
-            let shrunk_diff = difference(&ours(&shrunk_scenario), &up.allocate(&shrunk_scenario)?)
-                .unwrap_or_default();
+            let shrunk_diff = difference(
+                &args.release,
+                &ours(&shrunk_scenario),
+                &up.allocate(&shrunk_scenario)?,
+            )
+            .unwrap_or_default();
             write_scenario(&small, &shrunk, seed, &shrunk_diff)?;
             bail!(
                 "kubedev and upstream {} differ on random scenario seed {seed} \
@@ -89,7 +93,7 @@ fn write_scenario(path: &Path, value: &Value, seed: u64, diff: &str) -> anyhow::
 }
 
 /// Removes array items and object fields one at a time while the two allocators still differ.
-fn shrink(up: &mut Upstream, mut value: Value) -> anyhow::Result<Value> {
+fn shrink(up: &mut Upstream, release: &str, mut value: Value) -> anyhow::Result<Value> {
     let mut tries = 0;
     loop {
         let mut progressed = false;
@@ -106,7 +110,7 @@ fn shrink(up: &mut Upstream, mut value: Value) -> anyhow::Result<Value> {
             let theirs = up.allocate(&scenario)?;
             // A removal the API server would refuse (upstream panics on some) is no smaller case.
             if !matches!(theirs, Outcome::Panic(_))
-                && difference(&ours(&scenario), &theirs).is_some()
+                && difference(release, &ours(&scenario), &theirs).is_some()
             {
                 value = candidate;
                 progressed = true;

@@ -94,6 +94,13 @@ pub(crate) fn build(root: &Path, release: &str) -> anyhow::Result<PathBuf> {
     let out = crate::ci::target_dir(root)
         .join("allocsim")
         .join(format!("allocsim-{release}"));
+    // A release whose module names a newer Go than the machine's (`toolchain go1.27.3`) gets
+    // it from the module proxy: the machine's GOTOOLCHAIN may say `local`.
+    let go_mod = std::fs::read_to_string(modfile.as_deref().unwrap_or(&dir.join("go.mod")))?;
+    let toolchain = go_mod
+        .lines()
+        .find_map(|l| l.strip_prefix("toolchain "))
+        .map_or_else(|| "local".to_string(), |t| t.trim().to_string());
     let mut cmd = Command::new("go");
     cmd.arg("build").arg("-trimpath");
     if let Some(modfile) = &modfile {
@@ -110,6 +117,7 @@ pub(crate) fn build(root: &Path, release: &str) -> anyhow::Result<PathBuf> {
         // The module's go.sum is the truth: never let a build rewrite it.
         .env("GOFLAGS", "-mod=readonly -buildvcs=false")
         .env("CGO_ENABLED", "0")
+        .env("GOTOOLCHAIN", &toolchain)
         .output()
         .context(
             "`go` is not on PATH: the differential test builds upstream's allocator from Go \
