@@ -21,7 +21,7 @@ mod pool;
 #[cfg(test)]
 mod tests;
 
-pub(crate) use device::{AttrKey, CapacityPolicy, NodeDevice};
+pub(crate) use device::{AttrKey, CapacityPolicy, NodeDevice, exact_milli};
 pub(crate) use device_vars::LazyDeviceVars;
 pub(crate) use gather::build_node_view;
 

@@ -400,9 +400,13 @@ fn device(d: &mut Draw, driver: &str, name: &str) -> Value {
     );
     if d.chance(0.15) {
         dev.insert("allowMultipleAllocations".into(), json!(true));
-        let policy = match d.rng.u32(..3) {
+        let policy = match d.rng.u32(..4) {
             0 => json!({"default": "2", "validRange": {"min": "1", "max": "10", "step": "1"}}),
             1 => json!({"default": "5", "validValues": ["2", "5", "10"]}),
+            // A fractional range (DRAFractionalCapacityRange, on by default from 1.37).
+            2 => {
+                json!({"default": "500m", "validRange": {"min": "250m", "max": "4", "step": "250m"}})
+            }
             _ => Value::Null,
         };
         let mut bw = Map::new();
@@ -507,7 +511,7 @@ fn request_body(d: &mut Draw, top: bool) -> Value {
     if d.chance(0.15) {
         r.insert(
             "capacity".into(),
-            json!({"requests": {"bandwidth": d.pick(&["1", "3", "5", "11"])}}),
+            json!({"requests": {"bandwidth": d.pick(&["1", "3", "5", "11", "700m", "1300m"])}}),
         );
     }
     if top && d.chance(0.05) {

@@ -51,6 +51,9 @@ fn consumed_amount(
         let Some(step) = &r.step else {
             return Ok(*req);
         };
+        if let Some((min_milli, step_milli)) = r.milli {
+            return round_up_milli(req, min_milli, step_milli, step.format());
+        }
         let (ri, si, mi) = (
             ceil_int(req)?,
             whole(step, r.step_value)?,
@@ -82,6 +85,34 @@ fn consumed_amount(
     Ok(*req)
 }
 
+/// [`consumed_amount`]'s rounding up to the next step in thousandths: the value prints as a
+/// whole number when it is one, in the step's format.
+fn round_up_milli(
+    req: &Quantity,
+    min: i64,
+    step: i64,
+    format: kubedev_core::Format,
+) -> Result<Quantity, String> {
+    let not_representable =
+        || format!("capacity request {req} cannot be rounded up to the next step");
+    let requested = crate::model::exact_milli(req)
+        .ok_or_else(|| format!("capacity request {req} is not a whole number of thousandths"))?;
+    let added = requested - min;
+    let mut n = added / step;
+    if added % step != 0 {
+        n += 1;
+    }
+    let v = n
+        .checked_mul(step)
+        .and_then(|x| x.checked_add(min))
+        .ok_or_else(not_representable)?;
+    if v % 1000 == 0 {
+        Ok(Quantity::from_i64(v / 1000, format))
+    } else {
+        Quantity::from_scaled(v, -3, format).map_err(|_| not_representable())
+    }
+}
+
 fn violates_policy(consumed: &Quantity, policy: Option<&crate::model::CapacityPolicy>) -> bool {
     let Some(p) = policy else {
         return false;
@@ -92,6 +123,9 @@ fn violates_policy(consumed: &Quantity, policy: Option<&crate::model::CapacityPo
     if let Some(r) = &p.range {
         if r.max.as_ref().is_some_and(|m| consumed > m) {
             return true;
+        }
+        if let Some((min, step)) = r.milli {
+            return crate::model::exact_milli(consumed).is_none_or(|c| (c - min) % step != 0);
         }
         if r.step.is_some() {
             match (consumed.value(), r.step_value, r.min_value) {

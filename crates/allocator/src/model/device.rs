@@ -29,6 +29,19 @@ pub(crate) struct ValidRange {
     pub(crate) min_value: Option<i64>,
     /// The whole value of `step`, if there is one and it fits an `i64`.
     pub(crate) step_value: Option<i64>,
+    /// `min` and `step` in thousandths when rounding to a step counts in thousandths
+    /// (`DRAFractionalCapacityRange`, on from Kubernetes 1.37): each of min, max and step is a
+    /// whole number of thousandths that fits an `i64`, and the step at least one.
+    pub(crate) milli: Option<(i64, i64)>,
+}
+
+/// `q` in thousandths, when it is a whole number of them that fits an `i64`.
+pub(crate) fn exact_milli(q: &Quantity) -> Option<i64> {
+    let milli = q.milli_value()?;
+    Quantity::from_scaled(milli, -3, q.format())
+        .ok()
+        .filter(|back| back == q)
+        .map(|_| milli)
 }
 
 /// A capacity of a device, parsed.
@@ -303,13 +316,24 @@ fn parse_policy(cap: &DeviceCapacity, name: &str) -> Result<Option<Box<CapacityP
         range: match &p.valid_range {
             None => None,
             Some(r) => {
-                let (min, step) = (opt(&r.min)?, opt(&r.step)?);
+                let (min, max, step) = (opt(&r.min)?, opt(&r.max)?, opt(&r.step)?);
+                let all_milli = [min, max, step]
+                    .iter()
+                    .flatten()
+                    .all(|q| exact_milli(q).is_some());
+                let milli = match (min, step) {
+                    (Some(m), Some(st)) if all_milli => exact_milli(&m)
+                        .zip(exact_milli(&st))
+                        .filter(|(_, st)| *st >= 1),
+                    _ => None,
+                };
                 Some(ValidRange {
                     min,
-                    max: opt(&r.max)?,
+                    max,
                     step,
                     min_value: min.unwrap_or_default().value(),
                     step_value: step.and_then(|s| s.value()),
+                    milli,
                 })
             }
         },
