@@ -101,42 +101,88 @@ impl Outcome {
 struct KnownDifference {
     /// The releases that answer the old way (a prefix: `1.37.`).
     releases: &'static str,
-    /// Whether a pair of answers (kubedev's, upstream's) is this difference.
-    matches: fn(&Outcome, &Outcome) -> bool,
+    /// Whether a scenario and a pair of answers (kubedev's, upstream's) are this difference.
+    matches: fn(&Scenario, &Outcome, &Outcome) -> bool,
     /// The upstream change that fixed it.
     fixed_by: &'static str,
 }
 
-const KNOWN: &[KnownDifference] = &[KnownDifference {
-    releases: "1.37.",
-    // An `All` request over an incomplete or invalid pool aborted the scheduling attempt
-    // instead of ruling out only the node.
-    matches: |ours, upstream| match (ours, upstream) {
-        (Outcome::FailedOnNode(a), Outcome::Error(b)) => {
-            let all = "asks for all devices, but resource pool";
-            a.contains(all) && b.contains(all)
-        }
-        _ => false,
+const KNOWN: &[KnownDifference] = &[
+    KnownDifference {
+        releases: "1.37.",
+        // An `All` request over an incomplete or invalid pool aborted the scheduling attempt
+        // instead of ruling out only the node.
+        matches: |_, ours, upstream| match (ours, upstream) {
+            (Outcome::FailedOnNode(a), Outcome::Error(b)) => {
+                let all = "asks for all devices, but resource pool";
+                a.contains(all) && b.contains(all)
+            }
+            _ => false,
+        },
+        fixed_by: "kubernetes/kubernetes#141898 (1.38)",
     },
-    fixed_by: "kubernetes/kubernetes#141898 (1.38)",
-}];
+    KnownDifference {
+        releases: "1.37.",
+        // A capacity requested as `<driver>/<name>` did not match the device's capacity
+        // `<name>` (nor the other way round): the names were compared as written. Any
+        // difference in a scenario that qualifies a capacity name is taken for this one on
+        // 1.37; the 1.38 peer judges those scenarios in full.
+        matches: |scenario, _, _| qualifies_capacity_names(scenario),
+        fixed_by: "kubernetes/kubernetes#142202 (1.38)",
+    },
+];
+
+/// Whether a request of the scenario names a capacity with a driver's domain.
+fn qualifies_capacity_names(scenario: &Scenario) -> bool {
+    let drivers: Vec<&str> = scenario
+        .resource_slices
+        .iter()
+        .map(|s| s.spec.driver.as_str())
+        .collect();
+    scenario
+        .claims
+        .iter()
+        .flat_map(|c| &c.spec.devices.requests)
+        .flat_map(|r| {
+            r.exactly
+                .iter()
+                .map(|e| &e.capacity)
+                .chain(r.first_available.iter().map(|s| &s.capacity))
+        })
+        .flatten()
+        .flat_map(|c| c.requests.keys())
+        .any(|name| {
+            name.split_once('/')
+                .is_some_and(|(domain, _)| drivers.contains(&domain))
+        })
+}
 
 /// The upstream fix that explains a difference on `release`, if one does.
-fn known_difference(release: &str, ours: &Outcome, upstream: &Outcome) -> Option<&'static str> {
+fn known_difference(
+    release: &str,
+    scenario: &Scenario,
+    ours: &Outcome,
+    upstream: &Outcome,
+) -> Option<&'static str> {
     KNOWN
         .iter()
-        .find(|k| release.starts_with(k.releases) && (k.matches)(ours, upstream))
+        .find(|k| release.starts_with(k.releases) && (k.matches)(scenario, ours, upstream))
         .map(|k| k.fixed_by)
 }
 
 /// Why two answers differ, or `None` when they agree: the same class, and for allocations the
 /// same results in the same order (share IDs aside, which each side draws at random); a
 /// difference `release` has that a later upstream release fixed (see [`KNOWN`]) is agreement.
-pub(crate) fn difference(release: &str, ours: &Outcome, upstream: &Outcome) -> Option<String> {
+pub(crate) fn difference(
+    release: &str,
+    scenario: &Scenario,
+    ours: &Outcome,
+    upstream: &Outcome,
+) -> Option<String> {
     let same = match (ours, upstream) {
         (Outcome::Allocated(a), Outcome::Allocated(b)) => a == b,
-        (a, b) => a.class() == b.class() || known_difference(release, a, b).is_some(),
-    };
+        (a, b) => a.class() == b.class(),
+    } || known_difference(release, scenario, ours, upstream).is_some();
     (!same).then(|| {
         format!(
             "kubedev:  {}\nupstream: {}",
@@ -243,10 +289,10 @@ pub(crate) fn differential(root: &Path, args: &Args) -> anyhow::Result<()> {
         let theirs = upstream.allocate(&scenario)?;
         let mine = ours(&scenario);
         *counts.entry(mine.class()).or_default() += 1;
-        if let Some(diff) = difference(&args.release, &mine, &theirs) {
+        if let Some(diff) = difference(&args.release, &scenario, &mine, &theirs) {
             eprintln!("MISMATCH {name}\n{}", indent(&diff));
             mismatches.push(name);
-        } else if let Some(fix) = known_difference(&args.release, &mine, &theirs) {
+        } else if let Some(fix) = known_difference(&args.release, &scenario, &mine, &theirs) {
             eprintln!("known difference {name}: kubedev answers as fixed by {fix}");
         }
     }

@@ -42,7 +42,7 @@ pub(super) fn random_cases(up: &mut Upstream, args: &Args, out: &Path) -> anyhow
         let mine = ours(&scenario);
         let theirs = up.allocate(&scenario)?;
         *classes.entry(mine.class()).or_default() += 1;
-        if let Some(diff) = difference(&args.release, &mine, &theirs) {
+        if let Some(diff) = difference(&args.release, &scenario, &mine, &theirs) {
             let full = out.join(format!("random-{seed}.yaml"));
             write_scenario(&full, &value, seed, &diff)?;
             let shrunk = shrink(up, &args.release, value)?;
@@ -50,6 +50,7 @@ pub(super) fn random_cases(up: &mut Upstream, args: &Args, out: &Path) -> anyhow
             let shrunk_scenario = parse(&shrunk)?;
             let shrunk_diff = difference(
                 &args.release,
+                &shrunk_scenario,
                 &ours(&shrunk_scenario),
                 &up.allocate(&shrunk_scenario)?,
             )
@@ -110,7 +111,7 @@ fn shrink(up: &mut Upstream, release: &str, mut value: Value) -> anyhow::Result<
             let theirs = up.allocate(&scenario)?;
             // A removal the API server would refuse (upstream panics on some) is no smaller case.
             if !matches!(theirs, Outcome::Panic(_))
-                && difference(release, &ours(&scenario), &theirs).is_some()
+                && difference(release, &scenario, &ours(&scenario), &theirs).is_some()
             {
                 value = candidate;
                 progressed = true;
@@ -511,7 +512,12 @@ fn request_body(d: &mut Draw, top: bool) -> Value {
     if d.chance(0.15) {
         r.insert(
             "capacity".into(),
-            json!({"requests": {"bandwidth": d.pick(&["1", "3", "5", "11", "700m", "1300m"])}}),
+            json!({"requests": {
+                // Bare, or qualified with the driver's domain (which results name as the
+                // device does).
+                d.pick(&["bandwidth", "bandwidth", "driver-a/bandwidth", "driver-b/bandwidth"]):
+                    d.pick(&["1", "3", "5", "11", "700m", "1300m"])
+            }}),
         );
     }
     if top && d.chance(0.05) {

@@ -59,7 +59,8 @@ pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figur
             UPSTREAM_RUNS
         };
         let (theirs, steps, timing) = up.time(&scenario, runs)?;
-        let agree = super::difference(DEFAULT_RELEASE, &super::ours(&scenario), &theirs).is_none();
+        let agree = super::difference(DEFAULT_RELEASE, &scenario, &super::ours(&scenario), &theirs)
+            .is_none();
         let ns = |s: &str| s.parse::<f64>().map(|n| n / 1000.0);
         figures.insert(
             name.to_string(),
