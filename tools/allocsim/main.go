@@ -43,8 +43,9 @@ import (
 
 type scenario struct {
 	Node struct {
-		Name   string            `json:"name"`
-		Labels map[string]string `json:"labels"`
+		Name             string            `json:"name"`
+		Labels           map[string]string `json:"labels"`
+		DeclaredFeatures []string          `json:"declaredFeatures"`
 	} `json:"node"`
 	DeviceClasses    []*resourceapi.DeviceClass   `json:"deviceClasses"`
 	ResourceSlices   []*resourceapi.ResourceSlice `json:"resourceSlices"`
@@ -205,7 +206,10 @@ func run(req *request) answer {
 		}
 		allocated.AllocatedDevices.Insert(structured.MakeDeviceID(parts[0], parts[1], parts[2]))
 	}
-	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: sc.Node.Name, Labels: sc.Node.Labels}}
+	node := &v1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: sc.Node.Name, Labels: sc.Node.Labels},
+		Status:     v1.NodeStatus{DeclaredFeatures: sc.Node.DeclaredFeatures},
+	}
 	feats, celFeats := features(sc.Features)
 	celCache := cel.NewCache(10, celFeats)
 	lister := classes(sc.DeviceClasses)

@@ -68,6 +68,7 @@ fn main() {
             .map(|n| Node {
                 name: format!("node-{n}"),
                 labels: Default::default(),
+                ..Node::default()
             })
             .collect();
         let options = AllocateOptions::default();

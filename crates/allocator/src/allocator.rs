@@ -88,8 +88,13 @@ pub struct Features {
     /// `DRAListTypeAttributes` (alpha in 1.36): list-valued attributes (`ints`, `bools`,
     /// `strings`, `versions`) reach selectors as CEL lists, `matchAttribute` asks for a
     /// non-empty intersection across the devices and `distinctAttribute` for pairwise
-    /// disjoint values. Off, a list-valued attribute makes selectors fail on the device.
+    /// disjoint values. Off, a constraint takes a list-valued attribute only from its first
+    /// device (selectors read lists either way).
     pub list_type_attributes: bool,
+    /// `DRAOptionalNodeOperations` (alpha in 1.37): devices of slices with
+    /// `skipNodeOperations` are allocated only on nodes that declare the feature, and their
+    /// results carry the list. Off, the list is not looked at.
+    pub optional_node_operations: bool,
 }
 
 impl Features {
@@ -99,7 +104,14 @@ impl Features {
         let on = |name: &str| gates.iter().any(|g| g.as_ref() == name);
         Features {
             list_type_attributes: on("DRAListTypeAttributes"),
+            optional_node_operations: on("DRAOptionalNodeOperations"),
         }
+    }
+
+    /// With `DRAOptionalNodeOperations` on or off.
+    pub fn with_optional_node_operations(mut self, on: bool) -> Features {
+        self.optional_node_operations = on;
+        self
     }
 
     /// With `DRAListTypeAttributes` on or off.

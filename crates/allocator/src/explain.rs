@@ -33,6 +33,9 @@ pub enum Reason {
     NodeMismatch,
     /// Listed as already allocated.
     InUse,
+    /// Its slice skips node operations, which the node does not declare it can
+    /// (`DRAOptionalNodeOperations`).
+    NodeOperationsUnsupported,
     /// A taint the request does not tolerate.
     #[serde(rename_all = "camelCase")]
     TaintNotTolerated {
@@ -81,6 +84,7 @@ impl Reason {
             Reason::Selector { .. } => "rejected by selector",
             Reason::NodeMismatch => "not reachable from the node",
             Reason::InUse => "in use",
+            Reason::NodeOperationsUnsupported => "skips node operations the node does not",
             Reason::TaintNotTolerated { .. } => "tainted",
             Reason::CountersExhausted { .. } => "counters exhausted",
             Reason::CapacityInsufficient => "capacity insufficient",
@@ -323,6 +327,8 @@ fn fit_reason(
     let dev = &view.devices[d];
     if dev.allocated && !sp.admin {
         Some(Reason::InUse)
+    } else if !dev.node_operations_ok {
+        Some(Reason::NodeOperationsUnsupported)
     } else if taint_blocks(dev, sp.tolerations) {
         let t = dev.taints().find(|t| {
             !sp.tolerations

@@ -130,6 +130,7 @@ mod tests {
             ]
             .into_iter()
             .collect(),
+            ..Node::default()
         }
     }
 

@@ -232,6 +232,7 @@ pub(crate) fn scenario(seed: u64) -> Value {
         devices: Vec::new(),
     };
     d.lists = d.chance(0.3);
+    let node_operations = d.chance(0.3);
     if d.chance(0.4) {
         d.drivers.push("driver-b");
     }
@@ -255,8 +256,15 @@ pub(crate) fn scenario(seed: u64) -> Value {
     if d.lists {
         features.push("DRAListTypeAttributes");
     }
+    if node_operations {
+        features.push("DRAOptionalNodeOperations");
+    }
+    let mut node = json!({"name": "node-1", "labels": {"zone": d.pick(&["a", "b"])}});
+    if d.chance(0.5) {
+        node["declaredFeatures"] = json!(["DRAOptionalNodeOperations"]);
+    }
     json!({
-        "node": {"name": "node-1", "labels": {"zone": d.pick(&["a", "b"])}},
+        "node": node,
         "deviceClasses": classes,
         "resourceSlices": slices,
         "allocatedDevices": allocated,
@@ -324,6 +332,15 @@ fn pool_slices(d: &mut Draw, driver: &str, pool: &str, out: &mut Vec<Value>) {
         );
         specs.push(counters_slice);
     }
+    // Node operations the kubelet skips for the pool's devices, and the attribute naming a
+    // partition's type (which allocation does not read).
+    let skip = match d.rng.u32(..12) {
+        0 => Some(json!(["*"])),
+        1 => Some(json!(["NodePrepareResources", "NodeUnprepareResources"])),
+        2 => Some(json!(["NodeUnprepareResources"])),
+        _ => None,
+    };
+    let partition_type = d.chance(0.1);
     let count = specs.len() + usize::from(d.chance(0.05));
     for (s, mut spec) in specs.into_iter().enumerate() {
         if on_node {
@@ -345,6 +362,17 @@ fn pool_slices(d: &mut Draw, driver: &str, pool: &str, out: &mut Vec<Value>) {
         );
         if let Value::Object(p) = &placement {
             spec.extend(p.clone());
+        }
+        if let Some(skip) = &skip
+            && spec.contains_key("devices")
+        {
+            spec.insert("skipNodeOperations".into(), skip.clone());
+        }
+        if partition_type {
+            spec.insert(
+                "partitionTypeAttribute".into(),
+                json!(format!("{driver}/model")),
+            );
         }
         out.push(json!({
             "apiVersion": "resource.k8s.io/v1",

@@ -222,8 +222,9 @@ pub(super) fn statically_impossible(view: &NodeView<'_>, plans: &[ClaimPlan<'_>]
 }
 
 fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bool {
-    let usable =
-        |dev: &NodeDevice<'_>| (sp.admin || !dev.allocated) && !taint_blocks(dev, sp.tolerations);
+    let usable = |dev: &NodeDevice<'_>| {
+        (sp.admin || !dev.allocated) && dev.node_operations_ok && !taint_blocks(dev, sp.tolerations)
+    };
     match sp.mode {
         Mode::All => {
             !sp.all_devices.is_empty()

@@ -430,6 +430,9 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         if !sp.admin && (dev.allocated || self.held[d as usize].claims != 0) {
             return Ok(None);
         }
+        if !dev.node_operations_ok {
+            return Ok(None);
+        }
         let skip_counters = multi && self.held[d as usize].shares > 0;
         let mut undo = Undo {
             counters: false,

@@ -59,6 +59,9 @@ pub struct DeviceRequestAllocationResult {
     /// Capacity consumed by this share.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub consumed_capacity: BTreeMap<String, String>,
+    /// Node operations the kubelet skips for this device, copied from its slice.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skip_node_operations: Vec<String>,
 }
 
 /// Configuration entry of an allocation.

@@ -12,6 +12,10 @@ pub struct Node {
     pub name: String,
     /// Node labels.
     pub labels: BTreeMap<String, String>,
+    /// The features the node declares (`status.declaredFeatures`), such as
+    /// `DRAOptionalNodeOperations`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub declared_features: Vec<String>,
 }
 
 /// `core/v1` NodeSelector: terms are ORed.

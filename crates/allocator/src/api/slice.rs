@@ -42,6 +42,16 @@ pub struct ResourceSliceSpec {
     /// Counter sets shared by devices of the pool (partitionable devices).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shared_counters: Vec<CounterSet>,
+    /// The attribute that names the kind of partition a device of the slice is
+    /// (`DRAPartitionableDevicesType`); allocation does not use it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition_type_attribute: Option<String>,
+    /// Node operations the kubelet skips for the slice's devices (`NodePrepareResources`,
+    /// `NodeUnprepareResources` or `*`; `DRAOptionalNodeOperations`): with that gate on, its
+    /// devices are allocated only on a node that declares the feature, and results carry the
+    /// list.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skip_node_operations: Vec<String>,
 }
 
 /// Pool identity and version.

@@ -78,8 +78,13 @@ impl Cluster {
         let in_use = self.devices_in_use();
         let nodes = self.nodes_to_explain();
         let options = AllocateOptions::default();
-        let features =
-            crate::Features::default().with_list_type_attributes(self.has_list_type_attributes());
+        let features = crate::Features::default()
+            .with_list_type_attributes(self.has_list_type_attributes())
+            .with_optional_node_operations(self.slices.iter().any(|s| {
+                // The API server keeps `skipNodeOperations` only with DRAOptionalNodeOperations
+                // on: a slice that has it says the gate is on.
+                !s.spec.skip_node_operations.is_empty()
+            }));
         // Each node's answer is independent of the others': the nodes are answered on every
         // core, each thread with its own allocator (forks of one, sharing what it built), and
         // the answers kept in the nodes' order.
@@ -173,7 +178,7 @@ impl Cluster {
             .into_iter()
             .map(|n| Node {
                 name: n.to_string(),
-                labels: Default::default(),
+                ..Node::default()
             })
             .collect::<Vec<_>>()
             .into()

@@ -142,6 +142,15 @@ struct ResultDoc<'a> {
 struct NodeDoc {
     #[serde(default)]
     metadata: NodeMetaDoc,
+    #[serde(default)]
+    status: NodeStatusDoc,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct NodeStatusDoc {
+    #[serde(default)]
+    declared_features: Vec<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -534,14 +543,19 @@ impl<'de> Visitor<'de> for ItemVisitor {
             Some("Node") => {
                 let mut doc = NodeDoc {
                     metadata: NodeMetaDoc::default(),
+                    status: NodeStatusDoc::default(),
                 };
-                let mut metadata_seen = false;
+                let (mut metadata_seen, mut status_seen) = (false, false);
                 while let Some(key) = map.next_key::<&'de str>()? {
                     match key {
                         "kind" => return Err(not_one_pass()),
                         "metadata" => {
                             once(&mut metadata_seen)?;
                             doc.metadata = map.next_value()?;
+                        }
+                        "status" => {
+                            once(&mut status_seen)?;
+                            doc.status = map.next_value()?;
                         }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
@@ -802,6 +816,7 @@ impl Cluster {
             Item::Node(doc) => self.nodes.push(Node {
                 name: doc.metadata.name,
                 labels: doc.metadata.labels,
+                declared_features: doc.status.declared_features,
             }),
             Item::Pod(v) => self.pods.push(v),
             Item::Other => {}
@@ -836,6 +851,8 @@ impl Cluster {
                     .unwrap_or_default()
                     .to_string(),
                 labels: serde_json::from_value(v["metadata"]["labels"].clone()).unwrap_or_default(),
+                declared_features: serde_json::from_value(v["status"]["declaredFeatures"].clone())
+                    .unwrap_or_default(),
             }),
             "Pod" => self.pods.push(v),
             _ => {}

@@ -84,6 +84,12 @@ pub(crate) struct NodeDevice<'a> {
     pub(crate) binds_to_node: bool,
     /// Capacity existing allocations took from this (shareable) device: name, amount.
     pub(crate) consumed_before: Box<[(&'a str, Quantity)]>,
+    /// Whether the device may be allocated as far as node operations go: its slice skips
+    /// none, `DRAOptionalNodeOperations` is off (the scheduler then does not look), or the
+    /// node declares it.
+    pub(crate) node_operations_ok: bool,
+    /// The node operations its results say the kubelet skips (the slice's, with the gate on).
+    pub(crate) skip_node_operations: &'a [String],
 }
 
 /// What selectors and capacity checks need of a device, prepared when first needed (most

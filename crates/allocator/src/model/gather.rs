@@ -68,7 +68,15 @@ pub(crate) fn build_node_view<'a>(
         if !usable {
             continue;
         }
-        if let Err(reason) = prepare_pool(&mut view, pi, node, &g.relevant, &g.others, in_use) {
+        if let Err(reason) = prepare_pool(
+            &mut view,
+            pi,
+            node,
+            &g.relevant,
+            &g.others,
+            in_use,
+            features,
+        ) {
             let pool = &mut view.pools[pi];
             view.devices.truncate(pool.devices.start);
             pool.devices = pool.devices.start..pool.devices.start;

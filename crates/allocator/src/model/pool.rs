@@ -8,6 +8,9 @@ use crate::api::{Device, Node, ResourceSlice};
 use crate::cel;
 use crate::nodesel::node_matches;
 
+/// The feature a node declares when its kubelet can skip node operations.
+const OPTIONAL_NODE_OPERATIONS: &str = "DRAOptionalNodeOperations";
+
 /// Prepares the devices of one usable pool for the node: checks device and counter set
 /// names, flattens the counter sets, subtracts what allocated devices consume, and appends
 /// the pool's candidate devices to the view. An error makes the pool invalid.
@@ -18,6 +21,7 @@ pub(super) fn prepare_pool<'a>(
     relevant: &[&'a ResourceSlice],
     others: &[&'a ResourceSlice],
     in_use: &InUse<'a>,
+    features: crate::Features,
 ) -> Result<(), String> {
     let (driver, pool_name) = (view.pools[pi].driver, view.pools[pi].name);
     let start = view.devices.len();
@@ -31,6 +35,18 @@ pub(super) fn prepare_pool<'a>(
         driver,
         name: pool_name,
         in_use,
+        // With the gate on, the node must declare the feature. With it off (when the API
+        // server drops the field, so only under skew), the scheduler's stable allocator does
+        // not look at the field, and the newer one it runs once an alpha feature such as
+        // DRAListTypeAttributes is on refuses such devices (Kubernetes 1.37 and 1.38 alike).
+        node_operations: if features.optional_node_operations {
+            node.declared_features
+                .iter()
+                .any(|f| f == OPTIONAL_NODE_OPERATIONS)
+        } else {
+            !features.list_type_attributes
+        },
+        copy_node_operations: features.optional_node_operations,
         // The pool's counter sets wherever they are: a slice of counter sets that does not
         // select this node is among the pool's other slices.
         counters: CounterSets::flatten(
@@ -129,6 +145,10 @@ struct PreparingPool<'a, 'x> {
     driver: &'a str,
     name: &'a str,
     in_use: &'x InUse<'a>,
+    /// Devices of slices that skip node operations may be allocated on this node.
+    node_operations: bool,
+    /// Results carry the slice's `skipNodeOperations` (`DRAOptionalNodeOperations` is on).
+    copy_node_operations: bool,
     counters: CounterSets<'a>,
 }
 
@@ -211,6 +231,12 @@ impl<'a> PreparingPool<'a, '_> {
             consumption: counters,
             allows_multiple: d.allow_multiple_allocations.unwrap_or(false),
             binds_to_node: d.binds_to_node.unwrap_or(false),
+            node_operations_ok: s.spec.skip_node_operations.is_empty() || self.node_operations,
+            skip_node_operations: if self.copy_node_operations {
+                &s.spec.skip_node_operations
+            } else {
+                &[]
+            },
             consumed_before: if self.in_use.consumed.is_empty() {
                 Box::default()
             } else {

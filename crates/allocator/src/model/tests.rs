@@ -76,6 +76,8 @@ fn device_entries_read_from_the_slice_equal_the_built_variable() {
         allows_multiple: false,
         binds_to_node: false,
         consumed_before: Box::default(),
+        node_operations_ok: true,
+        skip_node_operations: &[],
     };
     assert_eq!(dev.readable(), &Ok(()));
     let driver_value = Value::String(driver.into());

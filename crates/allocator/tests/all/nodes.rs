@@ -98,6 +98,7 @@ fn one_allocator_over_many_nodes_answers_as_one_per_node() {
             )]
             .into_iter()
             .collect(),
+            ..Node::default()
         })
         .collect();
     let options = AllocateOptions::default();

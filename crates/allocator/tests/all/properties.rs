@@ -70,6 +70,7 @@ fn generate(seed: u64) -> Generated {
         labels: [("zone".to_string(), "z1".to_string())]
             .into_iter()
             .collect(),
+        ..Node::default()
     };
     let mut slices = Vec::new();
     let mut allocated = Vec::new();

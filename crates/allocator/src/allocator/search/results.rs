@@ -53,6 +53,7 @@ impl Search<'_, '_, '_> {
                     binding_failure_conditions: dev.device.binding_failure_conditions.clone(),
                     share_id,
                     consumed_capacity,
+                    skip_node_operations: dev.skip_node_operations.to_vec(),
                 });
             }
             let config = self.configs(ci, classes);
