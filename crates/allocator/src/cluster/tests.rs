@@ -213,6 +213,54 @@ spec:
     assert_eq!(fits(&answer), [("n2", true), ("n1", false)], "{answer:?}");
 }
 
+/// A dump whose slices skip node operations comes from a server with
+/// DRAOptionalNodeOperations on: their devices fit only nodes that declare the feature, and
+/// the others say why.
+#[test]
+fn devices_that_skip_node_operations_fit_nodes_that_declare_it() {
+    let mut text = String::new();
+    for (node, declared) in [("n1", "[]"), ("n2", "[DRAOptionalNodeOperations]")] {
+        text.push_str(&format!(
+            "---
+apiVersion: v1
+kind: Node
+metadata: {{name: {node}}}
+status: {{declaredFeatures: {declared}}}
+"
+        ));
+        text.push_str(
+            &nic_slice(node, "  - {name: nic0}\n")
+                .replace("  devices:", "  skipNodeOperations: ['*']\n  devices:"),
+        );
+    }
+    text.push_str(
+        "---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {name: nic}
+spec: {}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: one, namespace: default}
+spec:
+  devices:
+    requests: [{name: nic, exactly: {deviceClassName: nic}}]
+",
+    );
+    let c = read_cluster(&text, "dump.yaml").unwrap();
+    let answer = c.explain(&Subject::Claim("default/one".into())).unwrap();
+    assert_eq!(fits(&answer), [("n2", true), ("n1", false)], "{answer:?}");
+    let n1 = answer.nodes.iter().find(|n| n.node == "n1").unwrap();
+    assert!(
+        n1.reasons
+            .iter()
+            .any(|r| r.contains("skips node operations the node does not")),
+        "{:?}",
+        n1.reasons
+    );
+}
+
 /// kubectl prints a List's keys sorted, `items` before `kind`: the items are read one by one,
 /// a bad item is named as before, and a document that has `items` without being a List is
 /// read as the object it is.
