@@ -1,9 +1,11 @@
 //! `cargo xtask soak`: the release daemon on a busy node for a long time, through its real
 //! sockets, with the API-server and kubelet emulators around a `kubedev run` process.
 //!
-//! Two workloads, one daemon each (`soak/dra.rs`, `soak/device_plugin.rs`): claims prepared and
-//! unprepared in DRA mode, and pods given devices in device-plugin mode across kubelet
-//! restarts, each with failures mixed in. After a warm-up the daemon is left alone for
+//! Three workloads, one daemon each (`soak/dra.rs`, `soak/device_plugin.rs`,
+//! `soak/watches.rs`): claims prepared and unprepared in DRA mode, pods given devices in
+//! device-plugin mode across kubelet restarts, each with failures mixed in, and the daemon's
+//! watches (presence polls, configuration reloads, the API server's watches) compressed in
+//! time. After a warm-up the daemon is left alone for
 //! [`IDLE`] and measured: resident memory, open files, threads, the checkpoint, files on disk
 //! and metric series; then the workload runs with a measurement every `--sample-every` units,
 //! and after another idle pause the last measurement must match the first.
@@ -18,6 +20,7 @@ use anyhow::{Context as _, bail, ensure};
 
 mod device_plugin;
 mod dra;
+mod watches;
 
 /// How long to wait for the daemon to register, answer or stop.
 const WAIT: Duration = Duration::from_secs(30);
@@ -32,7 +35,7 @@ const IDLE: Duration = Duration::from_secs(11);
 pub(crate) const REPORT_DIR: &str = "soak";
 
 /// `cargo xtask soak`'s options.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct Args {
     /// DRA claims prepared and unprepared after the warm-up (0: no DRA soak).
     #[arg(long, default_value_t = 20_000)]
@@ -41,6 +44,11 @@ pub(crate) struct Args {
     /// soak).
     #[arg(long, default_value_t = 20_000)]
     pub(crate) pods: u64,
+    /// Events of the watches soak after its warm-up (0: none): the presence poll every 10 ms,
+    /// a device flapping each event, the configuration replaced every 4th, the API server's
+    /// watches dropped every 10th.
+    #[arg(long, default_value_t = 400)]
+    pub(crate) watch_events: u64,
     /// Pods between two replacements of the device plugin's selection policy (0: never). Each
     /// new module takes slots of the sandbox's instance pool, whose pages stay resident up to a
     /// bound (32 slots of at most 320 KiB), so memory settles only after a few thousand reloads:
@@ -78,6 +86,7 @@ impl Args {
         Args {
             claims: 20_000,
             pods: 20_000,
+            watch_events: 400,
             reload_every: 0,
             warmup: 2_000,
             sample_every: 2_000,
@@ -117,10 +126,15 @@ pub(crate) fn soak(root: &Path, args: &Args) -> anyhow::Result<()> {
     let dir = crate::ci::target_dir(root).join(REPORT_DIR);
     std::fs::create_dir_all(&dir)?;
     let mut failures = Vec::new();
-    let runs = [(args.claims, "dra"), (args.pods, "device-plugin")];
+    let runs = [
+        (args.claims, "dra"),
+        (args.pods, "device-plugin"),
+        (args.watch_events, "watches"),
+    ];
     for (count, name) in runs.iter().filter(|(n, _)| *n > 0) {
         let soak = match *name {
             "dra" => rt.block_on(dra::run(&bin, args))?,
+            "watches" => rt.block_on(watches::run(&bin, args))?,
             _ => rt.block_on(device_plugin::run(root, &bin, args))?,
         };
         let report = soak.report();

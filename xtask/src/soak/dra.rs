@@ -20,11 +20,11 @@ const NAMESPACE: &str = "churn";
 /// Devices every pod's claims get, one each.
 const DEVICES: usize = 4;
 /// The device that goes missing and comes back (never claimed).
-const FLAKY: &str = "gpu-flaky";
+pub(super) const FLAKY: &str = "gpu-flaky";
 
 /// Runs the DRA soak with `bin`.
 pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
-    let mut node = Node::new(args.parent_dir()).await?;
+    let mut node = Node::new(args.parent_dir(), 20).await?;
     let daemon = node.start(bin).await?;
     let probe = Probe {
         pid: daemon.0.id(),
@@ -58,11 +58,11 @@ pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
 }
 
 /// The working directory and the emulators.
-struct Node {
+pub(super) struct Node {
     dir: tempfile::TempDir,
-    api: ApiServer,
-    kubelet: DraKubelet,
-    metrics_port: u16,
+    pub(super) api: ApiServer,
+    pub(super) kubelet: DraKubelet,
+    pub(super) metrics_port: u16,
     /// The next pod's number.
     pod: u64,
 }
@@ -80,8 +80,9 @@ impl Workload for Node {
 }
 
 impl Node {
-    /// The node's files in a new directory under `parent`.
-    async fn new(parent: Option<&Path>) -> anyhow::Result<Node> {
+    /// The node's files in a new directory under `parent`; the static backend polls its
+    /// devices' presence every `poll_ms`.
+    pub(super) async fn new(parent: Option<&Path>, poll_ms: u64) -> anyhow::Result<Node> {
         let dir = super::node_dir(parent)?;
         let r = dir.path();
         let api = ApiServer::start().await?;
@@ -107,7 +108,7 @@ impl Node {
         std::fs::write(
             r.join("kubedev.yaml"),
             format!(
-                "nodeName: {NODE}\nstateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  kubeconfig: {r}/kubeconfig\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  stateDir: {r}/state\n  bootIdPath: {r}/boot_id\n  deviceMetadata: true\nbackends:\n  static:\n    pool: {NODE}\n    pollIntervalMs: 20\n    devices:\n{devices}",
+                "nodeName: {NODE}\nstateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  kubeconfig: {r}/kubeconfig\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  stateDir: {r}/state\n  bootIdPath: {r}/boot_id\n  deviceMetadata: true\nbackends:\n  static:\n    pool: {NODE}\n    pollIntervalMs: {poll_ms}\n    devices:\n{devices}",
                 r = r.display()
             ),
         )?;
@@ -121,12 +122,12 @@ impl Node {
         })
     }
 
-    fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// Starts the daemon and waits until it registered with the kubelet.
-    async fn start(&self, bin: &Path) -> anyhow::Result<Daemon> {
+    pub(super) async fn start(&self, bin: &Path) -> anyhow::Result<Daemon> {
         let daemon = Daemon::spawn(
             bin,
             &self.path().join("kubedev.yaml"),
@@ -171,7 +172,7 @@ impl Node {
         Ok(())
     }
 
-    fn set_present(&self, name: &str, present: bool) -> anyhow::Result<()> {
+    pub(super) fn set_present(&self, name: &str, present: bool) -> anyhow::Result<()> {
         let path: PathBuf = self.path().join("present").join(name);
         if present {
             std::fs::write(path, "")?;
