@@ -303,6 +303,15 @@ pub async fn run(
                 }
             }
             Some((slot, ev)) = rx.recv() => running.apply(slot, ev, &backends, &obs).await,
+            // A watcher stopped by a reload has ended: reaped here, as the set keeps every
+            // task it spawned until then (two per backend and reload, for the daemon's life).
+            Some(ended) = watchers.join_next(), if !watchers.is_empty() => {
+                if let Err(e) = ended
+                    && e.is_panic()
+                {
+                    tracing::error!(error = %kubedev_core::echo::Chain(&e), "a backend watcher panicked");
+                }
+            }
         }
     }
 
