@@ -148,6 +148,36 @@ func features(extra []string) (structured.Features, cel.Features) {
 	}
 }
 
+// releaseDefaultGates are the DRA feature gates on by default, the same in Kubernetes 1.37 and
+// 1.38 (pkg/features/kube_features.go at v1.37.2 and v1.38.0-beta.0).
+var releaseDefaultGates = []string{
+	"DRAAdminAccess",
+	"DRAPrioritizedList",
+	"DRAPartitionableDevices",
+	"DRADeviceTaints",
+	"DRADeviceBindingConditions",
+	"DRAResourceClaimDeviceStatus",
+	"DRAConsumableCapacity",
+	"DRAFractionalCapacityRange",
+}
+
+// allocatorFeatures is the scheduler plugin's AllocatorFeatures, the same at 1.37 and 1.38.
+func allocatorFeatures(on sets.Set[string]) structured.Features {
+	return structured.Features{
+		AdminAccess:             on.Has("DRAAdminAccess"),
+		PrioritizedList:         on.Has("DRAPrioritizedList"),
+		PartitionableDevices:    on.Has("DRAPartitionableDevices"),
+		DeviceTaints:            on.Has("DRADeviceTaints"),
+		DeviceBindingAndStatus:  on.Has("DRADeviceBindingConditions") && on.Has("DRAResourceClaimDeviceStatus"),
+		ConsumableCapacity:      on.Has("DRAConsumableCapacity"),
+		FractionalCapacityRange: on.Has("DRAFractionalCapacityRange"),
+		ListTypeAttributes:      on.Has("DRAListTypeAttributes"),
+		OptionalNodeOperations:  on.Has("DRAOptionalNodeOperations"),
+		DerivedAttributes:       on.Has("DRADerivedAttributes"),
+		CompatibilityGroups:     on.Has("DRADeviceCompatibilityGroups"),
+	}
+}
+
 // processCPU is the CPU time of the whole process, as the scheduler's process is charged.
 func processCPU() int64 {
 	var ts unix.Timespec

@@ -13,42 +13,12 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 )
 
-// releaseDefaultGates are the DRA feature gates on by default in Kubernetes 1.38
-// (pkg/features/kube_features.go at v1.38.0-beta.0).
-var releaseDefaultGates = []string{
-	"DRAAdminAccess",
-	"DRAPrioritizedList",
-	"DRAPartitionableDevices",
-	"DRADeviceTaints",
-	"DRADeviceBindingConditions",
-	"DRAResourceClaimDeviceStatus",
-	"DRAConsumableCapacity",
-	"DRAFractionalCapacityRange",
-}
-
 // emptyAllocatedState is the scheduler's allocated state with nothing in use.
 func emptyAllocatedState() structured.AllocatedState {
 	return structured.AllocatedState{
 		AllocatedDevices:         sets.New[structured.DeviceID](),
 		AllocatedSharedDeviceIDs: sets.New[structured.DeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-}
-
-// allocatorFeatures is the scheduler plugin's AllocatorFeatures at 1.38.
-func allocatorFeatures(on sets.Set[string]) structured.Features {
-	return structured.Features{
-		AdminAccess:             on.Has("DRAAdminAccess"),
-		PrioritizedList:         on.Has("DRAPrioritizedList"),
-		PartitionableDevices:    on.Has("DRAPartitionableDevices"),
-		DeviceTaints:            on.Has("DRADeviceTaints"),
-		DeviceBindingAndStatus:  on.Has("DRADeviceBindingConditions") && on.Has("DRAResourceClaimDeviceStatus"),
-		ConsumableCapacity:      on.Has("DRAConsumableCapacity"),
-		FractionalCapacityRange: on.Has("DRAFractionalCapacityRange"),
-		ListTypeAttributes:      on.Has("DRAListTypeAttributes"),
-		OptionalNodeOperations:  on.Has("DRAOptionalNodeOperations"),
-		DerivedAttributes:       on.Has("DRADerivedAttributes"),
-		CompatibilityGroups:     on.Has("DRADeviceCompatibilityGroups"),
 	}
 }
 

@@ -62,17 +62,9 @@ fn consumed_amount(
         if si <= 0 {
             return Ok(*req);
         }
-        let added = ri - mi;
-        let mut n = added / si;
-        if added % si != 0 {
-            n += 1;
-        }
-        let v = n
-            .checked_mul(si)
-            .and_then(|x| x.checked_add(mi))
-            .ok_or_else(|| {
-                format!("capacity request {req} cannot be rounded up to the next step")
-            })?;
+        let v = round_up_to_step(ri, mi, si).ok_or_else(|| {
+            format!("capacity request {req} cannot be rounded up to the next step")
+        })?;
         return Ok(Quantity::from_i64(v, step.format()));
     }
     if !p.valid_values.is_empty() {
@@ -83,6 +75,16 @@ fn consumed_amount(
         }
     }
     Ok(*req)
+}
+
+/// `value` rounded up to `min + n * step` (`step` positive), or `None` past `i64`.
+fn round_up_to_step(value: i64, min: i64, step: i64) -> Option<i64> {
+    let added = value - min;
+    let mut n = added / step;
+    if added % step != 0 {
+        n += 1;
+    }
+    n.checked_mul(step)?.checked_add(min)
 }
 
 /// [`consumed_amount`]'s rounding up to the next step in thousandths: the value prints as a
@@ -97,15 +99,7 @@ fn round_up_milli(
         || format!("capacity request {req} cannot be rounded up to the next step");
     let requested = crate::model::exact_milli(req)
         .ok_or_else(|| format!("capacity request {req} is not a whole number of thousandths"))?;
-    let added = requested - min;
-    let mut n = added / step;
-    if added % step != 0 {
-        n += 1;
-    }
-    let v = n
-        .checked_mul(step)
-        .and_then(|x| x.checked_add(min))
-        .ok_or_else(not_representable)?;
+    let v = round_up_to_step(requested, min, step).ok_or_else(not_representable)?;
     if v % 1000 == 0 {
         Ok(Quantity::from_i64(v / 1000, format))
     } else {
