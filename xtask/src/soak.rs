@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 
+pub(crate) mod burst;
 mod device_plugin;
 mod dra;
 mod watches;
@@ -49,6 +50,11 @@ pub(crate) struct Args {
     /// watches dropped every 10th; memory may grow by at most 384 KiB there.
     #[arg(long, default_value_t = 400)]
     pub(crate) watch_events: u64,
+    /// Claims in the burst: one `NodePrepareResources` call of them all, answered within the
+    /// kubelet's 45 s with the daemon under 160 MiB and at most 64 connections to the API
+    /// server (0: no burst).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) burst: u64,
     /// Pods between two replacements of the device plugin's selection policy (0: never). Each
     /// new module takes slots of the sandbox's instance pool, whose pages stay resident up to a
     /// bound (32 slots of at most 320 KiB), so memory settles only after a few thousand reloads:
@@ -87,6 +93,7 @@ impl Args {
             claims: 20_000,
             pods: 20_000,
             watch_events: 400,
+            burst: 10_000,
             reload_every: 0,
             warmup: 2_000,
             sample_every: 2_000,
@@ -150,6 +157,16 @@ pub(crate) fn soak(root: &Path, args: &Args) -> anyhow::Result<()> {
         match soak.judge(limit) {
             Ok(summary) => println!("{summary}"),
             Err(e) => failures.push(format!("{e:#}")),
+        }
+    }
+    if args.burst > 0 {
+        match rt.block_on(burst::run(&bin, args)) {
+            Ok(report) => {
+                let file = dir.join(format!("burst-{}.md", args.burst));
+                std::fs::write(&file, &report)
+                    .with_context(|| format!("writing {}", file.display()))?;
+            }
+            Err(e) => failures.push(format!("the burst: {e:#}")),
         }
     }
     if !args.measure_only && !failures.is_empty() {

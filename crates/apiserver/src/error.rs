@@ -204,8 +204,15 @@ pub enum Error {
 impl Error {
     /// Whether the same request can succeed later without anything changing in the claim: false
     /// for a claim that is gone, replaced, not allocated, badly named or holding something this
-    /// driver cannot use; true for failed requests and everything else.
+    /// driver cannot use, and for a claim request the API server refused as such (a 4xx answer
+    /// other than timeout, conflict and throttling: invalid, forbidden); true for other failed
+    /// requests and everything else.
     pub fn is_retryable(&self) -> bool {
+        if let Error::Claim { error, .. } = self
+            && api_code(error).is_some_and(|c| (400..500).contains(&c) && ![408, 409, 429].contains(&c))
+        {
+            return false;
+        }
         !matches!(
             self,
             Error::InvalidClaimName { .. }

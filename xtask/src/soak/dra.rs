@@ -13,10 +13,10 @@ use serde_json::json;
 
 use super::{Args, Daemon, Probe, Soak, WAIT, Workload};
 
-const DRIVER: &str = "gpu.example.com";
-const NODE: &str = "node-soak";
+pub(super) const DRIVER: &str = "gpu.example.com";
+pub(super) const NODE: &str = "node-soak";
 /// The namespace of every claim: a metric series that names it is a series per claim.
-const NAMESPACE: &str = "churn";
+pub(super) const NAMESPACE: &str = "churn";
 /// Devices every pod's claims get, one each.
 const DEVICES: usize = 4;
 /// The device that goes missing and comes back (never claimed).

@@ -228,3 +228,120 @@ async fn status_writes_retry_conflicts_and_give_up_eventually() {
         "{err}"
     );
 }
+
+/// A fake API server that answers every claim GET after `delay`, the first `throttled` of them
+/// with `429 Too Many Requests`; it counts the requests and the most it had at once.
+fn busy(delay: std::time::Duration, throttled: usize) -> (Client, Arc<Mutex<(usize, usize, usize)>>) {
+    // (requests now, the most at once, requests in all)
+    let load: Arc<Mutex<(usize, usize, usize)>> = Arc::default();
+    let seen = load.clone();
+    let service = tower::service_fn(move |_req: Request<Body>| {
+        let seen = seen.clone();
+        async move {
+            let n = {
+                let mut l = seen.lock();
+                l.0 += 1;
+                l.1 = l.1.max(l.0);
+                l.2 += 1;
+                l.2
+            };
+            tokio::time::sleep(delay).await;
+            seen.lock().0 -= 1;
+            let response = if n <= throttled {
+                let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "TooManyRequests", "code": 429,
+                    "message": "too many requests, please try again later"});
+                Response::builder()
+                    .status(StatusCode::TOO_MANY_REQUESTS)
+                    .header("Retry-After", "1")
+                    .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap()
+            } else {
+                ok(&claim_json())
+            };
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    (Client::new(service, "default"), load)
+}
+
+#[tokio::test]
+async fn thousands_of_claims_at_once_keep_a_few_dozen_requests_in_flight() {
+    let (client, load) = busy(std::time::Duration::from_millis(2), 0);
+    let reader = ClaimReader::new(client, driver());
+    let claim = claim_ref("uid-1", "train");
+    // As a NodePrepareResources call of 2,000 claims does: every claim read at once, through
+    // clones of the one reader.
+    let reads = (0..2_000).map(|_| {
+        let reader = reader.clone();
+        let claim = claim.clone();
+        async move { reader.get(&claim).await }
+    });
+    let answers = futures::future::join_all(reads).await;
+    assert!(answers.iter().all(Result::is_ok), "every claim read");
+    let (now, most, all) = *load.lock();
+    assert_eq!((now, all), (0, 2_000));
+    assert!(
+        most <= super::reader::MAX_IN_FLIGHT && most > 1,
+        "{most} requests at once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_the_api_server_throttles_is_tried_again() {
+    let (client, load) = busy(std::time::Duration::ZERO, 3);
+    let reader = ClaimReader::new(client, driver());
+    let started = tokio::time::Instant::now();
+    let claim = reader.get(&claim_ref("uid-1", "train")).await.unwrap();
+    assert_eq!(claim.results.len(), 1);
+    assert_eq!(load.lock().2, 4, "three refusals, then the claim");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1_750));
+
+    // An API server that keeps refusing: the error names the throttling, after the last pause.
+    let (client, load) = busy(std::time::Duration::ZERO, usize::MAX);
+    let reader = ClaimReader::new(client, driver());
+    let err = reader.get(&claim_ref("uid-1", "train")).await.unwrap_err();
+    assert_eq!(load.lock().2, 7, "the first try and six more");
+    assert!(err.to_string().contains("too many requests"), "{err}");
+}
+
+/// A fake API server that has the claim but answers every status write with `code`.
+fn refusing_writes(code: u16, reason: &'static str) -> Client {
+    let service = tower::service_fn(move |req: Request<Body>| async move {
+        let response = if req.method() == "GET" {
+            ok(&claim_json())
+        } else {
+            let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": reason, "code": code, "message": format!("refused: {reason}")});
+            Response::builder()
+                .status(code)
+                .body(Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap()
+        };
+        Ok::<_, std::convert::Infallible>(response)
+    });
+    Client::new(service, "default")
+}
+
+#[tokio::test]
+async fn a_status_write_the_api_server_refuses_as_invalid_is_not_tried_again() {
+    let dev = DeviceRef::new(
+        PoolName::new("node-a").unwrap(),
+        DeviceName::new("gpu-0").unwrap(),
+    );
+    let claim = claim_ref("uid-1", "train");
+    let devices = [DeviceStatus::ready(dev, None)];
+    // As the API server answers a driver without permission for claims of any node.
+    for (code, reason, retryable) in [
+        (422, "Invalid", false),
+        (403, "Forbidden", false),
+        (400, "BadRequest", false),
+        (500, "InternalError", true),
+        (503, "ServiceUnavailable", true),
+    ] {
+        let reader = ClaimReader::new(refusing_writes(code, reason), driver());
+        let err = reader.set_device_status(&claim, &devices).await.unwrap_err();
+        assert_eq!(err.is_retryable(), retryable, "{code}: {err}");
+        assert!(err.to_string().contains(reason), "{err}");
+    }
+}

@@ -3,6 +3,9 @@
 //! conditional, retried merge patches.
 
 use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::resource::v1 as res;
 use k8s_openapi::jiff::Timestamp;
@@ -15,12 +18,31 @@ use super::{AllocatedClaim, allocated_claim};
 use crate::Error;
 use crate::error::api_code;
 
-/// Reads ResourceClaims for prepare and writes this driver's device status.
+/// Reads ResourceClaims for prepare and writes this driver's device status, with a few dozen
+/// requests to the API server at a time at most (shared by its clones), however many claims the
+/// kubelet hands over at once.
 #[derive(Clone)]
 pub struct ClaimReader {
     pub(crate) client: Client,
     pub(crate) driver: DriverName,
+    in_flight: Arc<tokio::sync::Semaphore>,
 }
+
+/// The most claim requests a [`ClaimReader`] (and its clones) has at the API server at once:
+/// a `NodePrepareResources` call of thousands of claims reads them over this many reused
+/// connections, instead of opening one per claim.
+pub(crate) const MAX_IN_FLIGHT: usize = 32;
+
+/// Pauses before each retry of a request the API server's flow control turned away (`429`):
+/// about 15 s in all, well within the kubelet's 45 s for a call.
+const THROTTLED_PAUSES: [Duration; 6] = [
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+];
 
 impl fmt::Debug for ClaimReader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -36,7 +58,34 @@ const STATUS_ATTEMPTS: u32 = 5;
 impl ClaimReader {
     /// A reader for `driver`, talking through `client`.
     pub fn new(client: Client, driver: DriverName) -> Self {
-        ClaimReader { client, driver }
+        ClaimReader {
+            client,
+            driver,
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
+        }
+    }
+
+    /// Sends one request made by `request` once a slot of [`MAX_IN_FLIGHT`] is free, and again
+    /// after a pause while the API server answers `429 Too Many Requests`.
+    async fn send<T, F>(&self, mut request: impl FnMut() -> F) -> Result<T, kube::Error>
+    where
+        F: Future<Output = Result<T, kube::Error>>,
+    {
+        let mut pauses = THROTTLED_PAUSES.iter();
+        loop {
+            let answer = {
+                // The semaphore is never closed, so a permit always comes.
+                let _slot = self.in_flight.acquire().await;
+                request().await
+            };
+            match (answer, pauses.next()) {
+                (Err(error), Some(pause)) if api_code(&error) == Some(429) => {
+                    tracing::debug!(%error, "the API server asks to slow down; trying again");
+                    tokio::time::sleep(*pause).await;
+                }
+                (answer, _) => return answer,
+            }
+        }
     }
 
     fn api(&self, namespace: &str) -> Api<res::ResourceClaim> {
@@ -44,7 +93,8 @@ impl ClaimReader {
     }
 
     async fn fetch(&self, claim: &ClaimRef) -> Result<res::ResourceClaim, Error> {
-        match self.api(&claim.namespace).get(&claim.name).await {
+        let api = self.api(&claim.namespace);
+        match self.send(|| api.get(&claim.name)).await {
             Ok(found) => Ok(found),
             Err(error) if api_code(&error) == Some(404) => Err(Error::ClaimNotFound {
                 namespace: claim.namespace.clone(),
@@ -139,8 +189,9 @@ impl ClaimReader {
                 },
                 "status": {"devices": entries},
             });
-            match api
-                .patch_status(&claim.name, &params, &Patch::Merge(&patch))
+            let patch = Patch::Merge(&patch);
+            match self
+                .send(|| api.patch_status(&claim.name, &params, &patch))
                 .await
             {
                 Ok(_) => return Ok(()),

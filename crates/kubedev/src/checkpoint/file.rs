@@ -5,7 +5,7 @@
 use kubedev_core::echo::echo;
 use std::collections::BTreeMap;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -130,36 +130,54 @@ pub(super) fn canonical_record(record: &ClaimRecord) -> Result<Vec<u8>, serde_js
     Ok(out)
 }
 
-/// Serializes a checkpoint file from its records' canonical JSON ([`canonical_record`]), in UID
-/// order: the payload is written exactly as the checksum covers it, so a change costs the
-/// changed records' encoding and one copy of the rest.
-pub(super) fn encode_records<'a>(
+/// Writes a checkpoint file of `records` (each UID with its [`canonical_record`] encoding, in
+/// UID order) to `out` as it goes, never holding the whole file in memory: the checksum is
+/// taken over the records first, then they are written after the header that carries it.
+pub(super) fn write_records<'a, I>(
+    out: &mut impl Write,
+    boot_id: &str,
+    records: I,
+) -> std::io::Result<()>
+where
+    I: IntoIterator<Item = (&'a str, &'a [u8])> + Clone,
+{
+    let mut crc = !0u32;
+    payload(boot_id, records.clone(), |piece| {
+        crc = crc32_update(crc, piece);
+        Ok(())
+    })?;
+    write!(
+        out,
+        "{{\"version\":\"{FORMAT_MAJOR}.{FORMAT_MINOR}\",\"checksum\":\"crc32:{:08x}\",\"payload\":",
+        !crc
+    )?;
+    payload(boot_id, records, |piece| out.write_all(piece))?;
+    out.write_all(b"}\n")
+}
+
+/// Hands the checkpoint's payload to `sink` piece by piece. Canonical order: `bootId` sorts
+/// before `claims`, and the records come sorted by UID.
+fn payload<'a>(
     boot_id: &str,
     records: impl IntoIterator<Item = (&'a str, &'a [u8])>,
-) -> Result<Vec<u8>, serde_json::Error> {
-    // Canonical order: `bootId` sorts before `claims`, and the records come sorted by UID.
-    let mut payload = Vec::new();
-    payload.extend_from_slice(b"{\"bootId\":");
-    serde_json::to_writer(&mut payload, boot_id)?;
-    payload.extend_from_slice(b",\"claims\":{");
+    mut sink: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut quoted = Vec::new();
+    sink(b"{\"bootId\":")?;
+    serde_json::to_writer(&mut quoted, boot_id)?;
+    sink(&quoted)?;
+    sink(b",\"claims\":{")?;
     for (i, (uid, record)) in records.into_iter().enumerate() {
         if i > 0 {
-            payload.push(b',');
+            sink(b",")?;
         }
-        serde_json::to_writer(&mut payload, uid)?;
-        payload.push(b':');
-        payload.extend_from_slice(record);
+        quoted.clear();
+        serde_json::to_writer(&mut quoted, uid)?;
+        sink(&quoted)?;
+        sink(b":")?;
+        sink(record)?;
     }
-    payload.extend_from_slice(b"}}");
-    let header = format!(
-        "{{\"version\":\"{FORMAT_MAJOR}.{FORMAT_MINOR}\",\"checksum\":\"crc32:{:08x}\",\"payload\":",
-        crc32(&payload)
-    );
-    let mut bytes = Vec::with_capacity(header.len() + payload.len() + 2);
-    bytes.extend_from_slice(header.as_bytes());
-    bytes.extend_from_slice(&payload);
-    bytes.extend_from_slice(b"}\n");
-    Ok(bytes)
+    sink(b"}}")
 }
 
 /// Serializes a checkpoint file.
@@ -172,7 +190,14 @@ pub(super) fn encode(
         .iter()
         .map(|(uid, r)| Ok((uid.as_str(), canonical_record(r)?)))
         .collect::<Result<Vec<_>, serde_json::Error>>()?;
-    encode_records(boot_id, records.iter().map(|(uid, r)| (*uid, r.as_slice())))
+    let mut bytes = Vec::new();
+    write_records(
+        &mut bytes,
+        boot_id,
+        records.iter().map(|(uid, r)| (*uid, r.as_slice())),
+    )
+    .map_err(serde_json::Error::io)?;
+    Ok(bytes)
 }
 
 /// A checkpoint file around `payload` (any JSON), with the version and checksum a writer gives
@@ -246,11 +271,15 @@ const CRC32_TABLE: [u32; 256] = {
 };
 
 pub(super) fn crc32(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
+    !crc32_update(!0u32, data)
+}
+
+/// The running CRC-32 state `crc` after `data` (start from `!0`, finish with `!`).
+fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
     for &b in data {
         crc = CRC32_TABLE[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
     }
-    !crc
+    crc
 }
 
 /// Renames a corrupt checkpoint to the first free `<name>.corrupt-<n>`.

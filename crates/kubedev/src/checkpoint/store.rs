@@ -11,7 +11,7 @@ use std::time::Duration;
 use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
 use kubedev_core::{atomic_file, safefs};
 
-use super::file::{FileState, canonical_record, encode_records, move_aside, read_checkpoint};
+use super::file::{FileState, canonical_record, move_aside, read_checkpoint, write_records};
 use super::{
     CHECKPOINT_FILE, Change, CheckpointError, ClaimRecord, ClaimState, INSTANCES_DIR,
     InstanceLease, LoadOutcome, NodeLock,
@@ -101,23 +101,14 @@ impl CheckpointStore {
         // Every checkpoint write happens under the lock we hold, so any temporary file is left
         // over from a crash. Failing to remove one only leaves garbage behind.
         let _ = atomic_file::remove_stale_temps(&store.dir, CHECKPOINT_FILE, Duration::ZERO);
-        let (outcome, claims, rewrite) = store.read_locked()?;
-        if rewrite {
-            store.persist(&claims, None)?;
-        }
-        store.claims = claims;
+        let outcome = store.refresh_locked()?;
         Ok((store, outcome))
     }
 
     /// Re-reads the file, picking up changes another daemon instance made.
     pub fn reload(&mut self) -> Result<LoadOutcome, CheckpointError> {
         let _lock = NodeLock::acquire(&self.dir)?;
-        let (outcome, claims, rewrite) = self.read_locked()?;
-        if rewrite {
-            self.persist(&claims, None)?;
-        }
-        self.claims = claims;
-        Ok(outcome)
+        self.refresh_locked()
     }
 
     /// The checkpoint file.
@@ -168,11 +159,7 @@ impl CheckpointStore {
         f: impl FnOnce(&BTreeMap<String, ClaimRecord>) -> T,
     ) -> Result<T, CheckpointError> {
         let _lock = NodeLock::acquire(&self.dir)?;
-        let (_, claims, rewrite) = self.read_locked()?;
-        if rewrite {
-            self.persist(&claims, None)?;
-        }
-        self.claims = claims;
+        self.refresh_locked()?;
         Ok(f(&self.claims))
     }
 
@@ -263,7 +250,14 @@ impl CheckpointStore {
         let mut results = Vec::with_capacity(changes.len());
         // Read-modify-write under the node lock: another instance may have changed the file.
         let _lock = NodeLock::acquire(&self.dir)?;
-        let (_, mut claims, rewrite) = self.read_locked()?;
+        let (_, fresh, rewrite) = self.read_locked()?;
+        if let Some(fresh) = fresh {
+            self.claims = fresh;
+        }
+        // The records as they were before each change, newest last: what a failed write puts
+        // back, so only the records changed are copied, not the whole checkpoint.
+        let mut undo: Vec<(String, Option<ClaimRecord>)> = Vec::with_capacity(changes.len());
+        let claims = &mut self.claims;
         let mut touched = Vec::with_capacity(changes.len());
         let mut changed = false;
         for change in changes {
@@ -271,8 +265,8 @@ impl CheckpointStore {
                 Change::Start { claim, devices } => {
                     let uid = claim.uid.to_string();
                     touched.push(uid.clone());
-                    claims.insert(
-                        uid,
+                    let before = claims.insert(
+                        uid.clone(),
                         ClaimRecord {
                             claim,
                             state: ClaimState::PrepareStarted,
@@ -283,6 +277,7 @@ impl CheckpointStore {
                             pod_claim_name: None,
                         },
                     );
+                    undo.push((uid, before));
                     Ok(())
                 }
                 Change::Complete {
@@ -292,6 +287,7 @@ impl CheckpointStore {
                     pod_claim_name,
                 } => match claims.get_mut(&uid) {
                     Some(record) => {
+                        undo.push((uid.clone(), Some(record.clone())));
                         record.state = ClaimState::PrepareCompleted;
                         record.prepared = prepared;
                         record.cdi_file = cdi_file;
@@ -305,7 +301,10 @@ impl CheckpointStore {
                     }),
                 },
                 Change::Remove { uid } => {
-                    changed |= claims.remove(&uid).is_some();
+                    if let Some(before) = claims.remove(&uid) {
+                        changed = true;
+                        undo.push((uid, Some(before)));
+                    }
                     results.push(Ok(()));
                     continue;
                 }
@@ -315,24 +314,46 @@ impl CheckpointStore {
         }
         if changed || rewrite {
             let touched = if rewrite { None } else { Some(&touched[..]) };
-            self.persist(&claims, touched)?;
+            if let Err(e) = self.persist(touched) {
+                for (uid, before) in undo.into_iter().rev() {
+                    match before {
+                        Some(record) => self.claims.insert(uid, record),
+                        None => self.claims.remove(&uid),
+                    };
+                }
+                return Err(e);
+            }
         }
-        self.claims = claims;
         Ok(results)
     }
 
+    /// Reads the file (the caller holds the node lock), takes its records when they are to be
+    /// gone on with, and writes the file again when it must be.
+    fn refresh_locked(&mut self) -> Result<LoadOutcome, CheckpointError> {
+        let (outcome, fresh, rewrite) = self.read_locked()?;
+        if let Some(fresh) = fresh {
+            self.claims = fresh;
+        }
+        if rewrite {
+            self.persist(None)?;
+        }
+        Ok(outcome)
+    }
+
     /// Reads the file; the caller holds the node lock. Returns what was found, the claims to go
-    /// on with and whether the file must be rewritten. When the file cannot be used (missing,
-    /// corrupt, another boot), the claims this store already holds are kept: they were recorded
-    /// during this boot.
+    /// on with (`None`: those this store holds) and whether the file must be rewritten. When
+    /// the file is what this store last wrote, it is not read again; when it cannot be used
+    /// (missing, corrupt, another boot), the claims this store already holds are kept: they
+    /// were recorded during this boot.
+    #[allow(clippy::type_complexity)]
     fn read_locked(
         &mut self,
-    ) -> Result<(LoadOutcome, BTreeMap<String, ClaimRecord>, bool), CheckpointError> {
+    ) -> Result<(LoadOutcome, Option<BTreeMap<String, ClaimRecord>>, bool), CheckpointError> {
         if self.known_file.is_some() && self.known_file == FileIdentity::of(&self.path) {
             let outcome = LoadOutcome::Loaded {
                 claims: self.claims.len(),
             };
-            return Ok((outcome, self.claims.clone(), false));
+            return Ok((outcome, None, false));
         }
         // Another writer's records: none of the encodings kept applies.
         self.encoded.clear();
@@ -340,12 +361,12 @@ impl CheckpointStore {
         self.file_reads += 1;
         let identity = FileIdentity::of(&self.path);
         Ok(match read_checkpoint(&self.path)? {
-            FileState::Missing => (LoadOutcome::Created, self.claims.clone(), true),
+            FileState::Missing => (LoadOutcome::Created, None, true),
             FileState::Corrupt(reason) => {
                 let moved_to = move_aside(&self.path)?;
                 (
                     LoadOutcome::Corrupt { moved_to, reason },
-                    self.claims.clone(),
+                    None,
                     true,
                 )
             }
@@ -355,7 +376,7 @@ impl CheckpointStore {
                     current: self.boot_id.clone(),
                     dropped: payload.claims.len(),
                 },
-                self.claims.clone(),
+                None,
                 true,
             ),
             FileState::Valid(payload) => {
@@ -368,21 +389,18 @@ impl CheckpointStore {
                     LoadOutcome::Loaded {
                         claims: payload.claims.len(),
                     },
-                    payload.claims,
+                    Some(payload.claims),
                     false,
                 )
             }
         })
     }
 
-    /// Writes `claims` atomically; the caller holds the node lock. `touched` lists the records
-    /// that changed since the last write (`None`: any may have); the others' encodings are
-    /// reused.
-    fn persist(
-        &mut self,
-        claims: &BTreeMap<String, ClaimRecord>,
-        touched: Option<&[String]>,
-    ) -> Result<(), CheckpointError> {
+    /// Writes this store's claims atomically; the caller holds the node lock. `touched` lists
+    /// the records that changed since the last write (`None`: any may have); the others'
+    /// encodings are reused.
+    fn persist(&mut self, touched: Option<&[String]>) -> Result<(), CheckpointError> {
+        let claims = &self.claims;
         self.known_file = None;
         let serialize = |source| CheckpointError::Serialize {
             path: self.path.clone(),
@@ -405,14 +423,15 @@ impl CheckpointStore {
                 self.encoded.insert(uid.clone(), bytes);
             }
         }
-        let bytes = encode_records(
-            &self.boot_id,
-            self.encoded
-                .iter()
-                .map(|(uid, r)| (uid.as_str(), r.as_slice())),
-        )
-        .map_err(serialize)?;
-        atomic_file::replace(&self.path, CHECKPOINT_MODE, |f| f.write_all(&bytes))?;
+        let records = self
+            .encoded
+            .iter()
+            .map(|(uid, r)| (uid.as_str(), r.as_slice()));
+        atomic_file::replace(&self.path, CHECKPOINT_MODE, |f| {
+            let mut out = std::io::BufWriter::with_capacity(64 << 10, f);
+            write_records(&mut out, &self.boot_id, records)?;
+            out.flush()
+        })?;
         self.known_file = FileIdentity::of(&self.path);
         Ok(())
     }

@@ -3,13 +3,18 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::future::join_all;
+use futures::StreamExt as _;
 use kubedev_core::echo::echo;
 use kubedev_core::{ClaimRef, ClaimUid};
 use tonic::{Request, Response, Status};
 
 use super::{ClaimError, DraHandler, PrepareResults, PreparedClaimDevice};
 use crate::pb::dra::{v1, v1beta1};
+
+/// How many claims of one call are prepared or unprepared at once. A call may name thousands
+/// (a kubelet that restarted, a pod of many claims); each claim in progress holds its handler's
+/// state, so the rest wait their turn instead of all starting together.
+const CLAIMS_AT_ONCE: usize = 256;
 
 #[allow(missing_debug_implementations)] // holds the handler, a trait object
 pub struct Service {
@@ -43,18 +48,20 @@ fn claim_ref(i: usize, namespace: &str, uid: &str, name: &str) -> Result<ClaimRe
 impl Service {
     async fn prepare(&self, claims: Vec<(String, Result<ClaimRef, ClaimError>)>) -> PrepareResults {
         let handler = &self.handler;
-        let results = join_all(claims.into_iter().map(|(uid, c)| async move {
-            let r = match &c {
-                Ok(claim) => handler.prepare(claim).await,
-                Err(e) => Err(e.clone()),
-            };
-            if let Err(e) = &r {
-                self.log_failure("prepare", &uid, &c, e);
-            }
-            (uid, r)
-        }))
-        .await;
-        results.into_iter().collect()
+        futures::stream::iter(claims)
+            .map(|(uid, c)| async move {
+                let r = match &c {
+                    Ok(claim) => handler.prepare(claim).await,
+                    Err(e) => Err(e.clone()),
+                };
+                if let Err(e) = &r {
+                    self.log_failure("prepare", &uid, &c, e);
+                }
+                (uid, r)
+            })
+            .buffer_unordered(CLAIMS_AT_ONCE)
+            .collect()
+            .await
     }
 
     async fn unprepare(
@@ -62,18 +69,20 @@ impl Service {
         claims: Vec<(String, Result<ClaimRef, ClaimError>)>,
     ) -> BTreeMap<String, Result<(), ClaimError>> {
         let handler = &self.handler;
-        let results = join_all(claims.into_iter().map(|(uid, c)| async move {
-            let r = match &c {
-                Ok(claim) => handler.unprepare(claim).await,
-                Err(e) => Err(e.clone()),
-            };
-            if let Err(e) = &r {
-                self.log_failure("unprepare", &uid, &c, e);
-            }
-            (uid, r)
-        }))
-        .await;
-        results.into_iter().collect()
+        futures::stream::iter(claims)
+            .map(|(uid, c)| async move {
+                let r = match &c {
+                    Ok(claim) => handler.unprepare(claim).await,
+                    Err(e) => Err(e.clone()),
+                };
+                if let Err(e) = &r {
+                    self.log_failure("unprepare", &uid, &c, e);
+                }
+                (uid, r)
+            })
+            .buffer_unordered(CLAIMS_AT_ONCE)
+            .collect()
+            .await
     }
 
     /// One WARN line per failed claim, naming the claim (or the UID the kubelet sent, when the

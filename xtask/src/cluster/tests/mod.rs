@@ -8,6 +8,7 @@ mod claims;
 mod disruptions;
 mod install;
 mod loopback;
+mod scale;
 mod versions;
 
 use std::collections::BTreeSet;
@@ -120,6 +121,7 @@ pub(super) fn run_all(
         ("extended-resource-through-dra", claims::extended_resource),
         ("health", disruptions::health),
         ("restarts", disruptions::restarts),
+        ("prepare-10000-claims", scale::prepare_ten_thousand),
         // Last: it restarts the API server as older releases.
         ("emulated-versions", versions::emulated_versions),
     ];
