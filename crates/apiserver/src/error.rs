@@ -209,7 +209,8 @@ impl Error {
     /// requests and everything else.
     pub fn is_retryable(&self) -> bool {
         if let Error::Claim { error, .. } = self
-            && api_code(error).is_some_and(|c| (400..500).contains(&c) && ![408, 409, 429].contains(&c))
+            && api_code(error)
+                .is_some_and(|c| (400..500).contains(&c) && ![408, 409, 429].contains(&c))
         {
             return false;
         }

@@ -118,10 +118,7 @@ pub(crate) async fn prepare_all(socket: &Path, claims: &[ClaimName]) -> anyhow::
 }
 
 /// `NodeUnprepareResources` of every claim in one call, within the kubelet's deadline.
-pub(crate) async fn unprepare_all(
-    socket: &Path,
-    claims: &[ClaimName],
-) -> anyhow::Result<Answered> {
+pub(crate) async fn unprepare_all(socket: &Path, claims: &[ClaimName]) -> anyhow::Result<Answered> {
     let mut plugin = plugin(socket).await?;
     let mut request = tonic::Request::new(pb::NodeUnprepareResourcesRequest {
         claims: refs(claims),
@@ -146,7 +143,7 @@ pub(crate) async fn unprepare_all(
     })
 }
 
-/// Samples, every 20 ms until stopped, the most connections process `pid` holds to `port` at
+/// Samples, every 100 ms until stopped (lightly: the machine is busy with the calls), the most connections process `pid` holds to `port` at
 /// once.
 pub(crate) struct PeakConnections {
     stop: Arc<AtomicBool>,
@@ -164,7 +161,7 @@ impl PeakConnections {
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     peak.fetch_max(count(), Ordering::Relaxed);
-                    std::thread::sleep(Duration::from_millis(20));
+                    std::thread::sleep(Duration::from_millis(100));
                 }
             })
         };

@@ -229,11 +229,13 @@ async fn status_writes_retry_conflicts_and_give_up_eventually() {
     );
 }
 
+/// Requests a fake API server is serving now, the most it served at once, and all it received.
+type Load = Arc<Mutex<(usize, usize, usize)>>;
+
 /// A fake API server that answers every claim GET after `delay`, the first `throttled` of them
 /// with `429 Too Many Requests`; it counts the requests and the most it had at once.
-fn busy(delay: std::time::Duration, throttled: usize) -> (Client, Arc<Mutex<(usize, usize, usize)>>) {
-    // (requests now, the most at once, requests in all)
-    let load: Arc<Mutex<(usize, usize, usize)>> = Arc::default();
+fn busy(delay: std::time::Duration, throttled: usize) -> (Client, Load) {
+    let load: Load = Arc::default();
     let seen = load.clone();
     let service = tower::service_fn(move |_req: Request<Body>| {
         let seen = seen.clone();
@@ -340,7 +342,10 @@ async fn a_status_write_the_api_server_refuses_as_invalid_is_not_tried_again() {
         (503, "ServiceUnavailable", true),
     ] {
         let reader = ClaimReader::new(refusing_writes(code, reason), driver());
-        let err = reader.set_device_status(&claim, &devices).await.unwrap_err();
+        let err = reader
+            .set_device_status(&claim, &devices)
+            .await
+            .unwrap_err();
         assert_eq!(err.is_retryable(), retryable, "{code}: {err}");
         assert!(err.to_string().contains(reason), "{err}");
     }

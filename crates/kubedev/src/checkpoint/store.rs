@@ -364,11 +364,7 @@ impl CheckpointStore {
             FileState::Missing => (LoadOutcome::Created, None, true),
             FileState::Corrupt(reason) => {
                 let moved_to = move_aside(&self.path)?;
-                (
-                    LoadOutcome::Corrupt { moved_to, reason },
-                    None,
-                    true,
-                )
+                (LoadOutcome::Corrupt { moved_to, reason }, None, true)
             }
             FileState::Valid(payload) if payload.boot_id != self.boot_id => (
                 LoadOutcome::BootChanged {
