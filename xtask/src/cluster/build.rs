@@ -24,8 +24,11 @@ const CNI_MODULE: &str = "cni-plugins-v1.10.0";
 /// The binaries of one cluster, all in one directory each module's build writes into.
 #[derive(Debug, Clone)]
 pub(crate) struct Binaries {
-    /// Where the Kubernetes binaries are (kube-apiserver, kubelet, kubectl, ...).
+    /// Where the Kubernetes binaries are (kube-apiserver, kubectl, ...).
     pub(crate) kubernetes: PathBuf,
+    /// Where the kubelet is: with the others, or a build of another release when the
+    /// release's module names one in `kubelet-release`.
+    pub(crate) kubelet: PathBuf,
     /// Where etcd is.
     pub(crate) etcd: PathBuf,
     /// Where containerd, its shim and ctr are.
@@ -39,6 +42,9 @@ pub(crate) struct Binaries {
 impl Binaries {
     /// The Kubernetes binary `name`.
     pub(crate) fn kube(&self, name: &str) -> PathBuf {
+        if name == "kubelet" {
+            return self.kubelet.join(name);
+        }
         self.kubernetes.join(name)
     }
 }
@@ -77,6 +83,20 @@ pub(crate) fn build_all(root: &Path, version: &str) -> anyhow::Result<Binaries> 
         known_versions(root).join(", ")
     );
     let kubernetes = build_module(root, &kube_dir, &kube_ldflags(version)?, "")?;
+    let kubelet_release = root
+        .join("tools/cluster")
+        .join(&kube_dir)
+        .join("kubelet-release");
+    let kubelet = match std::fs::read_to_string(&kubelet_release) {
+        Ok(release) => {
+            let release = release.trim().trim_start_matches('v');
+            let dir = format!("kubernetes-v{release}");
+            eprintln!("Kubernetes {version} runs the kubelet of {release} (see {dir})");
+            build_module(root, &dir, &kube_ldflags(release)?, "")?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => kubernetes.clone(),
+        Err(e) => return Err(e).context(format!("reading {}", kubelet_release.display())),
+    };
     let etcd = build_module(root, ETCD_MODULE, "-s -w", "")?;
     let containerd = build_module(
         root,
@@ -87,6 +107,7 @@ pub(crate) fn build_all(root: &Path, version: &str) -> anyhow::Result<Binaries> 
     let cni = build_module(root, CNI_MODULE, "-s -w", "")?;
     Ok(Binaries {
         kubernetes,
+        kubelet,
         etcd,
         containerd,
         cni,
@@ -165,13 +186,13 @@ fn build_module(root: &Path, dir: &str, ldflags: &str, tags: &str) -> anyhow::Re
         out.display()
     );
     let started = Instant::now();
-    // A module that names a newer Go than the machine's (`toolchain go1.27.3`) gets it from
-    // the module proxy: the machine's GOTOOLCHAIN may say `local`.
+    // A module that names a newer Go than the machine's (`go 1.27.3`, or `toolchain
+    // go1.27.3`) gets it from the module proxy: the machine's GOTOOLCHAIN may say `local`.
     let go_mod = std::fs::read_to_string(module.join("go.mod"))?;
     let toolchain = go_mod
         .lines()
         .find_map(|l| l.strip_prefix("toolchain "))
-        .map_or_else(|| "local".to_string(), |t| t.trim().to_string());
+        .map_or_else(|| "auto".to_string(), |t| t.trim().to_string());
     let mut out_arg = out.clone().into_os_string();
     out_arg.push("/");
     let output = Command::new("go")
