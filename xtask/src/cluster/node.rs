@@ -125,17 +125,22 @@ impl Node {
             .rev()
             .find_map(|l| l.strip_prefix(&format!("{name} "))?.parse().ok())
             .with_context(|| format!("{name} was not started by this cluster"))?;
-        let split = |bytes: Vec<u8>| -> Vec<String> {
-            bytes
-                .split(|b| *b == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
+        let command: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(command_file(name))
+                .with_context(|| format!("how {name} was started"))?,
+        )?;
+        let strings = |v: &serde_json::Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| a.as_str().map(str::to_string))
                 .collect()
         };
-        let cmdline = split(std::fs::read(format!("/proc/{pid}/cmdline"))?);
-        let environ = split(std::fs::read(format!("/proc/{pid}/environ"))?);
-        let (program, args) = cmdline.split_first().context("an empty command line")?;
-        let mut args = args.to_vec();
+        let program = command["program"]
+            .as_str()
+            .context("no program in the command")?
+            .to_string();
+        let mut args = strings(&command["args"]);
         edit(&mut args);
         signal(pid, "TERM");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -145,13 +150,14 @@ impl Node {
         if alive(pid) {
             signal(pid, "KILL");
         }
-        let env: Vec<(&str, String)> = environ
-            .iter()
-            .filter_map(|kv| kv.split_once('='))
-            .filter(|(k, _)| *k == "PATH")
-            .map(|(_, v)| ("PATH", v.to_string()))
+        let env: Vec<(String, String)> = command["env"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|kv| Some((kv[0].as_str()?.to_string(), kv[1].as_str()?.to_string())))
             .collect();
-        spawn(&self.logs, name, Path::new(program), &args, &env)
+        let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        spawn(&self.logs, name, Path::new(&program), &args, &env)
     }
 
     /// The last `lines` lines of each component's log, for a failure report.
@@ -226,8 +232,20 @@ fn spawn(
         .append(true)
         .open(Path::new(RUN_DIR).join("processes"))?;
     writeln!(list, "{name} {pid}")?;
+    // How it was started, for a restart even after it exited (e.g. refused its flags).
+    let command = serde_json::json!({
+        "program": program,
+        "args": args,
+        "env": env.iter().map(|(k, v)| [*k, v.as_str()]).collect::<Vec<_>>(),
+    });
+    std::fs::write(command_file(name), command.to_string())?;
     eprintln!("started {name} (pid {pid})");
     Ok(pid)
+}
+
+/// Where the command that last started component `name` is kept.
+fn command_file(name: &str) -> PathBuf {
+    Path::new(RUN_DIR).join(format!("{name}.command.json"))
 }
 
 /// Whether process `pid` runs (and is no zombie).

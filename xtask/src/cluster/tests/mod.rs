@@ -9,6 +9,7 @@ mod disruptions;
 mod install;
 mod loopback;
 mod scale;
+mod startup;
 mod versions;
 
 use std::collections::BTreeSet;
@@ -121,6 +122,7 @@ pub(super) fn run_all(
         ("extended-resource-through-dra", claims::extended_resource),
         ("health", disruptions::health),
         ("restarts", disruptions::restarts),
+        ("pod-startup", startup::pod_startup),
         ("prepare-10000-claims", scale::prepare_ten_thousand),
         // Last: it restarts the API server as older releases.
         ("emulated-versions", versions::emulated_versions),
