@@ -345,10 +345,7 @@ impl CheckpointStore {
     /// the file is what this store last wrote, it is not read again; when it cannot be used
     /// (missing, corrupt, another boot), the claims this store already holds are kept: they
     /// were recorded during this boot.
-    #[allow(clippy::type_complexity)]
-    fn read_locked(
-        &mut self,
-    ) -> Result<(LoadOutcome, Option<BTreeMap<String, ClaimRecord>>, bool), CheckpointError> {
+    fn read_locked(&mut self) -> Result<(LoadOutcome, Option<Claims>, bool), CheckpointError> {
         if self.known_file.is_some() && self.known_file == FileIdentity::of(&self.path) {
             let outcome = LoadOutcome::Loaded {
                 claims: self.claims.len(),
@@ -432,6 +429,9 @@ impl CheckpointStore {
         Ok(())
     }
 }
+
+/// A checkpoint's records by claim UID.
+type Claims = BTreeMap<String, ClaimRecord>;
 
 pub(super) fn read_boot_id(path: &Path) -> Result<String, CheckpointError> {
     let invalid = |reason: &str| CheckpointError::InvalidBootId {

@@ -61,12 +61,7 @@ async fn scale(node: &Node) -> anyhow::Result<()> {
 
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), SCALE_NAMESPACE);
     let started = Instant::now();
-    let nodes = get_json(node, &["nodes"])?;
-    let node_name = nodes["items"][0]["metadata"]["name"]
-        .as_str()
-        .context("no node")?
-        .to_string();
-    let uids = create_allocated(&claims, &node_name, &pool, &device).await?;
+    let uids = create_allocated(&claims, pki::NODE, &pool, &device).await?;
     eprintln!(
         "  {CLAIMS} claims created and allocated to {pool}/{device} (admin access) in {:.1?}",
         started.elapsed()
