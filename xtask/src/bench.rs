@@ -285,7 +285,7 @@ fn binary_sizes(root: &Path, target: &Path) -> anyhow::Result<Vec<(String, u64)>
     for (name, flags) in sets {
         let mut args = vec!["build", "--release", "-p", "kubedev"];
         args.extend_from_slice(flags);
-        crate::ci::run(root, "cargo", &args)?;
+        crate::commands::run(root, "cargo", &args)?;
         let bin = target.join("release").join("kubedev");
         out.push((name.to_string(), std::fs::metadata(&bin)?.len()));
     }
@@ -348,7 +348,7 @@ const EXPLAIN_DUMPS: [(usize, &str); 4] = [
 /// one process reads it and answers, as `kubedev explain -f FILE` does. Wall time is that
 /// process's, start to exit; peak memory is its `VmHWM`.
 fn explain_curve(root: &Path) -> anyhow::Result<String> {
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &[
@@ -361,7 +361,7 @@ fn explain_curve(root: &Path) -> anyhow::Result<String> {
             "explain_cluster",
         ],
     )?;
-    let example = crate::ci::target_dir(root).join("release/examples/explain_cluster");
+    let example = crate::commands::target_dir(root).join("release/examples/explain_cluster");
     let tmp = tempfile::tempdir()?;
     let mut md = String::from(
         "\n`kubedev explain` over a generated dump (one process: reading the file, answering for \
@@ -425,10 +425,10 @@ fn explain_curve(root: &Path) -> anyhow::Result<String> {
 }
 
 pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
-    let target = crate::ci::target_dir(root);
+    let target = crate::commands::target_dir(root);
     // What the benchmarks load: the policies, and the NVML stand-in built as they are.
     crate::plugins::build_plugins(root)?;
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &["build", "--release", "-p", "kubedev-nvml-mock"],
@@ -439,7 +439,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
         std::fs::remove_dir_all(&figures_dir)
             .with_context(|| format!("removing {}", figures_dir.display()))?;
     }
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &[
@@ -458,7 +458,7 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
     )?;
     let sizes = binary_sizes(root, &target)?;
     // The daemon's memory is measured on the binary the image ships: the `dist` profile.
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &[

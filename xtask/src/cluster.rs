@@ -79,7 +79,7 @@ pub(crate) fn test_default(root: &Path) -> anyhow::Result<()> {
 
 /// Where the components' logs go: `target/cluster-logs`, kept after `down`.
 fn logs_dir(root: &Path) -> PathBuf {
-    crate::ci::target_dir(root).join("cluster-logs")
+    crate::commands::target_dir(root).join("cluster-logs")
 }
 
 /// What a cluster run needs from the network (Go modules, crates, Debian packages, Helm), got
@@ -93,7 +93,7 @@ struct Built {
 /// Builds the components and images and finds Helm.
 fn build(root: &Path, version: &str) -> anyhow::Result<Built> {
     let started = Instant::now();
-    crate::ci::ensure_debian_packages("the real cluster (runc for containerd)", &["runc"])?;
+    crate::commands::ensure_debian_packages("the real cluster (runc for containerd)", &["runc"])?;
     let bins = build::build_all(root, version)?;
     let images = tests::build_images(root).context("building the images")?;
     let helm = crate::deploy::helm::binary(root)?;

@@ -14,7 +14,7 @@ use kubedev_testkit::podman::{DEBIAN_PACKAGES, Podman};
 const TEST_THREADS: &str = "--test-threads=2";
 
 pub(crate) fn containers(root: &Path) -> anyhow::Result<()> {
-    crate::ci::ensure_debian_packages(
+    crate::commands::ensure_debian_packages(
         "the container tests (CDI specs applied by podman)",
         DEBIAN_PACKAGES,
     )?;
@@ -30,14 +30,14 @@ pub(crate) fn containers(root: &Path) -> anyhow::Result<()> {
     );
     drop(podman);
     // The NVIDIA container tests load the NVML stand-in.
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &["build", "--quiet", "-p", "kubedev-nvml-mock"],
     )?;
     let started = Instant::now();
     // `--workspace`: the features of the workspace-wide test build, so nothing is rebuilt.
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &[
@@ -54,7 +54,7 @@ pub(crate) fn containers(root: &Path) -> anyhow::Result<()> {
     // kubedev's tests are one binary, `all` (as are some other crates', whose tests match
     // none of these filters): its `containers` and `nvidia_containers` modules, and, also as
     // root, `operator_messages` (a prepare with the CDI directory on a full file system).
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &[

@@ -136,7 +136,7 @@ fn show(r: &ResourceState) -> String {
 /// Runs the demo.
 pub(crate) fn demo(root: &Path) -> anyhow::Result<()> {
     let started = Instant::now();
-    let bin = crate::ci::build_daemon(root)?;
+    let bin = crate::commands::build_daemon(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

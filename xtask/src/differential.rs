@@ -263,7 +263,7 @@ pub(crate) fn differential(root: &Path, args: &Args) -> anyhow::Result<()> {
         print!("{}", table(&side_by_side(root)?));
         return Ok(());
     }
-    let out_dir = crate::ci::target_dir(root).join("differential");
+    let out_dir = crate::commands::target_dir(root).join("differential");
     std::fs::create_dir_all(&out_dir)?;
     let mut upstream = Upstream::start(root, &args.release)?;
     eprintln!("peer: {}", upstream.describe());

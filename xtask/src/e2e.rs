@@ -256,7 +256,7 @@ fn draw_delay(rng: &mut fastrand::Rng, max: Duration) -> Duration {
 pub(crate) fn e2e(root: &Path) -> anyhow::Result<()> {
     let seed = seed()?;
     eprintln!("e2e seed {seed} (replay with {SEED_ENV}={seed})");
-    let bin = crate::ci::build_daemon(root)?;
+    let bin = crate::commands::build_daemon(root)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

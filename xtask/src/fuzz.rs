@@ -58,7 +58,7 @@ fn ensure_cargo_fuzz(root: &Path) -> anyhow::Result<()> {
         .output()
         .is_ok_and(|o| o.status.success());
     if !installed {
-        crate::ci::run(root, "cargo", &["install", "cargo-fuzz", "--locked"])?;
+        crate::commands::run(root, "cargo", &["install", "cargo-fuzz", "--locked"])?;
     }
     Ok(())
 }
@@ -148,7 +148,7 @@ pub(crate) fn fuzz(root: &Path, args: &Args) -> anyhow::Result<()> {
     ensure_cargo_fuzz(root)?;
     let dir = root.join("fuzz");
     let selected = selected_targets(&dir, &args.only)?;
-    crate::ci::run(&dir, "cargo", &["fuzz", "build", "-s", "none"])?;
+    crate::commands::run(&dir, "cargo", &["fuzz", "build", "-s", "none"])?;
     let bin_dir = dir.join("target").join(host_triple()?).join("release");
     let logs = dir.join("target").join("fuzz-logs");
     std::fs::create_dir_all(&logs)?;

@@ -39,7 +39,7 @@ struct Client {
 
 pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
     ensure_go()?;
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &[
@@ -51,7 +51,7 @@ pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
             "interop_target",
         ],
     )?;
-    let target = crate::ci::target_dir(root).join("debug/examples/interop_target");
+    let target = crate::commands::target_dir(root).join("debug/examples/interop_target");
     let python = python_env(root)?;
     let stubs = tempfile::tempdir()?;
     generate_python_stubs(root, &python, stubs.path())?;
@@ -320,7 +320,7 @@ fn authorities(log: &str, info: &Value) -> Vec<(String, Vec<String>)> {
 /// A virtual environment under the target directory with grpcio and grpcio-tools; created on
 /// first use. Returns its Python.
 fn python_env(root: &Path) -> anyhow::Result<PathBuf> {
-    let dir = crate::ci::target_dir(root)
+    let dir = crate::commands::target_dir(root)
         .join("tools")
         .join(format!("interop-python-{GRPCIO}"));
     let python = dir.join("bin/python");
@@ -330,9 +330,9 @@ fn python_env(root: &Path) -> anyhow::Result<PathBuf> {
     }
     let _ = std::fs::remove_dir_all(&dir);
     let system = which_python()?;
-    crate::ci::run(root, &system, &["-m", "venv", &dir.display().to_string()])
+    crate::commands::run(root, &system, &["-m", "venv", &dir.display().to_string()])
         .context("creating a Python virtual environment (needs python3 with venv)")?;
-    crate::ci::run(
+    crate::commands::run(
         root,
         &python.display().to_string(),
         &[

@@ -7,6 +7,7 @@ mod bench;
 mod ci;
 mod cluster;
 mod codegen;
+mod commands;
 mod containers;
 mod demo;
 mod deploy;

@@ -47,7 +47,7 @@ fn ensure_target(root: &Path) -> anyhow::Result<()> {
     {
         return Ok(());
     }
-    crate::ci::run(root, "rustup", &["target", "add", TARGET])
+    crate::commands::run(root, "rustup", &["target", "add", TARGET])
 }
 
 /// Builds every policy and returns the paths of the copied modules.

@@ -117,12 +117,14 @@ pub(crate) fn soak(root: &Path, args: &Args) -> anyhow::Result<()> {
     let bin = match &args.binary {
         Some(b) => b.clone(),
         None => {
-            crate::ci::run(
+            crate::commands::run(
                 root,
                 "cargo",
                 &["build", "--release", "-p", "kubedev", "--bin", "kubedev"],
             )?;
-            crate::ci::target_dir(root).join("release").join("kubedev")
+            crate::commands::target_dir(root)
+                .join("release")
+                .join("kubedev")
         }
     };
     ensure!(bin.exists(), "no daemon binary at {}", bin.display());
@@ -130,7 +132,7 @@ pub(crate) fn soak(root: &Path, args: &Args) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let dir = crate::ci::target_dir(root).join(REPORT_DIR);
+    let dir = crate::commands::target_dir(root).join(REPORT_DIR);
     std::fs::create_dir_all(&dir)?;
     let mut failures = Vec::new();
     let runs = [

@@ -13,6 +13,7 @@ use kubedev_core::Quantity;
 
 use crate::cel::{self, FastMap, FastSet, Value};
 
+mod attribute_value;
 mod counters;
 mod device;
 mod device_vars;

@@ -11,7 +11,7 @@
 //!   partitionable MIG this is "whole GPUs, and the MIG devices that already exist".
 //! - **No device taints** (`DRADeviceTaints` off): a tainted device would look usable, so
 //!   devices with a `NoSchedule` or `NoExecute` taint are left out (unhealthy devices too,
-//!   whatever `UnhealthyDevices` says: `convert::publishes_unhealthy` decides that), and `None`
+//!   whatever `UnhealthyDevices` says: `unhealthy::publishes_unhealthy` decides that), and `None`
 //!   taints, which only inform, are not written.
 //! - **Kubernetes 1.34** knows no `None` taint effect: such taints, which only inform, are not
 //!   written there.
@@ -24,23 +24,20 @@ use std::collections::{BTreeMap, BTreeSet};
 use kubedev_core::{Inventory, Pool, TaintEffect};
 
 use crate::features::{ApiCapabilities, ApiFeature, CounterLayout};
-
-/// Whether a device of a pool is prepared for a claim now: `(pool, device)`.
-pub(crate) type InUse = dyn Fn(&str, &str) -> bool + Send + Sync;
+use crate::unhealthy::{InUse, UnhealthyDevices, sample, unhealthy_left_out};
 
 /// What is published of `inventory` on a server that keeps what `caps` says: without the
-/// unhealthy devices `policy` leaves out ([`crate::convert::publishes_unhealthy`] decides),
+/// unhealthy devices `policy` leaves out ([`crate::unhealthy::publishes_unhealthy`] decides),
 /// then adapted; and for each feature it needed and the server lacks, what was published
 /// instead. Copies the inventory at most once, and not at all when nothing changes.
 pub(crate) fn published<'a>(
     inventory: &'a Inventory,
-    policy: crate::convert::UnhealthyDevices,
+    policy: UnhealthyDevices,
     caps: &ApiCapabilities,
     in_use: &InUse,
 ) -> (Cow<'a, Inventory>, BTreeMap<ApiFeature, String>) {
     let taints_kept = caps.keeps(ApiFeature::DeviceTaints);
-    let (healthy_enough, left_out) =
-        crate::convert::unhealthy_left_out(inventory, policy, taints_kept, in_use);
+    let (healthy_enough, left_out) = unhealthy_left_out(inventory, policy, taints_kept, in_use);
     let (adapted, mut notes) = adapt(healthy_enough, caps, in_use);
     if !left_out.for_want_of_taints.is_empty() {
         let mut note = left_out.for_want_of_taints.join("; ");
@@ -133,22 +130,6 @@ fn uses_what_the_server_lacks(inventory: &Inventory, caps: &ApiCapabilities) -> 
                 d.allow_multiple_allocations
                     || d.capacity.values().any(|c| c.request_policy.is_some())
             }))
-}
-
-/// Up to three names and how many more.
-pub(crate) fn sample(names: &[String]) -> String {
-    let shown: Vec<&str> = names.iter().take(3).map(String::as_str).collect();
-    let mut s = format!(
-        "{} device{} ({}",
-        names.len(),
-        if names.len() == 1 { "" } else { "s" },
-        shown.join(", ")
-    );
-    if names.len() > shown.len() {
-        s.push_str(&format!(", … {} more", names.len() - shown.len()));
-    }
-    s.push(')');
-    s
 }
 
 fn without_counters(
@@ -297,7 +278,6 @@ mod tests {
     };
 
     use super::*;
-    use crate::convert::UnhealthyDevices;
 
     fn counters(n: i64) -> BTreeMap<CounterName, Quantity> {
         (0..n)

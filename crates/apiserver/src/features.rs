@@ -15,7 +15,7 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1 as res;
 use tokio::sync::watch;
 
-use crate::degrade::InUse;
+use crate::unhealthy::InUse;
 
 /// A gated `resource.k8s.io` feature whose fields kubedev writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

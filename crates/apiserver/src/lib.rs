@@ -49,6 +49,7 @@ mod publisher;
 mod ratelimit;
 mod render;
 mod retry;
+mod unhealthy;
 
 pub use claim::{
     AllocatedClaim, ClaimReader, ConditionStatus, ConfigSource, DeviceCondition, DeviceResult,

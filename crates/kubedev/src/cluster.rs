@@ -5,12 +5,33 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use kubedev_apiserver::DeviceStatus;
 use kubedev_apiserver::{ClaimReader, NodeEvents, PublisherTask, SlicePublisher, connect};
-use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
+use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice, Publisher};
 use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
 
 use crate::config::DraSpec;
 use crate::dra_driver::{CLAIM_GONE, ClaimAllocation, ClaimSource};
-use crate::runtime::ClusterServices;
+
+/// What the DRA mode needs from the cluster: where claims are read and where slices are written.
+/// The binary builds them from the API server; tests pass their own.
+#[derive(Clone)]
+pub struct ClusterServices {
+    /// Reads the allocation of a claim.
+    pub claims: Arc<dyn ClaimSource>,
+    /// Publishes the inventory as ResourceSlices.
+    pub slices: Arc<dyn Publisher>,
+    /// Records Kubernetes Events about the node (what recovery lost and rebuilt), when the API
+    /// server is reachable.
+    pub events: Option<kubedev_apiserver::NodeEvents>,
+    /// What the API server keeps of what kubedev writes (its version, the gated features it
+    /// drops and what was published instead), when the slices go to an API server.
+    pub api: Option<kubedev_apiserver::ApiStatus>,
+}
+
+impl std::fmt::Debug for ClusterServices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterServices")
+    }
+}
 
 /// Claims through the API server; `status` says whether their device status is written.
 struct ApiClaims {

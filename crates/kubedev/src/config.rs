@@ -234,10 +234,23 @@ impl Config {
 
     /// The node's name as configured: `nodeName`, else the `NODE_NAME` variable of `env`; an
     /// empty value counts as unset. DRA requires it; the backends' pools fall back to the host
-    /// name without it ([`crate::runtime::node_name`]).
+    /// name without it ([`Config::node_name_or_host`]).
     pub fn configured_node_name(&self, env: impl Fn(&str) -> Option<String>) -> Option<String> {
         let configured = self.node_name.clone().filter(|n| !n.is_empty());
         configured.or_else(|| env("NODE_NAME").filter(|n| !n.is_empty()))
+    }
+
+    /// The node's name: [`Config::configured_node_name`] (the configuration, else `NODE_NAME`),
+    /// else the host name, else `localhost`.
+    pub fn node_name_or_host(&self) -> String {
+        self.configured_node_name(|k| std::env::var(k).ok())
+            .or_else(|| {
+                std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .ok()
+                    .map(|h| h.trim().to_string())
+                    .filter(|h| !h.is_empty())
+            })
+            .unwrap_or_else(|| "localhost".to_string())
     }
 
     /// Checks what the file says beyond its syntax: the DRA settings, that each backend kind is

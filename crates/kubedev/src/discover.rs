@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use kubedev_core::{DeviceFilter, HealthState, Inventory};
 
 use crate::config::Config;
-use crate::runtime::{Backends, BuildMode, build_backends, node_name};
+use crate::runtime::{Backends, BuildMode, build_backends};
 
 /// Which kubelet API serves a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +84,7 @@ pub async fn discover(config: &Config, path: &Path) -> anyhow::Result<Discovery>
             .collect(),
         inventory,
         served_by,
-        node: node_name(config),
+        node: config.node_name_or_host(),
         set: backends,
     })
 }

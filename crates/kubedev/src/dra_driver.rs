@@ -9,7 +9,8 @@
 //! whose instance still holds its lease is left to it (the kubelet's retry, or that instance,
 //! finishes it; prepare is idempotent).
 //!
-//! The driver's parts: `claim_source.rs` (where allocations come from), `handler.rs` (the
+//! The driver's parts: `claim_source.rs` (where allocations come from), `claim_status.rs`
+//! (the claims' device status, written in the background), `handler.rs` (the
 //! kubelet's calls, one claim at a time), `prepare.rs` and `unprepare.rs`, `exclusive.rs`
 //! (devices only one claim may hold), `commit.rs` (the checkpoint's group commit),
 //! `device_metadata.rs` (KEP-5304 files), `recover.rs` (start-up recovery), `rebuild.rs` (after
@@ -26,11 +27,11 @@ use tokio::sync::mpsc;
 use crate::backends::Backends;
 use crate::cdi::CdiWriter;
 use crate::checkpoint::{CheckpointStore, ClaimRecord};
-use crate::claim_status::StatusWriter;
 use crate::metadata::MetadataWriter;
 use crate::metrics::Metrics;
 
 mod claim_source;
+mod claim_status;
 mod commit;
 mod device_metadata;
 mod exclusive;
@@ -43,6 +44,8 @@ mod unprepare;
 
 pub use claim_source::{CLAIM_GONE, ClaimAllocation, ClaimSource};
 pub use recover::Recovery;
+
+use claim_status::StatusWriter;
 
 /// The DRA driver: implements the kubelet plugin's [`DraHandler`](kubedev_kubelet_grpc::dra::DraHandler).
 pub struct DraDriver {

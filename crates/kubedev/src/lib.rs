@@ -124,7 +124,6 @@ pub mod cdi;
 pub mod cdi_generate;
 #[doc(hidden)]
 pub mod checkpoint;
-mod claim_status;
 #[doc(hidden)]
 pub mod cli;
 #[doc(hidden)]

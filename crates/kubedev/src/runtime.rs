@@ -33,39 +33,19 @@ mod publish;
 mod reload;
 
 use build::backend_changed;
-pub use build::{BuildMode, build_backend, build_backends, node_name};
+pub use build::{BuildMode, build_backend, build_backends};
 use device_plugin::*;
 use dra::*;
 use publish::*;
 
 pub use crate::backends::{Backend, Backends};
+pub use crate::cluster::ClusterServices;
+use crate::cluster::connect_cluster;
 use crate::config::Config;
-use crate::dra_driver::{ClaimSource, DraDriver};
+use crate::dra_driver::DraDriver;
 use crate::http::Probes;
 use crate::metrics::Metrics;
 use crate::policy::{PolicySource, PolicyState};
-
-/// What the DRA mode needs from the cluster: where claims are read and where slices are written.
-/// The binary builds them from the API server; tests pass their own.
-#[derive(Clone)]
-pub struct ClusterServices {
-    /// Reads the allocation of a claim.
-    pub claims: Arc<dyn ClaimSource>,
-    /// Publishes the inventory as ResourceSlices.
-    pub slices: Arc<dyn Publisher>,
-    /// Records Kubernetes Events about the node (what recovery lost and rebuilt), when the API
-    /// server is reachable.
-    pub events: Option<kubedev_apiserver::NodeEvents>,
-    /// What the API server keeps of what kubedev writes (its version, the gated features it
-    /// drops and what was published instead), when the slices go to an API server.
-    pub api: Option<kubedev_apiserver::ApiStatus>,
-}
-
-impl std::fmt::Debug for ClusterServices {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClusterServices")
-    }
-}
 
 /// Metrics and probes, shared by every part of the runtime.
 #[derive(Clone)]
@@ -508,7 +488,7 @@ pub async fn serve(
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let cluster = match config.dra(path, |k| std::env::var(k).ok())? {
-        Some(spec) => Some(crate::cluster::connect_cluster(&spec).await?),
+        Some(spec) => Some(connect_cluster(&spec).await?),
         None => None,
     };
     let (services, task) = match cluster {

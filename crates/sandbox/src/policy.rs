@@ -3,6 +3,7 @@
 
 use parking_lot::Mutex;
 use std::cell::RefCell;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -17,7 +18,9 @@ use crate::encode::{Message, encode_input};
 use crate::error::PolicyError;
 use crate::input::{Candidate, Constraint, ConstraintKind, CounterUsage, PolicyInput};
 use crate::ratelimit::{TokenBucket, failure_warning_limit, guest_log_limit};
-use crate::sandbox::{Compiled, LogSink, Sandbox, strip_policy};
+use crate::sandbox::{
+    Compiled, LogSink, Sandbox, check_magic, policy_name, read_module, strip_policy,
+};
 
 /// A policy module loaded into a [`Sandbox`]: call it with [`WasmPolicy::evaluate`], or hand
 /// it to the allocator as a [`SelectionPolicy`]. Cheap to clone; clones share statistics.
@@ -149,6 +152,23 @@ pub struct PolicyStats {
 
 thread_local! {
     static INPUT_BUF: RefCell<Message> = RefCell::new(Message::default());
+}
+
+/// Loading policies: what makes a [`WasmPolicy`] of a module.
+impl Sandbox {
+    /// Compiles (or takes from the cache) and checks a policy module. The module must keep
+    /// the contract of the crate docs; the check calls its ABI-version export once.
+    pub fn load(&self, name: &str, wasm: &[u8]) -> Result<WasmPolicy, PolicyError> {
+        let compiled = self.compile(name, wasm)?;
+        Ok(WasmPolicy::new(name, compiled, self.clone()))
+    }
+
+    /// [`Sandbox::load`] of a file; the policy is named after the file stem.
+    pub fn load_file(&self, path: &Path) -> Result<WasmPolicy, PolicyError> {
+        let bytes = read_module(path, self.inner.limits.max_module_bytes)?;
+        check_magic(path, &bytes)?;
+        self.load(&policy_name(path), &bytes)
+    }
 }
 
 impl WasmPolicy {

@@ -24,7 +24,6 @@ use crate::abi::{ABI_VERSION, EXPORT_INPUTS, EXPORT_VERSION, IMPORT_LOG, IMPORT_
 use crate::error::PolicyError;
 use crate::inputs::Inputs;
 use crate::limits::Limits;
-use crate::policy::WasmPolicy;
 use call::host_log;
 use contract::check_contract;
 use ticker::Ticker;
@@ -163,20 +162,6 @@ impl Sandbox {
     /// The limits calls run under.
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
-    }
-
-    /// Compiles (or takes from the cache) and checks a policy module. The module must keep
-    /// the contract of the crate docs; the check calls its ABI-version export once.
-    pub fn load(&self, name: &str, wasm: &[u8]) -> Result<WasmPolicy, PolicyError> {
-        let compiled = self.compile(name, wasm)?;
-        Ok(WasmPolicy::new(name, compiled, self.clone()))
-    }
-
-    /// [`Sandbox::load`] of a file; the policy is named after the file stem.
-    pub fn load_file(&self, path: &Path) -> Result<WasmPolicy, PolicyError> {
-        let bytes = read_module(path, self.inner.limits.max_module_bytes)?;
-        check_magic(path, &bytes)?;
-        self.load(&policy_name(path), &bytes)
     }
 
     /// Number of compiled modules in the cache that a live policy still uses.

@@ -1,7 +1,7 @@
 //! One candidate device as a policy reads it: [`Candidate`] (name, driver, pool, health, NUMA
 //! node, attributes, capacities), the [`CounterSet`]s it draws from and its [`Capacity`]s.
 
-use crate::input::{ANY_DRIVER, Key};
+use crate::key::{ANY_DRIVER, Key};
 use crate::message::{
     ATTRIBUTE, CANDIDATE, CAPACITY, COUNTER, COUNTER_SET, Message, TAG_BOOL, TAG_INT, TAG_STRING,
     text,

@@ -39,6 +39,7 @@ mod candidate;
 mod decision;
 mod grouping;
 mod input;
+mod key;
 mod message;
 #[cfg(target_arch = "wasm32")]
 #[doc(hidden)]
@@ -48,7 +49,8 @@ mod value;
 pub use candidate::{Candidate, Capacity, CounterSet, Health};
 pub use decision::Decision;
 pub use grouping::{pack_by, spread_by};
-pub use input::{Constraint, ConstraintKind, DecodeError, Input, Key};
+pub use input::{Constraint, ConstraintKind, DecodeError, Input};
+pub use key::Key;
 #[cfg(target_arch = "wasm32")]
 pub use rt::BumpAllocator;
 pub use value::Value;

@@ -69,7 +69,7 @@ pub(crate) fn binary(root: &Path) -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("KUBEDEV_HELM") {
         return Ok(PathBuf::from(path));
     }
-    let target = crate::ci::target_dir(root);
+    let target = crate::commands::target_dir(root);
     let dir = target.join("tools").join(format!("helm-{HELM_VERSION}"));
     let bin = dir.join("helm");
     if bin.is_file() {

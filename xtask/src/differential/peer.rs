@@ -91,7 +91,7 @@ fn known(dir: &Path) -> Vec<String> {
 pub(crate) fn build(root: &Path, release: &str) -> anyhow::Result<PathBuf> {
     let dir = root.join("tools/allocsim");
     let (modfile, tags) = module_files(&dir, release)?;
-    let out = crate::ci::target_dir(root)
+    let out = crate::commands::target_dir(root)
         .join("allocsim")
         .join(format!("allocsim-{release}"));
     // A release whose module names a newer Go than the machine's (`toolchain go1.27.3`) gets

@@ -23,14 +23,6 @@ pub struct DeviceContext {
     capacity: OnceLock<Value>,
 }
 
-/// Splits a qualified name into domain and id; bare names get the driver as domain.
-pub fn split_qualified<'a>(name: &'a str, driver: &'a str) -> (&'a str, &'a str) {
-    match name.find('/') {
-        Some(i) => (&name[..i], &name[i + 1..]),
-        None => (driver, name),
-    }
-}
-
 /// The nested `domain -> id -> value` map of flat entries (the first of a repeated id wins);
 /// a missing domain reads as an empty map.
 fn materialize(entries: &[(Arc<str>, Arc<str>, Value)]) -> Value {

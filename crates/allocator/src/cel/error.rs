@@ -1,6 +1,6 @@
 //! What compiling or evaluating an expression reports when it fails.
 
-use super::eval::EvalError;
+use super::meter::EvalError;
 
 /// Why an expression does not compile.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

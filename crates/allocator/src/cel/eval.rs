@@ -3,16 +3,15 @@
 mod access;
 mod literals;
 mod locals;
-mod meter;
 mod operators;
 
 use std::sync::Arc;
 
 use super::DeviceVars;
 use super::library;
+use super::meter::{EvalError, Meter};
 use super::tree::{DeviceField, Node, Program};
 use super::value::{MapValue, Value};
-pub(crate) use meter::{EvalError, Meter, build_regex};
 
 /// Evaluates one program's tree for one device: the device read through [`DeviceVars`], the
 /// values of local variables by slot, and the cost so far.

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use super::Value;
-use super::device::split_qualified;
 use super::hashing::FastMap;
 use super::numeric::{Quantity, Version};
 
@@ -89,5 +88,13 @@ impl Interner {
             self.quantities.insert(q, v.clone());
         }
         v
+    }
+}
+
+/// Splits a qualified name into domain and id; bare names get the driver as domain.
+pub fn split_qualified<'a>(name: &'a str, driver: &'a str) -> (&'a str, &'a str) {
+    match name.find('/') {
+        Some(i) => (&name[..i], &name[i + 1..]),
+        None => (driver, name),
     }
 }

@@ -13,7 +13,7 @@ mod strings;
 
 use std::sync::Arc;
 
-use super::eval::{EvalError, Meter};
+use super::meter::{EvalError, Meter};
 use super::value::Value;
 
 /// A resolved function.

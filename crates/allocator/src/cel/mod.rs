@@ -14,6 +14,7 @@ mod eval;
 mod hashing;
 mod interner;
 mod library;
+mod meter;
 mod tree;
 mod value;
 
@@ -23,10 +24,11 @@ pub(crate) mod numeric {
 }
 
 pub use compile_cache::{compile, compile_uncached, validate_new};
-pub use device::{DeviceContext, split_qualified};
+pub use device::DeviceContext;
 pub(crate) use device::{DeviceVars, EntryRef};
 pub use error::{CompileError, RuntimeError};
 pub(crate) use hashing::{FastMap, FastSet, fast_hash, str_eq};
+pub use interner::split_qualified;
 pub(crate) use interner::{Interner, with_interner};
 pub use kubedev_core::AttributeValue;
 pub use tree::Program;

@@ -4,7 +4,7 @@
 
 use kubedev_core::Quantity;
 
-use super::device_vars::attribute_value;
+use super::attribute_value::attribute_value;
 use crate::api::{
     Device, DeviceAttribute, DeviceCapacity, DeviceTaint, RawQuantity, ResourceSlice,
 };

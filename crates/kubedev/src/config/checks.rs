@@ -94,7 +94,7 @@ impl Config {
             }
         }
         if !pools.is_empty() {
-            let node = crate::runtime::node_name(self);
+            let node = self.node_name_or_host();
             for kind in pools {
                 kubedev_core::factory::own_pool_name(&node, kind)
                     .map_err(|e| invalid(path, "nodeName", e.to_string()))?;

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{ClaimError, PreparedClaimDevice};
 
+use super::claim_status::StatusChange;
 use super::{ClaimAllocation, DraDriver, backend_error, blocking, retryable};
 use crate::cdi::{CdiClaimSpec, SpecCheck};
 use crate::checkpoint::{Change, ClaimRecord, ClaimState};
-use crate::claim_status::StatusChange;
 use crate::failpoint;
 
 impl DraDriver {

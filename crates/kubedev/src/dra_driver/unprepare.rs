@@ -4,9 +4,9 @@
 use kubedev_core::ClaimRef;
 use kubedev_kubelet_grpc::dra::ClaimError;
 
+use super::claim_status::StatusChange;
 use super::{DraDriver, backend_error, blocking, retryable};
 use crate::checkpoint::Change;
-use crate::claim_status::StatusChange;
 use crate::failpoint;
 
 impl DraDriver {

@@ -32,7 +32,7 @@ pub fn build_backend(
         kubedev_core::BackendContext::new(
             kubedev_core::HostFs::new(&config.host_root),
             state_dir,
-            node_name(config),
+            config.node_name_or_host(),
         ),
         mode,
     )
@@ -50,20 +50,6 @@ pub(super) fn backend_changed(old: &Config, new: &Config, kind: &str) -> bool {
     let host_side = new.registry.get(kind).is_some_and(|f| f.own_pool())
         && (old.host_root != new.host_root
             || old.state_dir != new.state_dir
-            || node_name(old) != node_name(new));
+            || old.node_name_or_host() != new.node_name_or_host());
     section || host_side
-}
-
-/// The node's name: [`Config::configured_node_name`] (the configuration, else `NODE_NAME`), else
-/// the host name.
-pub fn node_name(config: &Config) -> String {
-    config
-        .configured_node_name(|k| std::env::var(k).ok())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "localhost".to_string())
 }

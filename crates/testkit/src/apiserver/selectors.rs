@@ -236,6 +236,18 @@ pub(crate) struct Selectors {
 }
 
 impl Selectors {
+    /// The `labelSelector` and `fieldSelector` of a request's query (empty when absent).
+    pub(crate) fn from_query(
+        resource: Resource,
+        query: &std::collections::HashMap<String, String>,
+    ) -> Result<Selectors, ApiError> {
+        let param = |name: &str| query.get(name).map(String::as_str).unwrap_or("");
+        Ok(Selectors {
+            labels: LabelSelector::parse(param("labelSelector"))?,
+            fields: FieldSelector::parse(param("fieldSelector"), resource)?,
+        })
+    }
+
     /// Whether the object passes both selectors.
     pub(crate) fn matches(&self, resource: Resource, object: &Value) -> bool {
         self.labels.matches(object) && self.fields.matches(resource, object)

@@ -9,6 +9,7 @@
 mod claim;
 mod device;
 mod names;
+mod shared;
 mod slice;
 
 use serde_json::{Map, Value};

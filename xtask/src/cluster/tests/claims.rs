@@ -134,7 +134,7 @@ pub(super) fn unfit_claim_explained(node: &Node, root: &Path) -> anyhow::Result<
         message.contains("cannot allocate all claims"),
         "the scheduler's message does not say the claim cannot be allocated: {message}"
     );
-    let kubedev = crate::ci::target_dir(root).join("release/kubedev");
+    let kubedev = crate::commands::target_dir(root).join("release/kubedev");
     let out = Command::new(&kubedev)
         .args([
             "explain",

@@ -18,11 +18,11 @@ pub(super) fn kubedev_tag(root: &Path) -> anyhow::Result<String> {
 /// Builds kubedev's release binary and writes the sandbox, busybox and kubedev image archives
 /// under `target/cluster-images/`.
 pub(crate) fn build_images(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    crate::ci::ensure_debian_packages(
+    crate::commands::ensure_debian_packages(
         "the real cluster's test image (busybox-static)",
         &["busybox-static"],
     )?;
-    let dir = crate::ci::target_dir(root).join("cluster-images");
+    let dir = crate::commands::target_dir(root).join("cluster-images");
     std::fs::create_dir_all(&dir)?;
     let work = tempfile::tempdir()?;
 
@@ -30,7 +30,7 @@ pub(crate) fn build_images(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let pause_root = work.path().join("pause");
     std::fs::create_dir_all(&pause_root)?;
     let pause_bin = work.path().join("pause-bin");
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cc",
         &[
@@ -77,12 +77,12 @@ pub(crate) fn build_images(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
     )?;
 
     // kubedev: the release binary and the libraries it loads, as the Dockerfile's image has.
-    crate::ci::run(
+    crate::commands::run(
         root,
         "cargo",
         &["build", "--release", "-p", "kubedev", "--bin", "kubedev"],
     )?;
-    let binary = crate::ci::target_dir(root).join("release/kubedev");
+    let binary = crate::commands::target_dir(root).join("release/kubedev");
     let kd_root = work.path().join("kubedev");
     image::install(&kd_root, &binary, "/usr/local/bin/kubedev", 0o755)?;
     for lib in image::shared_libraries(&binary)? {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use cel::common::ast::LiteralValue;
 
 use crate::cel::CompileError;
-use crate::cel::eval::build_regex;
 use crate::cel::library::Func;
+use crate::cel::meter::build_regex;
 use crate::cel::numeric::{Quantity, Version};
 use crate::cel::tree::{DeviceField, Node};
 use crate::cel::value::Value;

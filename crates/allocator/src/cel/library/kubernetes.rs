@@ -5,7 +5,7 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use super::{Func, list_value, no_overload, regex_for, tenth};
-use crate::cel::eval::{EvalError, Meter};
+use crate::cel::meter::{EvalError, Meter};
 use crate::cel::numeric::{Quantity, Version};
 use crate::cel::value::Value;
 

@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 
 use super::{Func, list_value, no_overload};
-use crate::cel::eval::{EvalError, Meter};
+use crate::cel::meter::{EvalError, Meter};
 use crate::cel::value::Value;
 
 /// The lists library.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{Func, no_overload};
-use crate::cel::eval::EvalError;
+use crate::cel::meter::EvalError;
 use crate::cel::value::Value;
 
 /// Optional values.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{Func, char_count, no_overload, regex_for, tenth};
-use crate::cel::eval::{EvalError, Meter};
+use crate::cel::meter::{EvalError, Meter};
 use crate::cel::value::Value;
 
 /// `size`, conversions, `dyn` and the string tests.

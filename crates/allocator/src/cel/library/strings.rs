@@ -3,7 +3,7 @@
 //! `indexOf`, `lastIndexOf` and `reverse`).
 
 use super::{Func, char_count, list_value, no_overload, tenth};
-use crate::cel::eval::{EvalError, Meter};
+use crate::cel::meter::{EvalError, Meter};
 use crate::cel::value::Value;
 
 /// `charAt`, `indexOf`, `lastIndexOf` (strings and lists) and `substring`: code-point positions.

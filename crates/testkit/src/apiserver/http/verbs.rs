@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::watch::WatchRequest;
 use super::{Route, Shared};
 use crate::apiserver::resource::{Resource, Verb};
-use crate::apiserver::selectors::{FieldSelector, LabelSelector, Selectors};
+use crate::apiserver::selectors::Selectors;
 use crate::apiserver::status::ApiError;
 use crate::apiserver::store::{
     DeleteOptions, Key, PatchKind, Store, Target, WriteOptions, Written,
@@ -45,20 +45,6 @@ fn write_options(query: &HashMap<String, String>) -> Result<WriteOptions, ApiErr
     })
 }
 
-/// The label and field selectors of the query.
-pub(super) fn selectors(
-    resource: Resource,
-    query: &HashMap<String, String>,
-) -> Result<Selectors, ApiError> {
-    Ok(Selectors {
-        labels: LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?,
-        fields: FieldSelector::parse(
-            query.get("fieldSelector").map(String::as_str).unwrap_or(""),
-            resource,
-        )?,
-    })
-}
-
 fn key(route: &Route) -> Key {
     Key::new(
         route.namespace.as_deref(),
@@ -90,7 +76,7 @@ pub(super) fn serve(
                 ApiError::not_found(&resource.kindish(), route.name.as_deref().unwrap_or(""))
             }),
         Verb::List => {
-            let selectors = selectors(resource, query)?;
+            let selectors = Selectors::from_query(resource, query)?;
             let (items, rv) = store.list(resource, route.namespace.as_deref(), &selectors);
             Ok(Served::Json(200, list_body(resource, items, rv)))
         }
@@ -229,7 +215,7 @@ fn delete_collection(
     body: &Bytes,
 ) -> Result<Served, ApiError> {
     let resource = route.resource;
-    let selectors = selectors(resource, query)?;
+    let selectors = Selectors::from_query(resource, query)?;
     let options = delete_options(query, body)?;
     let (items, _) = store.list(resource, route.namespace.as_deref(), &selectors);
     let mut deleted = Vec::new();

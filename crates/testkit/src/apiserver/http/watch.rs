@@ -15,7 +15,6 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::verbs::selectors;
 use super::{Route, Shared};
 use crate::apiserver::resource::Resource;
 use crate::apiserver::selectors::Selectors;
@@ -82,7 +81,7 @@ impl WatchRequest {
         Ok(Self {
             resource,
             namespace: route.namespace.clone(),
-            selectors: selectors(resource, query)?,
+            selectors: Selectors::from_query(resource, query)?,
             start,
             bookmarks: flag("allowWatchBookmarks"),
             initial_events,

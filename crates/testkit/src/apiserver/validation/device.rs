@@ -9,7 +9,7 @@ use super::names::{
     check_dns_label, check_dns_subdomain, check_label_key, check_label_value, check_qualified_name,
     is_semver,
 };
-use super::slice::{CounterNames, LIST_VALUES, SliceRules, check_counters, has_list_value};
+use super::shared::{CounterNames, LIST_VALUES, SliceRules, check_counters, has_list_value};
 use super::{
     DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH, DEVICE_MAX_DOMAIN_LENGTH, DEVICE_MAX_ID_LENGTH,
     DEVICE_TAINTS_MAX_LENGTH, DEVICE_TAINTS_MAX_LENGTH_V1_34, Path,

@@ -18,7 +18,7 @@ use kubedev_core::{ClaimRef, PreparedDevice};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
-use crate::dra_driver::{CLAIM_GONE, ClaimSource};
+use super::claim_source::{CLAIM_GONE, ClaimSource};
 
 /// One change of a claim's device status.
 #[derive(Debug)]

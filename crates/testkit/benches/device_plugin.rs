@@ -1,5 +1,5 @@
-//! Device-plugin latencies over real Unix sockets: Allocate, and a health change until the
-//! kubelet (emulator) sees it.
+//! Device-plugin latencies over real Unix sockets, kubedev-kubelet-grpc's plugin against the kubelet
+//! emulator: Allocate, and a health change until the emulator sees it.
 #![allow(clippy::unwrap_used, missing_docs)]
 
 use std::sync::Arc;
