@@ -14,13 +14,13 @@
 //! }
 //! ```
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use kubedev_core::factory::BackendFactory;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::registry::Registry;
 
 /// A kubedev daemon with its backend kinds; made by [`Daemon::builder`].
@@ -39,7 +39,7 @@ impl Daemon {
     /// Adds the backends of this build of kubedev ([`Registry::builtin`]).
     pub fn builtin_backends(mut self) -> Self {
         for f in Registry::builtin().factories() {
-            self.registry = self.registry.backend(SharedFactory(f.clone()));
+            self.registry = self.registry.shared(f.clone());
         }
         self
     }
@@ -81,36 +81,36 @@ impl Daemon {
     /// Serves the configuration file at `config_path` until `shutdown` is cancelled: what
     /// `run --config` does, inside a Tokio runtime the caller owns. DRA mode connects to the API
     /// server the file names.
-    pub async fn run(self, config_path: &Path, shutdown: CancellationToken) -> anyhow::Result<()> {
+    pub async fn run(
+        self,
+        config_path: &Path,
+        shutdown: CancellationToken,
+    ) -> Result<(), DaemonError> {
         let config = Config::load_with(config_path, self.registry)?;
-        crate::runtime::serve(config, config_path, shutdown).await
+        crate::runtime::serve(config, config_path, shutdown)
+            .await
+            .map_err(|e| DaemonError::Serve {
+                path: config_path.to_path_buf(),
+                source: e.into(),
+            })
     }
 }
 
-/// A factory already registered elsewhere, registered again.
-struct SharedFactory(std::sync::Arc<dyn BackendFactory>);
-
-impl BackendFactory for SharedFactory {
-    fn kind(&self) -> &str {
-        self.0.kind()
-    }
-
-    fn check(
-        &self,
-        section: &serde_json::Value,
-    ) -> Result<(), kubedev_core::factory::SectionError> {
-        self.0.check(section)
-    }
-
-    fn build(
-        &self,
-        section: &serde_json::Value,
-        context: &kubedev_core::factory::BuildContext,
-    ) -> Result<kubedev_core::factory::BuiltBackend, kubedev_core::factory::SectionError> {
-        self.0.build(section, context)
-    }
-
-    fn own_pool(&self) -> bool {
-        self.0.own_pool()
-    }
+/// Why [`Daemon::run`] stopped before it was told to.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DaemonError {
+    /// The configuration file could not be read, or says something the daemon refuses.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Serving the configuration failed: a socket, the API server, the state directory or a
+    /// backend refused, as the cause says.
+    #[error("serving {}", .path.display())]
+    Serve {
+        /// The configuration file being served.
+        path: PathBuf,
+        /// What failed, with its causes.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }

@@ -21,7 +21,7 @@ use crate::metrics::Metrics;
 
 /// What `/healthz` and `/readyz` look at; the runtime fills it in as servers start.
 #[derive(Default)]
-pub struct Probes {
+pub(crate) struct Probes {
     sockets: RwLock<Vec<PathBuf>>,
     device_plugins: RwLock<Vec<(String, watch::Receiver<PluginStatus>)>>,
     dra: RwLock<Option<(String, watch::Receiver<DraStatus>)>>,
@@ -44,61 +44,61 @@ impl std::fmt::Debug for Probes {
 
 impl Probes {
     /// Empty probes: healthy, and not ready until [`Probes::set_started`].
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::default()
     }
 
     /// A socket the daemon serves; `/healthz` connects to it.
-    pub fn add_socket(&self, path: PathBuf) {
+    pub(crate) fn add_socket(&self, path: PathBuf) {
         self.sockets.write().push(path);
     }
 
     /// Forgets a socket (its server stopped).
-    pub fn remove_socket(&self, path: &std::path::Path) {
+    pub(crate) fn remove_socket(&self, path: &std::path::Path) {
         self.sockets.write().retain(|p| p != path);
     }
 
     /// Forgets a device-plugin server (it stopped).
-    pub fn remove_device_plugin(&self, resource: &str) {
+    pub(crate) fn remove_device_plugin(&self, resource: &str) {
         self.device_plugins.write().retain(|(r, _)| r != resource);
     }
 
     /// A device-plugin server whose registration `/readyz` waits for.
-    pub fn add_device_plugin(&self, resource: String, status: watch::Receiver<PluginStatus>) {
+    pub(crate) fn add_device_plugin(&self, resource: String, status: watch::Receiver<PluginStatus>) {
         self.device_plugins.write().push((resource, status));
     }
 
     /// The DRA plugin whose registration, and first successful publication, `/readyz` waits
     /// for.
-    pub fn set_dra(&self, driver: String, status: watch::Receiver<DraStatus>) {
+    pub(crate) fn set_dra(&self, driver: String, status: watch::Receiver<DraStatus>) {
         *self.dra.write() = Some((driver, status));
     }
 
     /// The ResourceSlice publisher whose sync state `/readyz` reports.
-    pub fn set_slices(&self, publisher: Arc<dyn kubedev_core::Publisher>) {
+    pub(crate) fn set_slices(&self, publisher: Arc<dyn kubedev_core::Publisher>) {
         *self.slices.write() = Some(publisher);
     }
 
     /// Says every configured server has been started and added: until then `/readyz` fails
     /// (an empty list of servers is not "all registered").
-    pub fn set_started(&self) {
+    pub(crate) fn set_started(&self) {
         self.started.store(true, Ordering::Relaxed);
     }
 
     /// Records the outcome of handing an inventory to the ResourceSlice publisher.
-    pub fn set_published(&self, ok: bool) {
+    pub(crate) fn set_published(&self, ok: bool) {
         self.published.store(ok, Ordering::Relaxed);
     }
 
     /// Something an operator must know that does not make the daemon unready (state lost and
     /// rebuilt at start-up); `/readyz` shows it below its verdict.
-    pub fn add_notice(&self, notice: String) {
+    pub(crate) fn add_notice(&self, notice: String) {
         self.notices.write().push(notice);
     }
 
     /// Sets (`Some`) or clears (`None`) the notice under `key`: for conditions that can end,
     /// such as an API feature the server lacks.
-    pub fn set_notice(&self, key: &str, notice: Option<String>) {
+    pub(crate) fn set_notice(&self, key: &str, notice: Option<String>) {
         let mut map = self.keyed_notices.write();
         match notice {
             Some(n) => {
@@ -111,14 +111,14 @@ impl Probes {
     }
 
     /// The notices: those added, oldest first, then those set by key, in key order.
-    pub fn notices(&self) -> Vec<String> {
+    pub(crate) fn notices(&self) -> Vec<String> {
         let mut all = self.notices.read().clone();
         all.extend(self.keyed_notices.read().values().cloned());
         all
     }
 
     /// `Ok` when every socket accepts a connection; otherwise which ones do not.
-    pub async fn healthy(&self) -> Result<(), String> {
+    pub(crate) async fn healthy(&self) -> Result<(), String> {
         let sockets = self.sockets.read().clone();
         let mut bad = Vec::new();
         for s in sockets {
@@ -138,7 +138,7 @@ impl Probes {
     }
 
     /// `Ok` when every server is registered (and DRA has published); otherwise what is missing.
-    pub fn ready(&self) -> Result<(), String> {
+    pub(crate) fn ready(&self) -> Result<(), String> {
         let mut missing = Vec::new();
         if !self.started.load(Ordering::Relaxed) {
             missing.push(
@@ -239,7 +239,7 @@ async fn answer(
 
 /// Binds `address` and serves until `cancel` fires; returns the bound address (useful with
 /// port 0) once listening.
-pub async fn serve(
+pub(crate) async fn serve(
     address: &str,
     metrics: Arc<Metrics>,
     probes: Arc<Probes>,

@@ -116,8 +116,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
-#[doc(hidden)]
-pub mod backends;
+mod backends;
 #[doc(hidden)]
 pub mod cdi;
 #[doc(hidden)]
@@ -139,24 +138,21 @@ pub mod dra_driver;
 mod error_chains;
 #[doc(hidden)]
 pub mod failpoint;
-#[doc(hidden)]
-pub mod http;
+mod http;
 #[doc(hidden)]
 pub mod metadata;
-#[doc(hidden)]
-pub mod metrics;
+mod metrics;
 mod policy;
 pub mod registry;
 #[doc(hidden)]
 pub mod runtime;
-#[doc(hidden)]
-pub mod selector;
+mod selector;
 pub mod static_backend;
 mod table;
 #[cfg(test)]
 mod test_dir;
-#[doc(hidden)]
-pub mod who_uses;
+mod who_uses;
 
-pub use daemon::Daemon;
+pub use config::ConfigError as ConfigFileError;
+pub use daemon::{Daemon, DaemonError};
 pub use tokio_util::sync::CancellationToken;

@@ -70,11 +70,16 @@ impl Registry {
     }
 
     /// Adds a backend kind; one registered earlier under the same key is replaced.
-    pub fn backend(mut self, factory: impl BackendFactory) -> Self {
+    pub fn backend(self, factory: impl BackendFactory) -> Self {
+        self.shared(Arc::new(factory))
+    }
+
+    /// [`Registry::backend`] of a factory another registry holds too.
+    pub(crate) fn shared(mut self, factory: Arc<dyn BackendFactory>) -> Self {
         let kind = factory.kind().to_owned();
         self.missing.retain(|(k, _)| *k != kind);
         self.factories.retain(|f| f.kind() != kind);
-        self.factories.push(Arc::new(factory));
+        self.factories.push(factory);
         self
     }
 

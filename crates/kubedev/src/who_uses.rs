@@ -7,7 +7,7 @@ use crate::config::Config;
 
 /// Keeps the rows that belong to this daemon: its device-plugin resources and its DRA driver
 /// (every row when `config` is `None`), and, when `devices` is not empty, only those devices.
-pub fn filter(rows: Vec<DeviceUse>, config: Option<&Config>, devices: &[String]) -> Vec<DeviceUse> {
+pub(crate) fn filter(rows: Vec<DeviceUse>, config: Option<&Config>, devices: &[String]) -> Vec<DeviceUse> {
     rows.into_iter()
         .filter(|r| match (&r.holding, config) {
             (_, None) => true,
@@ -33,7 +33,7 @@ pub fn filter(rows: Vec<DeviceUse>, config: Option<&Config>, devices: &[String])
 }
 
 /// A table with one row per device held; a plain sentence when nothing is held.
-pub fn table(rows: &[DeviceUse]) -> String {
+pub(crate) fn table(rows: &[DeviceUse]) -> String {
     if rows.is_empty() {
         return "No pod holds any of these devices.\n".to_string();
     }
