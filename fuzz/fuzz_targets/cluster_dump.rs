@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Err(e) = kubedev_allocator::cluster::read_cluster(text, "dump.yaml") {
+    if let Err(e) = kubedev_inputs::cluster::read_cluster(text, "dump.yaml") {
         assert!(e.to_string().contains("dump.yaml"), "{e}");
     }
 });

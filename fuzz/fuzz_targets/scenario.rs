@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    if let Err(e) = kubedev_allocator::Scenario::from_text(text) {
+    if let Err(e) = kubedev_inputs::scenario_from_text(text) {
         assert!(!e.to_string().is_empty());
     }
 });

@@ -311,17 +311,22 @@ fn scheduler_figures(
     md.push_str(&format!(
         "\nPer pod over a cluster: a fresh allocator, Allocate on every node (ms, process \
          CPU):\n\n```text\n{}```\n",
-        allocator_example(root, "per_pod", &["5"])?
+        run_example(root, "kubedev-allocator", "per_pod", &["5"])?
     ));
     md.push_str(&explain_curve(root)?);
     Ok(md)
 }
 
-/// What the allocator's example `name` (release build) prints with `args`.
-pub(crate) fn allocator_example(root: &Path, name: &str, args: &[&str]) -> anyhow::Result<String> {
+/// What the example `name` of `package` (release build) prints with `args`.
+pub(crate) fn run_example(
+    root: &Path,
+    package: &str,
+    name: &str,
+    args: &[&str],
+) -> anyhow::Result<String> {
     let out = Command::new("cargo")
         .current_dir(root)
-        .args(["run", "--release", "-q", "-p", "kubedev-allocator"])
+        .args(["run", "--release", "-q", "-p", package])
         .args(["--example", name, "--"])
         .args(args)
         .output()
@@ -356,7 +361,7 @@ fn explain_curve(root: &Path) -> anyhow::Result<String> {
             "--release",
             "-q",
             "-p",
-            "kubedev-allocator",
+            "kubedev-inputs",
             "--example",
             "explain_cluster",
         ],

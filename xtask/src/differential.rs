@@ -284,8 +284,8 @@ pub(crate) fn differential(root: &Path, args: &Args) -> anyhow::Result<()> {
         }
         ran += 1;
         let text = std::fs::read_to_string(file)?;
-        let scenario =
-            Scenario::from_text(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        let scenario = kubedev_inputs::scenario_from_text(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
         let theirs = upstream.allocate(&scenario)?;
         let mine = ours(&scenario);
         *counts.entry(mine.class()).or_default() += 1;

@@ -1,5 +1,6 @@
 //! Allocator benchmarks over `../shared/bench-scenarios` (override with
-//! `KUBEDEV_BENCH_SCENARIOS=DIR`), read through the same loader `kubedev simulate` uses:
+//! `KUBEDEV_BENCH_SCENARIOS=DIR`), read as YAML into the scenario type `kubedev simulate` reads
+//! them into (with room for cluster-sized files):
 //!
 //! - `allocate/NAME`: one allocation with warm caches (the allocator is built once and has
 //!   allocated once, as in a long-running scheduler);
@@ -9,7 +10,7 @@
 //! Run: `cargo bench -p kubedev-allocator -- --warm-up-time 1 --measurement-time 3`.
 
 use std::hint::black_box;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kubedev_allocator::cel::{self, AttributeValue, DeviceContext};
@@ -22,6 +23,18 @@ fn scenario_dir() -> PathBuf {
         .unwrap_or_else(|| {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench-scenarios")
         })
+}
+
+/// A scenario file, as YAML with budgets for thousands of slices.
+fn read(path: &Path) -> Result<Scenario, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_events = 50_000_000;
+    budget.max_nodes = 20_000_000;
+    budget.max_total_scalar_bytes = 256 << 20;
+    let mut options = serde_saphyr::Options::default();
+    options.budget = Some(budget);
+    serde_saphyr::from_str_with_options(&text, options).map_err(|e| e.to_string())
 }
 
 fn scenarios() -> Vec<(String, Scenario)> {
@@ -39,7 +52,7 @@ fn scenarios() -> Vec<(String, Scenario)> {
         .into_iter()
         .filter_map(|p| {
             let name = p.file_stem()?.to_str()?.to_string();
-            match Scenario::from_path(&p) {
+            match read(&p) {
                 Ok(s) => Some((name, s)),
                 Err(e) => {
                     eprintln!("{}: {e}", p.display());

@@ -430,7 +430,7 @@ impl<'a> Allocator<'a> {
     /// An allocator like this one (same slices, classes, devices in use, consumed capacity
     /// and features) without its nodes' views, sharing its index of the slices (built here
     /// if not yet): for answering other nodes on another thread without building it all again.
-    pub(crate) fn fork(&mut self) -> Allocator<'a> {
+    pub fn fork(&mut self) -> Allocator<'a> {
         let views = &mut self.views;
         let index = views
             .slice_index

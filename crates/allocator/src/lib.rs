@@ -3,7 +3,8 @@
 //! the tier with every DRA feature on) for `resource.k8s.io/v1` objects, says why when
 //! nothing fits, and runs fast.
 //!
-//! The crate is pure: inputs in, allocation out. It reads ResourceSlices, DeviceClasses,
+//! The crate is pure: inputs in, allocation out, no YAML and no I/O (reading cluster dumps and
+//! scenario files is `kubedev-inputs`'). It takes ResourceSlices, DeviceClasses,
 //! the devices already in use and the claims of one pod ([`api`], [`Scenario`]), and returns
 //! one `status.allocation` per claim, "does not fit", or an [`AllocationError`] for input it
 //! cannot judge. `SEMANTICS.md` in the crate states the rules; `tests/conformance/` pins them
@@ -12,30 +13,33 @@
 //! ```
 //! use kubedev_allocator::{AllocateOptions, Allocator, Scenario};
 //!
-//! let scenario = Scenario::from_text(r#"
-//! node: {name: node-1}
-//! deviceClasses:
-//! - metadata: {name: gpu}
-//!   spec: {selectors: [{cel: {expression: 'device.driver == "gpu.example.com"'}}]}
-//! resourceSlices:
-//! - metadata: {name: node-1-gpus}
-//!   spec:
-//!     driver: gpu.example.com
-//!     nodeName: node-1
-//!     pool: {name: node-1, generation: 1, resourceSliceCount: 1}
-//!     devices:
-//!     - name: gpu-0
-//!       attributes: {model: {string: h100}}
-//! claims:
-//! - metadata: {name: train, namespace: default}
-//!   spec:
-//!     devices:
-//!       requests:
-//!       - name: gpu
-//!         exactly:
-//!           deviceClassName: gpu
-//!           selectors: [{cel: {expression: 'device.attributes["gpu.example.com"].model == "h100"'}}]
-//! "#)?;
+//! let scenario: Scenario = serde_json::from_value(serde_json::json!({
+//!     "node": {"name": "node-1"},
+//!     "deviceClasses": [{
+//!         "metadata": {"name": "gpu"},
+//!         "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}]},
+//!     }],
+//!     "resourceSlices": [{
+//!         "metadata": {"name": "node-1-gpus"},
+//!         "spec": {
+//!             "driver": "gpu.example.com",
+//!             "nodeName": "node-1",
+//!             "pool": {"name": "node-1", "generation": 1, "resourceSliceCount": 1},
+//!             "devices": [{"name": "gpu-0", "attributes": {"model": {"string": "h100"}}}],
+//!         },
+//!     }],
+//!     "claims": [{
+//!         "metadata": {"name": "train", "namespace": "default"},
+//!         "spec": {"devices": {"requests": [{
+//!             "name": "gpu",
+//!             "exactly": {
+//!                 "deviceClassName": "gpu",
+//!                 "selectors": [{"cel": {"expression":
+//!                     "device.attributes[\"gpu.example.com\"].model == \"h100\""}}],
+//!             },
+//!         }]}},
+//!     }],
+//! }))?;
 //! let mut allocator = Allocator::new(&scenario.resource_slices, &scenario.device_classes, &scenario.allocated_devices);
 //! let results = allocator
 //!     .allocate(&scenario.node, &scenario.claims, &AllocateOptions::default())?
@@ -51,7 +55,7 @@
 //!   the gathered pools, the prepared devices and every selector result, so a warm allocation
 //!   is a search over bitsets and small vectors.
 //! - [`simulate()`]: what `kubedev simulate` prints ([`SimulateOutput::to_json`],
-//!   [`SimulateOutput::to_yaml`], [`SimulateOutput::to_text`]), with an explanation and
+//!   [`SimulateOutput::to_text`]; it serializes to any serde format), with an explanation and
 //!   timings on request.
 //! - [`SelectionPolicy`]: reorders valid candidates by preference and may reject some (the
 //!   WASM policies plug in here); without one, results are the scheduler's. A failing policy
@@ -114,8 +118,8 @@
 //!
 //! `cargo bench -p kubedev-allocator -- --warm-up-time 1 --measurement-time 3` runs the
 //! criterion benches over `../shared/bench-scenarios` (per allocation with warm caches, build
-//! plus allocation, raw selector evaluation); `cargo run --release -p kubedev-allocator
-//! --example bench_table` prints one table with kubedev's median CPU time per allocation, the
+//! plus allocation, raw selector evaluation); `cargo run --release -p kubedev-inputs --example
+//! bench_table` prints one table with kubedev's median CPU time per allocation, the
 //! upstream reference from the scenarios' README and the ratio. `kubedev simulate --repeat N`
 //! measures any scenario file the same way.
 
@@ -124,7 +128,6 @@
 mod allocator;
 pub mod api;
 pub mod cel;
-pub mod cluster;
 mod error;
 mod explain;
 mod model;
@@ -133,7 +136,6 @@ mod policy;
 pub mod scenario;
 mod simulate;
 mod slice_index;
-pub mod yaml;
 
 pub use allocator::{
     AllocateOptions, Allocator, ConsumedCapacity, Features, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM,
@@ -145,5 +147,5 @@ pub use policy::{
     PolicyConstraint, PolicyConstraintKind, PolicyDevice, PolicyFailure, PolicyOutcome,
     PolicyRejection, PolicyRequest, SelectionPolicy,
 };
-pub use scenario::{Scenario, ScenarioError};
+pub use scenario::Scenario;
 pub use simulate::{ClaimOutput, SimulateOptions, SimulateOutput, Timing, simulate, simulate_here};

@@ -264,11 +264,6 @@ impl SimulateOutput {
             .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", kubedev_core::echo::chain(&e)))
     }
 
-    /// The `-o yaml` form.
-    pub fn to_yaml(&self) -> String {
-        serde_saphyr::to_string(self).unwrap_or_else(|e| format!("error: {e:?}\n"))
-    }
-
     /// The `-o text` form, for people.
     pub fn to_text(&self) -> String {
         let mut s = String::new();

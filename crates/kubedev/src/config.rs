@@ -225,7 +225,7 @@ impl Config {
     pub fn parse_with(text: &str, path: &Path, registry: Registry) -> Result<Config, ConfigError> {
         let mut config: Config = serde_saphyr::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
-            message: kubedev_allocator::yaml::describe_error(&e, &serde_saphyr::Budget::default()),
+            message: kubedev_inputs::yaml::describe_error(&e, &serde_saphyr::Budget::default()),
         })?;
         config.registry = registry;
         config.validate(path).map_err(|e| e.locate(text))?;

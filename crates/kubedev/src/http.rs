@@ -64,7 +64,11 @@ impl Probes {
     }
 
     /// A device-plugin server whose registration `/readyz` waits for.
-    pub(crate) fn add_device_plugin(&self, resource: String, status: watch::Receiver<PluginStatus>) {
+    pub(crate) fn add_device_plugin(
+        &self,
+        resource: String,
+        status: watch::Receiver<PluginStatus>,
+    ) {
         self.device_plugins.write().push((resource, status));
     }
 

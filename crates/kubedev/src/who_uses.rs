@@ -7,7 +7,11 @@ use crate::config::Config;
 
 /// Keeps the rows that belong to this daemon: its device-plugin resources and its DRA driver
 /// (every row when `config` is `None`), and, when `devices` is not empty, only those devices.
-pub(crate) fn filter(rows: Vec<DeviceUse>, config: Option<&Config>, devices: &[String]) -> Vec<DeviceUse> {
+pub(crate) fn filter(
+    rows: Vec<DeviceUse>,
+    config: Option<&Config>,
+    devices: &[String],
+) -> Vec<DeviceUse> {
     rows.into_iter()
         .filter(|r| match (&r.holding, config) {
             (_, None) => true,

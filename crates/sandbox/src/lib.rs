@@ -10,12 +10,12 @@
 //! valid.
 //!
 //! ```no_run
-//! use kubedev_allocator::{Scenario, SimulateOptions, simulate};
+//! use kubedev_allocator::{SimulateOptions, simulate};
 //! use kubedev_sandbox::{Limits, Sandbox};
 //!
 //! let sandbox = Sandbox::new(Limits::default())?;
 //! let policy = sandbox.load_file("target/plugins/wasm/numa-pack.wasm".as_ref())?;
-//! let scenario = Scenario::from_path("scenario.yaml")?;
+//! let scenario = kubedev_inputs::read_scenario("scenario.yaml")?;
 //! // A session passes on how much of each shared counter set the allocated devices use.
 //! let session = policy.session(&scenario.resource_slices, &scenario.allocated_devices);
 //! let out = simulate(&scenario, &SimulateOptions::default().with_policy(&session));

@@ -122,7 +122,7 @@ fn allocate_claim(step: &mut u32, api: &ApiServer, slices: Vec<Value>) -> anyhow
             "selectors": [{"cel": {"expression": format!("device.attributes['{DRIVER}'].speed >= 100")}}]}}]}}});
     let scenario = json!({"node": {"name": NODE}, "deviceClasses": [class],
         "resourceSlices": slices, "claims": [claim]});
-    let scenario = kubedev_allocator::Scenario::from_text(&scenario.to_string())?;
+    let scenario = kubedev_inputs::scenario_from_text(&scenario.to_string())?;
     let out =
         kubedev_allocator::simulate(&scenario, &kubedev_allocator::SimulateOptions::default());
     ensure!(out.allocatable, "the claim does not fit: {}", out.to_text());

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::bail;
-use kubedev_allocator::Scenario;
 
 use super::peer::{DEFAULT_RELEASE, Upstream};
 
@@ -38,8 +37,9 @@ pub(crate) struct Figures {
 /// Measures both allocators on the shared scenarios; the figures by scenario name.
 pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figures>> {
     let dir = root.join("../shared/bench-scenarios");
-    let printed = crate::bench::allocator_example(
+    let printed = crate::bench::run_example(
         root,
+        "kubedev-inputs",
         "bench_table",
         &[&dir.display().to_string(), &OUR_RUNS.to_string()],
     )?;
@@ -51,8 +51,8 @@ pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figur
             bail!("bench_table printed {line:?}");
         };
         let path = dir.join(format!("{name}.yaml"));
-        let scenario =
-            Scenario::from_path(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let scenario = kubedev_inputs::read_scenario(&path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         let runs = if scenario.resource_slices.len() > 100 {
             UPSTREAM_RUNS / 10
         } else {

@@ -214,7 +214,7 @@ fn allocate_claims(
         "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRIVER}'")}}]}});
     let scenario = json!({"node": {"name": NODE}, "deviceClasses": [class],
         "resourceSlices": slices, "claims": objects});
-    let scenario = kubedev_allocator::Scenario::from_text(&scenario.to_string())?;
+    let scenario = kubedev_inputs::scenario_from_text(&scenario.to_string())?;
     let out =
         kubedev_allocator::simulate(&scenario, &kubedev_allocator::SimulateOptions::default());
     ensure!(out.allocatable, "the claims do not fit: {}", out.to_text());

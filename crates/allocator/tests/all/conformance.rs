@@ -17,7 +17,7 @@
 use std::path::PathBuf;
 
 use kubedev_allocator::api::AllocationResult;
-use kubedev_allocator::{Scenario, SimulateOptions, simulate_here};
+use kubedev_allocator::{SimulateOptions, simulate_here};
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
@@ -92,7 +92,7 @@ fn normalize_share_ids(v: &mut serde_json::Value) {
 
 fn check(path: &PathBuf) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let scenario = Scenario::from_text(&text).map_err(|e| e.to_string())?;
+    let scenario = kubedev_inputs::scenario_from_text(&text).map_err(|e| e.to_string())?;
     let file: File = serde_saphyr::from_str(&text).map_err(|e| format!("expect section: {e}"))?;
     let expect = file.expect;
     let options = SimulateOptions::default().with_explain(!expect.explain.is_empty());
@@ -216,10 +216,14 @@ fn conformance() {
 fn share_ids_are_printed_as_the_api_spells_them() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/conformance/capacity-valid-values.yaml");
-    let scenario = Scenario::from_path(&path).expect("scenario");
+    let scenario = kubedev_inputs::read_scenario(&path).expect("scenario");
     let out = simulate_here(&scenario, &SimulateOptions::default());
     let json = out.to_json();
     assert!(json.contains("\"shareID\""), "{json}");
     assert!(!json.contains("shareId"), "{json}");
-    assert!(out.to_yaml().contains("shareID:"));
+    assert!(
+        serde_saphyr::to_string(&out)
+            .expect("yaml")
+            .contains("shareID:")
+    );
 }

@@ -83,7 +83,7 @@ fn scenario() -> Scenario {
     let text = format!(
         "node:\n  name: node-0\ndeviceClasses:\n{classes}resourceSlices:\n{slices}claims:\n{claims}"
     );
-    Scenario::from_text(&text).unwrap()
+    kubedev_inputs::scenario_from_text(&text).unwrap()
 }
 
 #[test]

@@ -20,7 +20,7 @@ fn scenario(count: usize) -> Scenario {
             )
         })
         .collect();
-    Scenario::from_text(&format!(
+    kubedev_inputs::scenario_from_text(&format!(
         r#"
 node: {{name: node-1}}
 deviceClasses:

@@ -92,7 +92,7 @@ resourceSlices:
               queues: \"1\"
 "
     );
-    Scenario::from_text(&text).expect("scenario")
+    kubedev_inputs::scenario_from_text(&text).expect("scenario")
 }
 
 /// Each share's request, device, share ID and consumed capacity, and the same again from a

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use kubedev_allocator::cluster::{Cluster, Subject};
+use kubedev_inputs::cluster::{Cluster, Subject};
 
 use super::args::{ExplainArgs, KubeArgs, Output};
 use super::output::write_stdout;

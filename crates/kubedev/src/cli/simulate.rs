@@ -22,7 +22,7 @@ pub(super) fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         fail_closed,
     } = args;
     // Every scenario error names the file (and the line, for what is in it).
-    let scenario = kubedev_allocator::Scenario::from_path(&file)?;
+    let scenario = kubedev_inputs::read_scenario(&file)?;
     let mut options = kubedev_allocator::SimulateOptions::default()
         .with_explain(explain)
         .with_fail_closed(fail_closed);
@@ -33,7 +33,7 @@ pub(super) fn simulate(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     let text = match output {
         Output::Text => out.to_text(),
         Output::Json => format!("{}\n", out.to_json()),
-        Output::Yaml => out.to_yaml(),
+        Output::Yaml => serde_saphyr::to_string(&out).unwrap_or_else(|e| format!("error: {e}\n")),
     };
     write_stdout(&text)?;
     match policy_failure {

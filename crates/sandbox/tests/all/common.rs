@@ -188,7 +188,7 @@ pub(crate) fn scenario(
         }]
     })
     .to_string();
-    Scenario::from_text(&text).expect("scenario")
+    kubedev_inputs::scenario_from_text(&text).expect("scenario")
 }
 
 /// The devices the claim gets, in allocation order; `None` when it does not fit.

@@ -16,8 +16,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::{Cluster, ClusterError};
-use crate::ConsumedCapacity;
-use crate::api::{
+use kubedev_allocator::ConsumedCapacity;
+use kubedev_allocator::api::{
     DeviceClass, Node, ObjectMeta, RawQuantity, ResourceClaim, ResourceClaimSpec, ResourceSlice,
 };
 

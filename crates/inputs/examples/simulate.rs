@@ -1,6 +1,6 @@
-//! Runs `kubedev simulate` on scenario files: `cargo run --example simulate -- FILE... [--explain] [--repeat N] [-o json|yaml|text]`.
+//! Runs `kubedev simulate` on scenario files: `cargo run -p kubedev-inputs --example simulate -- FILE... [--explain] [--repeat N] [-o json|yaml|text]`.
 
-use kubedev_allocator::{Scenario, SimulateOptions, simulate};
+use kubedev_allocator::{SimulateOptions, simulate};
 
 fn main() {
     let mut files = Vec::new();
@@ -20,13 +20,16 @@ fn main() {
     }
     let mut status = 0;
     for f in files {
-        match Scenario::from_path(&f) {
+        match kubedev_inputs::read_scenario(&f) {
             Ok(s) => {
                 let out = simulate(&s, &options);
                 println!("== {f}");
                 match format.as_str() {
                     "json" => println!("{}", out.to_json()),
-                    "yaml" => println!("{}", out.to_yaml()),
+                    "yaml" => println!(
+                        "{}",
+                        serde_saphyr::to_string(&out).unwrap_or_else(|e| format!("error: {e}"))
+                    ),
                     _ => print!("{}", out.to_text()),
                 }
             }

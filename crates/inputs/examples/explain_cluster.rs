@@ -13,11 +13,11 @@
 //!   last line of `key=value` figures (`nodes`, `bytes`, `read_ms`, `answer_ms` (CPU),
 //!   `read_wall_ms`, `answer_wall_ms`, `wall_ms`, `peak_rss_kib`) for `cargo xtask bench`.
 //!
-//! `cargo run --release -p kubedev-allocator --example explain_cluster [-- ARGS]`
+//! `cargo run --release -p kubedev-inputs --example explain_cluster [-- ARGS]`
 
 use std::fmt::Write as _;
 
-use kubedev_allocator::cluster::{Subject, read_cluster};
+use kubedev_inputs::cluster::{Subject, read_cluster};
 
 fn process_cpu_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);

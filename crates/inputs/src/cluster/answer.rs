@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 
 use super::read::name_of;
 use super::{Cluster, ClusterAnswer, NodeAnswer, Subject};
-use crate::api::{Node, ResourceClaim};
-use crate::{AllocateOptions, Allocator};
+use kubedev_allocator::api::{Node, ResourceClaim};
+use kubedev_allocator::{AllocateOptions, Allocator};
 
 /// Nodes a thread answers for at a time (see `par.rs`).
 const NODES_PER_BLOCK: usize = 64;
@@ -78,7 +78,7 @@ impl Cluster {
         let in_use = self.devices_in_use();
         let nodes = self.nodes_to_explain();
         let options = AllocateOptions::default();
-        let features = crate::Features::default()
+        let features = kubedev_allocator::Features::default()
             .with_list_type_attributes(self.has_list_type_attributes())
             .with_optional_node_operations(self.slices.iter().any(|s| {
                 // The API server keeps `skipNodeOperations` only with DRAOptionalNodeOperations

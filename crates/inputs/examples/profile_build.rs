@@ -1,13 +1,13 @@
 //! Repeats build + allocate (or, with `warm`, only allocate) on one scenario, for profiling:
-//! `cargo run --release --example profile_build -- FILE [N] [warm]`.
+//! `cargo run --release -p kubedev-inputs --example profile_build -- FILE [N] [warm]`.
 
-use kubedev_allocator::{AllocateOptions, Allocator, Scenario};
+use kubedev_allocator::{AllocateOptions, Allocator};
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().unwrap_or_default();
     let n: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(2000);
-    let s = match Scenario::from_path(&path) {
+    let s = match kubedev_inputs::read_scenario(&path) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("{e}");

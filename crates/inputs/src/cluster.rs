@@ -15,8 +15,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::ConsumedCapacity;
-use crate::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
+use kubedev_allocator::ConsumedCapacity;
+use kubedev_allocator::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
 
 mod answer;
 mod block_yaml;

@@ -3,12 +3,12 @@
 //! allocation, and the outcome. `cargo xtask bench` puts them beside upstream's, measured in
 //! the same run.
 //!
-//! `cargo run --release -p kubedev-allocator --example bench_table [-- DIR [RUNS]]`
+//! `cargo run --release -p kubedev-inputs --example bench_table [-- DIR [RUNS]]`
 //! (DIR defaults to `../shared/bench-scenarios`, RUNS to 2000).
 
 use std::path::PathBuf;
 
-use kubedev_allocator::{Scenario, SimulateOptions, simulate_here};
+use kubedev_allocator::{SimulateOptions, simulate_here};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -27,7 +27,7 @@ fn main() {
             .and_then(|s| s.to_str())
             .unwrap_or_default()
             .to_string();
-        let scenario = match Scenario::from_path(&f) {
+        let scenario = match kubedev_inputs::read_scenario(&f) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("{name}: {e}");
