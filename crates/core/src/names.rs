@@ -184,6 +184,13 @@ macro_rules! string_name {
             }
         }
 
+        /// Maps keyed by the name are looked up by `&str` (equal and ordered as the text).
+        impl std::borrow::Borrow<str> for $name {
+            fn borrow(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl PartialEq<str> for $name {
             fn eq(&self, other: &str) -> bool {
                 self.0 == other

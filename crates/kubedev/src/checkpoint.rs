@@ -1,9 +1,10 @@
 //! The DRA runtime's crash-safe record of prepared claims.
 //!
-//! Every prepare is two-phase: [`CheckpointStore::start_prepare`] records the claim and its
-//! allocated devices as [`ClaimState::PrepareStarted`] before the backend touches the host, and
-//! [`CheckpointStore::complete_prepare`] records the prepared devices, their container edits and
-//! the CDI spec file as [`ClaimState::PrepareCompleted`]. After a crash the runtime rolls back the
+//! Every prepare is two-phase: [`Change::Start`] records the claim and its allocated devices as
+//! [`ClaimState::PrepareStarted`] before the backend touches the host, and [`Change::Complete`]
+//! records the prepared devices, their container edits and the CDI spec file as
+//! [`ClaimState::PrepareCompleted`]; [`CheckpointStore::apply`] persists changes, several in one
+//! write. After a crash the runtime rolls back the
 //! claims in [`CheckpointStore::started_claims`] and trusts the completed ones.
 //!
 //! The checkpoint is one JSON file in the plugin's data directory:
@@ -48,7 +49,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use kubedev_core::atomic_file;
-use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
+use kubedev_core::{AllocatedDevice, ClaimRef, ClaimUid, PreparedDevice};
 
 mod file;
 mod lock;
@@ -58,7 +59,7 @@ mod store;
 mod tests;
 
 pub use lock::{InstanceLease, NodeLock};
-pub use store::CheckpointStore;
+pub use store::{CheckpointStore, Claims};
 
 /// A checkpoint file holding `payload` with a valid version and checksum, as a writer would make
 /// it: lets kubedev's fuzz targets reach the payload's reader. Not part of the stable API.
@@ -83,17 +84,19 @@ pub const DEFAULT_BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Change {
-    /// A claim's prepare started (see [`CheckpointStore::start_prepare`]).
+    /// A claim's prepare started, with the devices allocated to it; a record of the same UID
+    /// is replaced.
     Start {
         /// The claim.
         claim: ClaimRef,
         /// Its allocated devices.
         devices: Vec<AllocatedDevice>,
     },
-    /// A claim's prepare completed (see [`CheckpointStore::complete_prepare`]).
+    /// A claim's prepare completed; fails alone ([`CheckpointError::UnknownClaim`]) when the
+    /// claim was never started.
     Complete {
         /// The claim's UID.
-        uid: String,
+        uid: ClaimUid,
         /// The prepared devices.
         prepared: Vec<PreparedDevice>,
         /// The CDI spec file name, if one was written.
@@ -102,18 +105,19 @@ pub enum Change {
         /// metadata appears in containers).
         pod_claim_name: Option<String>,
     },
-    /// A claim is forgotten (see [`CheckpointStore::remove`]).
+    /// A claim is forgotten (after unprepare or a rollback); forgetting an unknown claim
+    /// succeeds.
     Remove {
         /// The claim's UID.
-        uid: String,
+        uid: ClaimUid,
     },
 }
 
 impl Change {
     /// The UID of the claim the change is about.
-    pub fn uid(&self) -> &str {
+    pub fn uid(&self) -> &ClaimUid {
         match self {
-            Change::Start { claim, .. } => claim.uid.as_str(),
+            Change::Start { claim, .. } => &claim.uid,
             Change::Complete { uid, .. } | Change::Remove { uid } => uid,
         }
     }
@@ -292,11 +296,11 @@ pub enum CheckpointError {
     /// belongs.
     #[error(transparent)]
     NotAFile(kubedev_core::safefs::SafeOpenError),
-    /// `complete_prepare` was called for a claim the checkpoint does not hold.
+    /// [`Change::Complete`] of a claim the checkpoint does not hold.
     #[error("claim {uid} has no prepare recorded in checkpoint {path}")]
     UnknownClaim {
         /// The claim UID.
-        uid: String,
+        uid: ClaimUid,
         /// The checkpoint file.
         path: PathBuf,
     },

@@ -16,17 +16,17 @@
 //! `device_metadata.rs` (KEP-5304 files), `recover.rs` (start-up recovery), `rebuild.rs` (after
 //! a lost checkpoint) and `refresh.rs` (edits that changed under prepared claims).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use kubedev_core::{ClaimRef, Inventory};
+use kubedev_core::{ClaimRef, ClaimUid, Inventory};
 use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
 use crate::backends::Backends;
 use crate::cdi::CdiWriter;
-use crate::checkpoint::{CheckpointStore, ClaimRecord};
+use crate::checkpoint::{CheckpointStore, Claims};
 use crate::metadata::MetadataWriter;
 use crate::metrics::Metrics;
 
@@ -57,7 +57,7 @@ pub struct DraDriver {
     recorded: Recorded,
     commits: mpsc::UnboundedSender<commit::Commit>,
     cdi: Arc<CdiWriter>,
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<ClaimUid, Arc<tokio::sync::Mutex<()>>>>,
     metrics: Option<Arc<Metrics>>,
     inventory: Option<Arc<parking_lot::RwLock<Inventory>>>,
     /// Exclusive devices of prepares checked but not yet recorded in the checkpoint, so two
@@ -70,7 +70,7 @@ pub struct DraDriver {
 }
 
 /// The checkpoint's records by claim UID, as last persisted.
-type Recorded = Arc<parking_lot::RwLock<BTreeMap<String, ClaimRecord>>>;
+type Recorded = Arc<parking_lot::RwLock<Claims>>;
 
 /// Wraps a message as a failure with `reason` that the kubelet's next call may not meet: the
 /// checkpoint, the CDI directory or an internal task failed.

@@ -3,7 +3,6 @@
 //! corrupt file aside.
 
 use kubedev_core::echo::echo;
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -33,7 +32,7 @@ pub(super) struct Payload {
     #[serde(default)]
     pub(super) boot_id: String,
     #[serde(default)]
-    pub(super) claims: BTreeMap<String, ClaimRecord>,
+    pub(super) claims: super::Claims,
 }
 
 /// What reading the checkpoint file found.
@@ -184,7 +183,7 @@ fn payload<'a>(
 #[cfg(test)]
 pub(super) fn encode(
     boot_id: &str,
-    claims: &BTreeMap<String, ClaimRecord>,
+    claims: &super::Claims,
 ) -> Result<Vec<u8>, serde_json::Error> {
     let records = claims
         .iter()

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice};
+use kubedev_core::ClaimUid;
 use kubedev_core::{atomic_file, safefs};
 
 use super::file::{FileState, canonical_record, move_aside, read_checkpoint, write_records};
@@ -32,11 +32,11 @@ pub struct CheckpointStore {
     dir: PathBuf,
     path: PathBuf,
     boot_id: String,
-    claims: BTreeMap<String, ClaimRecord>,
+    claims: Claims,
     lease: InstanceLease,
     /// Each record of `claims` as last written (canonical JSON), so a write encodes only the
     /// records that changed.
-    encoded: BTreeMap<String, Vec<u8>>,
+    encoded: BTreeMap<ClaimUid, Vec<u8>>,
     /// The file as this store last wrote or read it; while the file still matches, it holds
     /// `claims` and is not read again.
     known_file: Option<FileIdentity>,
@@ -156,7 +156,7 @@ impl CheckpointStore {
     /// claim owns are removed). `f` must not call this store.
     pub fn with_fresh_claims<T>(
         &mut self,
-        f: impl FnOnce(&BTreeMap<String, ClaimRecord>) -> T,
+        f: impl FnOnce(&Claims) -> T,
     ) -> Result<T, CheckpointError> {
         let _lock = NodeLock::acquire(&self.dir)?;
         self.refresh_locked()?;
@@ -169,7 +169,7 @@ impl CheckpointStore {
     }
 
     /// All claims, by UID.
-    pub fn claims(&self) -> &BTreeMap<String, ClaimRecord> {
+    pub fn claims(&self) -> &Claims {
         &self.claims
     }
 
@@ -193,48 +193,13 @@ impl CheckpointStore {
             .collect()
     }
 
-    /// Records that `claim`'s prepare started, with the devices allocated to it. Persisted
-    /// before it returns. A record for the same UID is replaced.
-    pub fn start_prepare(
-        &mut self,
-        claim: &ClaimRef,
-        devices: &[AllocatedDevice],
-    ) -> Result<(), CheckpointError> {
-        self.apply_one(Change::Start {
-            claim: claim.clone(),
-            devices: devices.to_vec(),
-        })
-    }
-
-    /// Records that the claim's prepare completed with `prepared` devices and the CDI spec file
-    /// `cdi_file` (a file name in the CDI directory; `None` when no file was needed). Persisted
-    /// before it returns. Fails if the claim was never started.
-    pub fn complete_prepare(
-        &mut self,
-        uid: &str,
-        prepared: &[PreparedDevice],
-        cdi_file: Option<&str>,
-    ) -> Result<(), CheckpointError> {
-        self.apply_one(Change::Complete {
-            uid: uid.to_owned(),
-            prepared: prepared.to_vec(),
-            cdi_file: cdi_file.map(str::to_owned),
-            pod_claim_name: None,
-        })
-    }
-
     /// Forgets the claim (after unprepare or a rollback). Persisted before it returns. Returns
     /// whether the claim was recorded; removing an unknown claim succeeds.
-    pub fn remove(&mut self, uid: &str) -> Result<bool, CheckpointError> {
+    pub fn remove(&mut self, uid: &ClaimUid) -> Result<bool, CheckpointError> {
         let existed = self.claims.contains_key(uid);
-        self.apply_one(Change::Remove {
-            uid: uid.to_owned(),
-        })?;
+        let change = Change::Remove { uid: uid.clone() };
+        self.apply(vec![change])?.pop().unwrap_or(Ok(()))?;
         Ok(existed)
-    }
-
-    fn apply_one(&mut self, change: Change) -> Result<(), CheckpointError> {
-        self.apply(vec![change])?.pop().unwrap_or(Ok(()))
     }
 
     /// Applies several changes with one read-modify-write of the file (one fsync), in order, and
@@ -256,14 +221,14 @@ impl CheckpointStore {
         }
         // The records as they were before each change, newest last: what a failed write puts
         // back, so only the records changed are copied, not the whole checkpoint.
-        let mut undo: Vec<(String, Option<ClaimRecord>)> = Vec::with_capacity(changes.len());
+        let mut undo: Vec<(ClaimUid, Option<ClaimRecord>)> = Vec::with_capacity(changes.len());
         let claims = &mut self.claims;
         let mut touched = Vec::with_capacity(changes.len());
         let mut changed = false;
         for change in changes {
             let r = match change {
                 Change::Start { claim, devices } => {
-                    let uid = claim.uid.to_string();
+                    let uid = claim.uid.clone();
                     touched.push(uid.clone());
                     let before = claims.insert(
                         uid.clone(),
@@ -285,7 +250,7 @@ impl CheckpointStore {
                     prepared,
                     cdi_file,
                     pod_claim_name,
-                } => match claims.get_mut(&uid) {
+                } => match claims.get_mut(uid.as_str()) {
                     Some(record) => {
                         undo.push((uid.clone(), Some(record.clone())));
                         record.state = ClaimState::PrepareCompleted;
@@ -301,7 +266,7 @@ impl CheckpointStore {
                     }),
                 },
                 Change::Remove { uid } => {
-                    if let Some(before) = claims.remove(&uid) {
+                    if let Some(before) = claims.remove(uid.as_str()) {
                         changed = true;
                         undo.push((uid, Some(before)));
                     }
@@ -318,7 +283,7 @@ impl CheckpointStore {
                 for (uid, before) in undo.into_iter().rev() {
                     match before {
                         Some(record) => self.claims.insert(uid, record),
-                        None => self.claims.remove(&uid),
+                        None => self.claims.remove(uid.as_str()),
                     };
                 }
                 return Err(e);
@@ -392,7 +357,7 @@ impl CheckpointStore {
     /// Writes this store's claims atomically; the caller holds the node lock. `touched` lists
     /// the records that changed since the last write (`None`: any may have); the others'
     /// encodings are reused.
-    fn persist(&mut self, touched: Option<&[String]>) -> Result<(), CheckpointError> {
+    fn persist(&mut self, touched: Option<&[ClaimUid]>) -> Result<(), CheckpointError> {
         let claims = &self.claims;
         self.known_file = None;
         let serialize = |source| CheckpointError::Serialize {
@@ -404,7 +369,7 @@ impl CheckpointStore {
         match touched {
             Some(touched) => {
                 for uid in touched {
-                    self.encoded.remove(uid);
+                    self.encoded.remove(uid.as_str());
                 }
             }
             None => self.encoded.clear(),
@@ -431,7 +396,8 @@ impl CheckpointStore {
 }
 
 /// A checkpoint's records by claim UID.
-type Claims = BTreeMap<String, ClaimRecord>;
+/// The checkpoint's records by claim UID.
+pub type Claims = BTreeMap<ClaimUid, ClaimRecord>;
 
 pub(super) fn read_boot_id(path: &Path) -> Result<String, CheckpointError> {
     let invalid = |reason: &str| CheckpointError::InvalidBootId {

@@ -46,6 +46,38 @@ impl Fixture {
     }
 }
 
+/// One change at a time, as the tests make them (the driver commits several at once).
+impl CheckpointStore {
+    fn apply_one(&mut self, change: Change) -> Result<(), CheckpointError> {
+        self.apply(vec![change])?.pop().unwrap_or(Ok(()))
+    }
+
+    fn start_prepare(
+        &mut self,
+        claim: &ClaimRef,
+        devices: &[AllocatedDevice],
+    ) -> Result<(), CheckpointError> {
+        self.apply_one(Change::Start {
+            claim: claim.clone(),
+            devices: devices.to_vec(),
+        })
+    }
+
+    fn complete_prepare(
+        &mut self,
+        uid: &str,
+        prepared: &[PreparedDevice],
+        cdi_file: Option<&str>,
+    ) -> Result<(), CheckpointError> {
+        self.apply_one(Change::Complete {
+            uid: uid.parse().unwrap(),
+            prepared: prepared.to_vec(),
+            cdi_file: cdi_file.map(str::to_owned),
+            pod_claim_name: None,
+        })
+    }
+}
+
 fn claim(uid: &str) -> ClaimRef {
     ClaimRef::new(uid.parse().unwrap(), "default", format!("claim-{uid}"))
 }

@@ -14,7 +14,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubedev_core::{ClaimRef, PreparedDevice};
+use kubedev_core::{ClaimRef, ClaimUid, PreparedDevice};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
 
@@ -51,14 +51,14 @@ const KEEP_CAPACITY: usize = 64;
 /// newest change.
 #[derive(Debug, Default)]
 struct Pending {
-    order: VecDeque<String>,
-    changes: HashMap<String, StatusChange>,
+    order: VecDeque<ClaimUid>,
+    changes: HashMap<ClaimUid, StatusChange>,
 }
 
 impl Pending {
     /// Queues `change`, replacing the claim's change not yet written.
     fn push(&mut self, change: StatusChange) {
-        let uid = change.claim().uid.to_string();
+        let uid = change.claim().uid.clone();
         if self.changes.insert(uid.clone(), change).is_none() {
             self.order.push_back(uid);
         }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use kubedev_core::ClaimUid;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
@@ -12,19 +13,19 @@ use super::{DraDriver, Recorded, blocking};
 use crate::checkpoint::{Change, CheckpointStore};
 
 /// Copies `store`'s records to `recorded`: those of `uids`, or all of them (`None`).
-fn publish(store: &CheckpointStore, recorded: &Recorded, uids: Option<&[String]>) {
+fn publish(store: &CheckpointStore, recorded: &Recorded, uids: Option<&[ClaimUid]>) {
     let Some(uids) = uids else {
         *recorded.write() = store.claims().clone();
         return;
     };
     let mut view = recorded.write();
     for uid in uids {
-        match store.get(uid) {
+        match store.get(uid.as_str()) {
             Some(record) => {
                 view.insert(uid.clone(), record.clone());
             }
             None => {
-                view.remove(uid);
+                view.remove(uid.as_str());
             }
         }
     }
@@ -51,7 +52,7 @@ pub(super) async fn committer(
         let (changes, replies): (Vec<Change>, Vec<_>) = batch.into_iter().unzip();
         let (store, recorded) = (store.clone(), recorded.clone());
         let outcome = kubedev_core::blocking(move || {
-            let uids: Vec<String> = changes.iter().map(|c| c.uid().to_owned()).collect();
+            let uids: Vec<ClaimUid> = changes.iter().map(|c| c.uid().clone()).collect();
             let mut store = store.lock();
             let reads = store.file_reads();
             let outcome = store.apply(changes);

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kubedev_core::ClaimRef;
+use kubedev_core::{ClaimRef, ClaimUid};
 use kubedev_kubelet_grpc::dra::{ClaimError, DraHandler, PreparedClaimDevice};
 use tracing::Instrument as _;
 
@@ -13,11 +13,11 @@ use super::DraDriver;
 impl DraDriver {
     /// The lock of the claim with UID `uid`, held while it is prepared, unprepared or
     /// refreshed.
-    pub(super) fn lock_for(&self, uid: &str) -> Arc<tokio::sync::Mutex<()>> {
+    pub(super) fn lock_for(&self, uid: &ClaimUid) -> Arc<tokio::sync::Mutex<()>> {
         let mut locks = self.locks.lock();
         // Drop locks nobody holds, so the map does not grow with every claim ever seen.
         locks.retain(|_, l| Arc::strong_count(l) > 1);
-        locks.entry(uid.to_string()).or_default().clone()
+        locks.entry(uid.clone()).or_default().clone()
     }
 
     /// Records the duration and outcome of `operation` in the metrics; returns `result`.
@@ -44,7 +44,7 @@ impl DraHandler for DraDriver {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("prepare", claim = %claim);
         let result = async {
-            let lock = self.lock_for(claim.uid.as_str());
+            let lock = self.lock_for(&claim.uid);
             let _held = lock.lock().await;
             self.prepare_locked(claim).await
         }
@@ -57,7 +57,7 @@ impl DraHandler for DraDriver {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("unprepare", claim = %claim);
         let result = async {
-            let lock = self.lock_for(claim.uid.as_str());
+            let lock = self.lock_for(&claim.uid);
             let _held = lock.lock().await;
             self.unprepare_locked(claim).await
         }

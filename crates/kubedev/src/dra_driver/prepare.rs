@@ -145,7 +145,7 @@ impl DraDriver {
             Ok(p) => Ok(p),
             Err(e) => {
                 self.commit(Change::Remove {
-                    uid: claim.uid.to_string(),
+                    uid: claim.uid.clone(),
                 })
                 .await
                 .map_err(retryable("checkpoint"))?;
@@ -172,7 +172,7 @@ impl DraDriver {
             .and_then(|f| f.file_name())
             .map(|f| f.to_string_lossy().into_owned());
         self.commit(Change::Complete {
-            uid: claim.uid.to_string(),
+            uid: claim.uid.clone(),
             prepared: prepared.to_vec(),
             cdi_file: file_name,
             pod_claim_name,
@@ -223,7 +223,7 @@ impl DraDriver {
                     tracing::error!(claim = %claim, error = %r, "removing the files of a failed prepare failed");
                 }
                 self.commit(Change::Remove {
-                    uid: claim.uid.to_string(),
+                    uid: claim.uid.clone(),
                 })
                 .await
                 .map_err(retryable("checkpoint"))?;

@@ -53,7 +53,7 @@ impl DraDriver {
                     }
                 }
                 for (uid, path) in files {
-                    if owned.contains_key(&uid) {
+                    if owned.contains_key(uid.as_str()) {
                         continue;
                     }
                     if !may_remove {
@@ -114,7 +114,7 @@ impl DraDriver {
             {
                 continue;
             }
-            let lock = self.lock_for(claim.uid.as_str());
+            let lock = self.lock_for(&claim.uid);
             let _held = lock.lock().await;
             match self.prepare_locked(&claim).await {
                 Ok(_) => rec.rebuilt.push(claim.uid.to_string()),

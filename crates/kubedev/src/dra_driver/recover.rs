@@ -123,7 +123,7 @@ impl DraDriver {
         self.remove_metadata(&record.claim).await?;
         let uid = record.claim.uid.clone();
         self.with_store(move |s| {
-            s.remove(uid.as_str())
+            s.remove(&uid)
                 .map_err(|e| kubedev_core::echo::chain(&e))
         })
         .await?;

@@ -30,7 +30,7 @@ impl DraDriver {
         };
         let mut rewritten = Vec::new();
         for uid in uids {
-            let lock = self.lock_for(uid.as_str());
+            let lock = self.lock_for(&uid);
             let _held = lock.lock().await;
             // Read again under the claim's lock: it may have been unprepared meanwhile.
             let record = {
@@ -74,7 +74,7 @@ impl DraDriver {
             // The record first: a crash before the spec is rewritten leaves recovery to write
             // the spec from the new record.
             let change = Change::Complete {
-                uid: uid.to_string(),
+                uid: uid.clone(),
                 prepared: prepared.clone(),
                 cdi_file: record.cdi_file.clone(),
                 pod_claim_name: record.pod_claim_name.clone(),

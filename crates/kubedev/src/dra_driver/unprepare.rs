@@ -42,7 +42,7 @@ impl DraDriver {
             .map_err(retryable("metadata"))?;
         if record.is_some() {
             self.commit(Change::Remove {
-                uid: claim.uid.to_string(),
+                uid: claim.uid.clone(),
             })
             .await
             .map_err(retryable("checkpoint"))?;

@@ -211,7 +211,7 @@ async fn dgx_a100_partitionable_model() {
         .iter()
         .find(|s| s.name.as_str() == "gpu-6-counters")
         .unwrap();
-    let total = |k: &str| set.counters[&k.parse().unwrap()].as_i64().unwrap();
+    let total = |k: &str| set.counters[k].as_i64().unwrap();
     assert_eq!(set.counters.len(), 8 + 7);
     assert_eq!(total("multiprocessors"), 98);
     assert_eq!(total("memory"), 40192 << 20);

@@ -237,7 +237,7 @@ fn the_file_says_its_version_and_checksum() {
         "{checksum}"
     );
     let mut map = BTreeMap::new();
-    map.insert("u1".to_string(), store.get("u1").unwrap().clone());
+    map.insert("u1".parse().unwrap(), store.get("u1").unwrap().clone());
     assert_eq!(fs::read(fx.file()).unwrap(), encode(BOOT_A, &map).unwrap());
 }
 
@@ -253,7 +253,7 @@ fn a_file_written_change_by_change_is_the_file_of_its_records() {
     store
         .complete_prepare("u2", &[prepared("gpu-0")], Some("f.json"))
         .unwrap();
-    store.remove("u1").unwrap();
+    store.remove(&"u1".parse().unwrap()).unwrap();
     store
         .start_prepare(&claim("u3"), &[allocated("gpu-1")])
         .unwrap();
@@ -274,7 +274,7 @@ fn a_file_written_change_by_change_is_the_file_of_its_records() {
     store
         .start_prepare(&claim("u4"), &[allocated("gpu-4")])
         .unwrap();
-    let uids: Vec<&str> = store.claims().keys().map(String::as_str).collect();
+    let uids: Vec<&str> = store.claims().keys().map(|u| u.as_str()).collect();
     assert_eq!(uids, ["u2", "u3", "u4", "u9"]);
     assert_eq!(
         fs::read(fx.file()).unwrap(),

@@ -18,18 +18,18 @@ fn a_batch_of_changes_is_one_write_with_per_change_results() {
                 devices: vec![allocated("gpu-1")],
             },
             Change::Complete {
-                uid: "u1".into(),
+                uid: "u1".parse().unwrap(),
                 prepared: vec![prepared("gpu-0")],
                 cdi_file: Some("spec.json".into()),
                 pod_claim_name: Some("gpu".into()),
             },
             Change::Complete {
-                uid: "nope".into(),
+                uid: "nope".parse().unwrap(),
                 prepared: vec![],
                 cdi_file: None,
                 pod_claim_name: None,
             },
-            Change::Remove { uid: "u2".into() },
+            Change::Remove { uid: "u2".parse().unwrap() },
         ])
         .unwrap();
     assert_eq!(results.len(), 5);
@@ -98,9 +98,9 @@ fn remove_persists_and_unknown_claims_are_fine() {
     store
         .start_prepare(&claim("u1"), &[allocated("gpu-0")])
         .unwrap();
-    assert!(store.remove("u1").unwrap());
-    assert!(!store.remove("u1").unwrap());
-    assert!(!store.remove("never-seen").unwrap());
+    assert!(store.remove(&"u1".parse().unwrap()).unwrap());
+    assert!(!store.remove(&"u1".parse().unwrap()).unwrap());
+    assert!(!store.remove(&"never-seen".parse().unwrap()).unwrap());
     let (store, outcome) = fx.open();
     assert_eq!(outcome, LoadOutcome::Loaded { claims: 0 });
     assert!(store.claims().is_empty());
