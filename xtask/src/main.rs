@@ -3,6 +3,8 @@
 //! Each subcommand lives in its own module; this file only parses the
 //! command line and dispatches.
 
+#[cfg(test)]
+mod architecture;
 mod bench;
 mod ci;
 mod cluster;
