@@ -12,30 +12,30 @@
 //! The driver's parts: `claim_source.rs` (where allocations come from), `claim_status.rs`
 //! (the claims' device status, written in the background), `handler.rs` (the
 //! kubelet's calls, one claim at a time), `prepare.rs` and `unprepare.rs`, `exclusive.rs`
-//! (devices only one claim may hold), `commit.rs` (the checkpoint's group commit),
+//! (devices only one claim may hold), `journal.rs` (the checkpoint: the
+//! records as last persisted and the group commit),
 //! `device_metadata.rs` (KEP-5304 files), `recover.rs` (start-up recovery), `rebuild.rs` (after
 //! a lost checkpoint) and `refresh.rs` (edits that changed under prepared claims).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kubedev_core::{ClaimRef, ClaimUid, Inventory};
+use kubedev_core::{ClaimRef, Inventory};
 use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
 use parking_lot::Mutex;
-use tokio::sync::mpsc;
 
 use crate::backends::Backends;
 use crate::cdi::CdiWriter;
-use crate::checkpoint::{CheckpointStore, Claims};
+use crate::checkpoint::CheckpointStore;
 use crate::metadata::MetadataWriter;
 use crate::metrics::Metrics;
 
 mod claim_source;
 mod claim_status;
-mod commit;
 mod device_metadata;
 mod exclusive;
 mod handler;
+mod journal;
 mod prepare;
 mod rebuild;
 mod recover;
@@ -46,18 +46,18 @@ pub use claim_source::{CLAIM_GONE, ClaimAllocation, ClaimSource};
 pub use recover::Recovery;
 
 use claim_status::StatusWriter;
+use handler::ClaimLocks;
+use journal::Journal;
 
 /// The DRA driver: implements the kubelet plugin's [`DraHandler`](kubedev_kubelet_grpc::dra::DraHandler).
 pub struct DraDriver {
     backends: Backends,
     claims: Arc<dyn ClaimSource>,
-    store: Arc<Mutex<CheckpointStore>>,
-    /// The store's records as last persisted, for the kubelet's calls to read while the store
-    /// is busy writing.
-    recorded: Recorded,
-    commits: mpsc::UnboundedSender<commit::Commit>,
+    /// The checkpoint: its records as last persisted and the way changes reach it.
+    journal: Journal,
     cdi: Arc<CdiWriter>,
-    locks: Mutex<HashMap<ClaimUid, Arc<tokio::sync::Mutex<()>>>>,
+    /// Each claim's lock while it is prepared, unprepared or refreshed.
+    locks: ClaimLocks,
     metrics: Option<Arc<Metrics>>,
     inventory: Option<Arc<parking_lot::RwLock<Inventory>>>,
     /// Exclusive devices of prepares checked but not yet recorded in the checkpoint, so two
@@ -68,9 +68,6 @@ pub struct DraDriver {
     /// Device metadata files for containers, when enabled.
     metadata: Option<Arc<MetadataWriter>>,
 }
-
-/// The checkpoint's records by claim UID, as last persisted.
-type Recorded = Arc<parking_lot::RwLock<Claims>>;
 
 /// Wraps a message as a failure with `reason` that the kubelet's next call may not meet: the
 /// checkpoint, the CDI directory or an internal task failed.
@@ -112,19 +109,13 @@ impl DraDriver {
         store: CheckpointStore,
         cdi: CdiWriter,
     ) -> Self {
-        let recorded: Recorded = Arc::new(parking_lot::RwLock::new(store.claims().clone()));
-        let store = Arc::new(Mutex::new(store));
-        let (commits, rx) = mpsc::unbounded_channel();
-        tokio::spawn(commit::committer(store.clone(), recorded.clone(), rx));
         DraDriver {
             backends,
             status: StatusWriter::start(claims.clone()),
             claims,
-            store,
-            recorded,
-            commits,
+            journal: Journal::start(store),
             cdi: Arc::new(cdi),
-            locks: Mutex::new(HashMap::new()),
+            locks: ClaimLocks::default(),
             metrics: None,
             inventory: None,
             starting: Mutex::new(HashMap::new()),

@@ -181,10 +181,7 @@ fn payload<'a>(
 
 /// Serializes a checkpoint file.
 #[cfg(test)]
-pub(super) fn encode(
-    boot_id: &str,
-    claims: &super::Claims,
-) -> Result<Vec<u8>, serde_json::Error> {
+pub(super) fn encode(boot_id: &str, claims: &super::Claims) -> Result<Vec<u8>, serde_json::Error> {
     let records = claims
         .iter()
         .map(|(uid, r)| Ok((uid.as_str(), canonical_record(r)?)))

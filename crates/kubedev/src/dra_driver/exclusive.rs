@@ -37,7 +37,7 @@ impl DraDriver {
 
     /// Whether device `device` of pool `pool` is recorded as prepared for a claim now.
     pub fn device_in_use(&self, pool: &str, device: &str) -> bool {
-        self.recorded.read().values().any(|r| {
+        self.journal.recorded().values().any(|r| {
             r.devices
                 .iter()
                 .any(|d| d.device.pool.as_str() == pool && d.device.device.as_str() == device)
@@ -68,7 +68,7 @@ impl DraDriver {
             }
         }
         {
-            for r in self.recorded.read().values() {
+            for r in self.journal.recorded().values() {
                 if r.claim.uid == claim.uid {
                     continue;
                 }

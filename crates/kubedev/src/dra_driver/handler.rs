@@ -1,6 +1,7 @@
 //! The kubelet's calls: each claim prepared or unprepared under its own lock, in a span, with
 //! its duration and outcome recorded in the metrics.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -10,16 +11,22 @@ use tracing::Instrument as _;
 
 use super::DraDriver;
 
-impl DraDriver {
-    /// The lock of the claim with UID `uid`, held while it is prepared, unprepared or
-    /// refreshed.
-    pub(super) fn lock_for(&self, uid: &ClaimUid) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.locks.lock();
+/// One lock per claim, held while it is prepared, unprepared or refreshed; a claim nobody
+/// holds a lock of has no entry.
+#[derive(Debug, Default)]
+pub(super) struct ClaimLocks(parking_lot::Mutex<HashMap<ClaimUid, Arc<tokio::sync::Mutex<()>>>>);
+
+impl ClaimLocks {
+    /// The lock of the claim with UID `uid`.
+    pub(super) fn of(&self, uid: &ClaimUid) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.0.lock();
         // Drop locks nobody holds, so the map does not grow with every claim ever seen.
         locks.retain(|_, l| Arc::strong_count(l) > 1);
         locks.entry(uid.clone()).or_default().clone()
     }
+}
 
+impl DraDriver {
     /// Records the duration and outcome of `operation` in the metrics; returns `result`.
     fn observe<T>(
         &self,
@@ -44,7 +51,7 @@ impl DraHandler for DraDriver {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("prepare", claim = %claim);
         let result = async {
-            let lock = self.lock_for(&claim.uid);
+            let lock = self.locks.of(&claim.uid);
             let _held = lock.lock().await;
             self.prepare_locked(claim).await
         }
@@ -57,7 +64,7 @@ impl DraHandler for DraDriver {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("unprepare", claim = %claim);
         let result = async {
-            let lock = self.lock_for(&claim.uid);
+            let lock = self.locks.of(&claim.uid);
             let _held = lock.lock().await;
             self.unprepare_locked(claim).await
         }

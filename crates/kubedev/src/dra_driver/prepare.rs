@@ -19,7 +19,7 @@ impl DraDriver {
         &self,
         claim: &ClaimRef,
     ) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
-        let existing = self.recorded.read().get(claim.uid.as_str()).cloned();
+        let existing = self.journal.recorded().get(claim.uid.as_str()).cloned();
         if let Some(r) = existing
             && r.state == ClaimState::PrepareCompleted
         {
@@ -120,6 +120,7 @@ impl DraDriver {
                 )
             })?;
         let started = self
+            .journal
             .commit(Change::Start {
                 claim: claim.clone(),
                 devices: devices.to_vec(),
@@ -144,11 +145,12 @@ impl DraDriver {
         {
             Ok(p) => Ok(p),
             Err(e) => {
-                self.commit(Change::Remove {
-                    uid: claim.uid.clone(),
-                })
-                .await
-                .map_err(retryable("checkpoint"))?;
+                self.journal
+                    .commit(Change::Remove {
+                        uid: claim.uid.clone(),
+                    })
+                    .await
+                    .map_err(retryable("checkpoint"))?;
                 Err(backend_error(
                     &e,
                     format!("preparing claim {claim}: {}", kubedev_core::echo::chain(&e)),
@@ -171,14 +173,15 @@ impl DraDriver {
             .as_ref()
             .and_then(|f| f.file_name())
             .map(|f| f.to_string_lossy().into_owned());
-        self.commit(Change::Complete {
-            uid: claim.uid.clone(),
-            prepared: prepared.to_vec(),
-            cdi_file: file_name,
-            pod_claim_name,
-        })
-        .await
-        .map_err(retryable("checkpoint"))
+        self.journal
+            .commit(Change::Complete {
+                uid: claim.uid.clone(),
+                prepared: prepared.to_vec(),
+                cdi_file: file_name,
+                pod_claim_name,
+            })
+            .await
+            .map_err(retryable("checkpoint"))
     }
 
     /// Writes the CDI spec and device metadata of a claim whose devices the backend prepared;
@@ -222,11 +225,12 @@ impl DraDriver {
                 {
                     tracing::error!(claim = %claim, error = %r, "removing the files of a failed prepare failed");
                 }
-                self.commit(Change::Remove {
-                    uid: claim.uid.clone(),
-                })
-                .await
-                .map_err(retryable("checkpoint"))?;
+                self.journal
+                    .commit(Change::Remove {
+                        uid: claim.uid.clone(),
+                    })
+                    .await
+                    .map_err(retryable("checkpoint"))?;
                 Err(ClaimError::retryable(
                     "cdi",
                     format!("writing the CDI spec of claim {claim}: {e}"),

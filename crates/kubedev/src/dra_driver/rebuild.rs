@@ -20,55 +20,57 @@ impl DraDriver {
     ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
         let cdi = self.cdi.clone();
         let metadata = self.metadata.clone();
-        self.with_store(move |s| {
-            s.with_fresh_claims(|owned| {
-                let (mut removed, mut kept) = (Vec::new(), Vec::new());
-                let mut files = cdi
-                    .list_claim_files()
-                    .map_err(|e| kubedev_core::echo::chain(&e))?;
-                if let Some(m) = &metadata {
-                    files.extend(
-                        m.cdi()
-                            .list_claim_files()
-                            .map_err(|e| kubedev_core::echo::chain(&e))?,
-                    );
-                    let dirs = m
-                        .list_claim_dirs()
+        self.journal
+            .with_store(move |s| {
+                s.with_fresh_claims(|owned| {
+                    let (mut removed, mut kept) = (Vec::new(), Vec::new());
+                    let mut files = cdi
+                        .list_claim_files()
                         .map_err(|e| kubedev_core::echo::chain(&e))?;
-                    for (ns, name, path) in dirs {
-                        let has_record = owned
-                            .values()
-                            .any(|r| r.claim.namespace == ns && r.claim.name == name);
-                        if has_record {
+                    if let Some(m) = &metadata {
+                        files.extend(
+                            m.cdi()
+                                .list_claim_files()
+                                .map_err(|e| kubedev_core::echo::chain(&e))?,
+                        );
+                        let dirs = m
+                            .list_claim_dirs()
+                            .map_err(|e| kubedev_core::echo::chain(&e))?;
+                        for (ns, name, path) in dirs {
+                            let has_record = owned
+                                .values()
+                                .any(|r| r.claim.namespace == ns && r.claim.name == name);
+                            if has_record {
+                                continue;
+                            }
+                            if !may_remove {
+                                kept.push(path);
+                                continue;
+                            }
+                            std::fs::remove_dir_all(&path).map_err(|e| {
+                                format!("removing orphan device metadata {}: {e}", path.display())
+                            })?;
+                            removed.push(path);
+                        }
+                    }
+                    for (uid, path) in files {
+                        if owned.contains_key(uid.as_str()) {
                             continue;
                         }
                         if !may_remove {
                             kept.push(path);
                             continue;
                         }
-                        std::fs::remove_dir_all(&path).map_err(|e| {
-                            format!("removing orphan device metadata {}: {e}", path.display())
+                        cdi.remove_spec_path(&path).map_err(|e| {
+                            format!("removing orphan CDI file {}: {e}", path.display())
                         })?;
                         removed.push(path);
                     }
-                }
-                for (uid, path) in files {
-                    if owned.contains_key(uid.as_str()) {
-                        continue;
-                    }
-                    if !may_remove {
-                        kept.push(path);
-                        continue;
-                    }
-                    cdi.remove_spec_path(&path)
-                        .map_err(|e| format!("removing orphan CDI file {}: {e}", path.display()))?;
-                    removed.push(path);
-                }
-                Ok((removed, kept))
+                    Ok((removed, kept))
+                })
+                .map_err(|e| kubedev_core::echo::chain(&e))?
             })
-            .map_err(|e| kubedev_core::echo::chain(&e))?
-        })
-        .await
+            .await
     }
 
     /// Tries again what start-up recovery could not finish because the API server could not be
@@ -114,7 +116,7 @@ impl DraDriver {
             {
                 continue;
             }
-            let lock = self.lock_for(&claim.uid);
+            let lock = self.locks.of(&claim.uid);
             let _held = lock.lock().await;
             match self.prepare_locked(&claim).await {
                 Ok(_) => rec.rebuilt.push(claim.uid.to_string()),

@@ -61,7 +61,7 @@ impl DraDriver {
     pub async fn recover(&self, checkpoint: &LoadOutcome) -> Result<Recovery, String> {
         let mut rec = Recovery::default();
         let records: Vec<_> = {
-            let store = self.store.lock();
+            let store = self.journal.stored();
             store
                 .claims()
                 .values()
@@ -122,11 +122,9 @@ impl DraDriver {
         .await?;
         self.remove_metadata(&record.claim).await?;
         let uid = record.claim.uid.clone();
-        self.with_store(move |s| {
-            s.remove(&uid)
-                .map_err(|e| kubedev_core::echo::chain(&e))
-        })
-        .await?;
+        self.journal
+            .with_store(move |s| s.remove(&uid).map_err(|e| kubedev_core::echo::chain(&e)))
+            .await?;
         Ok(())
     }
 
@@ -178,16 +176,17 @@ impl DraDriver {
     /// (a rolling update) may be writing one right now: then only old ones go.
     async fn remove_interrupted_writes(&self) -> Result<Vec<PathBuf>, String> {
         let cdi = self.cdi.clone();
-        self.with_store(move |s| {
-            let margin = if s.other_instances_alive() {
-                STALE_TEMP_MARGIN
-            } else {
-                std::time::Duration::ZERO
-            };
-            cdi.remove_stale_temp_files(margin)
-                .map_err(|e| kubedev_core::echo::chain(&e))
-        })
-        .await
+        self.journal
+            .with_store(move |s| {
+                let margin = if s.other_instances_alive() {
+                    STALE_TEMP_MARGIN
+                } else {
+                    std::time::Duration::ZERO
+                };
+                cdi.remove_stale_temp_files(margin)
+                    .map_err(|e| kubedev_core::echo::chain(&e))
+            })
+            .await
     }
 }
 

@@ -20,7 +20,7 @@ impl DraDriver {
     /// `metadata` (start-up recovery has just done that itself).
     pub(super) async fn refresh(&self, metadata: bool) -> Vec<String> {
         let uids: Vec<kubedev_core::ClaimUid> = {
-            let store = self.store.lock();
+            let store = self.journal.stored();
             store
                 .claims()
                 .values()
@@ -30,11 +30,11 @@ impl DraDriver {
         };
         let mut rewritten = Vec::new();
         for uid in uids {
-            let lock = self.lock_for(&uid);
+            let lock = self.locks.of(&uid);
             let _held = lock.lock().await;
             // Read again under the claim's lock: it may have been unprepared meanwhile.
             let record = {
-                let store = self.store.lock();
+                let store = self.journal.stored();
                 store.get(uid.as_str()).cloned()
             };
             let Some(record) = record.filter(|r| r.state == ClaimState::PrepareCompleted) else {
@@ -80,6 +80,7 @@ impl DraDriver {
                 pod_claim_name: record.pod_claim_name.clone(),
             };
             if let Err(e) = self
+                .journal
                 .with_store(move |s| {
                     s.apply(vec![change])
                         .map_err(|e| kubedev_core::echo::chain(&e))?

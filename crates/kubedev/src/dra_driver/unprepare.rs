@@ -12,7 +12,7 @@ use crate::failpoint;
 impl DraDriver {
     /// Unprepares `claim`, whose lock the caller holds; idempotent.
     pub(super) async fn unprepare_locked(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
-        let record = self.recorded.read().get(claim.uid.as_str()).cloned();
+        let record = self.journal.recorded().get(claim.uid.as_str()).cloned();
         if let Some(r) = &record {
             failpoint::reached("during-unprepare").await;
             self.backends
@@ -41,11 +41,12 @@ impl DraDriver {
             .await
             .map_err(retryable("metadata"))?;
         if record.is_some() {
-            self.commit(Change::Remove {
-                uid: claim.uid.clone(),
-            })
-            .await
-            .map_err(retryable("checkpoint"))?;
+            self.journal
+                .commit(Change::Remove {
+                    uid: claim.uid.clone(),
+                })
+                .await
+                .map_err(retryable("checkpoint"))?;
             tracing::info!(claim = %claim, "unprepared");
         }
         self.status.send(StatusChange::Unprepared(claim.clone()));

@@ -29,7 +29,9 @@ fn a_batch_of_changes_is_one_write_with_per_change_results() {
                 cdi_file: None,
                 pod_claim_name: None,
             },
-            Change::Remove { uid: "u2".parse().unwrap() },
+            Change::Remove {
+                uid: "u2".parse().unwrap(),
+            },
         ])
         .unwrap();
     assert_eq!(results.len(), 5);

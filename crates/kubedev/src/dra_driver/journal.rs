@@ -1,6 +1,7 @@
-//! Writing the checkpoint: one group-commit task applies the changes that arrive while a write
-//! is in flight together with the next write, so concurrent prepares share fsyncs instead of
-//! queueing for one each. After each write the records are published to the driver's view,
+//! The driver's journal: the checkpoint store, the view of its records as last persisted, and
+//! the one way changes reach the file. One group-commit task applies the changes that arrive
+//! while a write is in flight together with the next write, so concurrent prepares share fsyncs
+//! instead of queueing for one each. After each write the records are published to the view,
 //! which the kubelet's calls read without waiting for a write in flight.
 
 use std::sync::Arc;
@@ -9,8 +10,11 @@ use kubedev_core::ClaimUid;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{DraDriver, Recorded, blocking};
-use crate::checkpoint::{Change, CheckpointStore};
+use super::blocking;
+use crate::checkpoint::{Change, CheckpointStore, Claims};
+
+/// The checkpoint's records by claim UID, as last persisted.
+type Recorded = Arc<parking_lot::RwLock<Claims>>;
 
 /// Copies `store`'s records to `recorded`: those of `uids`, or all of them (`None`).
 fn publish(store: &CheckpointStore, recorded: &Recorded, uids: Option<&[ClaimUid]>) {
@@ -32,10 +36,10 @@ fn publish(store: &CheckpointStore, recorded: &Recorded, uids: Option<&[ClaimUid
 }
 
 /// A change to persist, and where to say whether it was.
-pub(super) type Commit = (Change, oneshot::Sender<Result<(), String>>);
+type Commit = (Change, oneshot::Sender<Result<(), String>>);
 
 /// The group-commit task: applies the changes received on `rx` to `store`, in batches.
-pub(super) async fn committer(
+async fn committer(
     store: Arc<Mutex<CheckpointStore>>,
     recorded: Recorded,
     mut rx: mpsc::UnboundedReceiver<Commit>,
@@ -85,7 +89,39 @@ pub(super) async fn committer(
     }
 }
 
-impl DraDriver {
+/// The checkpoint as the driver uses it; see the module docs.
+pub(super) struct Journal {
+    store: Arc<Mutex<CheckpointStore>>,
+    recorded: Recorded,
+    commits: mpsc::UnboundedSender<Commit>,
+}
+
+impl Journal {
+    /// The journal of `store`. Must be called within a Tokio runtime: it starts the
+    /// group-commit task, which ends when the journal is dropped.
+    pub(super) fn start(store: CheckpointStore) -> Journal {
+        let recorded: Recorded = Arc::new(parking_lot::RwLock::new(store.claims().clone()));
+        let store = Arc::new(Mutex::new(store));
+        let (commits, rx) = mpsc::unbounded_channel();
+        tokio::spawn(committer(store.clone(), recorded.clone(), rx));
+        Journal {
+            store,
+            recorded,
+            commits,
+        }
+    }
+
+    /// The records as last persisted; never waits for a write in flight (hold it briefly).
+    pub(super) fn recorded(&self) -> parking_lot::RwLockReadGuard<'_, Claims> {
+        self.recorded.read()
+    }
+
+    /// The store itself, for reads that must see what is being written (waits for a write in
+    /// flight; hold it briefly).
+    pub(super) fn stored(&self) -> parking_lot::MutexGuard<'_, CheckpointStore> {
+        self.store.lock()
+    }
+
     /// Persists one checkpoint change (possibly together with concurrent ones).
     pub(super) async fn commit(&self, change: Change) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
@@ -96,7 +132,7 @@ impl DraDriver {
             .map_err(|_| "the checkpoint writer stopped".to_string())?
     }
 
-    /// Runs `f` on the checkpoint store off the async threads.
+    /// Runs `f` on the checkpoint store off the async threads, then publishes its records.
     pub(super) async fn with_store<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut CheckpointStore) -> Result<T, String> + Send + 'static,
