@@ -30,8 +30,8 @@ fn fixture() -> &'static Fixture {
         let writer = MetadataWriter::new(&plugins, &root.path().join("cdi"), &driver);
         let claim = ClaimRef::new(
             ClaimUid::new("0b7c2d8e-1111-4000-8000-000000000001").expect("uid"),
-            "default",
-            "train",
+            "default".parse().expect("namespace"),
+            "train".parse().expect("name"),
         );
         let device = DeviceRef::new(
             PoolName::new("node-a").expect("pool"),

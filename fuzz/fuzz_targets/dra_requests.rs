@@ -20,15 +20,15 @@ use tonic::Request;
 struct Handler;
 
 fn check(claim: &ClaimRef) {
-    kubedev_core::check_dns_label(&claim.namespace).expect("a checked namespace");
-    kubedev_core::check_dns_subdomain(&claim.name, 253).expect("a checked name");
+    kubedev_core::check_dns_label(claim.namespace.as_str()).expect("a checked namespace");
+    kubedev_core::check_dns_subdomain(claim.name.as_str(), 253).expect("a checked name");
 }
 
 #[async_trait]
 impl DraHandler for Handler {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         check(claim);
-        if claim.name.starts_with("ok") {
+        if claim.name.as_str().starts_with("ok") {
             Ok(vec![PreparedClaimDevice {
                 request_names: vec!["gpu".into()],
                 pool: "node-a".into(),

@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let driver = DriverName::new("gpu.example.com").expect("driver");
-    let expected = ClaimRef::new(ClaimUid::new("uid-1").expect("uid"), "default", "train");
+    let expected = ClaimRef::new(ClaimUid::new("uid-1").expect("uid"), "default".parse().unwrap(), "train".parse().unwrap());
     if let Ok(claim) =
         kubedev_apiserver::fuzzing::allocated_claim_from_json(&driver, &expected, data)
     {

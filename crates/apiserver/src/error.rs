@@ -137,21 +137,6 @@ pub enum Error {
         /// The kube-rs error.
         error: Box<kube::Error>,
     },
-    /// The claim's name or namespace breaks a Kubernetes naming rule, so it cannot be a claim
-    /// the API server holds; no request was made for it.
-    #[error("ResourceClaim {field} {0} ({claim}) is not a valid {rule}: {reason}", kubedev_core::echo::echo(.value))]
-    InvalidClaimName {
-        /// Which part is wrong: `name` or `namespace`.
-        field: &'static str,
-        /// The rejected value.
-        value: String,
-        /// The rest of the claim's identity (its namespace or name, and its UID).
-        claim: String,
-        /// The rule, e.g. "DNS subdomain (at most 253 lowercase letters, ...)".
-        rule: &'static str,
-        /// How the value breaks it.
-        reason: String,
-    },
     /// The ResourceClaim does not exist.
     #[error("ResourceClaim {namespace}/{name} not found")]
     ClaimNotFound {
@@ -216,8 +201,7 @@ impl Error {
         }
         !matches!(
             self,
-            Error::InvalidClaimName { .. }
-                | Error::ClaimNotFound { .. }
+            Error::ClaimNotFound { .. }
                 | Error::ClaimUidMismatch { .. }
                 | Error::ClaimNotAllocated { .. }
                 | Error::ClaimContent { .. }

@@ -48,8 +48,8 @@ fn reserved_claim(reader: &ClaimReader, claim: &res::ResourceClaim) -> Option<Al
     // Kubernetes UIDs always make valid claim UIDs; anything else cannot be prepared here.
     let reference = ClaimRef::new(
         kubedev_core::ClaimUid::new(meta.uid.clone()?).ok()?,
-        meta.namespace.clone()?,
-        meta.name.clone()?,
+        meta.namespace.clone()?.parse().ok()?,
+        meta.name.clone()?.parse().ok()?,
     );
     let allocated = allocated_claim(&reader.driver, &reference, claim).ok()?;
     (!allocated.results.is_empty()).then_some(allocated)

@@ -50,8 +50,9 @@ pub use model::{
     Health, HealthState, Inventory, Pool, RequestPolicy, RequestRange, Taint, TaintEffect,
 };
 pub use names::{
-    ClaimUid, CounterName, DeviceName, DriverName, ExtendedResourceName, MAX_CLAIM_UID_LEN,
-    NameError, PoolName, QualifiedName, check_dns_label, check_dns_subdomain,
+    ClaimName, ClaimUid, CounterName, DeviceName, DriverName, ExtendedResourceName,
+    MAX_CLAIM_UID_LEN, NameError, Namespace, PoolName, QualifiedName, check_dns_label,
+    check_dns_subdomain,
 };
 pub use opaque::{
     ConfigError, ConfigSource, DeviceConfig, ValidateConfig, config_kind, effective_config,

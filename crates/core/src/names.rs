@@ -259,6 +259,22 @@ string_name!(
     check_dns_label
 );
 
+string_name!(
+    /// A namespace name: a DNS label, as the API server stores them. A claim reference that
+    /// carries one can go into a request path or a log line as it is.
+    Namespace,
+    "namespace",
+    check_dns_label
+);
+
+string_name!(
+    /// A ResourceClaim's name: a DNS subdomain (at most 253 lowercase letters, digits, '-' or
+    /// '.'), as the API server stores object names.
+    ClaimName,
+    "claim name",
+    |s| check_dns_subdomain(s, 253)
+);
+
 /// Longest claim UID accepted. Kubernetes UIDs have 36 characters; the bound keeps file names
 /// that contain one well below the 255-byte limit.
 pub const MAX_CLAIM_UID_LEN: usize = 128;
@@ -433,6 +449,7 @@ impl From<QualifiedName> for String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::ClaimRef;
 
     #[test]
     fn device_names_follow_dns_label_rules() {
@@ -460,6 +477,45 @@ mod tests {
             assert!(err.to_string().contains(why), "{bad:?}: {err}");
             assert!(err.to_string().contains("device name"));
         }
+    }
+
+    #[test]
+    fn claim_references_hold_only_names_the_api_server_stores() {
+        // A path traversal or a '/' would reach a request path or a file name.
+        for bad in [
+            "../../../api/v1/nodes/x",
+            "train/status",
+            "",
+            "Train",
+            "a_b",
+        ] {
+            let err = ClaimName::new(bad).unwrap_err();
+            assert_eq!(err.kind, "claim name", "{bad:?}");
+        }
+        assert!(
+            Namespace::new("a".repeat(64))
+                .unwrap_err()
+                .reason
+                .contains("no more than 63")
+        );
+        assert!(
+            Namespace::new("team.a").is_err(),
+            "a namespace is a DNS label"
+        );
+        // A claim name is a subdomain: longer than a label, dots allowed.
+        assert!(ClaimName::new("a".repeat(100)).is_ok());
+        assert!(ClaimName::new("train.v2").is_ok());
+        let err = ClaimRef::parse("uid-1", "team-a", "../x").unwrap_err();
+        assert!(
+            err.to_string().starts_with("invalid claim name \"../x\": "),
+            "{err}"
+        );
+        let claim = ClaimRef::parse("uid-1", "team-a", "train").unwrap();
+        assert_eq!(claim.to_string(), "team-a/train (uid-1)");
+        // The checkpoint and the kubelet's requests are read through the same rules.
+        let read: Result<ClaimRef, _> =
+            serde_json::from_str(r#"{"uid": "u", "namespace": "ns", "name": "a/b"}"#);
+        assert!(read.is_err());
     }
 
     #[test]

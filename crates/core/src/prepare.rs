@@ -5,7 +5,10 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::{ClaimUid, ContainerEdits, DeviceConfig, DeviceRef, PrepareError};
+use crate::{
+    ClaimName, ClaimUid, ContainerEdits, DeviceConfig, DeviceRef, NameError, Namespace,
+    PrepareError,
+};
 
 /// The ResourceClaim a DRA prepare is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -14,19 +17,29 @@ pub struct ClaimRef {
     /// The claim's UID (unique for the claim's lifetime).
     pub uid: ClaimUid,
     /// Namespace.
-    pub namespace: String,
+    pub namespace: Namespace,
     /// Name.
-    pub name: String,
+    pub name: ClaimName,
 }
 
 impl ClaimRef {
     /// The claim `namespace/name` with `uid`.
-    pub fn new(uid: ClaimUid, namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(uid: ClaimUid, namespace: Namespace, name: ClaimName) -> Self {
         ClaimRef {
             uid,
-            namespace: namespace.into(),
-            name: name.into(),
+            namespace,
+            name,
         }
+    }
+
+    /// The claim `namespace/name` with `uid`, each checked; the error names the first that
+    /// breaks its rule.
+    pub fn parse(uid: &str, namespace: &str, name: &str) -> Result<Self, NameError> {
+        Ok(ClaimRef::new(
+            uid.parse()?,
+            namespace.parse()?,
+            name.parse()?,
+        ))
     }
 }
 

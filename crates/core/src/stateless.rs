@@ -153,7 +153,11 @@ mod tests {
 
     #[tokio::test]
     async fn unprepare_releases_each_device_in_order_and_stops_at_the_first_error() {
-        let claim = ClaimRef::new(ClaimUid::new("uid-1").unwrap(), "default", "c");
+        let claim = ClaimRef::new(
+            ClaimUid::new("uid-1").unwrap(),
+            "default".parse().unwrap(),
+            "c".parse().unwrap(),
+        );
         let backend = Undoing::default();
         let preparer: &dyn Preparer = &backend;
         preparer

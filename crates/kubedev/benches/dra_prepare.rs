@@ -42,7 +42,12 @@ impl ClaimSource for Claims {
         &self,
         claim: &ClaimRef,
     ) -> Result<Vec<AllocatedDevice>, kubedev_kubelet_grpc::dra::ClaimError> {
-        let n: usize = claim.name.trim_start_matches('c').parse().unwrap_or(0);
+        let n: usize = claim
+            .name
+            .as_str()
+            .trim_start_matches('c')
+            .parse()
+            .unwrap_or(0);
         Ok(vec![
             AllocatedDevice::new(DeviceRef::new(
                 PoolName::new("node-a").unwrap(),

@@ -133,21 +133,10 @@ impl MetadataWriter {
         &self.cdi
     }
 
-    /// The directory of `claim`'s files, `<dir>/<namespace>_<name>`; an error for names that
-    /// could leave the directory (namespaces and names never hold `_` or `/`).
-    pub fn claim_dir(&self, claim: &ClaimRef) -> io::Result<PathBuf> {
-        for part in [&claim.namespace, &claim.name] {
-            kubedev_core::check_dns_subdomain(part, 253).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "claim {claim}: {part} {e}",
-                        part = kubedev_core::echo::echo(part)
-                    ),
-                )
-            })?;
-        }
-        Ok(self.dir.join(format!("{}_{}", claim.namespace, claim.name)))
+    /// The directory of `claim`'s files, `<dir>/<namespace>_<name>` (a namespace and a claim
+    /// name never hold `_` or `/`, so it cannot leave the directory or meet another claim's).
+    pub fn claim_dir(&self, claim: &ClaimRef) -> PathBuf {
+        self.dir.join(format!("{}_{}", claim.namespace, claim.name))
     }
 
     /// The files `prepared` gets, one per main request, in the order requests first appear.
@@ -157,7 +146,7 @@ impl MetadataWriter {
         pod_claim_name: Option<&str>,
         prepared: &[PreparedDevice],
     ) -> io::Result<Vec<RequestFile>> {
-        let base = self.claim_dir(claim)?;
+        let base = self.claim_dir(claim);
         let mut out: Vec<RequestFile> = Vec::new();
         for p in prepared {
             let request = kubedev_core::base_request(&p.device.request).to_string();
@@ -194,9 +183,7 @@ impl MetadataWriter {
         self.cdi
             .remove_claim(&claim.uid)
             .map_err(|e| kubedev_core::echo::chain(&e))?;
-        let dir = self
-            .claim_dir(claim)
-            .map_err(|e| kubedev_core::echo::chain(&e))?;
+        let dir = self.claim_dir(claim);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

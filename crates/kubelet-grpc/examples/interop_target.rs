@@ -40,7 +40,7 @@ struct Dra {
 #[async_trait]
 impl DraHandler for Dra {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
-        if claim.name.starts_with("unallocated") {
+        if claim.name.as_str().starts_with("unallocated") {
             return Err(ClaimError::permanent(
                 "not_allocated",
                 format!("claim {} is not allocated to this node", claim.name),
@@ -48,7 +48,7 @@ impl DraHandler for Dra {
         }
         self.prepared
             .lock()
-            .insert(claim.uid.to_string(), claim.name.clone());
+            .insert(claim.uid.to_string(), claim.name.to_string());
         Ok(vec![PreparedClaimDevice {
             request_names: vec!["gpu".into()],
             pool: "node-a".into(),

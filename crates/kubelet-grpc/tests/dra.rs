@@ -30,13 +30,13 @@ struct Handler {
 impl DraHandler for Handler {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         tokio::time::sleep(self.delay).await;
-        if claim.name.starts_with("bad") {
+        if claim.name.as_str().starts_with("bad") {
             return Err(ClaimError::permanent(
                 "not_allocated",
                 format!("claim {} is not allocated", claim.name),
             ));
         }
-        if claim.name.starts_with("busy") {
+        if claim.name.as_str().starts_with("busy") {
             return Err(ClaimError::retryable(
                 "device_in_use",
                 format!("claim {}: its device is busy", claim.name),
@@ -50,7 +50,11 @@ impl DraHandler for Handler {
             pool: "node-a".into(),
             device: format!("gpu-{}", claim.name),
             cdi_device_ids: vec![format!("k8s.{DRIVER}/claim={}-gpu", claim.uid)],
-            share_id: claim.name.starts_with("shared").then(|| "s1".to_string()),
+            share_id: claim
+                .name
+                .as_str()
+                .starts_with("shared")
+                .then(|| "s1".to_string()),
         }])
     }
 
@@ -171,15 +175,32 @@ async fn malformed_claims_fail_alone() {
     let claims = [
         ClaimId::new("", "x", "uid-x"),
         ClaimId::new("default", "y", "uid-y"),
+        // Names no API server stores: a path traversal, and a namespace that is no DNS label.
+        ClaimId::new("default", "../../../api/v1/nodes/x", "uid-t"),
+        ClaimId::new("Default", "train", "uid-n"),
     ];
     let out = f.kubelet.prepare(DRIVER, &claims).await.unwrap();
+    let err = |uid: &str| out[uid].as_ref().unwrap_err().clone();
     assert!(
-        out["uid-x"]
-            .as_ref()
-            .unwrap_err()
-            .contains("claims[0].namespace")
+        err("uid-x").contains("claims[0].namespace"),
+        "{}",
+        err("uid-x")
     );
     assert!(out["uid-y"].is_ok());
+    assert!(
+        err("uid-t")
+            .starts_with("claims[2].name: invalid claim name \"../../../api/v1/nodes/x\": "),
+        "{}",
+        err("uid-t")
+    );
+    assert!(
+        err("uid-n").starts_with("claims[3].namespace: invalid namespace \"Default\": "),
+        "{}",
+        err("uid-n")
+    );
+    // Only the well-formed claim reached the driver.
+    let reached: Vec<String> = f.handler.prepared.lock().keys().cloned().collect();
+    assert_eq!(reached, ["uid-y"]);
 }
 
 #[tokio::test]

@@ -23,8 +23,8 @@ pub(crate) fn allocated_claim(
     check_uid(expected, found)?;
     let Some(allocation) = found.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
         return Err(Error::ClaimNotAllocated {
-            namespace: expected.namespace.clone(),
-            name: expected.name.clone(),
+            namespace: expected.namespace.to_string(),
+            name: expected.name.to_string(),
             uid: expected.uid.to_string(),
         });
     };

@@ -93,27 +93,25 @@ impl ClaimReader {
     }
 
     async fn fetch(&self, claim: &ClaimRef) -> Result<res::ResourceClaim, Error> {
-        let api = self.api(&claim.namespace);
-        match self.send(|| api.get(&claim.name)).await {
+        let api = self.api(claim.namespace.as_str());
+        match self.send(|| api.get(claim.name.as_str())).await {
             Ok(found) => Ok(found),
             Err(error) if api_code(&error) == Some(404) => Err(Error::ClaimNotFound {
-                namespace: claim.namespace.clone(),
-                name: claim.name.clone(),
+                namespace: claim.namespace.to_string(),
+                name: claim.name.to_string(),
             }),
             Err(error) => Err(Error::Claim {
                 operation: "reading",
-                namespace: claim.namespace.clone(),
-                name: claim.name.clone(),
+                namespace: claim.namespace.to_string(),
+                name: claim.name.to_string(),
                 error: Box::new(error),
             }),
         }
     }
 
     /// Fetches the claim, checks it is the one asked for (same UID) and allocated, and returns
-    /// this driver's part of the allocation. A name or namespace that breaks Kubernetes' naming
-    /// rules is refused before any request.
+    /// this driver's part of the allocation.
     pub async fn get(&self, claim: &ClaimRef) -> Result<AllocatedClaim, Error> {
-        check_claim_names(claim)?;
         let found = self.fetch(claim).await?;
         allocated_claim(&self.driver, claim, &found)
     }
@@ -166,8 +164,7 @@ impl ClaimReader {
         claim: &ClaimRef,
         mut change: impl FnMut(&mut Vec<res::AllocatedDeviceStatus>) -> bool,
     ) -> Result<(), Error> {
-        check_claim_names(claim)?;
-        let api = self.api(&claim.namespace);
+        let api = self.api(claim.namespace.as_str());
         let params = PatchParams {
             field_manager: Some(self.field_manager()),
             ..PatchParams::default()
@@ -191,22 +188,22 @@ impl ClaimReader {
             });
             let patch = Patch::Merge(&patch);
             match self
-                .send(|| api.patch_status(&claim.name, &params, &patch))
+                .send(|| api.patch_status(claim.name.as_str(), &params, &patch))
                 .await
             {
                 Ok(_) => return Ok(()),
                 Err(error) if api_code(&error) == Some(409) => continue,
                 Err(error) if api_code(&error) == Some(404) => {
                     return Err(Error::ClaimNotFound {
-                        namespace: claim.namespace.clone(),
-                        name: claim.name.clone(),
+                        namespace: claim.namespace.to_string(),
+                        name: claim.name.to_string(),
                     });
                 }
                 Err(error) => {
                     return Err(Error::Claim {
                         operation: "writing the status of",
-                        namespace: claim.namespace.clone(),
-                        name: claim.name.clone(),
+                        namespace: claim.namespace.to_string(),
+                        name: claim.name.to_string(),
                         error: Box::new(error),
                     });
                 }
@@ -227,44 +224,12 @@ impl ClaimReader {
     }
 }
 
-/// The rule a ResourceClaim's name follows (Kubernetes object names).
-const NAME_RULE: &str = "DNS subdomain (at most 253 lowercase letters, digits, '-' or '.', \
-     starting and ending with a letter or digit)";
-
-/// The rule a namespace follows.
-const NAMESPACE_RULE: &str = "DNS label (at most 63 lowercase letters, digits or '-', \
-     starting and ending with a letter or digit)";
-
-/// Checks the claim's namespace (a DNS label) and name (a DNS subdomain) before they become part
-/// of a request path: a name such as `../../api/v1/nodes/x` must never reach the URL.
-fn check_claim_names(claim: &ClaimRef) -> Result<(), Error> {
-    if let Err(reason) = kubedev_core::check_dns_label(&claim.namespace) {
-        return Err(Error::InvalidClaimName {
-            field: "namespace",
-            value: claim.namespace.clone(),
-            claim: format!("name {:?}, UID {}", claim.name, claim.uid),
-            rule: NAMESPACE_RULE,
-            reason,
-        });
-    }
-    if let Err(reason) = kubedev_core::check_dns_subdomain(&claim.name, 253) {
-        return Err(Error::InvalidClaimName {
-            field: "name",
-            value: claim.name.clone(),
-            claim: format!("namespace {}, UID {}", claim.namespace, claim.uid),
-            rule: NAME_RULE,
-            reason,
-        });
-    }
-    Ok(())
-}
-
 pub(super) fn check_uid(expected: &ClaimRef, found: &res::ResourceClaim) -> Result<(), Error> {
     let actual = found.metadata.uid.clone().unwrap_or_default();
     if actual != expected.uid {
         return Err(Error::ClaimUidMismatch {
-            namespace: expected.namespace.clone(),
-            name: expected.name.clone(),
+            namespace: expected.namespace.to_string(),
+            name: expected.name.to_string(),
             expected: expected.uid.to_string(),
             actual,
         });

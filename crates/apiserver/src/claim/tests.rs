@@ -16,7 +16,11 @@ fn driver() -> DriverName {
 }
 
 fn claim_ref() -> ClaimRef {
-    ClaimRef::new("uid-1".parse().unwrap(), "team-a", "train")
+    ClaimRef::new(
+        "uid-1".parse().unwrap(),
+        "team-a".parse().unwrap(),
+        "train".parse().unwrap(),
+    )
 }
 
 fn claim(status: serde_json::Value) -> res::ResourceClaim {

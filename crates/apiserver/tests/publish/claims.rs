@@ -7,7 +7,11 @@ use super::*;
 const NS: &str = "team-a";
 
 fn claim_ref(uid: &str) -> ClaimRef {
-    ClaimRef::new(uid.parse().unwrap(), NS, "train")
+    ClaimRef::new(
+        uid.parse().unwrap(),
+        NS.parse().unwrap(),
+        "train".parse().unwrap(),
+    )
 }
 
 async fn server_with_claim(status: Value) -> (ApiServer, String) {
@@ -96,7 +100,7 @@ async fn an_unallocated_or_missing_claim_is_refused() {
     let err = reader.get(&claim_ref(&uid)).await.unwrap_err();
     assert!(matches!(err, Error::ClaimNotAllocated { .. }), "{err}");
     let mut other = claim_ref(&uid);
-    other.name = "nope".into();
+    other.name = "nope".parse().unwrap();
     let err = reader.get(&other).await.unwrap_err();
     assert!(matches!(err, Error::ClaimNotFound { .. }), "{err}");
 }

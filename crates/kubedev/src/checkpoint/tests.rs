@@ -79,7 +79,11 @@ impl CheckpointStore {
 }
 
 fn claim(uid: &str) -> ClaimRef {
-    ClaimRef::new(uid.parse().unwrap(), "default", format!("claim-{uid}"))
+    ClaimRef::new(
+        uid.parse().unwrap(),
+        "default".parse().unwrap(),
+        format!("claim-{uid}").parse().unwrap(),
+    )
 }
 
 fn allocated(device: &str) -> AllocatedDevice {

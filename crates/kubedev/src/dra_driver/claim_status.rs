@@ -196,7 +196,7 @@ mod tests {
             if self.attempts.fetch_add(1, Ordering::SeqCst) == 0 {
                 self.release.notified().await;
             }
-            if claim.name.starts_with("gone-") {
+            if claim.name.as_str().starts_with("gone-") {
                 return Err(ClaimError::permanent(
                     CLAIM_GONE,
                     format!("claim {claim} not found"),
@@ -230,7 +230,11 @@ mod tests {
     }
 
     fn claim(name: &str) -> ClaimRef {
-        ClaimRef::new(format!("uid-{name}").parse().unwrap(), "default", name)
+        ClaimRef::new(
+            format!("uid-{name}").parse().unwrap(),
+            "default".parse().unwrap(),
+            name.parse().unwrap(),
+        )
     }
 
     async fn settle(recording: &Recording, writes: usize) -> Vec<String> {

@@ -182,8 +182,8 @@ impl MetadataWriter {
             kind: KIND.to_owned(),
             api_version: API_VERSION.to_owned(),
             metadata: DocumentMeta {
-                name: claim.name.clone(),
-                namespace: claim.namespace.clone(),
+                name: claim.name.to_string(),
+                namespace: claim.namespace.to_string(),
                 uid: claim.uid.as_str().to_owned(),
                 generation: 1,
             },

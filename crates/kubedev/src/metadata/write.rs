@@ -171,9 +171,9 @@ fn spec_devices(claim: &ClaimRef, files: &[RequestFile]) -> Result<Vec<PreparedD
             value: f.request.clone(),
             reason: kubedev_core::echo::chain(&e),
         })?;
-        let pool = PoolName::new(claim.namespace.clone()).map_err(|e| CdiError::InvalidName {
+        let pool = PoolName::new(claim.namespace.as_str()).map_err(|e| CdiError::InvalidName {
             what: "namespace",
-            value: claim.namespace.clone(),
+            value: claim.namespace.to_string(),
             reason: kubedev_core::echo::chain(&e),
         })?;
         let mut edits = ContainerEdits::default();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use kubedev_core::echo::echo;
-use kubedev_core::{ClaimRef, ClaimUid};
+use kubedev_core::{ClaimName, ClaimRef, ClaimUid, Namespace};
 use tonic::{Request, Response, Status};
 
 use super::{ClaimError, DraHandler, PrepareResults, PreparedClaimDevice};
@@ -38,10 +38,9 @@ fn claim_ref(i: usize, namespace: &str, uid: &str, name: &str) -> Result<ClaimRe
     let uid = ClaimUid::new(uid).map_err(|e| invalid(format!("claims[{i}].uid: {e}")))?;
     // The API server only stores claims whose namespace is a DNS label and whose name is a DNS
     // subdomain; anything else did not come from a real claim, and must not reach a log as is.
-    kubedev_core::check_dns_label(namespace)
-        .map_err(|e| invalid(format!("claims[{i}].namespace {}: {e}", echo(namespace))))?;
-    kubedev_core::check_dns_subdomain(name, 253)
-        .map_err(|e| invalid(format!("claims[{i}].name {}: {e}", echo(name))))?;
+    let namespace =
+        Namespace::new(namespace).map_err(|e| invalid(format!("claims[{i}].namespace: {e}")))?;
+    let name = ClaimName::new(name).map_err(|e| invalid(format!("claims[{i}].name: {e}")))?;
     Ok(ClaimRef::new(uid, namespace, name))
 }
 

@@ -24,7 +24,11 @@ fn alloc(device: &str) -> AllocatedDevice {
 }
 
 fn claim(uid: &str) -> ClaimRef {
-    ClaimRef::new(uid.parse().unwrap(), "default", format!("claim-{uid}"))
+    ClaimRef::new(
+        uid.parse().unwrap(),
+        "default".parse().unwrap(),
+        format!("claim-{uid}").parse().unwrap(),
+    )
 }
 
 /// The capability node minor of `gpu<g>/gi<i>/access` (and `ci<c>`) in the fake host's list.

@@ -78,7 +78,11 @@ impl World {
 }
 
 fn claim(uid: &str) -> ClaimRef {
-    ClaimRef::new(uid.parse().unwrap(), "default", format!("claim-{uid}"))
+    ClaimRef::new(
+        uid.parse().unwrap(),
+        "default".parse().unwrap(),
+        format!("claim-{uid}").parse().unwrap(),
+    )
 }
 
 fn gpus(names: &[&str], sharing: serde_json::Value) -> Vec<AllocatedDevice> {

@@ -60,7 +60,11 @@ pub fn alloc(device: &str) -> AllocatedDevice {
 
 /// A claim.
 pub fn claim() -> ClaimRef {
-    ClaimRef::new("uid-1".parse().unwrap(), "default", "vm-claim")
+    ClaimRef::new(
+        "uid-1".parse().unwrap(),
+        "default".parse().unwrap(),
+        "vm-claim".parse().unwrap(),
+    )
 }
 
 thread_local! {
