@@ -2,7 +2,8 @@
 //! repository` in the root `Cargo.toml`, the license the kubedev crate's. Every other place that
 //! names either must agree, so that a fork or a publisher changes one line:
 //!
-//! - every package of the workspace inherits both (`cargo metadata` reports them per package);
+//! - every package of the workspace that may be published inherits both (`cargo metadata`
+//!   reports them per package);
 //! - the project's other workspaces (`plugins/`, `tools/cdi-chroot`, `examples/vendor-driver`)
 //!   carry the same license, and the address where they name one;
 //! - `LICENSE` at the root holds that license's text;
@@ -84,7 +85,8 @@ pub(super) fn check(root: &Path, metadata: &Value, write: bool) -> anyhow::Resul
     Ok(out)
 }
 
-/// Each workspace member whose repository or license is not the project's.
+/// Each workspace member that may be published (`publish` not `false`) whose repository or
+/// license is not the project's.
 fn members(metadata: &Value, project: &Project) -> Vec<String> {
     let ids: Vec<&str> = metadata["workspace_members"]
         .as_array()
@@ -97,7 +99,8 @@ fn members(metadata: &Value, project: &Project) -> Vec<String> {
         out.push("Cargo.toml: [workspace.package] names no repository".to_string());
     }
     for p in metadata["packages"].as_array().into_iter().flatten() {
-        if !ids.contains(&p["id"].as_str().unwrap_or_default()) {
+        let unpublished = p["publish"].as_array().is_some_and(Vec::is_empty);
+        if unpublished || !ids.contains(&p["id"].as_str().unwrap_or_default()) {
             continue;
         }
         let name = p["name"].as_str().unwrap_or_default();
@@ -302,8 +305,9 @@ mod tests {
                 {"id": "a", "name": "kubedev", "license": "Apache-2.0", "repository": p.url},
                 {"id": "b", "name": "forked", "license": "MIT", "repository": "https://x.test/y"},
                 {"id": "c", "name": "not-a-member", "license": "MIT"},
+                {"id": "d", "name": "tooling", "publish": []},
             ],
-            "workspace_members": ["a", "b"],
+            "workspace_members": ["a", "b", "d"],
         });
         let found = members(&metadata, &p);
         assert_eq!(found.len(), 2, "{found:?}");
