@@ -8,7 +8,7 @@ use kube::api::{Api, Patch, PatchParams};
 
 use std::collections::BTreeMap;
 
-use crate::Error;
+use crate::error::Error;
 use crate::features::{ApiFeature, ApiStatus, dropped_from_class};
 
 /// The field manager of kubedev's server-side applies.

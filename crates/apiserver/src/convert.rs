@@ -9,7 +9,7 @@ use k8s_openapi::api::resource::v1 as res;
 
 use kubedev_core::{DriverName, Inventory, Pool};
 
-use crate::Error;
+use crate::error::Error;
 use crate::features::CounterLayout;
 pub use crate::unhealthy::UnhealthyDevices;
 use crate::unhealthy::unhealthy_left_out;

@@ -6,7 +6,7 @@ use kube::Client;
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The longest note the API server accepts in an Event, in bytes.
 pub const MAX_EVENT_NOTE: usize = 1024;

@@ -5,8 +5,8 @@ use k8s_openapi::api::resource::v1 as res;
 use kube::api::{Api, ListParams};
 use kubedev_core::ClaimRef;
 
-use crate::Error;
 use crate::claim::{AllocatedClaim, ClaimReader, allocated_claim};
+use crate::error::Error;
 
 /// How many claims one list page holds.
 const PAGE: u32 = 500;

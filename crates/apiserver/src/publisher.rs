@@ -21,8 +21,8 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::Error;
 use crate::convert::{DesiredPool, UnhealthyDevices, desired_pools_in};
+use crate::error::Error;
 use crate::features::{ApiFeature, ApiStatus};
 
 mod overlay;

@@ -5,8 +5,8 @@ use k8s_openapi::api::resource::v1 as res;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubedev_core::{DriverName, Inventory};
 
-use crate::Error;
 use crate::convert::{UnhealthyDevices, desired_pools};
+use crate::error::Error;
 use crate::plan::{Identity, desired_spec, generate_name, index_len};
 
 /// The ResourceSlices the publisher would create for `inventory` (generation 1, no owner), with

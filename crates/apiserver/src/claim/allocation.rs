@@ -12,7 +12,7 @@ use kubedev_core::{
 
 use super::reader::check_uid;
 use super::{AllocatedClaim, ConfigSource, DeviceResult, DeviceToleration, OpaqueConfig};
-use crate::Error;
+use crate::error::Error;
 
 /// This driver's part of an allocated claim. Pure, so every rule is unit-tested.
 pub(crate) fn allocated_claim(

@@ -11,7 +11,7 @@ use kubedev_core::{DeviceName, DeviceRef, DriverName, PoolName};
 use serde_json::json;
 
 use super::*;
-use crate::Error;
+use crate::error::Error;
 
 fn claim_json() -> serde_json::Value {
     json!({

@@ -15,7 +15,7 @@ use kubedev_core::{ClaimRef, DriverName};
 
 use super::status::{DeviceStatus, merge_device_status};
 use super::{AllocatedClaim, allocated_claim};
-use crate::Error;
+use crate::error::Error;
 use crate::error::api_code;
 
 /// Reads ResourceClaims for prepare and writes this driver's device status, with a few dozen

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::status::merge_device_status;
 use super::*;
-use crate::Error;
+use crate::error::Error;
 
 fn driver() -> DriverName {
     DriverName::new("gpu.example.com").unwrap()

@@ -12,7 +12,7 @@ use super::{
     MAX_ATTRIBUTES_AND_CAPACITIES, MAX_CONSUMPTIONS_PER_DEVICE, MAX_COUNTERS_PER_CONSUMPTION,
     MAX_TAINTS, NUMA_NODE_ATTRIBUTE, invalid,
 };
-use crate::Error;
+use crate::error::Error;
 
 pub(super) fn counters(
     map: &BTreeMap<kubedev_core::CounterName, kubedev_core::Quantity>,

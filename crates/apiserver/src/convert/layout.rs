@@ -14,7 +14,7 @@ use super::{
     MAX_COUNTERS_PER_DEVICE_1_34, MAX_DEVICES, MAX_DEVICES_WITH_TAINTS_OR_COUNTERS,
     MAX_SHARED_COUNTERS_1_34, MAX_TAINTS_1_34, invalid,
 };
-use crate::Error;
+use crate::error::Error;
 
 /// The Kubernetes 1.34 layout: each counter set in the same slice as every device consuming it.
 /// Sets joined by a device that consumes from both stay together; such groups are packed into

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use super::worker::Worker;
-use crate::Error;
+use crate::error::Error;
 use crate::error::api_code;
 use crate::features::{
     ApiCapabilities, ApiFeature, CounterLayout, ServerVersion, dropped_from_slice,

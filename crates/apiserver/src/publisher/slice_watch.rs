@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::Shared;
 use super::overlay::resource_version;
-use crate::Error;
+use crate::error::Error;
 use crate::retry::{FailureLog, FailureReport, RetrySchedule, jitter_unit};
 
 /// The first delay before the ResourceSlice watch is tried again after a failure.

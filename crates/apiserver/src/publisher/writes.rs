@@ -8,7 +8,7 @@ use tracing::{debug, info, warn};
 use super::bump;
 use super::overlay::resource_version;
 use super::worker::{Step, Worker};
-use crate::Error;
+use crate::error::Error;
 use crate::error::api_code;
 use crate::features::dropped_from_slice;
 use crate::plan::content_key;
