@@ -114,7 +114,7 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
-    use crate::{ClaimUid, DeviceName, PoolName};
+    use crate::{DeviceName, PoolName};
 
     /// A backend that grew an undo: it records what it released and refuses `busy`.
     #[derive(Default)]
@@ -153,11 +153,7 @@ mod tests {
 
     #[tokio::test]
     async fn unprepare_releases_each_device_in_order_and_stops_at_the_first_error() {
-        let claim = ClaimRef::new(
-            ClaimUid::new("uid-1").unwrap(),
-            "default".parse().unwrap(),
-            "c".parse().unwrap(),
-        );
+        let claim = ClaimRef::parse("uid-1", "default", "c").unwrap();
         let backend = Undoing::default();
         let preparer: &dyn Preparer = &backend;
         preparer

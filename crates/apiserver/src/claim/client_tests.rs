@@ -94,11 +94,7 @@ async fn http_body_util_collect(body: Body) -> Vec<u8> {
 }
 
 fn claim_ref(uid: &str, name: &str) -> ClaimRef {
-    ClaimRef::new(
-        uid.parse().unwrap(),
-        "team-a".parse().unwrap(),
-        name.parse().unwrap(),
-    )
+    ClaimRef::parse(uid, "team-a", name).unwrap()
 }
 
 fn driver() -> DriverName {

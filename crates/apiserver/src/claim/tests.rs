@@ -16,11 +16,7 @@ fn driver() -> DriverName {
 }
 
 fn claim_ref() -> ClaimRef {
-    ClaimRef::new(
-        "uid-1".parse().unwrap(),
-        "team-a".parse().unwrap(),
-        "train".parse().unwrap(),
-    )
+    ClaimRef::parse("uid-1", "team-a", "train").unwrap()
 }
 
 fn claim(status: serde_json::Value) -> res::ResourceClaim {

@@ -7,11 +7,7 @@ use super::*;
 const NS: &str = "team-a";
 
 fn claim_ref(uid: &str) -> ClaimRef {
-    ClaimRef::new(
-        uid.parse().unwrap(),
-        NS.parse().unwrap(),
-        "train".parse().unwrap(),
-    )
+    ClaimRef::parse(uid, NS, "train").unwrap()
 }
 
 async fn server_with_claim(status: Value) -> (ApiServer, String) {

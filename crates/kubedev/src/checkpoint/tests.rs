@@ -79,11 +79,7 @@ impl CheckpointStore {
 }
 
 fn claim(uid: &str) -> ClaimRef {
-    ClaimRef::new(
-        uid.parse().unwrap(),
-        "default".parse().unwrap(),
-        format!("claim-{uid}").parse().unwrap(),
-    )
+    ClaimRef::parse(uid, "default", &format!("claim-{uid}")).unwrap()
 }
 
 fn allocated(device: &str) -> AllocatedDevice {

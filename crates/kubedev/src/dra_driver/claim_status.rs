@@ -230,11 +230,7 @@ mod tests {
     }
 
     fn claim(name: &str) -> ClaimRef {
-        ClaimRef::new(
-            format!("uid-{name}").parse().unwrap(),
-            "default".parse().unwrap(),
-            name.parse().unwrap(),
-        )
+        ClaimRef::parse(&format!("uid-{name}"), "default", name).unwrap()
     }
 
     async fn settle(recording: &Recording, writes: usize) -> Vec<String> {

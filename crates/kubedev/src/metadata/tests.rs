@@ -31,11 +31,7 @@ fn paths_follow_the_claim_and_its_main_requests() {
         Path::new("/cdi"),
         &DriverName::new("gpu.example.com").unwrap(),
     );
-    let claim = ClaimRef::new(
-        "u1".parse().unwrap(),
-        "ns".parse().unwrap(),
-        "train".parse().unwrap(),
-    );
+    let claim = ClaimRef::parse("u1", "ns", "train").unwrap();
     let devices = [
         prepared("gpu/large", "gpu-0"),
         prepared("gpu/large", "gpu-1"),
@@ -112,11 +108,7 @@ fn inode(path: &Path) -> u64 {
 #[test]
 fn container_paths_of_plain_and_template_claims() {
     let w = writer(Path::new("/p"));
-    let claim = ClaimRef::new(
-        "u1".parse().unwrap(),
-        "ns".parse().unwrap(),
-        "train-gpus-x7k2q".parse().unwrap(),
-    );
+    let claim = ClaimRef::parse("u1", "ns", "train-gpus-x7k2q").unwrap();
     let devices = [prepared("gpu/big", "gpu-0")];
     let plain = w.files(&claim, None, &devices).unwrap();
     assert_eq!(
@@ -142,11 +134,7 @@ fn container_paths_of_plain_and_template_claims() {
 #[test]
 fn each_file_holds_the_claim_once_per_version_newest_first() {
     let w = writer(Path::new("/p"));
-    let claim = ClaimRef::new(
-        "u1".parse().unwrap(),
-        "ns".parse().unwrap(),
-        "train".parse().unwrap(),
-    );
+    let claim = ClaimRef::parse("u1", "ns", "train").unwrap();
     let devices = [
         prepared("gpu/large", "gpu-0").with_network(
             kubedev_core::NetworkData::interface("eth1")
@@ -215,11 +203,7 @@ fn each_file_holds_the_claim_once_per_version_newest_first() {
 fn a_changed_file_gets_the_next_generation_and_an_unchanged_one_is_left_alone() {
     let root = tempfile::tempdir().unwrap();
     let w = writer(root.path());
-    let claim = ClaimRef::new(
-        "u1".parse().unwrap(),
-        "ns".parse().unwrap(),
-        "train".parse().unwrap(),
-    );
+    let claim = ClaimRef::parse("u1", "ns", "train").unwrap();
     let devices = [prepared("gpu/large", "gpu-0"), prepared("nic", "gpu-1")];
     let files = w.files(&claim, Some("gpus"), &devices).unwrap();
     let (gpu, nic) = (&files[0].host_path, &files[1].host_path);
@@ -311,11 +295,7 @@ fn a_changed_file_gets_the_next_generation_and_an_unchanged_one_is_left_alone() 
     assert_eq!(generation(nic), 1);
 
     // A file of an earlier claim with the same name starts at 1.
-    let other = ClaimRef::new(
-        "u2".parse().unwrap(),
-        "ns".parse().unwrap(),
-        "train".parse().unwrap(),
-    );
+    let other = ClaimRef::parse("u2", "ns", "train").unwrap();
     assert_eq!(
         w.update_file(&other, Some("gpus"), file, &more, Some(&inventory("x3")))
             .unwrap(),
@@ -328,11 +308,7 @@ fn a_changed_file_gets_the_next_generation_and_an_unchanged_one_is_left_alone() 
 fn a_file_in_an_earlier_form_is_rewritten_with_its_generation() {
     let root = tempfile::tempdir().unwrap();
     let w = writer(root.path());
-    let claim = ClaimRef::new(
-        "u1".parse().unwrap(),
-        "ns".parse().unwrap(),
-        "train".parse().unwrap(),
-    );
+    let claim = ClaimRef::parse("u1", "ns", "train").unwrap();
     let devices = [prepared("gpu", "gpu-0")];
     let file = &w.files(&claim, None, &devices).unwrap()[0];
     // One v1alpha1 object, as kubedev wrote for Kubernetes 1.36.

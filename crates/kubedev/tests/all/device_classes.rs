@@ -95,11 +95,7 @@ async fn a_claim_is_looked_up_by_its_checked_name_and_a_missing_one_stays_missin
     let spec = cfg.dra(Path::new("c.yaml"), |_| None).unwrap().unwrap();
     let (services, task) = kubedev::cluster::connect_cluster(&spec).await.unwrap();
     let claim = |namespace: &str, name: &str| {
-        ClaimRef::new(
-            "0b7c1f6e-0000-4000-8000-000000000001".parse().unwrap(),
-            namespace.parse().unwrap(),
-            name.parse().unwrap(),
-        )
+        ClaimRef::parse("0b7c1f6e-0000-4000-8000-000000000001", namespace, name).unwrap()
     };
 
     // A name no API server stores never becomes a claim reference (the kubelet's request is

@@ -24,11 +24,7 @@ fn alloc(device: &str) -> AllocatedDevice {
 }
 
 fn claim(uid: &str) -> ClaimRef {
-    ClaimRef::new(
-        uid.parse().unwrap(),
-        "default".parse().unwrap(),
-        format!("claim-{uid}").parse().unwrap(),
-    )
+    ClaimRef::parse(uid, "default", &format!("claim-{uid}")).unwrap()
 }
 
 /// The capability node minor of `gpu<g>/gi<i>/access` (and `ci<c>`) in the fake host's list.

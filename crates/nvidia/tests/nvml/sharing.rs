@@ -78,11 +78,7 @@ impl World {
 }
 
 fn claim(uid: &str) -> ClaimRef {
-    ClaimRef::new(
-        uid.parse().unwrap(),
-        "default".parse().unwrap(),
-        format!("claim-{uid}").parse().unwrap(),
-    )
+    ClaimRef::parse(uid, "default", &format!("claim-{uid}")).unwrap()
 }
 
 fn gpus(names: &[&str], sharing: serde_json::Value) -> Vec<AllocatedDevice> {

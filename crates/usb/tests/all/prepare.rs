@@ -93,10 +93,6 @@ async fn unknown_and_unhealthy_devices_are_errors_that_name_them() {
         "{msg}"
     );
     // Unprepare changes nothing and always succeeds.
-    let claim = kubedev_core::ClaimRef::new(
-        "u".parse().unwrap(),
-        "n".parse().unwrap(),
-        "c".parse().unwrap(),
-    );
+    let claim = kubedev_core::ClaimRef::parse("u", "n", "c").unwrap();
     b.unprepare(&claim, &[alloc("key-9-9")]).await.unwrap();
 }

@@ -60,11 +60,7 @@ pub fn alloc(device: &str) -> AllocatedDevice {
 
 /// A claim.
 pub fn claim() -> ClaimRef {
-    ClaimRef::new(
-        "uid-1".parse().unwrap(),
-        "default".parse().unwrap(),
-        "vm-claim".parse().unwrap(),
-    )
+    ClaimRef::parse("uid-1", "default", "vm-claim").unwrap()
 }
 
 thread_local! {
