@@ -17,12 +17,10 @@
 //! `device_metadata.rs` (KEP-5304 files), `recover.rs` (start-up recovery), `rebuild.rs` (after
 //! a lost checkpoint) and `refresh.rs` (edits that changed under prepared claims).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use kubedev_core::{ClaimRef, Inventory};
+use kubedev_core::Inventory;
 use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
-use parking_lot::Mutex;
 
 use crate::backends::Backends;
 use crate::cdi::CdiWriter;
@@ -46,6 +44,7 @@ pub use claim_source::{CLAIM_GONE, ClaimAllocation, ClaimSource};
 pub use recover::Recovery;
 
 use claim_status::StatusWriter;
+use exclusive::Exclusive;
 use handler::ClaimLocks;
 use journal::Journal;
 
@@ -60,9 +59,8 @@ pub struct DraDriver {
     locks: ClaimLocks,
     metrics: Option<Arc<Metrics>>,
     inventory: Option<Arc<parking_lot::RwLock<Inventory>>>,
-    /// Exclusive devices of prepares checked but not yet recorded in the checkpoint, so two
-    /// claims prepared at the same time cannot both take one.
-    starting: Mutex<HashMap<kubedev_core::DeviceRef, ClaimRef>>,
+    /// Which devices only one claim may hold, and those prepares in flight took.
+    exclusive: Exclusive,
     /// Claims' device status, written in the background.
     status: StatusWriter,
     /// Device metadata files for containers, when enabled.
@@ -118,7 +116,7 @@ impl DraDriver {
             locks: ClaimLocks::default(),
             metrics: None,
             inventory: None,
-            starting: Mutex::new(HashMap::new()),
+            exclusive: Exclusive::default(),
             metadata: None,
         }
     }
@@ -138,7 +136,17 @@ impl DraDriver {
     /// Reads from `inventory` which devices allow multiple allocations. Without it, a device
     /// allocated with a share ID counts as shareable and any other as exclusive.
     pub fn with_inventory(mut self, inventory: Arc<parking_lot::RwLock<Inventory>>) -> Self {
+        self.exclusive = Exclusive::new(Some(inventory.clone()));
         self.inventory = Some(inventory);
         self
+    }
+
+    /// Whether device `device` of pool `pool` is recorded as prepared for a claim now.
+    pub fn device_in_use(&self, pool: &str, device: &str) -> bool {
+        self.journal
+            .recorded()
+            .holders(pool, device)
+            .next()
+            .is_some()
     }
 }

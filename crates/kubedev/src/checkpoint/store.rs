@@ -396,7 +396,6 @@ impl CheckpointStore {
 }
 
 /// A checkpoint's records by claim UID.
-/// The checkpoint's records by claim UID.
 pub type Claims = BTreeMap<ClaimUid, ClaimRecord>;
 
 pub(super) fn read_boot_id(path: &Path) -> Result<String, CheckpointError> {

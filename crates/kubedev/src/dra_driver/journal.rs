@@ -6,31 +6,114 @@
 
 use std::sync::Arc;
 
-use kubedev_core::ClaimUid;
+use std::collections::HashMap;
+
+use kubedev_core::{ClaimUid, DeviceName, PoolName};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
 use super::blocking;
-use crate::checkpoint::{Change, CheckpointStore, Claims};
+use crate::checkpoint::{Change, CheckpointStore, ClaimRecord, Claims};
 
-/// The checkpoint's records by claim UID, as last persisted.
-type Recorded = Arc<parking_lot::RwLock<Claims>>;
+/// One claim's hold on a device in the recorded view.
+#[derive(Debug, Clone)]
+struct Hold {
+    uid: ClaimUid,
+    admin_access: bool,
+}
+
+/// The checkpoint's records by claim UID as last persisted, and for each device the claims
+/// whose records hold it, so a device's holders are found without going through every claim.
+#[derive(Debug, Default)]
+pub(super) struct Recorded {
+    claims: Claims,
+    holders: HashMap<PoolName, HashMap<DeviceName, Vec<Hold>>>,
+}
+
+impl Recorded {
+    /// The view of `claims`.
+    fn of(claims: &Claims) -> Recorded {
+        let mut view = Recorded::default();
+        for record in claims.values() {
+            view.insert(record.clone());
+        }
+        view
+    }
+
+    /// The record of the claim with UID `uid`.
+    pub(super) fn get(&self, uid: &str) -> Option<&ClaimRecord> {
+        self.claims.get(uid)
+    }
+
+    /// The claims whose records hold device `device` of pool `pool`, each with whether it
+    /// holds it with admin access.
+    pub(super) fn holders<'a>(
+        &'a self,
+        pool: &str,
+        device: &str,
+    ) -> impl Iterator<Item = (&'a ClaimRecord, bool)> + 'a {
+        self.holders
+            .get(pool)
+            .and_then(|devices| devices.get(device))
+            .into_iter()
+            .flatten()
+            .filter_map(|h| Some((self.claims.get(&h.uid)?, h.admin_access)))
+    }
+
+    /// Adds (or replaces) `record`.
+    fn insert(&mut self, record: ClaimRecord) {
+        let uid = record.claim.uid.clone();
+        self.remove(&uid);
+        for d in &record.devices {
+            self.holders
+                .entry(d.device.pool.clone())
+                .or_default()
+                .entry(d.device.device.clone())
+                .or_default()
+                .push(Hold {
+                    uid: uid.clone(),
+                    admin_access: d.admin_access,
+                });
+        }
+        self.claims.insert(uid, record);
+    }
+
+    /// Removes the record of the claim with UID `uid`, and its holds.
+    fn remove(&mut self, uid: &ClaimUid) {
+        let Some(old) = self.claims.remove(uid) else {
+            return;
+        };
+        for d in &old.devices {
+            let Some(devices) = self.holders.get_mut(d.device.pool.as_str()) else {
+                continue;
+            };
+            if let Some(holds) = devices.get_mut(d.device.device.as_str()) {
+                holds.retain(|h| &h.uid != uid);
+                if holds.is_empty() {
+                    devices.remove(d.device.device.as_str());
+                }
+            }
+            if devices.is_empty() {
+                self.holders.remove(d.device.pool.as_str());
+            }
+        }
+    }
+}
+
+/// The recorded view, shared by the driver and the group-commit task.
+type SharedRecorded = Arc<parking_lot::RwLock<Recorded>>;
 
 /// Copies `store`'s records to `recorded`: those of `uids`, or all of them (`None`).
-fn publish(store: &CheckpointStore, recorded: &Recorded, uids: Option<&[ClaimUid]>) {
+fn publish(store: &CheckpointStore, recorded: &SharedRecorded, uids: Option<&[ClaimUid]>) {
     let Some(uids) = uids else {
-        *recorded.write() = store.claims().clone();
+        *recorded.write() = Recorded::of(store.claims());
         return;
     };
     let mut view = recorded.write();
     for uid in uids {
         match store.get(uid.as_str()) {
-            Some(record) => {
-                view.insert(uid.clone(), record.clone());
-            }
-            None => {
-                view.remove(uid.as_str());
-            }
+            Some(record) => view.insert(record.clone()),
+            None => view.remove(uid),
         }
     }
 }
@@ -41,7 +124,7 @@ type Commit = (Change, oneshot::Sender<Result<(), String>>);
 /// The group-commit task: applies the changes received on `rx` to `store`, in batches.
 async fn committer(
     store: Arc<Mutex<CheckpointStore>>,
-    recorded: Recorded,
+    recorded: SharedRecorded,
     mut rx: mpsc::UnboundedReceiver<Commit>,
 ) {
     const MAX_BATCH: usize = 1024;
@@ -92,7 +175,7 @@ async fn committer(
 /// The checkpoint as the driver uses it; see the module docs.
 pub(super) struct Journal {
     store: Arc<Mutex<CheckpointStore>>,
-    recorded: Recorded,
+    recorded: SharedRecorded,
     commits: mpsc::UnboundedSender<Commit>,
 }
 
@@ -100,7 +183,8 @@ impl Journal {
     /// The journal of `store`. Must be called within a Tokio runtime: it starts the
     /// group-commit task, which ends when the journal is dropped.
     pub(super) fn start(store: CheckpointStore) -> Journal {
-        let recorded: Recorded = Arc::new(parking_lot::RwLock::new(store.claims().clone()));
+        let recorded: SharedRecorded =
+            Arc::new(parking_lot::RwLock::new(Recorded::of(store.claims())));
         let store = Arc::new(Mutex::new(store));
         let (commits, rx) = mpsc::unbounded_channel();
         tokio::spawn(committer(store.clone(), recorded.clone(), rx));
@@ -112,7 +196,7 @@ impl Journal {
     }
 
     /// The records as last persisted; never waits for a write in flight (hold it briefly).
-    pub(super) fn recorded(&self) -> parking_lot::RwLockReadGuard<'_, Claims> {
+    pub(super) fn recorded(&self) -> parking_lot::RwLockReadGuard<'_, Recorded> {
         self.recorded.read()
     }
 
@@ -145,5 +229,81 @@ impl Journal {
             outcome
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kubedev_core::{AllocatedDevice, ClaimRef, DeviceRef};
+
+    use super::*;
+    use crate::checkpoint::ClaimState;
+
+    fn record(uid: &str, devices: &[(&str, bool)]) -> ClaimRecord {
+        ClaimRecord {
+            claim: ClaimRef::parse(uid, "default", &format!("claim-{uid}")).unwrap(),
+            state: ClaimState::PrepareCompleted,
+            devices: devices
+                .iter()
+                .map(|&(name, admin_access)| {
+                    AllocatedDevice::new(DeviceRef::new(
+                        PoolName::new("node-a").unwrap(),
+                        DeviceName::new(name).unwrap(),
+                    ))
+                    .with_admin_access(admin_access)
+                })
+                .collect(),
+            prepared: Vec::new(),
+            cdi_file: None,
+            owner: None,
+            pod_claim_name: None,
+        }
+    }
+
+    fn holders(view: &Recorded, device: &str) -> Vec<(String, bool)> {
+        view.holders("node-a", device)
+            .map(|(r, admin)| (r.claim.uid.to_string(), admin))
+            .collect()
+    }
+
+    #[test]
+    fn each_device_knows_its_holders_and_forgets_them_with_the_record() {
+        let mut view = Recorded::default();
+        view.insert(record("a", &[("gpu-0", false), ("gpu-1", false)]));
+        view.insert(record("b", &[("gpu-1", true)]));
+        assert_eq!(holders(&view, "gpu-0"), [("a".to_string(), false)]);
+        assert_eq!(
+            holders(&view, "gpu-1"),
+            [("a".to_string(), false), ("b".to_string(), true)]
+        );
+        assert!(holders(&view, "gpu-2").is_empty());
+        assert!(view.holders("node-b", "gpu-0").next().is_none());
+
+        // A record replaced with other devices holds only those.
+        view.insert(record("a", &[("gpu-2", false)]));
+        assert!(holders(&view, "gpu-0").is_empty());
+        assert_eq!(holders(&view, "gpu-1"), [("b".to_string(), true)]);
+        assert_eq!(holders(&view, "gpu-2"), [("a".to_string(), false)]);
+
+        // Removing every record leaves nothing behind.
+        view.remove(&ClaimUid::new("a").unwrap());
+        view.remove(&ClaimUid::new("b").unwrap());
+        view.remove(&ClaimUid::new("never-recorded").unwrap());
+        assert!(view.claims.is_empty());
+        assert!(view.holders.is_empty(), "{:?}", view.holders);
+    }
+
+    #[test]
+    fn the_view_of_a_store_indexes_every_record() {
+        let mut claims = Claims::new();
+        for r in [
+            record("a", &[("gpu-0", false)]),
+            record("b", &[("gpu-0", true)]),
+        ] {
+            claims.insert(r.claim.uid.clone(), r);
+        }
+        let view = Recorded::of(&claims);
+        assert_eq!(view.get("a").map(|r| r.devices.len()), Some(1));
+        assert_eq!(holders(&view, "gpu-0").len(), 2);
     }
 }

@@ -109,7 +109,8 @@ impl DraDriver {
         devices: &[AllocatedDevice],
     ) -> Result<(), ClaimError> {
         let taken = self
-            .take_exclusive(claim, devices)
+            .exclusive
+            .take(claim, devices, &self.journal.recorded())
             .map_err(|(device, other)| {
                 ClaimError::retryable(
                     "device_in_use",
