@@ -233,6 +233,7 @@ impl Journal {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use kubedev_core::{AllocatedDevice, ClaimRef, DeviceRef};
 
