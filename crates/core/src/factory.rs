@@ -182,6 +182,54 @@ impl SectionError {
     pub fn whole(error: &(dyn std::error::Error + 'static)) -> Self {
         SectionError::new("", crate::echo::chain(error))
     }
+
+    /// A backend's validation failure: at the field of the [`InvalidValue`] that is it or
+    /// caused it, else the section as a whole ([`whole`](Self::whole)).
+    pub fn of(error: &(dyn std::error::Error + 'static)) -> Self {
+        let mut cause = Some(error);
+        while let Some(e) = cause {
+            if let Some(v) = e.downcast_ref::<InvalidValue>() {
+                return v.clone().into();
+            }
+            cause = e.source();
+        }
+        SectionError::whole(error)
+    }
+}
+
+/// A configuration value a backend refuses: `field = "value": reason`, the value quoted bounded
+/// and escaped ([`echo`](crate::echo::echo)). A backend error caused by one becomes a
+/// [`SectionError`] at its field ([`SectionError::of`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} = {}: {reason}", crate::echo::echo(.value))]
+pub struct InvalidValue {
+    /// The field, as written in configuration (camelCase, dotted, `[i]` for list items).
+    pub field: String,
+    /// The refused value.
+    pub value: String,
+    /// Why it is refused.
+    pub reason: String,
+}
+
+impl InvalidValue {
+    /// `field`'s value `value` is refused for `reason`.
+    pub fn new(
+        field: impl Into<String>,
+        value: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        InvalidValue {
+            field: field.into(),
+            value: value.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<InvalidValue> for SectionError {
+    fn from(v: InvalidValue) -> Self {
+        SectionError::invalid_value(v.field, &v.value, &v.reason)
+    }
 }
 
 /// One kind of backend a daemon can run.
@@ -298,5 +346,42 @@ where
 
     fn own_pool(&self) -> bool {
         self.own_pool
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend's error as backends write them: one variant carries a refused value.
+    #[derive(Debug, thiserror::Error)]
+    enum BackendError {
+        #[error("fpga configuration: {0}")]
+        Config(#[source] InvalidValue),
+        #[error("fpga: state directory /var/lib/fpga: permission denied")]
+        StateDir,
+    }
+
+    #[test]
+    fn a_refused_value_becomes_an_error_at_its_field_and_anything_else_the_whole_section() {
+        let refused = BackendError::Config(InvalidValue::new(
+            "cards[1].path",
+            "dev/fpga\n1",
+            "must be absolute",
+        ));
+        assert_eq!(
+            refused.to_string(),
+            "fpga configuration: cards[1].path = \"dev/fpga\\n1\": must be absolute"
+        );
+        let at_field = SectionError::of(&refused);
+        assert_eq!(at_field.field, "cards[1].path");
+        assert_eq!(at_field.message, "\"dev/fpga\\n1\": must be absolute");
+
+        let whole = SectionError::of(&BackendError::StateDir);
+        assert_eq!(whole.field, "");
+        assert_eq!(
+            whole.message,
+            "fpga: state directory /var/lib/fpga: permission denied"
+        );
     }
 }

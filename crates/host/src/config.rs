@@ -1,5 +1,6 @@
 //! Configuration of the host backend.
 
+use kubedev_core::factory::InvalidValue;
 use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -197,19 +198,21 @@ fn slots_of(field: &str, slots: Option<u32>, from: &Option<SlotsFrom>) -> Result
         (Some(n), None) => Ok(Slots::Fixed(n)),
         (None, Some(f)) => Ok(Slots::From(f.clone())),
         (None, None) => Ok(Slots::Fixed(DEFAULT_SLOTS)),
-        (Some(n), Some(_)) => Err(HostError::Config {
+        (Some(n), Some(_)) => Err(HostError::Config(InvalidValue {
             field: field.to_string(),
             value: n.to_string(),
             reason: "give either slots or slotsFrom, not both".into(),
-        }),
+        })),
     }
 }
 
 fn check_path(field: &str, path: &Path, what: &str) -> Result<(), HostError> {
-    let bad = |reason: &str| HostError::Config {
-        field: field.to_string(),
-        value: path.display().to_string(),
-        reason: reason.to_string(),
+    let bad = |reason: &str| {
+        HostError::Config(InvalidValue {
+            field: field.to_string(),
+            value: path.display().to_string(),
+            reason: reason.to_string(),
+        })
     };
     if !path.is_absolute() {
         return Err(bad("must be an absolute path"));
@@ -241,11 +244,11 @@ impl HostConfig {
     /// Errors name the field and the value.
     pub(crate) fn entries(&self) -> Result<Vec<Entry>, HostError> {
         if self.resync_seconds == 0 {
-            return Err(HostError::Config {
+            return Err(HostError::Config(InvalidValue {
                 field: "resyncSeconds".into(),
                 value: "0".into(),
                 reason: "must be at least 1".into(),
-            });
+            }));
         }
         // Each entry with the field its name is checked as.
         let mut out: Vec<(String, Entry)> = self.permanent_entries();
@@ -319,20 +322,20 @@ fn socket_entry(i: usize, s: &SocketDevice) -> Result<(String, Entry), HostError
     if let Some(o) = s.owner
         && (o.uid == u32::MAX || o.gid == u32::MAX)
     {
-        return Err(HostError::Config {
+        return Err(HostError::Config(InvalidValue {
             field: field("owner"),
             value: format!("{}:{}", o.uid, o.gid),
             reason: "4294967295 (-1) is not an ID".into(),
-        });
+        }));
     }
     if let Some(ctx) = &s.selinux_context
         && (ctx.is_empty() || ctx.len() > 255 || ctx.contains('\0'))
     {
-        return Err(HostError::Config {
+        return Err(HostError::Config(InvalidValue {
             field: field("selinuxContext"),
             value: ctx.clone(),
             reason: "must be 1 to 255 bytes without NUL".into(),
-        });
+        }));
     }
     Ok((
         field("name"),
@@ -349,10 +352,12 @@ fn socket_entry(i: usize, s: &SocketDevice) -> Result<(String, Entry), HostError
 /// Checks entry `e`, whose name is checked as `field`: its name (a DNS label, short enough,
 /// not one of the `earlier` entries'), its slot count and where the count comes from.
 fn check_entry(field: &str, e: &Entry, earlier: &[(String, Entry)]) -> Result<(), HostError> {
-    let bad = |reason: String| HostError::Config {
-        field: field.to_owned(),
-        value: e.name.clone(),
-        reason,
+    let bad = |reason: String| {
+        HostError::Config(InvalidValue {
+            field: field.to_owned(),
+            value: e.name.clone(),
+            reason,
+        })
     };
     kubedev_core::check_dns_label(&e.name).map_err(bad)?;
     if e.name.len() > MAX_NAME_LEN {
@@ -364,22 +369,22 @@ fn check_entry(field: &str, e: &Entry, earlier: &[(String, Entry)]) -> Result<()
         return Err(bad(format!("the name is also used by {other}")));
     }
     match &e.slots {
-        Slots::Fixed(n) if *n > MAX_SLOTS => Err(HostError::Config {
+        Slots::Fixed(n) if *n > MAX_SLOTS => Err(HostError::Config(InvalidValue {
             field: field.replace(".name", ".slots"),
             value: n.to_string(),
             reason: format!("at most {MAX_SLOTS} slots"),
-        }),
+        })),
         Slots::From(SlotsFrom::MiscCapacity(key))
             if key.is_empty()
                 || !key
                     .bytes()
                     .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') =>
         {
-            Err(HostError::Config {
+            Err(HostError::Config(InvalidValue {
                 field: field.replace(".name", ".slotsFrom.miscCapacity"),
                 value: key.clone(),
                 reason: "a misc cgroup resource name such as tdx, sev or sev_es".into(),
-            })
+            }))
         }
         _ => Ok(()),
     }

@@ -9,15 +9,8 @@ use kubedev_core::HostFsError;
 #[non_exhaustive]
 pub enum HostError {
     /// A configuration value is wrong.
-    #[error("host configuration: {field} = {0}: {reason}", kubedev_core::echo::echo(.value))]
-    Config {
-        /// The field, e.g. `socketDevices[0].path`.
-        field: String,
-        /// The rejected value.
-        value: String,
-        /// What is wrong with it.
-        reason: String,
-    },
+    #[error("host configuration: {0}")]
+    Config(#[source] kubedev_core::factory::InvalidValue),
     /// The pool name made from the node name is not a valid pool name.
     #[error("host: pool name {0} made from the node name is invalid: {reason}", kubedev_core::echo::echo(.pool))]
     PoolName {

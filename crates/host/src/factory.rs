@@ -4,22 +4,11 @@ use kubedev_core::factory::{
     BackendFactory, BuildContext, BuildMode, Section, SectionError, typed,
 };
 
-use crate::{HostBackend, HostConfig, HostError};
-
-fn section_error(e: HostError) -> SectionError {
-    match e {
-        HostError::Config {
-            field,
-            value,
-            reason,
-        } => SectionError::invalid_value(field, &value, &reason),
-        other => SectionError::whole(&other),
-    }
-}
+use crate::{HostBackend, HostConfig};
 
 impl Section for HostConfig {
     fn validate(&self) -> Result<(), SectionError> {
-        HostConfig::validate(self).map_err(section_error)
+        HostConfig::validate(self).map_err(|e| SectionError::of(&e))
     }
 }
 
@@ -28,7 +17,8 @@ pub fn factory() -> impl BackendFactory {
     typed(
         "host",
         |config: HostConfig, ctx: &BuildContext| -> Result<HostBackend, SectionError> {
-            let backend = HostBackend::new(config, &ctx.backend).map_err(section_error)?;
+            let backend =
+                HostBackend::new(config, &ctx.backend).map_err(|e| SectionError::of(&e))?;
             if ctx.mode == BuildMode::Serve {
                 for error in backend.pre_open() {
                     tracing::warn!(%error, "pre-opening a device node failed; continuing");

@@ -13,6 +13,7 @@
 //! using `fsetxattr` on the open directory and `lsetxattr` on the socket. Without SELinux
 //! nothing is labelled.
 
+use kubedev_core::factory::InvalidValue;
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -122,11 +123,11 @@ pub fn set_socket_access(
     selinux_context: Option<&str>,
 ) -> Result<bool, HostError> {
     let (Some(dir), Some(name)) = (socket.parent(), socket.file_name()) else {
-        return Err(HostError::Config {
+        return Err(HostError::Config(InvalidValue {
             field: "path".into(),
             value: socket.display().to_string(),
             reason: "must name a socket inside a directory".into(),
-        });
+        }));
     };
     let d = open_dir(host, dir)?;
     let present = entry_type(&d.fd, name, socket)?.is_some();

@@ -25,7 +25,8 @@ pub use kubedev_core::{DeviceSource, Preparer, StatelessPreparer};
 // How the daemon learns and builds a backend.
 pub use kubedev_core::BackendContext;
 pub use kubedev_core::factory::{
-    BackendFactory, BuildContext, BuildMode, BuiltBackend, Section, SectionError, typed,
+    BackendFactory, BuildContext, BuildMode, BuiltBackend, InvalidValue, Section, SectionError,
+    typed,
 };
 
 // The device model a backend publishes.

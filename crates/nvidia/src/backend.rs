@@ -5,6 +5,7 @@
 //! (with `claims` for sharing and undoing), `mig` (MIG instances and their records) and
 //! `driver_files` (the driver version's user-space files).
 
+use kubedev_core::factory::InvalidValue;
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -94,10 +95,12 @@ impl NvidiaBackend {
     /// or failing NVML is *not* an error here: `discover` reports it (see the crate docs).
     pub fn new(config: NvidiaConfig, ctx: &BackendContext) -> Result<Self, NvidiaError> {
         config.validate()?;
-        let pool = own_pool_name(&ctx.node_name, BACKEND).map_err(|e| NvidiaError::Config {
-            field: "nodeName",
-            value: ctx.node_name.clone(),
-            reason: e.reason,
+        let pool = own_pool_name(&ctx.node_name, BACKEND).map_err(|e| {
+            NvidiaError::Config(InvalidValue {
+                field: "nodeName".into(),
+                value: ctx.node_name.clone(),
+                reason: e.reason,
+            })
         })?;
         let records = RecordStore::open(&ctx.state_dir)?;
         let health = HealthTracker::new(

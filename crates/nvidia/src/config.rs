@@ -1,5 +1,6 @@
 //! The backend's configuration.
 
+use kubedev_core::factory::InvalidValue;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -147,10 +148,8 @@ impl Default for NvidiaConfig {
 impl NvidiaConfig {
     /// Checks the values serde cannot: errors name the field and the value.
     pub fn validate(&self) -> Result<(), NvidiaError> {
-        let bad = |field: &'static str, value: String, reason: &str| NvidiaError::Config {
-            field,
-            value,
-            reason: reason.to_owned(),
+        let bad = |field: &str, value: String, reason: &str| {
+            NvidiaError::Config(InvalidValue::new(field, value, reason))
         };
         if self.replicas == 0 || self.replicas > MAX_REPLICAS {
             return Err(bad(

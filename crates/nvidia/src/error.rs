@@ -7,15 +7,8 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum NvidiaError {
     /// A configuration field has a value the backend cannot use.
-    #[error("nvidia: invalid configuration: {field} = {value}: {reason}")]
-    Config {
-        /// The field, as written in configuration (camelCase).
-        field: &'static str,
-        /// The rejected value.
-        value: String,
-        /// Why it was rejected.
-        reason: String,
-    },
+    #[error("nvidia configuration: {0}")]
+    Config(#[source] kubedev_core::factory::InvalidValue),
     /// The backend's state directory cannot be used.
     #[error("nvidia: state directory {path}: {error}")]
     StateDir {

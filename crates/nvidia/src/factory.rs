@@ -2,22 +2,11 @@
 
 use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
 
-use crate::{NvidiaBackend, NvidiaConfig, NvidiaError};
-
-fn section_error(e: NvidiaError) -> SectionError {
-    match e {
-        NvidiaError::Config {
-            field,
-            value,
-            reason,
-        } => SectionError::invalid_value(field, &value, &reason),
-        other => SectionError::whole(&other),
-    }
-}
+use crate::{NvidiaBackend, NvidiaConfig};
 
 impl Section for NvidiaConfig {
     fn validate(&self) -> Result<(), SectionError> {
-        NvidiaConfig::validate(self).map_err(section_error)
+        NvidiaConfig::validate(self).map_err(|e| SectionError::of(&e))
     }
 }
 
@@ -26,7 +15,7 @@ pub fn factory() -> impl BackendFactory {
     typed(
         "nvidia",
         |config: NvidiaConfig, ctx: &BuildContext| -> Result<NvidiaBackend, SectionError> {
-            NvidiaBackend::new(config, &ctx.backend).map_err(section_error)
+            NvidiaBackend::new(config, &ctx.backend).map_err(|e| SectionError::of(&e))
         },
     )
 }

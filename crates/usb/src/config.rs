@@ -1,5 +1,6 @@
 //! Configuration of the USB backend.
 
+use kubedev_core::factory::InvalidValue;
 use std::fmt;
 use std::str::FromStr;
 
@@ -123,10 +124,12 @@ impl FromStr for UsbSelector {
     type Err = UsbError;
 
     fn from_str(s: &str) -> Result<Self, UsbError> {
-        let bad = |reason: &str| UsbError::Config {
-            field: "selectors".into(),
-            value: s.to_string(),
-            reason: reason.into(),
+        let bad = |reason: &str| {
+            UsbError::Config(InvalidValue {
+                field: "selectors".into(),
+                value: s.to_string(),
+                reason: reason.into(),
+            })
         };
         let (v, p) = s
             .split_once(':')
@@ -163,43 +166,43 @@ impl UsbConfig {
     /// are unique. Errors name the field and the value.
     pub fn validate(&self) -> Result<(), UsbError> {
         if self.resync_seconds == 0 {
-            return Err(UsbError::Config {
+            return Err(UsbError::Config(InvalidValue {
                 field: "resyncSeconds".into(),
                 value: "0".into(),
                 reason: "must be at least 1".into(),
-            });
+            }));
         }
         for (i, r) in self.resources.iter().enumerate() {
             let field = |f: &str| format!("resources[{i}].{f}");
             if r.selectors.is_empty() {
-                return Err(UsbError::Config {
+                return Err(UsbError::Config(InvalidValue {
                     field: field("selectors"),
                     value: "[]".into(),
                     reason: format!("resource {} needs at least one selector", r.name),
-                });
+                }));
             }
             let prefix = r.device_prefix();
             if prefix.is_empty() {
-                return Err(UsbError::Config {
+                return Err(UsbError::Config(InvalidValue {
                     field: field("name"),
                     value: r.name.to_string(),
                     reason: "the part after '/' must contain a letter or digit".into(),
-                });
+                }));
             }
             for (j, other) in self.resources[..i].iter().enumerate() {
                 if other.name == r.name {
-                    return Err(UsbError::Config {
+                    return Err(UsbError::Config(InvalidValue {
                         field: field("name"),
                         value: r.name.to_string(),
                         reason: format!("also used by resources[{j}]"),
-                    });
+                    }));
                 }
                 let theirs = other.device_prefix();
                 if theirs == prefix
                     || prefix.starts_with(&format!("{theirs}-"))
                     || theirs.starts_with(&format!("{prefix}-"))
                 {
-                    return Err(UsbError::Config {
+                    return Err(UsbError::Config(InvalidValue {
                         field: field("name"),
                         value: r.name.to_string(),
                         reason: format!(
@@ -208,7 +211,7 @@ impl UsbConfig {
                              after '/', neither extending the other with '-'",
                             other.name
                         ),
-                    });
+                    }));
                 }
             }
         }

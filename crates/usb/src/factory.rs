@@ -2,22 +2,11 @@
 
 use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
 
-use crate::{UsbBackend, UsbConfig, UsbError};
-
-fn section_error(e: UsbError) -> SectionError {
-    match e {
-        UsbError::Config {
-            field,
-            value,
-            reason,
-        } => SectionError::invalid_value(field, &value, &reason),
-        other => SectionError::whole(&other),
-    }
-}
+use crate::{UsbBackend, UsbConfig};
 
 impl Section for UsbConfig {
     fn validate(&self) -> Result<(), SectionError> {
-        UsbConfig::validate(self).map_err(section_error)
+        UsbConfig::validate(self).map_err(|e| SectionError::of(&e))
     }
 }
 
@@ -26,7 +15,7 @@ pub fn factory() -> impl BackendFactory {
     typed(
         "usb",
         |config: UsbConfig, ctx: &BuildContext| -> Result<UsbBackend, SectionError> {
-            UsbBackend::new(config, &ctx.backend).map_err(section_error)
+            UsbBackend::new(config, &ctx.backend).map_err(|e| SectionError::of(&e))
         },
     )
 }

@@ -1,5 +1,6 @@
 //! The backend: discovery, health watching and preparation over PCI units and mdev instances.
 
+use kubedev_core::factory::InvalidValue;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -114,10 +115,12 @@ impl VfioBackend {
     /// names the field and the value) and the pool name.
     pub fn new(config: VfioConfig, ctx: &BackendContext) -> Result<Self, VfioError> {
         let checked = config.check()?;
-        let pool = own_pool_name(&ctx.node_name, BACKEND_NAME).map_err(|e| VfioError::Config {
-            field: "nodeName".into(),
-            value: ctx.node_name.clone(),
-            reason: format!("pool name {:?}: {}", e.pool, e.reason),
+        let pool = own_pool_name(&ctx.node_name, BACKEND_NAME).map_err(|e| {
+            VfioError::Config(InvalidValue {
+                field: "nodeName".into(),
+                value: ctx.node_name.clone(),
+                reason: format!("pool name {:?}: {}", e.pool, e.reason),
+            })
         })?;
         Ok(VfioBackend {
             inner: Arc::new(Inner {

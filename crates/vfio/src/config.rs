@@ -1,5 +1,6 @@
 //! The backend's configuration and its validation.
 
+use kubedev_core::factory::InvalidValue;
 use serde::{Deserialize, Serialize};
 
 use kubedev_core::ExtendedResourceName;
@@ -185,11 +186,11 @@ pub(crate) struct Checked {
 const MAX_RESOURCE_NAME: usize = 64;
 
 fn bad(field: String, value: &str, reason: impl Into<String>) -> VfioError {
-    VfioError::Config {
+    VfioError::Config(InvalidValue {
         field,
         value: value.to_owned(),
         reason: reason.into(),
-    }
+    })
 }
 
 fn check_resource(field: String, value: &str) -> Result<String, VfioError> {

@@ -9,15 +9,8 @@ use kubedev_core::{HostFsError, PrepareError, SourceError};
 #[non_exhaustive]
 pub enum VfioError {
     /// A configuration field holds a bad value.
-    #[error("vfio config: {field} = {0}: {reason}", kubedev_core::echo::echo(.value))]
-    Config {
-        /// The field, e.g. `pciDevices[0].selector`.
-        field: String,
-        /// The rejected value.
-        value: String,
-        /// Why it was rejected.
-        reason: String,
-    },
+    #[error("vfio configuration: {0}")]
+    Config(#[source] kubedev_core::factory::InvalidValue),
     /// A host path could not be read, resolved or written.
     #[error("vfio: {0}")]
     Host(#[from] HostFsError),
@@ -45,7 +38,7 @@ pub enum VfioError {
 impl VfioError {
     pub(crate) fn into_source(self) -> SourceError {
         match self {
-            VfioError::Config { .. } => SourceError::Config {
+            VfioError::Config(_) => SourceError::Config {
                 backend: crate::BACKEND_NAME.into(),
                 message: self.to_string(),
             },

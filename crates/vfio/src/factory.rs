@@ -4,22 +4,11 @@ use kubedev_core::factory::{
     BackendFactory, BuildContext, BuildMode, Section, SectionError, typed,
 };
 
-use crate::{VfioBackend, VfioConfig, VfioError};
-
-fn section_error(e: VfioError) -> SectionError {
-    match e {
-        VfioError::Config {
-            field,
-            value,
-            reason,
-        } => SectionError::invalid_value(field, &value, &reason),
-        other => SectionError::whole(&other),
-    }
-}
+use crate::{VfioBackend, VfioConfig};
 
 impl Section for VfioConfig {
     fn validate(&self) -> Result<(), SectionError> {
-        VfioConfig::validate(self).map_err(section_error)
+        VfioConfig::validate(self).map_err(|e| SectionError::of(&e))
     }
 }
 
@@ -29,7 +18,8 @@ pub fn factory() -> impl BackendFactory {
         "vfio",
         |config: VfioConfig, ctx: &BuildContext| -> Result<VfioBackend, SectionError> {
             let desired = config.desired_mdev_types.clone();
-            let backend = VfioBackend::new(config, &ctx.backend).map_err(section_error)?;
+            let backend =
+                VfioBackend::new(config, &ctx.backend).map_err(|e| SectionError::of(&e))?;
             if ctx.mode == BuildMode::Serve && !desired.is_empty() {
                 // Before discovery, so the mediated devices it creates are offered at once.
                 match backend.type_manager().apply() {
