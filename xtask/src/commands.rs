@@ -132,3 +132,30 @@ pub(crate) fn ensure_debian_packages(purpose: &str, packages: &[&str]) -> anyhow
             .args(&missing),
     )
 }
+
+/// GETs `path` from `address` (`host:port`) over HTTP/1.0 and returns the body; fails when no
+/// answer comes within `timeout` or the status is not 200.
+pub(crate) fn http_get(
+    address: &str,
+    path: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .with_context(|| format!("GET {path}: no whole answer within {timeout:?}"))?;
+    let response = String::from_utf8(response).context("the answer is not UTF-8")?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("GET {path}: the answer is not HTTP"))?;
+    let status = head.lines().next().unwrap_or_default();
+    if status.split_whitespace().nth(1) != Some("200") {
+        bail!("GET {path}: answered {status:?}");
+    }
+    Ok(body.to_string())
+}

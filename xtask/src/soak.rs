@@ -11,7 +11,6 @@
 //! and after another idle pause the last measurement must match the first.
 
 use std::collections::BTreeSet;
-use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -299,7 +298,7 @@ impl Probe {
 
     /// The metric series the daemon exposes (name and labels), from `/metrics`.
     fn series(&self) -> anyhow::Result<BTreeSet<String>> {
-        let body = http_get(self.metrics_port, "/metrics")?;
+        let body = metrics(self.metrics_port)?;
         Ok(body
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
@@ -588,21 +587,9 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// The body of `GET path` on 127.0.0.1:`port` (HTTP/1.0, so the server closes).
-fn http_get(port: u16, path: &str) -> anyhow::Result<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(WAIT))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut text = String::new();
-    s.read_to_string(&mut text)?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("metrics answer without a header")?;
-    ensure!(
-        head.starts_with("HTTP/1.") && head.contains(" 200 "),
-        "GET {path}: {head}"
-    );
-    Ok(body.to_string())
+/// The daemon's `/metrics` text from `port` on loopback.
+fn metrics(port: u16) -> anyhow::Result<String> {
+    crate::commands::http_get(&format!("127.0.0.1:{port}"), "/metrics", WAIT)
 }
 
 /// The last lines of a log.

@@ -116,7 +116,16 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
     let mut metrics = String::new();
     if outcome.is_ok() {
         let address = config["metrics"]["address"].as_str().unwrap_or_default();
-        match scrape(address).await {
+        let scraped = {
+            let address = address.to_string();
+            tokio::task::spawn_blocking(move || {
+                crate::commands::http_get(&address, "/metrics", Duration::from_secs(10))
+            })
+            .await
+            .context("the scrape task stopped")
+            .and_then(|r| r)
+        };
+        match scraped {
             Ok(text) => metrics = text,
             Err(e) => outcome = Err(format!("reading http://{address}/metrics: {e:#}")),
         }
@@ -130,32 +139,6 @@ async fn run_in(kubedev: &Path, config: &Value, kubelet_dir: &Path) -> anyhow::R
         bail!("{e}; the daemon said:\n{}", printed.trim());
     }
     Ok(metrics)
-}
-
-/// GETs `/metrics` from `address` (`host:port`) over HTTP/1.0 and returns the body.
-async fn scrape(address: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let read = async {
-        let mut stream = tokio::net::TcpStream::connect(address).await?;
-        stream
-            .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
-            .await?;
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).await?;
-        anyhow::Ok(response)
-    };
-    let response = tokio::time::timeout(Duration::from_secs(10), read)
-        .await
-        .context("no answer within 10 s")??;
-    let response = String::from_utf8(response).context("the answer is not UTF-8")?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("the answer is not HTTP")?;
-    let status = head.lines().next().unwrap_or_default();
-    if status.split_whitespace().nth(1) != Some("200") {
-        bail!("answered {status:?}");
-    }
-    Ok(body.to_string())
 }
 
 /// The chart's configuration with only the paths moved (see the module docs): the kubelet

@@ -130,7 +130,7 @@ impl Watches {
 
     /// Configuration reloads the daemon applied, from its metrics.
     fn reloads_applied(&self) -> anyhow::Result<u64> {
-        let body = super::http_get(self.node.metrics_port, "/metrics")?;
+        let body = super::metrics(self.node.metrics_port)?;
         Ok(body
             .lines()
             .filter(|l| l.starts_with("kubedev_config_reloads_total") && l.contains("applied"))

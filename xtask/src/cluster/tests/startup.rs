@@ -180,12 +180,12 @@ fn kubelet_metrics(node: &Node) -> anyhow::Result<Samples> {
 
 /// kubedev's metrics (the chart serves them on the host's loopback).
 fn kubedev_metrics() -> anyhow::Result<Samples> {
-    use std::io::{Read as _, Write as _};
-    let mut stream = std::net::TcpStream::connect("127.0.0.1:9464")?;
-    stream.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    Ok(parse(text.split_once("\r\n\r\n").map_or("", |(_, b)| b)))
+    let text = crate::commands::http_get(
+        "127.0.0.1:9464",
+        "/metrics",
+        std::time::Duration::from_secs(30),
+    )?;
+    Ok(parse(&text))
 }
 
 /// What grew between two readings.
