@@ -98,6 +98,17 @@ pub enum SourceError {
     },
 }
 
+impl SourceError {
+    /// `backend` cannot reach its host interface because of `cause`, given with its causes
+    /// ([`chain`](crate::echo::chain)).
+    pub fn unavailable(backend: &str, cause: &(dyn std::error::Error + 'static)) -> Self {
+        SourceError::Unavailable {
+            backend: backend.to_string(),
+            reason: crate::echo::chain(cause),
+        }
+    }
+}
+
 /// Preparing or unpreparing devices failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

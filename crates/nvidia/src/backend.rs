@@ -173,14 +173,6 @@ impl Inner {
         self.discovered.read().clone()
     }
 
-    /// NVML cannot be used: the source error discovery and the watcher report.
-    fn unavailable(e: &NvidiaError) -> SourceError {
-        SourceError::Unavailable {
-            backend: BACKEND.into(),
-            reason: e.to_string(),
-        }
-    }
-
     /// The last discovery's result, discovering now when there is none yet.
     fn discovered_or_discover(&self) -> Result<Arc<Discovered>, SourceError> {
         match self.current() {
@@ -200,10 +192,7 @@ impl DeviceSource for NvidiaBackend {
         let inner = self.inner.clone();
         let d = blocking(move || inner.discover_blocking())
             .await
-            .map_err(|e| SourceError::Unavailable {
-                backend: BACKEND.into(),
-                reason: e.to_string(),
-            })??;
+            .map_err(|e| SourceError::unavailable(BACKEND, &e))??;
         Ok(vec![d.built.pool.clone()])
     }
 
@@ -214,10 +203,7 @@ impl DeviceSource for NvidiaBackend {
         // As long as the daemon runs: on a thread of its own, not one for blocking work.
         kubedev_core::dedicated("nvml-events", move || inner.watch_blocking(&events, &stop))
             .await
-            .map_err(|e| SourceError::Unavailable {
-                backend: BACKEND.into(),
-                reason: e.to_string(),
-            })?
+            .map_err(|e| SourceError::unavailable(BACKEND, &e))?
     }
 }
 

@@ -173,10 +173,8 @@ impl UsbBackend {
 
     /// Reads sysfs, forms the instances and records them; returns the pool.
     fn refresh(&self) -> Result<Pool, SourceError> {
-        let devices = read_usb_devices(&self.host).map_err(|e| SourceError::Unavailable {
-            backend: BACKEND_NAME.into(),
-            reason: kubedev_core::echo::chain(&e),
-        })?;
+        let devices =
+            read_usb_devices(&self.host).map_err(|e| SourceError::unavailable(BACKEND_NAME, &e))?;
         let nodes: BTreeSet<String> = discover::list_nodes(&self.host).into_iter().collect();
         let instances = groups::form_instances(&self.config.resources, &devices);
         let mut published = Vec::with_capacity(instances.len());

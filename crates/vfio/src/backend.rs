@@ -393,10 +393,7 @@ impl DeviceSource for VfioBackend {
         let inner = self.inner.clone();
         let pool = blocking(move || inner.discover())
             .await
-            .map_err(|e| SourceError::Unavailable {
-                backend: BACKEND_NAME.into(),
-                reason: e.to_string(),
-            })?
+            .map_err(|e| SourceError::unavailable(BACKEND_NAME, &e))?
             .map_err(VfioError::into_source)?;
         Ok(vec![pool])
     }

@@ -42,10 +42,7 @@ impl VfioError {
                 backend: crate::BACKEND_NAME.into(),
                 message: self.to_string(),
             },
-            other => SourceError::Unavailable {
-                backend: crate::BACKEND_NAME.into(),
-                reason: other.to_string(),
-            },
+            other => SourceError::unavailable(crate::BACKEND_NAME, &other),
         }
     }
 

@@ -55,10 +55,10 @@ impl Inner {
             );
             *self.nvml.lock() = None;
         }
-        let nvml = self.nvml().map_err(|e| Self::unavailable(&e))?;
+        let nvml = self.nvml().map_err(|e| SourceError::unavailable(BACKEND, &e))?;
         let mig = self.config.mig_strategy != MigStrategy::None;
         ffi::read_machine(&nvml, &self.ctx.host, mig).map_err(|e| match &e {
-            NvidiaError::Unavailable(_) => Self::unavailable(&e),
+            NvidiaError::Unavailable(_) => SourceError::unavailable(BACKEND, &e),
             _ => SourceError::Unavailable {
                 backend: BACKEND.into(),
                 reason: format!("NVML unavailable: {}", kubedev_core::echo::chain(&e)),

@@ -70,7 +70,7 @@ impl Inner {
         events: &mpsc::Sender<SourceEvent>,
         stop: &AtomicBool,
     ) -> Result<bool, SourceError> {
-        let nvml = self.nvml().map_err(|e| Self::unavailable(&e))?;
+        let nvml = self.nvml().map_err(|e| SourceError::unavailable(BACKEND, &e))?;
         let discovered = self.discovered_or_discover()?;
         let uuids: Vec<String> = discovered
             .machine
@@ -78,10 +78,8 @@ impl Inner {
             .iter()
             .map(|g| g.uuid.clone())
             .collect();
-        let xids = ffi::XidEvents::open(&nvml, &uuids).map_err(|e| SourceError::Unavailable {
-            backend: BACKEND.into(),
-            reason: kubedev_core::echo::chain(&e),
-        })?;
+        let xids = ffi::XidEvents::open(&nvml, &uuids)
+            .map_err(|e| SourceError::unavailable(BACKEND, &e))?;
         tracing::debug!(gpus = ?xids.watched().collect::<Vec<_>>(), "watching Xid events");
         let poll = Duration::from_millis(self.config.health_poll_millis);
         let wait_ms = u32::try_from(self.config.health_poll_millis.min(MAX_WAIT_MS)).unwrap_or(200);
