@@ -31,6 +31,7 @@ use crate::metrics::Metrics;
 mod claim_source;
 mod claim_status;
 mod device_metadata;
+mod error;
 mod exclusive;
 mod handler;
 mod journal;
@@ -41,6 +42,7 @@ mod refresh;
 mod unprepare;
 
 pub use claim_source::{CLAIM_GONE, ClaimAllocation, ClaimSource};
+pub use error::StepError;
 pub use recover::Recovery;
 
 use claim_status::StatusWriter;
@@ -67,12 +69,6 @@ pub struct DraDriver {
     metadata: Option<Arc<MetadataWriter>>,
 }
 
-/// Wraps a message as a failure with `reason` that the kubelet's next call may not meet: the
-/// checkpoint, the CDI directory or an internal task failed.
-fn retryable(reason: &'static str) -> impl Fn(String) -> ClaimError {
-    move |message| ClaimError::retryable(reason, message)
-}
-
 impl std::fmt::Debug for DraDriver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DraDriver")
@@ -81,14 +77,11 @@ impl std::fmt::Debug for DraDriver {
     }
 }
 
-/// Runs checkpoint or CDI work that fails with a message off the async threads
-/// ([`kubedev_core::blocking`]).
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, String> + Send + 'static,
-) -> Result<T, String> {
-    kubedev_core::blocking(f)
-        .await
-        .map_err(|e| kubedev_core::echo::chain(&e))?
+/// Runs checkpoint, CDI or metadata work off the async threads ([`kubedev_core::blocking`]).
+async fn blocking<T: Send + 'static, E: Into<StepError> + Send + 'static>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, StepError> {
+    kubedev_core::blocking(f).await?.map_err(Into::into)
 }
 
 /// A backend's failure for the kubelet: permanent when the backend says preparing again cannot

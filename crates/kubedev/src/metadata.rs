@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 
 use kubedev_core::{ClaimRef, DriverName, PreparedDevice};
 
-use crate::cdi::CdiWriter;
+use crate::cdi::{CdiError, CdiWriter};
 
 mod document;
 #[cfg(test)]
@@ -56,6 +56,34 @@ pub const HOST_SUBDIR: &str = "dra-device-metadata";
 pub const CDI_CLASS: &str = "metadata";
 /// The annotation naming the pod's claim entry of a claim made from a template.
 pub const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-name";
+
+/// Writing or removing a claim's device metadata failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MetadataError {
+    /// A request's name cannot name a file.
+    #[error("claim {claim}: request {0} {reason}", kubedev_core::echo::echo(.request))]
+    InvalidRequest {
+        /// The claim.
+        claim: ClaimRef,
+        /// The main request's name.
+        request: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+    /// A metadata file or a claim's directory could not be written or removed.
+    #[error("{}: {source}", path.display())]
+    File {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The CDI spec that mounts the files could not be written or removed.
+    #[error("the device metadata CDI spec: {0}")]
+    Spec(#[source] CdiError),
+}
 
 /// Writes, checks and removes the metadata files of one driver's claims, and their CDI specs.
 #[derive(Debug, Clone)]
@@ -145,7 +173,7 @@ impl MetadataWriter {
         claim: &ClaimRef,
         pod_claim_name: Option<&str>,
         prepared: &[PreparedDevice],
-    ) -> io::Result<Vec<RequestFile>> {
+    ) -> Result<Vec<RequestFile>, MetadataError> {
         let base = self.claim_dir(claim);
         let mut out: Vec<RequestFile> = Vec::new();
         for p in prepared {
@@ -153,15 +181,13 @@ impl MetadataWriter {
             if request.is_empty() || out.iter().any(|f| f.request == request) {
                 continue;
             }
-            kubedev_core::check_dns_label(&request).map_err(|e| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "claim {claim}: request {request} {e}",
-                        request = kubedev_core::echo::echo(&request)
-                    ),
-                )
-            })?;
+            if let Err(reason) = kubedev_core::check_dns_label(&request) {
+                return Err(MetadataError::InvalidRequest {
+                    claim: claim.clone(),
+                    request,
+                    reason,
+                });
+            }
             let scope = match pod_claim_name.filter(|n| !n.is_empty()) {
                 Some(n) => format!("resourceclaimtemplates/{n}"),
                 None => format!("resourceclaims/{}", claim.name),
@@ -179,15 +205,15 @@ impl MetadataWriter {
     }
 
     /// Removes `claim`'s files and CDI spec; a claim without them is success.
-    pub fn remove_claim(&self, claim: &ClaimRef) -> Result<(), String> {
+    pub fn remove_claim(&self, claim: &ClaimRef) -> Result<(), MetadataError> {
         self.cdi
             .remove_claim(&claim.uid)
-            .map_err(|e| kubedev_core::echo::chain(&e))?;
+            .map_err(MetadataError::Spec)?;
         let dir = self.claim_dir(claim);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("removing {}: {e}", dir.display())),
+            Err(source) => Err(MetadataError::File { path: dir, source }),
         }
     }
 

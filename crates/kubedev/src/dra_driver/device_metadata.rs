@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use kubedev_core::{ClaimRef, Inventory, PreparedDevice};
 
-use super::{DraDriver, blocking};
+use super::{DraDriver, StepError, blocking};
 
 impl DraDriver {
     /// A copy of the inventory, for work done off the async threads.
@@ -21,7 +21,7 @@ impl DraDriver {
         pod_claim_name: Option<String>,
         prepared: &[PreparedDevice],
         ensure: bool,
-    ) -> Result<BTreeMap<String, String>, String> {
+    ) -> Result<BTreeMap<String, String>, StepError> {
         let Some(m) = self.metadata.clone() else {
             return Ok(BTreeMap::new());
         };
@@ -39,7 +39,7 @@ impl DraDriver {
     }
 
     /// Removes `claim`'s device metadata, if metadata is on.
-    pub(super) async fn remove_metadata(&self, claim: &ClaimRef) -> Result<(), String> {
+    pub(super) async fn remove_metadata(&self, claim: &ClaimRef) -> Result<(), StepError> {
         let Some(m) = self.metadata.clone() else {
             return Ok(());
         };

@@ -12,7 +12,7 @@ use kubedev_core::{ClaimUid, DeviceName, PoolName};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
 
-use super::blocking;
+use super::{StepError, blocking};
 use crate::checkpoint::{Change, CheckpointStore, ClaimRecord, Claims};
 
 /// One claim's hold on a device in the recorded view.
@@ -119,7 +119,7 @@ fn publish(store: &CheckpointStore, recorded: &SharedRecorded, uids: Option<&[Cl
 }
 
 /// A change to persist, and where to say whether it was.
-type Commit = (Change, oneshot::Sender<Result<(), String>>);
+type Commit = (Change, oneshot::Sender<Result<(), StepError>>);
 
 /// The group-commit task: applies the changes received on `rx` to `store`, in batches.
 async fn committer(
@@ -151,21 +151,18 @@ async fn committer(
         match outcome {
             Ok(Ok(results)) => {
                 for (reply, r) in replies.into_iter().zip(results) {
-                    let _ = reply.send(r.map_err(|e| kubedev_core::echo::chain(&e)));
+                    let _ = reply.send(r.map_err(StepError::from));
                 }
             }
             Ok(Err(e)) => {
-                let msg = format!("writing the checkpoint: {}", kubedev_core::echo::chain(&e));
+                let e = Arc::new(e);
                 for reply in replies {
-                    let _ = reply.send(Err(msg.clone()));
+                    let _ = reply.send(Err(StepError::Checkpoint(e.clone())));
                 }
             }
             Err(e) => {
                 for reply in replies {
-                    let _ = reply.send(Err(format!(
-                        "writing the checkpoint: {}",
-                        kubedev_core::echo::chain(&e)
-                    )));
+                    let _ = reply.send(Err(StepError::Task(e.clone())));
                 }
             }
         }
@@ -207,20 +204,19 @@ impl Journal {
     }
 
     /// Persists one checkpoint change (possibly together with concurrent ones).
-    pub(super) async fn commit(&self, change: Change) -> Result<(), String> {
+    pub(super) async fn commit(&self, change: Change) -> Result<(), StepError> {
         let (tx, rx) = oneshot::channel();
         self.commits
             .send((change, tx))
-            .map_err(|_| "the checkpoint writer stopped".to_string())?;
-        rx.await
-            .map_err(|_| "the checkpoint writer stopped".to_string())?
+            .map_err(|_| StepError::WriterStopped)?;
+        rx.await.map_err(|_| StepError::WriterStopped)?
     }
 
     /// Runs `f` on the checkpoint store off the async threads, then publishes its records.
-    pub(super) async fn with_store<T: Send + 'static>(
+    pub(super) async fn with_store<T: Send + 'static, E: Into<StepError> + Send + 'static>(
         &self,
-        f: impl FnOnce(&mut CheckpointStore) -> Result<T, String> + Send + 'static,
-    ) -> Result<T, String> {
+        f: impl FnOnce(&mut CheckpointStore) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, StepError> {
         let (store, recorded) = (self.store.clone(), self.recorded.clone());
         blocking(move || {
             let mut store = store.lock();

@@ -8,7 +8,7 @@ use kubedev_core::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice};
 use kubedev_kubelet_grpc::dra::{ClaimError, PreparedClaimDevice};
 
 use super::claim_status::StatusChange;
-use super::{ClaimAllocation, DraDriver, backend_error, blocking, retryable};
+use super::{ClaimAllocation, DraDriver, StepError, backend_error, blocking};
 use crate::cdi::{CdiClaimSpec, SpecCheck};
 use crate::checkpoint::{Change, ClaimRecord, ClaimState};
 use crate::failpoint;
@@ -60,19 +60,20 @@ impl DraDriver {
     ) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         let cdi = self.cdi.clone();
         let (uid, prepared) = (claim.uid.clone(), record.prepared.clone());
-        let (check, ids) = blocking(move || {
-            cdi.ensure_claim_ids(&uid, &prepared)
-                .map_err(|e| kubedev_core::echo::chain(&e))
-        })
-        .await
-        .map_err(retryable("cdi"))?;
+        let (check, ids) = blocking(move || cdi.ensure_claim_ids(&uid, &prepared))
+            .await
+            .map_err(|e| e.for_kubelet(format_args!("checking the CDI spec of claim {claim}")))?;
         if let SpecCheck::Repaired { found } = check {
             tracing::warn!(claim = %claim, found = %found, "rewrote a missing or damaged CDI spec");
         }
         let metadata = self
             .metadata_files(claim, record.pod_claim_name.clone(), &record.prepared, true)
             .await
-            .map_err(retryable("metadata"))?;
+            .map_err(|e| {
+                e.for_kubelet(format_args!(
+                    "checking the device metadata of claim {claim}"
+                ))
+            })?;
         self.status.send(StatusChange::Prepared(
             claim.clone(),
             record.prepared.clone(),
@@ -129,7 +130,7 @@ impl DraDriver {
             .await;
         // Recorded (or failed): from here the checkpoint speaks for these devices.
         drop(taken);
-        started.map_err(retryable("checkpoint"))
+        started.map_err(|e| e.for_kubelet(format_args!("recording the start of claim {claim}")))
     }
 
     /// The backend's prepare of `devices` for `claim`; when it fails, the claim's record is
@@ -151,7 +152,7 @@ impl DraDriver {
                         uid: claim.uid.clone(),
                     })
                     .await
-                    .map_err(retryable("checkpoint"))?;
+                    .map_err(|e| e.for_kubelet(format_args!("forgetting claim {claim}")))?;
                 Err(backend_error(
                     &e,
                     format!("preparing claim {claim}: {}", kubedev_core::echo::chain(&e)),
@@ -182,7 +183,7 @@ impl DraDriver {
                 pod_claim_name,
             })
             .await
-            .map_err(retryable("checkpoint"))
+            .map_err(|e| e.for_kubelet(format_args!("recording claim {claim} as prepared")))
     }
 
     /// Writes the CDI spec and device metadata of a claim whose devices the backend prepared;
@@ -196,16 +197,12 @@ impl DraDriver {
     ) -> Result<(CdiClaimSpec, BTreeMap<String, String>), ClaimError> {
         let cdi = self.cdi.clone();
         let (uid, p) = (claim.uid.clone(), prepared.to_vec());
-        let written = blocking(move || {
-            cdi.write_claim(&uid, &p)
-                .map_err(|e| kubedev_core::echo::chain(&e))
-        })
-        .await;
+        let written = blocking(move || cdi.write_claim(&uid, &p)).await;
         let metadata = match &written {
-            Ok(_) => self
-                .metadata_files(claim, pod_claim_name, prepared, false)
-                .await
-                .map_err(|e| format!("writing the device metadata: {e}")),
+            Ok(_) => {
+                self.metadata_files(claim, pod_claim_name, prepared, false)
+                    .await
+            }
             Err(_) => Ok(BTreeMap::new()),
         };
         match written.and_then(|w| Ok((w, metadata?))) {
@@ -216,26 +213,23 @@ impl DraDriver {
                 }
                 let cdi = self.cdi.clone();
                 let uid = claim.uid.clone();
-                if let Err(r) = blocking(move || {
-                    cdi.remove_claim(&uid)
-                        .map(|_| ())
-                        .map_err(|e| kubedev_core::echo::chain(&e))
-                })
-                .await
-                .and(self.remove_metadata(claim).await)
+                if let Err(r) = blocking(move || cdi.remove_claim(&uid).map(|_| ()))
+                    .await
+                    .and(self.remove_metadata(claim).await)
                 {
-                    tracing::error!(claim = %claim, error = %r, "removing the files of a failed prepare failed");
+                    tracing::error!(claim = %claim, error = %kubedev_core::echo::Chain(&r), "removing the files of a failed prepare failed");
                 }
                 self.journal
                     .commit(Change::Remove {
                         uid: claim.uid.clone(),
                     })
                     .await
-                    .map_err(retryable("checkpoint"))?;
-                Err(ClaimError::retryable(
-                    "cdi",
-                    format!("writing the CDI spec of claim {claim}: {e}"),
-                ))
+                    .map_err(|e| e.for_kubelet(format_args!("forgetting claim {claim}")))?;
+                let what = match e {
+                    StepError::Metadata(_) => "the device metadata",
+                    _ => "the CDI spec",
+                };
+                Err(e.for_kubelet(format_args!("writing {what} of claim {claim}")))
             }
         }
     }

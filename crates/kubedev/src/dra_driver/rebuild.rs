@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-use super::{DraDriver, Recovery};
+use super::{DraDriver, Recovery, StepError};
+use crate::metadata::MetadataError;
 
 /// How long recovery waits for the API server's list of claims after a lost checkpoint.
 const REBUILD_LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -17,25 +18,20 @@ impl DraDriver {
     pub(super) async fn sweep_orphans(
         &self,
         may_remove: bool,
-    ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), String> {
+    ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), StepError> {
         let cdi = self.cdi.clone();
         let metadata = self.metadata.clone();
         self.journal
             .with_store(move |s| {
                 s.with_fresh_claims(|owned| {
                     let (mut removed, mut kept) = (Vec::new(), Vec::new());
-                    let mut files = cdi
-                        .list_claim_files()
-                        .map_err(|e| kubedev_core::echo::chain(&e))?;
+                    let mut files = cdi.list_claim_files()?;
                     if let Some(m) = &metadata {
-                        files.extend(
-                            m.cdi()
-                                .list_claim_files()
-                                .map_err(|e| kubedev_core::echo::chain(&e))?,
-                        );
-                        let dirs = m
-                            .list_claim_dirs()
-                            .map_err(|e| kubedev_core::echo::chain(&e))?;
+                        files.extend(m.cdi().list_claim_files()?);
+                        let dirs = m.list_claim_dirs().map_err(|source| MetadataError::File {
+                            path: m.dir().to_path_buf(),
+                            source,
+                        })?;
                         for (ns, name, path) in dirs {
                             let has_record = owned
                                 .values()
@@ -47,9 +43,9 @@ impl DraDriver {
                                 kept.push(path);
                                 continue;
                             }
-                            std::fs::remove_dir_all(&path).map_err(|e| {
-                                format!("removing orphan device metadata {}: {e}", path.display())
-                            })?;
+                            if let Err(source) = std::fs::remove_dir_all(&path) {
+                                return Err(MetadataError::File { path, source }.into());
+                            }
                             removed.push(path);
                         }
                     }
@@ -61,14 +57,12 @@ impl DraDriver {
                             kept.push(path);
                             continue;
                         }
-                        cdi.remove_spec_path(&path).map_err(|e| {
-                            format!("removing orphan CDI file {}: {e}", path.display())
-                        })?;
+                        cdi.remove_spec_path(&path)?;
                         removed.push(path);
                     }
-                    Ok((removed, kept))
+                    Ok::<_, StepError>((removed, kept))
                 })
-                .map_err(|e| kubedev_core::echo::chain(&e))?
+                .map_err(StepError::from)?
             })
             .await
     }
@@ -78,7 +72,7 @@ impl DraDriver {
     /// and removes the specs no claim owns. Safe while the kubelet calls the driver (each claim
     /// is prepared under its own lock, and prepare is idempotent). The result says whether the
     /// API server answered this time.
-    pub async fn retry_rebuild(&self) -> Result<Recovery, String> {
+    pub async fn retry_rebuild(&self) -> Result<Recovery, StepError> {
         let mut rec = Recovery {
             checkpoint_lost: Some("finishing an earlier recovery".into()),
             ..Recovery::default()

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use kubedev_core::Consumer;
 
-use super::{DraDriver, blocking};
+use super::{DraDriver, StepError, blocking};
 use crate::cdi::SpecCheck;
 use crate::checkpoint::{ClaimRecord, ClaimState, LoadOutcome};
 
@@ -58,7 +58,7 @@ impl DraDriver {
     /// says is allocated devices on this node and reserved for a pod is prepared again (its
     /// record and CDI spec rebuilt), and only specs whose claims the API server does not list
     /// are removed. When the API server cannot be asked, every spec is kept.
-    pub async fn recover(&self, checkpoint: &LoadOutcome) -> Result<Recovery, String> {
+    pub async fn recover(&self, checkpoint: &LoadOutcome) -> Result<Recovery, StepError> {
         let mut rec = Recovery::default();
         let records: Vec<_> = {
             let store = self.journal.stored();
@@ -88,11 +88,7 @@ impl DraDriver {
             tracing::info!(claim_uid = %uid, "a prepared claim's container edits changed while the daemon was stopped");
         }
         let cdi = self.cdi.clone();
-        let spec_files = blocking(move || {
-            cdi.list_claim_files()
-                .map_err(|e| kubedev_core::echo::chain(&e))
-        })
-        .await?;
+        let spec_files = blocking(move || cdi.list_claim_files()).await?;
         rec.checkpoint_lost = why_records_lost(checkpoint, spec_files.len());
         let mut may_remove_orphans = true;
         if rec.checkpoint_lost.is_some() {
@@ -107,24 +103,21 @@ impl DraDriver {
 
     /// Rolls back the prepare of `record` that a crash interrupted: the backend's unprepare,
     /// then the claim's CDI spec, device metadata and record removed.
-    async fn roll_back(&self, record: &ClaimRecord) -> Result<(), String> {
+    async fn roll_back(&self, record: &ClaimRecord) -> Result<(), StepError> {
         tracing::warn!(claim = %record.claim, "rolling back a prepare interrupted by a crash");
         self.backends
             .unprepare(&record.claim, &record.devices)
             .await
-            .map_err(|e| format!("rolling back claim {}: {e}", record.claim))?;
+            .map_err(|source| StepError::RollBack {
+                claim: Box::new(record.claim.clone()),
+                source: Box::new(source),
+            })?;
         let cdi = self.cdi.clone();
         let uid = record.claim.uid.clone();
-        blocking(move || {
-            cdi.remove_claim(&uid)
-                .map_err(|e| kubedev_core::echo::chain(&e))
-        })
-        .await?;
+        blocking(move || cdi.remove_claim(&uid)).await?;
         self.remove_metadata(&record.claim).await?;
         let uid = record.claim.uid.clone();
-        self.journal
-            .with_store(move |s| s.remove(&uid).map_err(|e| kubedev_core::echo::chain(&e)))
-            .await?;
+        self.journal.with_store(move |s| s.remove(&uid)).await?;
         Ok(())
     }
 
@@ -134,16 +127,12 @@ impl DraDriver {
         &self,
         record: &ClaimRecord,
         rec: &mut Recovery,
-    ) -> Result<(), String> {
+    ) -> Result<(), StepError> {
         let uid = record.claim.uid.clone();
         let cdi = self.cdi.clone();
         let u = uid.clone();
         let prepared = record.prepared.clone();
-        let check = blocking(move || {
-            cdi.ensure_claim(&u, &prepared)
-                .map_err(|e| kubedev_core::echo::chain(&e))
-        })
-        .await?;
+        let check = blocking(move || cdi.ensure_claim(&u, &prepared)).await?;
         if let SpecCheck::Repaired { found } = check {
             tracing::warn!(claim = %record.claim, found = %found, "rewrote a missing or damaged CDI spec");
             rec.cdi_repaired.push((uid.to_string(), found));
@@ -174,7 +163,7 @@ impl DraDriver {
 
     /// Removes the temporary files of CDI writes a crash interrupted. Another running instance
     /// (a rolling update) may be writing one right now: then only old ones go.
-    async fn remove_interrupted_writes(&self) -> Result<Vec<PathBuf>, String> {
+    async fn remove_interrupted_writes(&self) -> Result<Vec<PathBuf>, StepError> {
         let cdi = self.cdi.clone();
         self.journal
             .with_store(move |s| {
@@ -184,7 +173,6 @@ impl DraDriver {
                     std::time::Duration::ZERO
                 };
                 cdi.remove_stale_temp_files(margin)
-                    .map_err(|e| kubedev_core::echo::chain(&e))
             })
             .await
     }

@@ -81,32 +81,21 @@ impl DraDriver {
             };
             if let Err(e) = self
                 .journal
-                .with_store(move |s| {
-                    s.apply(vec![change])
-                        .map_err(|e| kubedev_core::echo::chain(&e))?
-                        .pop()
-                        .unwrap_or(Ok(()))
-                        .map_err(|e| kubedev_core::echo::chain(&e))
-                })
+                .with_store(move |s| s.apply(vec![change])?.pop().unwrap_or(Ok(())))
                 .await
             {
-                tracing::warn!(claim = %record.claim, error = %e, "cannot record a prepared claim's new container edits");
+                tracing::warn!(claim = %record.claim, error = %kubedev_core::echo::Chain(&e), "cannot record a prepared claim's new container edits");
                 continue;
             }
             let cdi = self.cdi.clone();
             let u = uid.clone();
-            match blocking(move || {
-                cdi.ensure_claim(&u, &prepared)
-                    .map_err(|e| kubedev_core::echo::chain(&e))
-            })
-            .await
-            {
+            match blocking(move || cdi.ensure_claim(&u, &prepared)).await {
                 Ok(_) => {
                     tracing::info!(claim = %record.claim, "rewrote a prepared claim's CDI spec: its container edits changed (driver upgrade or reload)");
                     rewritten.push(uid.to_string());
                 }
                 Err(e) => {
-                    tracing::warn!(claim = %record.claim, error = %e, "cannot rewrite a prepared claim's CDI spec with its new container edits");
+                    tracing::warn!(claim = %record.claim, error = %kubedev_core::echo::Chain(&e), "cannot rewrite a prepared claim's CDI spec with its new container edits");
                 }
             }
         }

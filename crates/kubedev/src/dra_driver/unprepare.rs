@@ -5,7 +5,7 @@ use kubedev_core::ClaimRef;
 use kubedev_kubelet_grpc::dra::ClaimError;
 
 use super::claim_status::StatusChange;
-use super::{DraDriver, backend_error, blocking, retryable};
+use super::{DraDriver, backend_error, blocking};
 use crate::checkpoint::Change;
 use crate::failpoint;
 
@@ -30,23 +30,21 @@ impl DraDriver {
         }
         let cdi = self.cdi.clone();
         let uid = claim.uid.clone();
-        blocking(move || {
-            cdi.remove_claim(&uid)
-                .map(|_| ())
-                .map_err(|e| kubedev_core::echo::chain(&e))
-        })
-        .await
-        .map_err(retryable("checkpoint"))?;
-        self.remove_metadata(claim)
+        blocking(move || cdi.remove_claim(&uid).map(|_| ()))
             .await
-            .map_err(retryable("metadata"))?;
+            .map_err(|e| e.for_kubelet(format_args!("removing the CDI spec of claim {claim}")))?;
+        self.remove_metadata(claim).await.map_err(|e| {
+            e.for_kubelet(format_args!(
+                "removing the device metadata of claim {claim}"
+            ))
+        })?;
         if record.is_some() {
             self.journal
                 .commit(Change::Remove {
                     uid: claim.uid.clone(),
                 })
                 .await
-                .map_err(retryable("checkpoint"))?;
+                .map_err(|e| e.for_kubelet(format_args!("forgetting claim {claim}")))?;
             tracing::info!(claim = %claim, "unprepared");
         }
         self.status.send(StatusChange::Unprepared(claim.clone()));

@@ -11,7 +11,7 @@ use kubedev_core::{
 };
 
 use super::document::{decode_first_known, encode};
-use super::{FileUpdate, MetadataWriter, RequestFile};
+use super::{FileUpdate, MetadataError, MetadataWriter, RequestFile};
 use crate::cdi::CdiError;
 
 const DIR_MODE: u32 = 0o755;
@@ -81,7 +81,7 @@ impl MetadataWriter {
         pod_claim_name: Option<&str>,
         prepared: &[PreparedDevice],
         inventory: Option<&Inventory>,
-    ) -> Result<BTreeMap<String, String>, String> {
+    ) -> Result<BTreeMap<String, String>, MetadataError> {
         self.put_claim(claim, pod_claim_name, prepared, inventory, false)
     }
 
@@ -97,7 +97,7 @@ impl MetadataWriter {
         pod_claim_name: Option<&str>,
         prepared: &[PreparedDevice],
         inventory: Option<&Inventory>,
-    ) -> Result<BTreeMap<String, String>, String> {
+    ) -> Result<BTreeMap<String, String>, MetadataError> {
         self.put_claim(claim, pod_claim_name, prepared, inventory, true)
     }
 
@@ -109,14 +109,15 @@ impl MetadataWriter {
         prepared: &[PreparedDevice],
         inventory: Option<&Inventory>,
         ensure: bool,
-    ) -> Result<BTreeMap<String, String>, String> {
-        let files = self
-            .files(claim, pod_claim_name, prepared)
-            .map_err(|e| kubedev_core::echo::chain(&e))?;
+    ) -> Result<BTreeMap<String, String>, MetadataError> {
+        let files = self.files(claim, pod_claim_name, prepared)?;
         for f in &files {
             let update = self
                 .update_file(claim, pod_claim_name, f, prepared, inventory)
-                .map_err(|e| format!("writing {}: {e}", f.host_path.display()))?;
+                .map_err(|source| MetadataError::File {
+                    path: f.host_path.clone(),
+                    source,
+                })?;
             let file = f.host_path.display();
             match update {
                 FileUpdate::Created if ensure => {
@@ -139,20 +140,15 @@ impl MetadataWriter {
         claim: &ClaimRef,
         files: &[RequestFile],
         ensure: bool,
-    ) -> Result<BTreeMap<String, String>, String> {
-        let devices = spec_devices(claim, files).map_err(|e| kubedev_core::echo::chain(&e))?;
+    ) -> Result<BTreeMap<String, String>, MetadataError> {
+        let devices = spec_devices(claim, files).map_err(MetadataError::Spec)?;
         let uid = &claim.uid;
         let ids = if ensure {
             self.cdi.ensure_claim_ids(uid, &devices).map(|(_, ids)| ids)
         } else {
             self.cdi.write_claim(uid, &devices).map(|w| w.device_ids)
         }
-        .map_err(|e| {
-            format!(
-                "writing the device metadata CDI spec: {}",
-                kubedev_core::echo::chain(&e)
-            )
-        })?;
+        .map_err(MetadataError::Spec)?;
         Ok(files
             .iter()
             .zip(ids)

@@ -52,7 +52,6 @@ pub(super) async fn start_dra(
     let rec = driver
         .recover(&outcome)
         .await
-        .map_err(anyhow::Error::msg)
         .context("start-up recovery")?;
     report_recovery(&rec, spec.driver.as_ref(), cluster.events.as_ref(), obs).await;
     if rec.cluster_error.is_some() {
@@ -281,7 +280,7 @@ pub(super) async fn finish_recovery(
                 continue;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "finishing the recovery of a lost checkpoint failed; trying again");
+                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "finishing the recovery of a lost checkpoint failed; trying again");
                 continue;
             }
         };

@@ -315,3 +315,51 @@ async fn each_request_gets_a_metadata_file_mounted_through_cdi() {
     );
     stop(daemon);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_that_cannot_be_written_fails_the_prepare_as_metadata_and_leaves_nothing() {
+    let env = Env::new().await;
+    env.edit_config(|c| {
+        c.replace(
+            "  enabled: true\n",
+            "  enabled: true\n  deviceMetadata: true\n",
+        )
+    });
+    let daemon = env.start("").await;
+    let claim = env.claim("train", "uid-train", &["gpu-0"]);
+    // Something that is not a directory where the claim's directory goes.
+    let claim_dir = env
+        .root
+        .path()
+        .join("plugins/dra-device-metadata/default_train");
+    std::fs::create_dir_all(claim_dir.parent().unwrap()).unwrap();
+    std::fs::write(&claim_dir, "in the way").unwrap();
+
+    let out = env
+        .kubelet
+        .prepare(DRIVER, std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let error = out["uid-train"].as_ref().unwrap_err();
+    assert!(
+        error.starts_with("writing the device metadata of claim default/train (uid-train): ")
+            && error.contains(claim_dir.to_str().unwrap()),
+        "the kubelet is told which step failed and on which path: {error}"
+    );
+    assert_eq!(
+        env.cdi_files(),
+        Vec::<std::path::PathBuf>::new(),
+        "the claim's CDI spec is removed with the failed prepare"
+    );
+
+    // Once the path is free, the kubelet's next try prepares the claim.
+    std::fs::remove_file(&claim_dir).unwrap();
+    let out = env
+        .kubelet
+        .prepare(DRIVER, std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert!(out["uid-train"].is_ok(), "{out:?}");
+    assert!(claim_dir.join("gpu/metadata.json").is_file());
+    stop(daemon);
+}

@@ -55,7 +55,9 @@ impl Inner {
             );
             *self.nvml.lock() = None;
         }
-        let nvml = self.nvml().map_err(|e| SourceError::unavailable(BACKEND, &e))?;
+        let nvml = self
+            .nvml()
+            .map_err(|e| SourceError::unavailable(BACKEND, &e))?;
         let mig = self.config.mig_strategy != MigStrategy::None;
         ffi::read_machine(&nvml, &self.ctx.host, mig).map_err(|e| match &e {
             NvidiaError::Unavailable(_) => SourceError::unavailable(BACKEND, &e),

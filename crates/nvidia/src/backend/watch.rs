@@ -70,7 +70,9 @@ impl Inner {
         events: &mpsc::Sender<SourceEvent>,
         stop: &AtomicBool,
     ) -> Result<bool, SourceError> {
-        let nvml = self.nvml().map_err(|e| SourceError::unavailable(BACKEND, &e))?;
+        let nvml = self
+            .nvml()
+            .map_err(|e| SourceError::unavailable(BACKEND, &e))?;
         let discovered = self.discovered_or_discover()?;
         let uuids: Vec<String> = discovered
             .machine
