@@ -10,12 +10,12 @@
 //! finishes it; prepare is idempotent).
 //!
 //! The driver's parts: `claim_source.rs` (where allocations come from), `claim_status.rs`
-//! (the claims' device status, written in the background), `handler.rs` (the
-//! kubelet's calls, one claim at a time), `prepare.rs` and `unprepare.rs`, `exclusive.rs`
-//! (devices only one claim may hold), `journal.rs` (the checkpoint: the
-//! records as last persisted and the group commit),
-//! `device_metadata.rs` (KEP-5304 files), `recover.rs` (start-up recovery), `rebuild.rs` (after
-//! a lost checkpoint) and `refresh.rs` (edits that changed under prepared claims).
+//! (the claims' device status, written in the background), `handler.rs` (the kubelet's calls,
+//! one claim at a time), `prepare.rs` and `unprepare.rs`, `exclusive.rs` (devices only one
+//! claim may hold), `journal.rs` (the checkpoint: the records as last persisted and the group
+//! commit), `error.rs` (what the driver's own steps fail with), `device_metadata.rs`
+//! (KEP-5304 files), `recover.rs` (start-up recovery), `rebuild.rs` (after a lost checkpoint)
+//! and `refresh.rs` (edits that changed under prepared claims).
 
 use std::sync::Arc;
 
@@ -46,6 +46,7 @@ pub use error::StepError;
 pub use recover::Recovery;
 
 use claim_status::StatusWriter;
+use device_metadata::ClaimMetadata;
 use exclusive::Exclusive;
 use handler::ClaimLocks;
 use journal::Journal;
@@ -60,13 +61,12 @@ pub struct DraDriver {
     /// Each claim's lock while it is prepared, unprepared or refreshed.
     locks: ClaimLocks,
     metrics: Option<Arc<Metrics>>,
-    inventory: Option<Arc<parking_lot::RwLock<Inventory>>>,
     /// Which devices only one claim may hold, and those prepares in flight took.
     exclusive: Exclusive,
     /// Claims' device status, written in the background.
     status: StatusWriter,
     /// Device metadata files for containers, when enabled.
-    metadata: Option<Arc<MetadataWriter>>,
+    metadata: ClaimMetadata,
 }
 
 impl std::fmt::Debug for DraDriver {
@@ -108,15 +108,14 @@ impl DraDriver {
             cdi: Arc::new(cdi),
             locks: ClaimLocks::default(),
             metrics: None,
-            inventory: None,
             exclusive: Exclusive::default(),
-            metadata: None,
+            metadata: ClaimMetadata::default(),
         }
     }
 
     /// Writes device metadata files for containers with `metadata` (KEP-5304).
     pub fn with_metadata(mut self, metadata: MetadataWriter) -> Self {
-        self.metadata = Some(Arc::new(metadata));
+        self.metadata.on(metadata);
         self
     }
 
@@ -129,8 +128,8 @@ impl DraDriver {
     /// Reads from `inventory` which devices allow multiple allocations. Without it, a device
     /// allocated with a share ID counts as shareable and any other as exclusive.
     pub fn with_inventory(mut self, inventory: Arc<parking_lot::RwLock<Inventory>>) -> Self {
-        self.exclusive = Exclusive::new(Some(inventory.clone()));
-        self.inventory = Some(inventory);
+        self.exclusive.read_from(inventory.clone());
+        self.metadata.read_from(inventory);
         self
     }
 

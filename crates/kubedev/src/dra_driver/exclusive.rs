@@ -37,12 +37,9 @@ impl Drop for Starting<'_> {
 }
 
 impl Exclusive {
-    /// Exclusive devices as `inventory` says, when given.
-    pub(super) fn new(inventory: Option<Arc<RwLock<Inventory>>>) -> Exclusive {
-        Exclusive {
-            inventory,
-            starting: Mutex::default(),
-        }
+    /// Reads from `inventory` which devices allow multiple allocations.
+    pub(super) fn read_from(&mut self, inventory: Arc<RwLock<Inventory>>) {
+        self.inventory = Some(inventory);
     }
 
     /// Whether `d` may be prepared for several claims at once.

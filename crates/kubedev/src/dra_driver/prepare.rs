@@ -67,7 +67,8 @@ impl DraDriver {
             tracing::warn!(claim = %claim, found = %found, "rewrote a missing or damaged CDI spec");
         }
         let metadata = self
-            .metadata_files(claim, record.pod_claim_name.clone(), &record.prepared, true)
+            .metadata
+            .write(claim, record.pod_claim_name.clone(), &record.prepared, true)
             .await
             .map_err(|e| {
                 e.for_kubelet(format_args!(
@@ -200,7 +201,8 @@ impl DraDriver {
         let written = blocking(move || cdi.write_claim(&uid, &p)).await;
         let metadata = match &written {
             Ok(_) => {
-                self.metadata_files(claim, pod_claim_name, prepared, false)
+                self.metadata
+                    .write(claim, pod_claim_name, prepared, false)
                     .await
             }
             Err(_) => Ok(BTreeMap::new()),
@@ -215,7 +217,7 @@ impl DraDriver {
                 let uid = claim.uid.clone();
                 if let Err(r) = blocking(move || cdi.remove_claim(&uid).map(|_| ()))
                     .await
-                    .and(self.remove_metadata(claim).await)
+                    .and(self.metadata.remove(claim).await)
                 {
                     tracing::error!(claim = %claim, error = %kubedev_core::echo::Chain(&r), "removing the files of a failed prepare failed");
                 }

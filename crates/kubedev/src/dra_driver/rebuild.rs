@@ -20,7 +20,7 @@ impl DraDriver {
         may_remove: bool,
     ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), StepError> {
         let cdi = self.cdi.clone();
-        let metadata = self.metadata.clone();
+        let metadata = self.metadata.writer();
         self.journal
             .with_store(move |s| {
                 s.with_fresh_claims(|owned| {

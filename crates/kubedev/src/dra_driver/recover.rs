@@ -115,7 +115,7 @@ impl DraDriver {
         let cdi = self.cdi.clone();
         let uid = record.claim.uid.clone();
         blocking(move || cdi.remove_claim(&uid)).await?;
-        self.remove_metadata(&record.claim).await?;
+        self.metadata.remove(&record.claim).await?;
         let uid = record.claim.uid.clone();
         self.journal.with_store(move |s| s.remove(&uid)).await?;
         Ok(())
@@ -151,13 +151,14 @@ impl DraDriver {
                 }
             }
         }
-        self.metadata_files(
-            &record.claim,
-            record.pod_claim_name.clone(),
-            &record.prepared,
-            true,
-        )
-        .await?;
+        self.metadata
+            .write(
+                &record.claim,
+                record.pod_claim_name.clone(),
+                &record.prepared,
+                true,
+            )
+            .await?;
         Ok(())
     }
 

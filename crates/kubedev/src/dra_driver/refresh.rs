@@ -44,7 +44,8 @@ impl DraDriver {
             // left alone; a changed one gets the next generation).
             if metadata
                 && let Err(e) = self
-                    .metadata_files(
+                    .metadata
+                    .write(
                         &record.claim,
                         record.pod_claim_name.clone(),
                         &record.prepared,

@@ -33,7 +33,7 @@ impl DraDriver {
         blocking(move || cdi.remove_claim(&uid).map(|_| ()))
             .await
             .map_err(|e| e.for_kubelet(format_args!("removing the CDI spec of claim {claim}")))?;
-        self.remove_metadata(claim).await.map_err(|e| {
+        self.metadata.remove(claim).await.map_err(|e| {
             e.for_kubelet(format_args!(
                 "removing the device metadata of claim {claim}"
             ))
