@@ -168,7 +168,7 @@ fn is_generated(file: &Path) -> anyhow::Result<bool> {
 
 /// The repository root, from this crate's directory.
 fn root() -> anyhow::Result<PathBuf> {
-    crate::workspace_root()
+    crate::commands::workspace_root()
 }
 
 /// The source files the document must name, as paths from the repository root: what git

@@ -311,33 +311,10 @@ fn scheduler_figures(
     md.push_str(&format!(
         "\nPer pod over a cluster: a fresh allocator, Allocate on every node (ms, process \
          CPU):\n\n```text\n{}```\n",
-        run_example(root, "kubedev-allocator", "per_pod", &["5"])?
+        crate::commands::run_example(root, "kubedev-allocator", "per_pod", &["5"])?
     ));
     md.push_str(&explain_curve(root)?);
     Ok(md)
-}
-
-/// What the example `name` of `package` (release build) prints with `args`.
-pub(crate) fn run_example(
-    root: &Path,
-    package: &str,
-    name: &str,
-    args: &[&str],
-) -> anyhow::Result<String> {
-    let out = Command::new("cargo")
-        .current_dir(root)
-        .args(["run", "--release", "-q", "-p", package])
-        .args(["--example", name, "--"])
-        .args(args)
-        .output()
-        .with_context(|| format!("running the {name} example"))?;
-    if !out.status.success() {
-        bail!(
-            "the {name} example failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The dumps `kubedev explain` is timed over: nodes and format.

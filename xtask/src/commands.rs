@@ -159,3 +159,35 @@ pub(crate) fn http_get(
     }
     Ok(body.to_string())
 }
+
+/// The workspace root: the parent of this crate's directory.
+pub(crate) fn workspace_root() -> anyhow::Result<PathBuf> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .with_context(|| format!("xtask directory {} has no parent", manifest_dir.display()))
+}
+
+/// What the example `name` of `package` (release build) prints with `args`.
+pub(crate) fn run_example(
+    root: &Path,
+    package: &str,
+    name: &str,
+    args: &[&str],
+) -> anyhow::Result<String> {
+    let out = Command::new("cargo")
+        .current_dir(root)
+        .args(["run", "--release", "-q", "-p", package])
+        .args(["--example", name, "--"])
+        .args(args)
+        .output()
+        .with_context(|| format!("running the {name} example"))?;
+    if !out.status.success() {
+        bail!(
+            "the {name} example failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

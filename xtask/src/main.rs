@@ -20,9 +20,6 @@ mod interop;
 mod plugins;
 mod soak;
 
-use std::path::{Path, PathBuf};
-
-use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 /// kubedev's development tasks.
@@ -82,7 +79,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let root = workspace_root()?;
+    let root = commands::workspace_root()?;
     match cli.command {
         Command::Ci => ci::ci(&root),
         Command::Demo => demo::demo(&root),
@@ -98,13 +95,4 @@ fn main() -> anyhow::Result<()> {
         Command::Soak(args) => soak::soak(&root, &args),
         Command::Differential(args) => differential::differential(&root, &args),
     }
-}
-
-/// The workspace root: the parent of this crate's directory.
-fn workspace_root() -> anyhow::Result<PathBuf> {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir
-        .parent()
-        .map(Path::to_path_buf)
-        .with_context(|| format!("xtask directory {} has no parent", manifest_dir.display()))
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::AllocateOptions;
+use crate::allocator::AllocateOptions;
 use crate::allocator::{
     Allocator, CapFit, ClaimPlan, ConstraintKind, Mode, SelectorSet, SubPlan, Verdict,
     capacity_fit, taint_blocks,

@@ -130,6 +130,7 @@ pub mod api;
 pub mod cel;
 mod error;
 mod explain;
+mod features;
 mod model;
 mod nodesel;
 mod policy;
@@ -138,11 +139,11 @@ mod simulate;
 mod slice_index;
 
 pub use allocator::{
-    AllocateOptions, Allocator, ConsumedCapacity, Features, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM,
-    SearchStats,
+    AllocateOptions, Allocator, ConsumedCapacity, MAX_CLAIMS, MAX_DEVICES_PER_CLAIM, SearchStats,
 };
 pub use error::{AllocationError, SelectorOwner};
 pub use explain::{ClaimExplanation, Explanation, Reason, Rejection, RequestExplanation};
+pub use features::Features;
 pub use policy::{
     PolicyConstraint, PolicyConstraintKind, PolicyDevice, PolicyFailure, PolicyOutcome,
     PolicyRejection, PolicyRequest, SelectionPolicy,

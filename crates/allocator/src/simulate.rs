@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::allocator::{AllocateOptions, Allocator};
 use crate::api::AllocationResult;
 use crate::explain::Explanation;
 use crate::policy::SelectionPolicy;
 use crate::scenario::Scenario;
-use crate::{AllocateOptions, Allocator};
 
 /// Options of [`simulate`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -187,7 +187,7 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
         policy: options.policy,
         fail_closed: options.fail_closed,
     };
-    let features = crate::Features::from_gates(&scenario.features);
+    let features = crate::features::Features::from_gates(&scenario.features);
     let mut allocator = Allocator::new(
         &scenario.resource_slices,
         &scenario.device_classes,

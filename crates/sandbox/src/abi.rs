@@ -10,6 +10,18 @@ pub(crate) const OUTPUT_MAGIC: &[u8; 4] = b"KDPO";
 /// Longest rejection reason, in bytes.
 pub(crate) const MAX_REASON_BYTES: usize = 256;
 
+/// How a policy expressed its preference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecisionKind {
+    /// No preference: the input order stands (rejections may still apply).
+    Keep,
+    /// An explicit order of (some of) the candidates.
+    Order,
+    /// A score per candidate, higher first.
+    Scores,
+}
+
 /// Export names of the contract.
 pub(crate) const EXPORT_MEMORY: &str = "memory";
 pub(crate) const EXPORT_VERSION: &str = "kubedev_policy_abi_version";
@@ -32,7 +44,7 @@ const KIND_SCORES: u8 = 2;
 /// What a policy answered, checked against the number of candidates.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RawDecision {
-    pub(crate) kind: crate::DecisionKind,
+    pub(crate) kind: DecisionKind,
     /// Full preference order (a permutation of the candidates), before rejections.
     pub(crate) order: Vec<usize>,
     pub(crate) rejections: Vec<(usize, String)>,
@@ -112,7 +124,7 @@ pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String>
     // Per candidate: listed in the order (SEEN), rejected (REJECTED).
     let mut flags = vec![0u8; n];
     let (kind, order) = match kind {
-        KIND_KEEP => (crate::DecisionKind::Keep, (0..n).collect()),
+        KIND_KEEP => (DecisionKind::Keep, (0..n).collect()),
         KIND_ORDER => {
             let m = r.u32("the order length")? as usize;
             if m > n {
@@ -143,7 +155,7 @@ pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String>
                 }
             }
             order.extend((0..n).filter(|&i| flags[i] & SEEN == 0));
-            (crate::DecisionKind::Order, order)
+            (DecisionKind::Order, order)
         }
         KIND_SCORES => {
             let m = r.u32("the score count")? as usize;
@@ -157,7 +169,7 @@ pub(crate) fn decode_output(buf: &[u8], n: usize) -> Result<RawDecision, String>
             let mut order: Vec<usize> = (0..n).collect();
             // Stable: equal scores keep the input order.
             order.sort_by_key(|&i| std::cmp::Reverse(scores[i]));
-            (crate::DecisionKind::Scores, order)
+            (DecisionKind::Scores, order)
         }
         other => return Err(format!("unknown decision kind {other}")),
     };

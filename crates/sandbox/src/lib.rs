@@ -179,14 +179,13 @@ mod samples;
 mod sandbox;
 mod shape;
 
+pub use abi::DecisionKind;
 pub use check::{CheckReport, SampleReport, SampleRun, check};
 pub use dir::{PolicyDir, ReloadReport};
 pub use error::PolicyError;
 pub use input::{Candidate, Constraint, ConstraintKind, CounterUsage, DeviceData, PolicyInput};
 pub use limits::Limits;
-pub use policy::{
-    Decision, DecisionKind, Evaluation, PolicySession, PolicyStats, Rejection, WasmPolicy,
-};
+pub use policy::{Decision, Evaluation, PolicySession, PolicyStats, Rejection, WasmPolicy};
 pub use sandbox::Sandbox;
 
 /// The allocator's hook this crate implements, re-exported for convenience.

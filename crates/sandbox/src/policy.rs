@@ -14,6 +14,7 @@ use kubedev_allocator::{
     SelectionPolicy,
 };
 
+use crate::abi::DecisionKind;
 use crate::encode::{Message, encode_input};
 use crate::error::PolicyError;
 use crate::input::{Candidate, Constraint, ConstraintKind, CounterUsage, PolicyInput};
@@ -48,18 +49,6 @@ impl std::fmt::Debug for WasmPolicy {
             .field("module_bytes", &self.module_bytes())
             .finish_non_exhaustive()
     }
-}
-
-/// How a policy expressed its preference.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DecisionKind {
-    /// No preference: the input order stands (rejections may still apply).
-    Keep,
-    /// An explicit order of (some of) the candidates.
-    Order,
-    /// A score per candidate, higher first.
-    Scores,
 }
 
 /// A candidate the policy refuses, and why.

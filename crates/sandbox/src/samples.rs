@@ -1,5 +1,5 @@
 //! Sample requests a policy must answer before it is accepted (by `check` and by
-//! [`PolicyDir`](crate::PolicyDir)): small realistic node layouts.
+//! [`PolicyDir`](crate::dir::PolicyDir)): small realistic node layouts.
 
 use std::collections::BTreeMap;
 

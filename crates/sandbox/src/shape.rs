@@ -4,7 +4,7 @@
 
 use wasmparser::{Operator, Parser, Payload};
 
-use crate::Limits;
+use crate::limits::Limits;
 
 /// Checks that `wasm` defines at most `limits.max_functions` functions and that no function
 /// nests blocks deeper than `limits.max_nesting`. The error says which limit, and the value

@@ -97,7 +97,7 @@ pub struct Candidate<'a> {
 }
 
 impl<'a> Candidate<'a> {
-    /// Position in the input (what [`Decision`](crate::Decision)s refer to).
+    /// Position in the input (what a `Decision` refers to).
     pub fn index(&self) -> u32 {
         self.index
     }
@@ -206,7 +206,7 @@ impl<'a> Candidate<'a> {
     }
 
     /// The attribute `name`: qualified (`domain/id`) or bare (the driver's domain). Resolves
-    /// the name on every call; use [`Input::key`](crate::Input::key) and [`Candidate::get`] in loops.
+    /// the name on every call; use `Input::key` and [`Candidate::get`] in loops.
     pub fn attribute(&self, name: &str) -> Option<Value<'a>> {
         self.get(&self.key(name))
     }

@@ -3,7 +3,7 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use crate::{ABI_VERSION, MAX_REASON_BYTES};
+use crate::abi::{ABI_VERSION, MAX_REASON_BYTES};
 
 /// The first four bytes of an output message.
 const OUTPUT_MAGIC: &[u8; 4] = b"KDPO";

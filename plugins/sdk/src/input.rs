@@ -3,7 +3,7 @@
 
 use alloc::vec::Vec;
 
-use crate::ABI_VERSION;
+use crate::abi::ABI_VERSION;
 use crate::candidate::Candidate;
 use crate::key::{ANY_DRIVER, Key, NO_NAME};
 use crate::message::{CANDIDATE, CONSTRAINT, HEADER, INPUT_MAGIC, Message, NAME, is_ascii, text};

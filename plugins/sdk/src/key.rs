@@ -7,7 +7,7 @@ pub(crate) const ANY_DRIVER: u32 = u32::MAX;
 /// The id of a name the message does not carry.
 pub(crate) const NO_NAME: u32 = u32::MAX;
 
-/// A resolved attribute or capacity name; see [`Input::key`](crate::Input::key).
+/// A resolved attribute or capacity name; see `Input::key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
     /// (driver name id or [`ANY_DRIVER`], name id or [`NO_NAME`]).

@@ -35,6 +35,7 @@
 
 extern crate alloc;
 
+mod abi;
 mod candidate;
 mod decision;
 mod grouping;
@@ -55,10 +56,7 @@ pub use key::Key;
 pub use rt::BumpAllocator;
 pub use value::Value;
 
-/// The ABI version this SDK speaks.
-pub const ABI_VERSION: u32 = 1;
-/// Longest rejection reason the host accepts, bytes; longer reasons are cut.
-pub const MAX_REASON_BYTES: usize = 256;
+pub use abi::{ABI_VERSION, MAX_REASON_BYTES};
 
 /// Writes a line to the host's log (rate-limited there; at most a few lines per call are
 /// kept). Does nothing outside WebAssembly.

@@ -1,4 +1,4 @@
-//! The glue [`kubedev_policy!`](crate::kubedev_policy) calls; not part of the API: the bump
+//! The glue `kubedev_policy!` calls; not part of the API: the bump
 //! allocator, and the bodies of the `kubedev_alloc` and `kubedev_select` exports.
 #![allow(unsafe_code)]
 
@@ -7,7 +7,8 @@ use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 use alloc::vec::Vec;
 
-use crate::{Decision, Input};
+use crate::decision::Decision;
+use crate::input::Input;
 
 const PAGE: usize = 65536;
 

@@ -37,7 +37,7 @@ pub(crate) struct Figures {
 /// Measures both allocators on the shared scenarios; the figures by scenario name.
 pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figures>> {
     let dir = root.join("../shared/bench-scenarios");
-    let printed = crate::bench::run_example(
+    let printed = crate::commands::run_example(
         root,
         "kubedev-inputs",
         "bench_table",

@@ -324,9 +324,9 @@ fn apply_policy(
     let request =
         PolicyRequest::new(claim, &sp.full_name, sp.num_devices).with_constraints(&in_force);
     let outcome = policy.order(&request, &devices).and_then(|o| {
-        o.check(devices.len())
-            .map(|()| o)
-            .map_err(|message| crate::PolicyFailure::new(policy.name(), "bad-output", message))
+        o.check(devices.len()).map(|()| o).map_err(|message| {
+            crate::policy::PolicyFailure::new(policy.name(), "bad-output", message)
+        })
     });
     let outcome = match outcome {
         Ok(o) => o,

@@ -39,7 +39,7 @@ pub(crate) fn build_node_view<'a>(
     slices: &'a [ResourceSlice],
     slice_index: Option<&SliceIndex>,
     in_use: &InUse<'a>,
-    features: crate::Features,
+    features: crate::features::Features,
 ) -> Result<NodeView<'a>, String> {
     let gathered = gather_pools(node, slices, slice_index)?;
     let mut checked: smallvec::SmallVec<[CheckedPool<'a>; 2]> =

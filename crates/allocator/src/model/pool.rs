@@ -21,7 +21,7 @@ pub(super) fn prepare_pool<'a>(
     relevant: &[&'a ResourceSlice],
     others: &[&'a ResourceSlice],
     in_use: &InUse<'a>,
-    features: crate::Features,
+    features: crate::features::Features,
 ) -> Result<(), String> {
     let (driver, pool_name) = (view.pools[pi].driver, view.pools[pi].name);
     let start = view.devices.len();

@@ -540,7 +540,7 @@ impl SelectExports {
         input: &Message,
         len: i32,
         candidates: usize,
-        limits: &crate::Limits,
+        limits: &crate::limits::Limits,
     ) -> Result<RawDecision, SelectFailure> {
         let ptr = self.write_input(store, input, len)?;
         let packed = self
