@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::{Shared, json_response};
-use crate::apiserver::KubeRelease;
+use crate::apiserver::release::KubeRelease;
 use crate::apiserver::resource::Resource;
 
 /// The verbs of every resource.
