@@ -6,7 +6,7 @@ use serde::de::{self, MapAccess, Visitor};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{Version, VersionError};
+use crate::version::{Version, VersionError};
 
 /// Why a value cannot be a device attribute. Every variant names the value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -68,9 +68,9 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
 #[error("a blocking task failed: {0}")]
 pub struct BlockingError(String);
 
-impl From<BlockingError> for crate::PrepareError {
+impl From<BlockingError> for crate::error::PrepareError {
     fn from(e: BlockingError) -> Self {
-        crate::PrepareError::Other(e.to_string())
+        crate::error::PrepareError::Other(e.to_string())
     }
 }
 

@@ -7,7 +7,7 @@
 //! - [`wait`](DirWatch::wait) when any change means "look again": it returns after the next
 //!   change (the burst of events that came with it counts once) or after a resync period, and
 //!   needs no inotify at all ([`DirWatch::new`] falls back to polling).
-//!   [`watch_by_rescan`](crate::watch_by_rescan) is the whole watch loop built on it.
+//!   [`watch_by_rescan`](crate::rescan::watch_by_rescan) is the whole watch loop built on it.
 //! - [`next`](DirWatch::next) when it matters which entry changed: it returns one
 //!   [`DirEvent`] at a time, naming the directory and the entry, and follows a watched
 //!   directory that is removed and created again.

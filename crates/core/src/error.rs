@@ -152,7 +152,7 @@ pub enum PrepareError {
 
 impl PrepareError {
     /// A configuration entry of `claim` that was refused.
-    pub fn config(claim: impl std::fmt::Display, error: crate::ConfigError) -> Self {
+    pub fn config(claim: impl std::fmt::Display, error: crate::opaque::ConfigError) -> Self {
         PrepareError::Config {
             claim: claim.to_string(),
             message: crate::echo::chain(&error),

@@ -12,7 +12,10 @@ use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 
-use crate::{BackendContext, DeviceSource, PoolName, Preparer};
+use crate::hostfs::BackendContext;
+use crate::names::PoolName;
+use crate::prepare::Preparer;
+use crate::source::DeviceSource;
 
 /// What a backend is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

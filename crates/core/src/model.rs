@@ -8,7 +8,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{AttributeValue, CounterName, DeviceName, PoolName, QualifiedName, Quantity};
+use crate::attribute::AttributeValue;
+use crate::names::{CounterName, DeviceName, PoolName, QualifiedName};
+use crate::quantity::Quantity;
 
 /// Whether a device can be used right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -383,7 +385,7 @@ pub struct Pool {
 
 impl Pool {
     /// Each device of the pool with its health: the snapshot
-    /// [`watch_health`](crate::watch_health) takes.
+    /// [`watch_health`](crate::rescan::watch_health) takes.
     pub fn device_health(&self) -> Vec<(DeviceRef, Health)> {
         let at = |d: &Device| DeviceRef::new(self.name.clone(), d.name.clone());
         self.devices
@@ -408,11 +410,11 @@ impl Pool {
 
     /// Checks what Kubernetes checks within one pool: device names unique, counter sets unique,
     /// and every consumed counter defined in a set of the pool.
-    pub fn validate(&self) -> Result<(), crate::ModelError> {
+    pub fn validate(&self) -> Result<(), crate::error::ModelError> {
         let mut seen = std::collections::BTreeSet::new();
         for d in &self.devices {
             if !seen.insert(d.name.as_str()) {
-                return Err(crate::ModelError::DuplicateDevice {
+                return Err(crate::error::ModelError::DuplicateDevice {
                     pool: self.name.to_string(),
                     device: d.name.to_string(),
                 });
@@ -421,7 +423,7 @@ impl Pool {
         let mut sets = BTreeMap::new();
         for s in &self.shared_counters {
             if sets.insert(s.name.as_str(), s).is_some() {
-                return Err(crate::ModelError::DuplicateCounterSet {
+                return Err(crate::error::ModelError::DuplicateCounterSet {
                     pool: self.name.to_string(),
                     set: s.name.to_string(),
                 });
@@ -430,7 +432,7 @@ impl Pool {
         for d in &self.devices {
             for c in &d.consumes_counters {
                 let Some(set) = sets.get(c.counter_set.as_str()) else {
-                    return Err(crate::ModelError::UnknownCounter {
+                    return Err(crate::error::ModelError::UnknownCounter {
                         pool: self.name.to_string(),
                         device: d.name.to_string(),
                         counter: c.counter_set.to_string(),
@@ -438,7 +440,7 @@ impl Pool {
                 };
                 for name in c.counters.keys() {
                     if !set.counters.contains_key(name) {
-                        return Err(crate::ModelError::UnknownCounter {
+                        return Err(crate::error::ModelError::UnknownCounter {
                             pool: self.name.to_string(),
                             device: d.name.to_string(),
                             counter: format!("{}/{}", c.counter_set, name),
@@ -519,11 +521,11 @@ impl Inventory {
     }
 
     /// Validates every pool and checks pool names are unique.
-    pub fn validate(&self) -> Result<(), crate::ModelError> {
+    pub fn validate(&self) -> Result<(), crate::error::ModelError> {
         let mut seen = std::collections::BTreeSet::new();
         for p in &self.pools {
             if !seen.insert(p.name.as_str()) {
-                return Err(crate::ModelError::DuplicatePool {
+                return Err(crate::error::ModelError::DuplicatePool {
                     pool: p.name.to_string(),
                 });
             }
@@ -540,7 +542,7 @@ pub trait DeviceFilter: Send + Sync + fmt::Debug {
     /// True when `device` (in `pool`) matches. An error means the filter itself is broken for
     /// this device (e.g. a CEL runtime error); callers treat the device as not matching and
     /// report the error.
-    fn matches(&self, pool: &Pool, device: &Device) -> Result<bool, crate::ModelError>;
+    fn matches(&self, pool: &Pool, device: &Device) -> Result<bool, crate::error::ModelError>;
 }
 
 /// A filter that matches devices whose attributes equal all the given values (an empty set
@@ -566,7 +568,7 @@ impl AttributeMatch {
 }
 
 impl DeviceFilter for AttributeMatch {
-    fn matches(&self, _pool: &Pool, device: &Device) -> Result<bool, crate::ModelError> {
+    fn matches(&self, _pool: &Pool, device: &Device) -> Result<bool, crate::error::ModelError> {
         Ok(self
             .attributes
             .iter()

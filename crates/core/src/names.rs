@@ -449,7 +449,7 @@ impl From<QualifiedName> for String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::ClaimRef;
+    use crate::prepare::ClaimRef;
 
     #[test]
     fn device_names_follow_dns_label_rules() {

@@ -5,10 +5,11 @@ use std::fmt;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    ClaimName, ClaimUid, ContainerEdits, DeviceConfig, DeviceRef, NameError, Namespace,
-    PrepareError,
-};
+use crate::edits::ContainerEdits;
+use crate::error::PrepareError;
+use crate::model::DeviceRef;
+use crate::names::{ClaimName, ClaimUid, NameError, Namespace};
+use crate::opaque::DeviceConfig;
 
 /// The ResourceClaim a DRA prepare is for.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -78,7 +79,7 @@ pub struct AllocatedDevice {
     pub share_id: Option<String>,
     /// The opaque configuration entries for this driver that apply to this device's request, in
     /// order of precedence (class entries first, then the claim's, each in list order); see
-    /// [`effective_config`](crate::effective_config).
+    /// [`effective_config`](crate::opaque::effective_config).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub config: Vec<DeviceConfig>,
     /// The device was allocated with admin access (DRA `adminAccess`): for monitoring or

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::{Inventory, PublishError};
+use crate::error::PublishError;
+use crate::model::Inventory;
 
 /// Makes an inventory visible to Kubernetes: as ResourceSlices through the API server, or as
 /// ListAndWatch snapshots through device-plugin servers.

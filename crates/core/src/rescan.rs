@@ -1,4 +1,4 @@
-//! The whole [`DeviceSource::watch`](crate::DeviceSource::watch) of a backend that notices
+//! The whole [`DeviceSource::watch`](crate::source::DeviceSource::watch) of a backend that notices
 //! changes by looking again: [`watch_health`] (the backend says what its devices' health is
 //! now), [`watch_by_polling`] and [`watch_by_rescan`] (the backend says what changed).
 
@@ -8,12 +8,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::dirwatch::DirWatch;
-use crate::{DeviceRef, EventSender, Health, SourceError, SourceEvent};
+use crate::error::SourceError;
+use crate::model::{DeviceRef, Health};
+use crate::source::{EventSender, SourceEvent};
 
 /// The shortest `period` [`watch_by_rescan`] waits, so a zero period does not spin.
 const MIN_PERIOD: Duration = Duration::from_millis(1);
 
-/// Runs a backend's [`DeviceSource::watch`](crate::DeviceSource::watch) by looking again:
+/// Runs a backend's [`DeviceSource::watch`](crate::source::DeviceSource::watch) by looking again:
 /// calls `rescan` at once, then after every change in a directory `dirs` names and at the
 /// latest every `period`, and sends the events each call returns, in order.
 ///
@@ -23,7 +25,7 @@ const MIN_PERIOD: Duration = Duration::from_millis(1);
 ///   not hold a lock the backend's `discover` takes across an `.await`.
 /// - `dirs` names the directories whose entries coming and going mean "look again" (the
 ///   directories of device nodes or sockets), as real paths on this machine
-///   ([`HostFs::resolve`](crate::HostFs::resolve) gives them). It is asked again before every
+///   ([`HostFs::resolve`](crate::hostfs::HostFs::resolve) gives them). It is asked again before every
 ///   wait, so a directory that appears later or is created again is watched from then on. A
 ///   change wakes the loop once however many entries changed at once (inotify, through
 ///   [`DirWatch`]; polling every `period` when inotify is unavailable). Return an empty list
@@ -93,7 +95,7 @@ where
     watch_by_rescan(events, period, Vec::new, rescan).await
 }
 
-/// Runs a backend's [`DeviceSource::watch`](crate::DeviceSource::watch) from snapshots: calls
+/// Runs a backend's [`DeviceSource::watch`](crate::source::DeviceSource::watch) from snapshots: calls
 /// `health` at once and then every `period`; each call says what the health of the backend's
 /// devices is now.
 ///
@@ -201,8 +203,8 @@ mod tests {
 
     fn card(name: &str) -> DeviceRef {
         DeviceRef {
-            pool: crate::PoolName::new("node-a-fpga").unwrap(),
-            device: crate::DeviceName::new(name).unwrap(),
+            pool: crate::names::PoolName::new("node-a-fpga").unwrap(),
+            device: crate::names::DeviceName::new(name).unwrap(),
         }
     }
 

@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::{DeviceRef, Health, Pool, SourceError};
+use crate::error::SourceError;
+use crate::model::{DeviceRef, Health, Pool};
 
 /// Where a backend's [`DeviceSource::watch`] sends its events; `send(event).await` fails once
 /// nobody listens any more.
@@ -37,7 +38,7 @@ pub enum SourceEvent {
 ///   it sends events into `events` and returns when it has nothing more to watch (a backend that
 ///   cannot watch returns `Ok(())` at once). A closed channel means nobody listens: return.
 /// - `discover` and `watch` may run concurrently with each other and with the backend's
-///   [`Preparer`](crate::Preparer) methods.
+///   [`Preparer`](crate::prepare::Preparer) methods.
 #[async_trait]
 pub trait DeviceSource: Send + Sync + 'static {
     /// A short name for logs, e.g. `nvidia`. A daemon names each backend by the kind it was

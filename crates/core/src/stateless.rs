@@ -3,10 +3,10 @@
 
 use async_trait::async_trait;
 
-use crate::{
-    AllocatedDevice, ClaimRef, Consumer, ContainerEdits, DeviceRef, PrepareError, PreparedDevice,
-    Preparer,
-};
+use crate::edits::ContainerEdits;
+use crate::error::PrepareError;
+use crate::model::DeviceRef;
+use crate::prepare::{AllocatedDevice, ClaimRef, Consumer, PreparedDevice, Preparer};
 
 /// A backend whose `prepare` answers each device with its container edits: implement
 /// [`device_edits`](Self::device_edits) and the [`Preparer`] comes with it. A backend that later
@@ -114,7 +114,7 @@ mod tests {
     use parking_lot::Mutex;
 
     use super::*;
-    use crate::{DeviceName, PoolName};
+    use crate::names::{DeviceName, PoolName};
 
     /// A backend that grew an undo: it records what it released and refuses `busy`.
     #[derive(Default)]

@@ -5,7 +5,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::HostError;
+use crate::error::HostError;
 
 /// Slots offered for a device when the configuration does not say: the kubelet's default
 /// `maxPods`, so every pod of a default node can get one. KubeVirt offers 1000 (its

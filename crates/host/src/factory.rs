@@ -4,7 +4,8 @@ use kubedev_core::factory::{
     BackendFactory, BuildContext, BuildMode, Section, SectionError, typed,
 };
 
-use crate::{HostBackend, HostConfig};
+use crate::HostBackend;
+use crate::config::HostConfig;
 
 impl Section for HostConfig {
     fn validate(&self) -> Result<(), SectionError> {

@@ -107,7 +107,7 @@ struct State {
     reported: BTreeMap<usize, Health>,
 }
 
-/// The host backend: implements [`DeviceSource`] and [`Preparer`].
+/// The host backend: implements [`DeviceSource`] and [`Preparer`](kubedev_core::Preparer).
 #[derive(Debug, Clone)]
 pub struct HostBackend {
     entries: Arc<Vec<Entry>>,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::HostError;
+use crate::error::HostError;
 
 /// Where the root cgroup lists the host's miscellaneous resources (kernel 5.13 and later).
 pub const MISC_CAPACITY: &str = "/sys/fs/cgroup/misc.capacity";

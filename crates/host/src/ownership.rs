@@ -22,7 +22,8 @@ use kubedev_core::HostFs;
 use rustix::fs::{AtFlags, FileType, Gid, Mode, OFlags, Uid, XattrFlags};
 use rustix::io::Errno;
 
-use crate::{HostError, Owner};
+use crate::config::Owner;
+use crate::error::HostError;
 
 /// The file whose presence means SELinux is enabled on the host.
 pub const SELINUX_ENFORCE: &str = "/sys/fs/selinux/enforce";

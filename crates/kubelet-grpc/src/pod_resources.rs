@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::error::Error;
 use crate::pb::podresources::v1 as pr;
-use crate::{Error, uds};
+use crate::uds;
 
 /// Where the kubelet serves the pod resources API.
 pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::UnixListener;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::Error;
+use crate::error::Error;
 
 /// A socket file this process created; removed on drop unless someone replaced it.
 #[derive(Debug)]

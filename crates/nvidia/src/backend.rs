@@ -22,9 +22,9 @@ use kubedev_core::{
 use nvml_wrapper::Nvml;
 use tokio::sync::mpsc;
 
-use crate::NvidiaError;
 use crate::config::NvidiaConfig;
 use crate::devices::Built;
+use crate::error::NvidiaError;
 use crate::ffi;
 use crate::health::HealthTracker;
 use crate::records::RecordStore;

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::NvidiaError;
 use crate::driver::LibraryLayout;
+use crate::error::NvidiaError;
 
 /// How MIG (Multi-Instance GPU) is offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

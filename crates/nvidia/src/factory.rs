@@ -2,7 +2,8 @@
 
 use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
 
-use crate::{NvidiaBackend, NvidiaConfig};
+use crate::backend::NvidiaBackend;
+use crate::config::NvidiaConfig;
 
 impl Section for NvidiaConfig {
     fn validate(&self) -> Result<(), SectionError> {

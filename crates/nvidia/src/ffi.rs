@@ -21,7 +21,7 @@ use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings as sys;
 
-use crate::NvidiaError;
+use crate::error::NvidiaError;
 use crate::snapshot::{GpuInfo, MachineInfo, normalize_bus_id};
 use mig::{mig_instances, mig_profiles};
 

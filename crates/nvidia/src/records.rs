@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::NvidiaError;
+use crate::error::NvidiaError;
 use crate::snapshot::Placement;
 
 /// How far the work on one instance got.

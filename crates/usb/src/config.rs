@@ -7,7 +7,7 @@ use std::str::FromStr;
 use kubedev_core::ExtendedResourceName;
 use serde::{Deserialize, Serialize};
 
-use crate::UsbError;
+use crate::error::UsbError;
 
 /// Configuration of the USB backend: which groups of USB devices are offered under which name.
 ///

@@ -2,7 +2,8 @@
 
 use kubedev_core::factory::{BackendFactory, BuildContext, Section, SectionError, typed};
 
-use crate::{UsbBackend, UsbConfig};
+use crate::UsbBackend;
+use crate::config::UsbConfig;
 
 impl Section for UsbConfig {
     fn validate(&self) -> Result<(), SectionError> {

@@ -12,13 +12,13 @@
 //! adapter. The same devices in the same ports always form the same groups.
 //!
 //! An instance is named `<prefix>-<port>`: the resource's device prefix
-//! ([`UsbResource::device_prefix`](crate::UsbResource::device_prefix)) and the port path of its
+//! ([`UsbResource::device_prefix`](crate::config::UsbResource::device_prefix)) and the port path of its
 //! first device (`yubikey-1-1` for a YubiKey in port `1-1`), so a name survives re-plugging into
 //! the same port even though the device number changes.
 
 use kubedev_core::{AttributeValue, Device, DeviceName, QualifiedName};
 
-use crate::UsbResource;
+use crate::config::UsbResource;
 use crate::discover::UsbDevice;
 
 /// The attribute domain of USB devices.

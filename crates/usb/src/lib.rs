@@ -107,7 +107,7 @@ struct State {
     known_nodes: BTreeSet<String>,
 }
 
-/// The USB backend: implements [`DeviceSource`] and [`Preparer`].
+/// The USB backend: implements [`DeviceSource`] and [`Preparer`](kubedev_core::Preparer).
 #[derive(Debug, Clone)]
 pub struct UsbBackend {
     config: UsbConfig,

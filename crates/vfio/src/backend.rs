@@ -18,15 +18,16 @@ use kubedev_core::{
     Preparer, SourceError, SourceEvent, blocking,
 };
 
+use crate::bind;
 use crate::config::{Checked, VfioConfig};
 use crate::error::VfioError;
 use crate::mdev::{MdevTypeManager, MdevUnit, mdev_device, scan_mdevs, select_mdevs};
+use crate::naming::BACKEND_NAME;
 use crate::naming::{MDEV_PCI_RESOURCE_PREFIX, PCI_RESOURCE_PREFIX, resource_env_name};
 use crate::pci::{
     PciKind, PciUnit, SelectOptions, VFIO_CONTAINER, container_missing, scan, select, unit_device,
     unit_health,
 };
-use crate::{BACKEND_NAME, bind};
 
 /// One offered device.
 #[derive(Debug, Clone, PartialEq, Eq)]

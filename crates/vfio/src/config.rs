@@ -49,7 +49,7 @@ pub struct VfioConfig {
     /// Mediated devices to offer, by type name. Instances of other types are not offered.
     #[serde(default)]
     pub mediated_devices: Vec<MdevSelector>,
-    /// The mdev types the type manager keeps created (see [`crate::MdevTypeManager`]). Empty: the
+    /// The mdev types the type manager keeps created (see [`crate::mdev::MdevTypeManager`]). Empty: the
     /// type manager changes nothing.
     #[serde(default)]
     pub desired_mdev_types: Vec<DesiredMdevTypes>,

@@ -39,10 +39,10 @@ impl VfioError {
     pub(crate) fn into_source(self) -> SourceError {
         match self {
             VfioError::Config(_) => SourceError::Config {
-                backend: crate::BACKEND_NAME.into(),
+                backend: crate::naming::BACKEND_NAME.into(),
                 message: self.to_string(),
             },
-            other => SourceError::unavailable(crate::BACKEND_NAME, &other),
+            other => SourceError::unavailable(crate::naming::BACKEND_NAME, &other),
         }
     }
 

@@ -4,7 +4,8 @@ use kubedev_core::factory::{
     BackendFactory, BuildContext, BuildMode, Section, SectionError, typed,
 };
 
-use crate::{VfioBackend, VfioConfig};
+use crate::backend::VfioBackend;
+use crate::config::VfioConfig;
 
 impl Section for VfioConfig {
     fn validate(&self) -> Result<(), SectionError> {

@@ -75,8 +75,7 @@ mod naming;
 mod pci;
 mod settle;
 
-/// The backend's name (logs, configuration, pool suffix).
-pub const BACKEND_NAME: &str = "vfio";
+pub use naming::BACKEND_NAME;
 
 pub use backend::{Offered, VfioBackend};
 pub use bind::{BindRecord, OriginalBinding};

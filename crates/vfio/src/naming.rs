@@ -6,6 +6,9 @@ use std::str::FromStr;
 
 use kubedev_core::DeviceName;
 
+/// The backend's name (logs, configuration, pool suffix).
+pub const BACKEND_NAME: &str = "vfio";
+
 /// A PCI address in extended BDF notation, `dddd:bb:dd.f` (as sysfs spells it: lowercase hex;
 /// the domain has 4 digits, or more on hosts with large segment numbers such as Intel VMD's
 /// `10000`).

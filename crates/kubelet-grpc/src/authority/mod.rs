@@ -42,7 +42,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
 use tonic::transport::{Channel, Endpoint};
 
-use crate::Error;
+use crate::error::Error;
 pub use connection::Connection;
 
 /// Bytes buffered in each direction between a dialed socket and the HTTP/2 client.

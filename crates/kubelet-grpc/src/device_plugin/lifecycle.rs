@@ -13,7 +13,7 @@ use super::{
     API_VERSION, DevicePluginConfig, DevicePluginHandler, KUBELET_SOCKET, PluginDevice,
     PluginStatus,
 };
-use crate::Error;
+use crate::error::Error;
 use crate::pb::deviceplugin::v1beta1 as api;
 use crate::uds::{SocketGuard, bind_private, dial};
 use kubedev_core::echo::chain as error_chain;

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 pub use preferred::{PreferenceRequest, check_preference, default_preference};
 pub use publisher::{DevicePluginPublisher, ResourceDevices, Selection};
 
-use crate::Error;
+use crate::error::Error;
 use crate::uds::fit_socket_path;
 
 /// The API version this crate speaks to the kubelet's Registration service.
@@ -327,7 +327,7 @@ mod tests {
             .collect();
         for p in &paths {
             assert!(
-                p.as_os_str().len() <= crate::MAX_SOCKET_PATH_LEN,
+                p.as_os_str().len() <= crate::uds::MAX_SOCKET_PATH_LEN,
                 "{}",
                 p.display()
             );

@@ -19,7 +19,7 @@ use kubedev_core::{ClaimRef, DriverName, Health};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::Error;
+use crate::error::Error;
 use crate::uds::{SocketGuard, bind_private, fit_socket_path};
 pub use claim_error::{ClaimError, Retry};
 pub use health::KUBELET_DEFAULT_HEALTH_TIMEOUT;

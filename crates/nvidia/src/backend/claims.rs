@@ -5,8 +5,8 @@
 use kubedev_core::{AllocatedDevice, ClaimRef, PrepareError, PreparedDevice};
 
 use super::Inner;
-use crate::NvidiaError;
 use crate::devices::DeviceKind;
+use crate::error::NvidiaError;
 use crate::ffi;
 use crate::records::RecordState;
 use crate::sharing::{Sharing, Target, device_sharing};

@@ -7,9 +7,9 @@ use std::time::Instant;
 use kubedev_core::SourceError;
 
 use super::{BACKEND, Discovered, Inner};
-use crate::NvidiaError;
 use crate::config::MigStrategy;
 use crate::devices::{Built, build_pool};
+use crate::error::NvidiaError;
 use crate::ffi::{self, MachineRead};
 use crate::health::Probe;
 use crate::snapshot::MachineInfo;

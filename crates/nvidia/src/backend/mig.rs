@@ -6,8 +6,8 @@ use kubedev_core::ClaimRef;
 use nvml_wrapper::Nvml;
 
 use super::Inner;
-use crate::NvidiaError;
 use crate::devices::Owned;
+use crate::error::NvidiaError;
 use crate::ffi;
 use crate::records::{MigRecord, RecordState};
 use crate::snapshot::{GpuInfo, MigProfile, Placement};

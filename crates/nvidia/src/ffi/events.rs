@@ -8,7 +8,7 @@ use nvml_wrapper::{EventSet, Nvml};
 use nvml_wrapper_sys::bindings as sys;
 
 use super::nvml_err;
-use crate::NvidiaError;
+use crate::error::NvidiaError;
 use crate::health::Probe;
 
 /// Asks the GPU something cheap, to tell whether it answers.

@@ -11,7 +11,7 @@ use nvml_wrapper_sys::bindings as sys;
 
 use super::mig::{compute_instances, gpu_instances, mig_profiles, mig_uuids};
 use super::nvml_err;
-use crate::NvidiaError;
+use crate::error::NvidiaError;
 use crate::snapshot::{MigProfile, Placement};
 
 /// What exists at one placement of one GPU.
