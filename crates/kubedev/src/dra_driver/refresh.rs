@@ -53,7 +53,7 @@ impl DraDriver {
                     )
                     .await
             {
-                tracing::warn!(claim = %record.claim, error = %e, "cannot bring a prepared claim's device metadata up to date");
+                tracing::warn!(claim = %record.claim, error = %kubedev_core::echo::Chain(&e), "cannot bring a prepared claim's device metadata up to date");
             }
             let mut prepared = record.prepared.clone();
             let mut changed = false;

@@ -93,7 +93,7 @@ impl<'n> XidEvents<'n> {
                 Err(e) => {
                     // A failed registration frees the set: start a new one with the GPUs
                     // registered so far.
-                    tracing::warn!(gpu = %uuid, error = %e.error, "registering Xid events failed; GPU not watched");
+                    tracing::warn!(gpu = %uuid, error = %kubedev_core::echo::Chain(&e.error), "registering Xid events failed; GPU not watched");
                     set = nvml
                         .create_event_set()
                         .map_err(|e| nvml_err("nvmlEventSetCreate", "the system", &e))?;
