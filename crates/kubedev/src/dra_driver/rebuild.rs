@@ -4,7 +4,10 @@
 
 use std::path::PathBuf;
 
+use kubedev_kubelet_grpc::dra::Retry;
+
 use super::{DraDriver, Recovery, StepError};
+use crate::checkpoint::ClaimState;
 use crate::metadata::MetadataError;
 
 /// How long recovery waits for the API server's list of claims after a lost checkpoint.
@@ -67,9 +70,10 @@ impl DraDriver {
             .await
     }
 
-    /// Tries again what start-up recovery could not finish because the API server could not be
-    /// asked (see [`Recovery::cluster_error`]): prepares the reserved claims of this node again
-    /// and removes the specs no claim owns. Safe while the kubelet calls the driver (each claim
+    /// Tries again what start-up recovery could not finish (see [`Recovery::retry_later`]): the
+    /// API server could not be asked, or a claim's prepare failed in a way that may pass.
+    /// Prepares the reserved claims of this node that have no completed record and removes the
+    /// specs no claim owns. Safe while the kubelet calls the driver (each claim
     /// is prepared under its own lock, and prepare is idempotent). The result says whether the
     /// API server answered this time.
     pub async fn retry_rebuild(&self) -> Result<Recovery, StepError> {
@@ -93,6 +97,7 @@ impl DraDriver {
                 Ok(Ok(listed)) => listed,
                 Ok(Err(e)) => {
                     rec.cluster_error = Some(e);
+                    rec.retry_later = true;
                     return false;
                 }
                 Err(_) => {
@@ -100,6 +105,7 @@ impl DraDriver {
                         "the API server did not list the claims within {} s",
                         REBUILD_LIST_TIMEOUT.as_secs()
                     ));
+                    rec.retry_later = true;
                     return false;
                 }
             };
@@ -112,11 +118,22 @@ impl DraDriver {
             }
             let lock = self.locks.of(&claim.uid);
             let _held = lock.lock().await;
+            let prepared = self
+                .journal
+                .recorded()
+                .get(claim.uid.as_str())
+                .is_some_and(|r| r.state == ClaimState::PrepareCompleted);
+            if prepared {
+                // Rebuilt by an earlier try, or prepared by the kubelet since.
+                continue;
+            }
             match self.prepare_locked(&claim).await {
                 Ok(_) => rec.rebuilt.push(claim.uid.to_string()),
-                Err(f) => rec
-                    .rebuild_failed
-                    .push((claim.uid.to_string(), f.to_string())),
+                Err(f) => {
+                    rec.retry_later |= f.retry() == Retry::Retryable;
+                    rec.rebuild_failed
+                        .push((claim.uid.to_string(), f.to_string()));
+                }
             }
         }
         true

@@ -32,6 +32,10 @@ pub struct Recovery {
     pub rebuilt: Vec<String>,
     /// Claims the API server listed that could not be re-prepared, with why.
     pub rebuild_failed: Vec<(String, String)>,
+    /// Whether trying the rebuild again may do more: the API server could not be asked, or a
+    /// listed claim's prepare failed in a way the next try may not meet. The kubelet does not
+    /// prepare a running pod's claims again, so the driver must.
+    pub retry_later: bool,
     /// CDI specs kept although no record owns them, because the API server could not be asked
     /// whether their claims still exist.
     pub kept_unverified: Vec<PathBuf>,

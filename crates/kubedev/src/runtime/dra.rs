@@ -54,7 +54,7 @@ pub(super) async fn start_dra(
         .await
         .context("start-up recovery")?;
     report_recovery(&rec, spec.driver.as_ref(), cluster.events.as_ref(), obs).await;
-    if rec.cluster_error.is_some() {
+    if rec.retry_later {
         tokio::spawn(finish_recovery(
             driver.clone(),
             obs.metrics.clone(),
@@ -257,9 +257,10 @@ pub(super) async fn report_recovery(
     }
 }
 
-/// After a lost checkpoint whose rebuild could not ask the API server: tries again, 5 s after
-/// start and then with the wait doubling up to 5 minutes, until the API server answers; then
-/// logs and counts what it rebuilt and removed, and updates the `/readyz` note.
+/// After a lost checkpoint whose rebuild could not ask the API server, or could not prepare a
+/// claim again for a reason that may pass: tries again, 5 s after start and then with the wait
+/// doubling up to 5 minutes, until nothing is left to retry; logs and counts what each try
+/// rebuilt and removed, and updates the `/readyz` note.
 pub(super) async fn finish_recovery(
     driver: Arc<DraDriver>,
     metrics: Arc<Metrics>,
@@ -304,6 +305,10 @@ pub(super) async fn finish_recovery(
             rec.rebuild_failed.len(),
             rec.cdi_removed.len()
         );
+        if rec.retry_later {
+            tracing::warn!(rebuilt = ?rec.rebuilt, rebuild_failed = ?rec.rebuild_failed, cdi_removed = ?rec.cdi_removed, "the recovery of a lost checkpoint is not finished: {summary}; trying again");
+            continue;
+        }
         tracing::warn!(rebuilt = ?rec.rebuilt, rebuild_failed = ?rec.rebuild_failed, cdi_removed = ?rec.cdi_removed, "finished the recovery of a lost checkpoint: {summary}");
         probes.add_notice(format!("recovery finished later: {summary}"));
         return;

@@ -532,3 +532,45 @@ async fn a_rebuild_the_api_server_refused_at_start_finishes_later() {
     assert!(env.cdi_files()[0].to_string_lossy().contains("claim-uid-a"));
     stop(daemon);
 }
+
+/// A reserved claim the rebuild after a lost checkpoint could not prepare again, for a reason
+/// the next try may not meet (the API server failed its GET), is tried again in the background:
+/// the kubelet never prepares a running pod's claim again, so only kubedev can bring back its
+/// record and spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_the_rebuild_could_not_prepare_is_tried_again_later() {
+    let env = Env::new().await;
+    let a = env.claim("a", "claim-uid-a", &["gpu-0"]);
+    env.reserve("a", Some("pod-a"));
+    let daemon = env.start("").await;
+    let out = env.kubelet.prepare(DRIVER, &[a]).await.unwrap();
+    assert!(out.values().all(|r| r.is_ok()), "{out:?}");
+    stop(daemon);
+    let checkpoint = env
+        .root
+        .path()
+        .join("state")
+        .join(kubedev::checkpoint::CHECKPOINT_FILE);
+    std::fs::write(&checkpoint, "not a checkpoint").unwrap();
+    env.api
+        .fail_next(Verb::Get, Resource::ResourceClaims, 1, Fault::InternalError);
+
+    let daemon = env.start("").await;
+    assert!(
+        env.checkpoint().is_empty(),
+        "the first try failed, so the claim has no record yet"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while env.checkpoint().len() != 1 || env.cdi_files().len() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the claim was not prepared again: records {:?}, specs {:?}",
+            env.checkpoint(),
+            env.cdi_files()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env.checkpoint()[0].0, "claim-uid-a");
+    assert!(env.cdi_files()[0].to_string_lossy().contains("claim-uid-a"));
+    stop(daemon);
+}
