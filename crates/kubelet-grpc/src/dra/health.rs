@@ -128,25 +128,38 @@ impl v1::dra_resource_health_server::DraResourceHealth for HealthService {
 }
 
 fn v1alpha1_snapshot(devices: &[DeviceHealthReport]) -> v1alpha1::NodeWatchResourcesResponse {
-    // The two versions are identical field for field; convert through the wire format's shape.
-    let v1 = v1_snapshot(devices);
-    v1alpha1::NodeWatchResourcesResponse {
-        devices: v1
-            .devices
-            .into_iter()
-            .map(|d| v1alpha1::DeviceHealth {
-                device: d.device.map(|i| v1alpha1::DeviceIdentifier {
-                    pool_name: i.pool_name,
-                    device_name: i.device_name,
-                }),
-                health: d.health,
-                last_updated_time: d.last_updated_time,
-                health_check_timeout_seconds: d.health_check_timeout_seconds,
-                message: d.message,
-            })
-            .collect(),
-    }
+    v1_snapshot(devices).into()
 }
+
+/// Converts a health snapshot between the two versions, which are the same message field for
+/// field.
+macro_rules! same_snapshot {
+    ($from:ident => $to:ident) => {
+        impl From<$from::NodeWatchResourcesResponse> for $to::NodeWatchResourcesResponse {
+            fn from(msg: $from::NodeWatchResourcesResponse) -> Self {
+                $to::NodeWatchResourcesResponse {
+                    devices: msg
+                        .devices
+                        .into_iter()
+                        .map(|d| $to::DeviceHealth {
+                            device: d.device.map(|i| $to::DeviceIdentifier {
+                                pool_name: i.pool_name,
+                                device_name: i.device_name,
+                            }),
+                            health: d.health,
+                            last_updated_time: d.last_updated_time,
+                            health_check_timeout_seconds: d.health_check_timeout_seconds,
+                            message: d.message,
+                        })
+                        .collect(),
+                }
+            }
+        }
+    };
+}
+
+same_snapshot!(v1 => v1alpha1);
+same_snapshot!(v1alpha1 => v1);
 
 #[tonic::async_trait]
 impl v1alpha1::dra_resource_health_server::DraResourceHealth for HealthService {

@@ -67,28 +67,6 @@ fn seen(msg: drahealth::v1::NodeWatchResourcesResponse) -> Vec<(String, DeviceHe
         .collect()
 }
 
-/// v1alpha1 and v1 are the same message field for field.
-fn v1_of(
-    msg: drahealth::v1alpha1::NodeWatchResourcesResponse,
-) -> drahealth::v1::NodeWatchResourcesResponse {
-    drahealth::v1::NodeWatchResourcesResponse {
-        devices: msg
-            .devices
-            .into_iter()
-            .map(|d| drahealth::v1::DeviceHealth {
-                device: d.device.map(|i| drahealth::v1::DeviceIdentifier {
-                    pool_name: i.pool_name,
-                    device_name: i.device_name,
-                }),
-                health: d.health,
-                last_updated_time: d.last_updated_time,
-                health_check_timeout_seconds: d.health_check_timeout_seconds,
-                message: d.message,
-            })
-            .collect(),
-    }
-}
-
 /// Hands every message of `stream` to `on` until the stream ends or `cancel` fires; the
 /// status code it failed with, if it did.
 async fn follow<T>(
@@ -160,7 +138,7 @@ pub(super) async fn follow_health(
             drahealth::v1alpha1::dra_resource_health_client::DraResourceHealthClient::new(channel);
         let req = drahealth::v1alpha1::NodeWatchResourcesRequest {};
         match c.node_watch_resources(req).await {
-            Ok(resp) => follow(resp.into_inner(), &cancel, |m| apply(seen(v1_of(m)))).await,
+            Ok(resp) => follow(resp.into_inner(), &cancel, |m| apply(seen(m.into()))).await,
             Err(status) => Some(status.code()),
         }
     };
