@@ -518,18 +518,7 @@ async fn a_rebuild_the_api_server_refused_at_start_finishes_later() {
         "a spec was removed without asking the API server"
     );
     assert!(env.checkpoint().is_empty());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while env.checkpoint().len() != 1 || env.cdi_files().len() != 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the rebuild was not finished: records {:?}, specs {:?}",
-            env.checkpoint(),
-            env.cdi_files()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(env.checkpoint()[0].0, "claim-uid-a");
-    assert!(env.cdi_files()[0].to_string_lossy().contains("claim-uid-a"));
+    wait_for_only_record_and_spec(&env, "claim-uid-a", "the rebuild was not finished").await;
     stop(daemon);
 }
 
@@ -560,17 +549,23 @@ async fn a_claim_the_rebuild_could_not_prepare_is_tried_again_later() {
         env.checkpoint().is_empty(),
         "the first try failed, so the claim has no record yet"
     );
+    wait_for_only_record_and_spec(&env, "claim-uid-a", "the claim was not prepared again").await;
+    stop(daemon);
+}
+
+/// Waits up to 30 s until the checkpoint holds only claim `uid` and the CDI directory only its
+/// spec; fails with `what` and what is there.
+async fn wait_for_only_record_and_spec(env: &Env, uid: &str, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while env.checkpoint().len() != 1 || env.cdi_files().len() != 1 {
         assert!(
             Instant::now() < deadline,
-            "the claim was not prepared again: records {:?}, specs {:?}",
+            "{what}: records {:?}, specs {:?}",
             env.checkpoint(),
             env.cdi_files()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(env.checkpoint()[0].0, "claim-uid-a");
-    assert!(env.cdi_files()[0].to_string_lossy().contains("claim-uid-a"));
-    stop(daemon);
+    assert_eq!(env.checkpoint()[0].0, uid);
+    assert!(env.cdi_files()[0].to_string_lossy().contains(uid));
 }
