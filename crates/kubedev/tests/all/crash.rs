@@ -252,11 +252,7 @@ async fn a_damaged_checkpoint_keeps_the_cdi_specs_of_claims_whose_pods_run() {
 
     // The damage: the checkpoint cut to 300 bytes, claim b's spec truncated, and the pod of
     // `gone` deleted (its claim no longer reserved) while the daemon was down.
-    let checkpoint = env
-        .root
-        .path()
-        .join("state")
-        .join(kubedev::checkpoint::CHECKPOINT_FILE);
+    let checkpoint = env.checkpoint_path();
     std::fs::OpenOptions::new()
         .write(true)
         .open(&checkpoint)
@@ -497,11 +493,7 @@ async fn a_rebuild_the_api_server_refused_at_start_finishes_later() {
     let out = env.kubelet.prepare(DRIVER, &[a, gone]).await.unwrap();
     assert!(out.values().all(|r| r.is_ok()), "{out:?}");
     stop(daemon);
-    let checkpoint = env
-        .root
-        .path()
-        .join("state")
-        .join(kubedev::checkpoint::CHECKPOINT_FILE);
+    let checkpoint = env.checkpoint_path();
     std::fs::write(&checkpoint, "not a checkpoint").unwrap();
     env.reserve("gone", None);
     env.api.fail_next(
@@ -535,11 +527,7 @@ async fn a_claim_the_rebuild_could_not_prepare_is_tried_again_later() {
     let out = env.kubelet.prepare(DRIVER, &[a]).await.unwrap();
     assert!(out.values().all(|r| r.is_ok()), "{out:?}");
     stop(daemon);
-    let checkpoint = env
-        .root
-        .path()
-        .join("state")
-        .join(kubedev::checkpoint::CHECKPOINT_FILE);
+    let checkpoint = env.checkpoint_path();
     std::fs::write(&checkpoint, "not a checkpoint").unwrap();
     env.api
         .fail_next(Verb::Get, Resource::ResourceClaims, 1, Fault::InternalError);

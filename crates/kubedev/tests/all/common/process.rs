@@ -200,13 +200,16 @@ impl Env {
     }
 
     /// Claim UID → state, from the checkpoint file.
-    pub(crate) fn checkpoint(&self) -> Vec<(String, String)> {
-        let path = self
-            .root
+    /// Where the daemon keeps its checkpoint.
+    pub(crate) fn checkpoint_path(&self) -> std::path::PathBuf {
+        self.root
             .path()
             .join("state")
-            .join(kubedev::checkpoint::CHECKPOINT_FILE);
-        let Ok(bytes) = std::fs::read(path) else {
+            .join(kubedev::checkpoint::CHECKPOINT_FILE)
+    }
+
+    pub(crate) fn checkpoint(&self) -> Vec<(String, String)> {
+        let Ok(bytes) = std::fs::read(self.checkpoint_path()) else {
             return vec![];
         };
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
