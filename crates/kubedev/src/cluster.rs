@@ -121,7 +121,8 @@ fn status_error(e: &kubedev_apiserver::Error) -> ClaimError {
 pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices, PublisherTask)> {
     let client = connect(spec.kubeconfig.as_deref()).await?;
     let publisher = SlicePublisher::new(client.clone(), spec.driver.clone(), &spec.node_name)?
-        .with_unhealthy_devices(spec.unhealthy_devices);
+        .with_unhealthy_devices(spec.unhealthy_devices)
+        .with_rate_limit(spec.slice_requests.qps, spec.slice_requests.burst);
     let api = publisher.api_status();
     if !spec.device_classes.is_empty() {
         tokio::spawn(kubedev_apiserver::apply_device_classes_until_done(

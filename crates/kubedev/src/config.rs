@@ -24,7 +24,7 @@ pub(crate) use checks::{PolicyModule, policy_module};
 pub use device_plugin::{
     DevicePluginSection, MAX_REPLICAS, ResourceConfig, ResourceSpec, Selector,
 };
-pub use dra::{DeviceClassConfig, DraSection, DraSpec, UnhealthyDevicesConfig};
+pub use dra::{DeviceClassConfig, DraSection, DraSpec, SliceRequests, UnhealthyDevicesConfig};
 
 /// A configuration file that could not be used.
 #[derive(Debug, thiserror::Error)]

@@ -53,10 +53,44 @@ pub struct DraSection {
     /// The file holding the node's boot ID.
     #[serde(default = "default_boot_id")]
     pub boot_id_path: PathBuf,
+    /// How fast the ResourceSlice publisher may send requests to the API server.
+    #[serde(default)]
+    pub slice_requests: SliceRequests,
     /// DeviceClasses the driver applies to the cluster (server-side apply, so every node's
     /// daemon may apply the same ones).
     #[serde(default)]
     pub device_classes: Vec<DeviceClassConfig>,
+}
+
+/// The ResourceSlice publisher's request rate (`dra.sliceRequests`): on average `qps` requests
+/// a second, in bursts of up to `burst` (client-go's defaults, 5 and 10, which the kubelet
+/// plugins of other drivers use too). `qps: 0` lifts the limit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SliceRequests {
+    /// Requests a second on average.
+    #[serde(default = "default_slice_qps")]
+    pub qps: f64,
+    /// Requests sent at once before the average applies.
+    #[serde(default = "default_slice_burst")]
+    pub burst: u32,
+}
+
+fn default_slice_qps() -> f64 {
+    5.0
+}
+
+fn default_slice_burst() -> u32 {
+    10
+}
+
+impl Default for SliceRequests {
+    fn default() -> Self {
+        SliceRequests {
+            qps: default_slice_qps(),
+            burst: default_slice_burst(),
+        }
+    }
 }
 
 /// What the ResourceSlices show of an unhealthy device (`dra.unhealthyDevices`).
@@ -130,6 +164,7 @@ impl Default for DraSection {
             claim_status: true,
             device_metadata: false,
             boot_id_path: default_boot_id(),
+            slice_requests: SliceRequests::default(),
             device_classes: Vec::new(),
         }
     }
@@ -164,6 +199,8 @@ pub struct DraSpec {
     pub device_metadata: bool,
     /// Boot ID file.
     pub boot_id_path: PathBuf,
+    /// The ResourceSlice publisher's request rate.
+    pub slice_requests: SliceRequests,
     /// DeviceClasses to apply.
     pub device_classes: Vec<kubedev_apiserver::DeviceClassSpec>,
 }
@@ -196,7 +233,23 @@ impl Config {
         let pod_uid = d.pod_uid(path, &env)?;
         d.check_sockets(path, &driver, &plugin_dir, pod_uid.as_deref())?;
         let device_classes = d.device_class_specs(path, &driver)?;
+        let rate = d.slice_requests;
+        if !(rate.qps.is_finite() && rate.qps >= 0.0) {
+            return Err(ConfigError::invalid(
+                path,
+                "dra.sliceRequests.qps",
+                format!("{} is not a rate: use 0 (no limit) or more", rate.qps),
+            ));
+        }
+        if rate.burst == 0 {
+            return Err(ConfigError::invalid(
+                path,
+                "dra.sliceRequests.burst",
+                "0 would send nothing: use 1 or more",
+            ));
+        }
         Ok(Some(DraSpec {
+            slice_requests: rate,
             device_classes,
             state_dir: d.state_dir.clone().unwrap_or_else(|| plugin_dir.clone()),
             driver,

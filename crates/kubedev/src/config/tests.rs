@@ -1,5 +1,5 @@
 //! Tests of loading a configuration: a complete file, errors naming the field, file and line,
-//! DRA defaults and the environment, socket directories, duplicate resources, backends and
+//! DRA defaults and the environment, the slice request rate, socket directories, duplicate resources, backends and
 //! policies left out of the build.
 
 use super::*;
@@ -121,6 +121,35 @@ fn dra_settings_take_defaults_and_the_environment() {
     let c: Config = serde_saphyr::from_str(&bad).unwrap();
     let err = c.dra(Path::new("c.yaml"), env).unwrap_err().to_string();
     assert!(err.contains("dra.driverName"), "{err}");
+}
+
+#[test]
+fn the_slice_request_rate_defaults_to_client_go_and_refuses_what_would_stall_publishing() {
+    let dra = |extra: &str| {
+        let text = format!(
+            "nodeName: n\ndra:\n  enabled: true\n  driverName: gpu.example.com\n{extra}{GOOD}"
+        );
+        let c: Config = serde_saphyr::from_str(&text).unwrap();
+        c.dra(Path::new("c.yaml"), |_| None)
+    };
+    let d = dra("").unwrap().unwrap();
+    assert_eq!((d.slice_requests.qps, d.slice_requests.burst), (5.0, 10));
+    let d = dra("  sliceRequests: {qps: 0}\n").unwrap().unwrap();
+    assert_eq!((d.slice_requests.qps, d.slice_requests.burst), (0.0, 10));
+    let d = dra("  sliceRequests: {qps: 50, burst: 100}\n")
+        .unwrap()
+        .unwrap();
+    assert_eq!((d.slice_requests.qps, d.slice_requests.burst), (50.0, 100));
+    for (bad, field) in [
+        ("{qps: -1}", "dra.sliceRequests.qps"),
+        ("{qps: .nan}", "dra.sliceRequests.qps"),
+        ("{burst: 0}", "dra.sliceRequests.burst"),
+    ] {
+        let err = dra(&format!("  sliceRequests: {bad}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(field), "{bad}: {err}");
+    }
 }
 
 #[test]
