@@ -156,6 +156,7 @@ unless bindAddress names one. */}}
 {{- $_ := set $dra "unhealthyDevices" $v.dra.unhealthyDevices }}
 {{- $_ := set $dra "deviceMetadata" $v.dra.deviceMetadata }}
 {{- $_ := set $dra "claimStatus" $v.rbac.claimStatus }}
+{{- $_ := set $dra "sliceRequests" $v.dra.sliceRequests }}
 {{- with $v.dra.deviceClasses }}
 {{- $_ := set $dra "deviceClasses" . }}
 {{- end }}
