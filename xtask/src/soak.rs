@@ -4,8 +4,8 @@
 //! Three workloads, one daemon each (`soak/dra.rs`, `soak/device_plugin.rs`,
 //! `soak/watches.rs`): claims prepared and unprepared in DRA mode, pods given devices in
 //! device-plugin mode across kubelet restarts, each with failures mixed in, and the daemon's
-//! watches (presence polls, configuration reloads, the API server's watches) compressed in
-//! time. After a warm-up the daemon is left alone for
+//! watches (presence polls, configuration reloads, the API server's watches, USB, VFIO and NVML
+//! hardware coming and going) compressed in time. After a warm-up the daemon is left alone for
 //! [`IDLE`] and measured: resident memory, open files, threads, the checkpoint, files on disk
 //! and metric series; then the workload runs with a measurement every `--sample-every` units,
 //! and after another idle pause the last measurement must match the first.
@@ -20,6 +20,7 @@ use anyhow::{Context as _, bail, ensure};
 pub(crate) mod burst;
 mod device_plugin;
 mod dra;
+mod hardware;
 mod watches;
 
 /// How long to wait for the daemon to register, answer or stop.
@@ -46,7 +47,8 @@ pub(crate) struct Args {
     pub(crate) pods: u64,
     /// Events of the watches soak after its warm-up (0: none): the presence poll every 10 ms,
     /// a device flapping each event, the configuration replaced every 2nd, the API server's
-    /// watches dropped every 10th; memory may grow by at most 384 KiB there.
+    /// watches dropped every 10th, a USB key replugged, a VFIO group node or an NVML GPU lost
+    /// and back each event in turn, an Xid every 25th; memory may grow by at most 384 KiB there.
     #[arg(long, default_value_t = 400)]
     pub(crate) watch_events: u64,
     /// Claims in the burst: one `NodePrepareResources` call of them all, answered within the

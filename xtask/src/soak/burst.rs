@@ -190,7 +190,7 @@ fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
 /// `cargo xtask bench`) or the first thing that went wrong.
 pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<String> {
     let count = usize::try_from(args.burst)?;
-    let node = Node::new(args.parent_dir(), 1_000).await?;
+    let node = Node::new(args.parent_dir(), 1_000, "").await?;
     let daemon: Daemon = node.start(bin).await?;
     let pid = daemon.0.id();
     let api_port = node.api.addr().port();

@@ -24,7 +24,7 @@ pub(super) const FLAKY: &str = "gpu-flaky";
 
 /// Runs the DRA soak with `bin`.
 pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
-    let mut node = Node::new(args.parent_dir(), 20).await?;
+    let mut node = Node::new(args.parent_dir(), 20, "").await?;
     let daemon = node.start(bin).await?;
     let probe = Probe {
         pid: daemon.0.id(),
@@ -81,8 +81,24 @@ impl Workload for Node {
 
 impl Node {
     /// The node's files in a new directory under `parent`; the static backend polls its
-    /// devices' presence every `poll_ms`.
-    pub(super) async fn new(parent: Option<&Path>, poll_ms: u64) -> anyhow::Result<Node> {
+    /// devices' presence every `poll_ms`. `extra` follows the static backend's section in the
+    /// configuration: more backends, then top-level keys.
+    pub(super) async fn new(
+        parent: Option<&Path>,
+        poll_ms: u64,
+        extra: &str,
+    ) -> anyhow::Result<Node> {
+        Node::with_slice_qps(parent, poll_ms, extra, 5).await
+    }
+
+    /// [`Node::new`] with the ResourceSlice publisher sending `qps` requests a second (0: no
+    /// limit).
+    pub(super) async fn with_slice_qps(
+        parent: Option<&Path>,
+        poll_ms: u64,
+        extra: &str,
+        qps: u32,
+    ) -> anyhow::Result<Node> {
         let dir = super::node_dir(parent)?;
         let r = dir.path();
         let api = ApiServer::start().await?;
@@ -108,7 +124,7 @@ impl Node {
         std::fs::write(
             r.join("kubedev.yaml"),
             format!(
-                "nodeName: {NODE}\nstateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  kubeconfig: {r}/kubeconfig\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  stateDir: {r}/state\n  bootIdPath: {r}/boot_id\n  deviceMetadata: true\nbackends:\n  static:\n    pool: {NODE}\n    pollIntervalMs: {poll_ms}\n    devices:\n{devices}",
+                "nodeName: {NODE}\nstateDir: {r}/backend-state\nmetrics:\n  address: 127.0.0.1:{metrics_port}\n  podResourcesSocket: {r}/pod-resources.sock\ndra:\n  enabled: true\n  driverName: {DRIVER}\n  kubeconfig: {r}/kubeconfig\n  pluginDir: {r}/plugins\n  registryDir: {r}/registry\n  cdiDir: {r}/cdi\n  stateDir: {r}/state\n  bootIdPath: {r}/boot_id\n  deviceMetadata: true\n  sliceRequests: {{qps: {qps}}}\nbackends:\n  static:\n    pool: {NODE}\n    pollIntervalMs: {poll_ms}\n    devices:\n{devices}{extra}",
                 r = r.display()
             ),
         )?;

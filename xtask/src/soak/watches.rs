@@ -3,8 +3,14 @@
 //! device goes missing and comes back every event and is republished each time, the
 //! configuration file is replaced every second event (alternating the poll interval, so the
 //! backend and its watch are rebuilt), and the API server drops every watch every tenth event,
-//! as its watch timeouts do. 20,000 events are about 120,000 presence polls (6.7 hours at the
-//! default interval), 10,000 configuration reloads and 2,000 dropped watches.
+//! as its watch timeouts do. Beside it the usb, vfio and nvidia backends watch a fake machine
+//! (`soak/hardware.rs`): each event unplugs and replugs a USB key, removes and restores a VFIO
+//! group node, or loses and restores a GPU through the NVML stand-in (probed every 10 ms), in
+//! turn, and every 25th an Xid taints a GPU that is healthy by then (every other time or so: it
+//! is tainted until its recheck a second later); each change must show in the ResourceSlices
+//! (the publisher's request limit is lifted so the soak is not paced by it). 20,000 events are
+//! about 120,000 presence polls (6.7 hours at the default interval), 10,000 configuration
+//! reloads, 2,000 dropped watches, 6,667 changes of each kind of hardware and some 400 Xids.
 //!
 //! Memory may grow by at most [`MAX_GROWTH_KIB`] here: a reload that kept 2.2 KiB (the
 //! watcher tasks it stopped, before they were reaped) grew it by 440 KiB over CI's 400 events.
@@ -15,7 +21,8 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use kubedev_testkit::apiserver::Resource;
 
-use super::dra::{FLAKY, Node};
+use super::dra::{FLAKY, NODE, Node};
+use super::hardware::{Hardware, Part, XID_DEVICE, XID_EVERY};
 use super::{Args, Probe, Soak, WAIT, Workload};
 
 /// Presence poll interval of the soak, in milliseconds.
@@ -28,7 +35,8 @@ pub(super) const MAX_GROWTH_KIB: u64 = 384;
 
 /// Runs the watches soak with `bin`.
 pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
-    let node = Node::new(args.parent_dir(), POLL_MS).await?;
+    let hardware = Hardware::new(args.parent_dir())?;
+    let node = Node::with_slice_qps(args.parent_dir(), POLL_MS, &hardware.config(), 0).await?;
     let daemon = node.start(bin).await?;
     let probe = Probe {
         pid: daemon.0.id(),
@@ -40,6 +48,7 @@ pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
     };
     let mut work = Watches {
         node,
+        hardware,
         event: 0,
         applied: 0,
     };
@@ -50,14 +59,16 @@ pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
     let (samples, new_series, per_second) =
         super::drive(&probe, &mut work, &pace, args.watch_events, |_| false).await?;
     daemon.stop()?;
+    let (removals, xids) = (work.hardware.removals, work.hardware.xids);
     work.node.kubelet.stop().await;
     work.node.api.shutdown().await;
     Ok(Soak {
         what: format!(
             "watches, {} events after {EVERY} of warm-up (presence polled every {POLL_MS} ms, a \
              device flapping each event, the configuration replaced every 2nd, the API \
-             server's watches dropped every 10th)",
-            args.watch_events
+             server's watches dropped every 10th; in all {} USB replugs, {} VFIO group nodes and \
+             {} GPUs lost and back, {} Xids)",
+            args.watch_events, removals[0], removals[1], removals[2], xids
         ),
         unit: "events",
         samples,
@@ -68,6 +79,7 @@ pub(super) async fn run(bin: &Path, args: &Args) -> anyhow::Result<Soak> {
 
 struct Watches {
     node: Node,
+    hardware: Hardware,
     /// Events so far.
     event: u64,
     /// Configuration reloads applied so far, as the daemon counts them.
@@ -77,12 +89,30 @@ struct Watches {
 impl Workload for Watches {
     async fn step(&mut self) -> anyhow::Result<u64> {
         self.event += 1;
-        let before = self.slices();
+        let before = self.slices(NODE);
         self.node.set_present(FLAKY, self.event.is_multiple_of(2))?;
-        self.wait("the flapping device to be published", |w| {
-            Ok(w.slices() != before)
+        let part = Part::of_event(self.event);
+        let pool = format!("{NODE}-{}", part.backend());
+        self.hardware.set(part, false)?;
+        self.wait(
+            "the flapping device and the part taken away to be published",
+            |w| Ok(w.slices(NODE) != before && w.tainted(&pool, part.device()) == Some(true)),
+        )
+        .await?;
+        self.hardware.set(part, true)?;
+        self.wait("the part brought back to be published", |w| {
+            Ok(w.tainted(&pool, part.device()) == Some(false))
         })
         .await?;
+        let nvidia = format!("{NODE}-nvidia");
+        if self.event.is_multiple_of(XID_EVERY) && self.tainted(&nvidia, XID_DEVICE) == Some(false)
+        {
+            self.hardware.xid()?;
+            self.wait("the Xid to be published", |w| {
+                Ok(w.tainted(&nvidia, XID_DEVICE) == Some(true))
+            })
+            .await?;
+        }
         if self.event.is_multiple_of(2) {
             self.replace_config()?;
             let want = self.applied + 1;
@@ -104,9 +134,29 @@ impl Workload for Watches {
 }
 
 impl Watches {
-    /// The driver's ResourceSlices as the API server holds them.
-    fn slices(&self) -> String {
-        serde_json::to_string(&self.node.api.objects(Resource::ResourceSlices)).unwrap_or_default()
+    /// The ResourceSlices of pool `pool` as the API server holds them.
+    fn slices(&self, pool: &str) -> String {
+        let slices: Vec<serde_json::Value> = self
+            .node
+            .api
+            .objects(Resource::ResourceSlices)
+            .into_iter()
+            .filter(|s| s["spec"]["pool"]["name"] == pool)
+            .collect();
+        serde_json::to_string(&slices).unwrap_or_default()
+    }
+
+    /// Whether device `device` of pool `pool` is published with a taint (`None`: it is not
+    /// published).
+    fn tainted(&self, pool: &str, device: &str) -> Option<bool> {
+        let slices = self.node.api.objects(Resource::ResourceSlices);
+        let found = slices
+            .iter()
+            .filter(|s| s["spec"]["pool"]["name"] == pool)
+            .filter_map(|s| s["spec"]["devices"].as_array())
+            .flatten()
+            .find(|d| d["name"] == device)?;
+        Some(found["taints"].as_array().is_some_and(|t| !t.is_empty()))
     }
 
     /// Replaces the configuration file (written beside it, renamed over it, as a ConfigMap
