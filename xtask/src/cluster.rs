@@ -11,7 +11,7 @@
 //! - `down`: every process, container, mount, cgroup and directory of the cluster removed.
 
 mod build;
-mod image;
+pub(crate) mod image;
 mod node;
 mod pki;
 mod tests;

@@ -487,12 +487,14 @@ impl Soak {
 struct Daemon(Child);
 
 impl Daemon {
-    /// Starts `bin run --config <config>`, its standard error appended to `log`.
+    /// Starts `bin run --config <config>` in the environment kubedev's image gives it, its
+    /// standard error appended to `log`.
     fn spawn(bin: &Path, config: &Path, log: &Path) -> anyhow::Result<Daemon> {
         let log = std::fs::File::create(log)?;
         let child = Command::new(bin)
             .args(["run", "--config"])
             .arg(config)
+            .envs(crate::cluster::image::KUBEDEV_ENV.iter().copied())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

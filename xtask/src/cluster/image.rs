@@ -15,11 +15,16 @@ pub(crate) const BUSYBOX: &str = "kubedev.local/busybox:1";
 /// kubedev's own image repository; the tag is the crate's version.
 pub(crate) const KUBEDEV_REPOSITORY: &str = "kubedev.local/kubedev";
 
-/// One image to write: its name, root file system and command.
+/// The environment kubedev's image gives the daemon, as `deploy/Dockerfile` does (deploy-check
+/// holds the two the same): one malloc arena.
+pub(crate) const KUBEDEV_ENV: &[(&str, &str)] = &[("MALLOC_ARENA_MAX", "1")];
+
+/// One image to write: its name, root file system, command and environment (beside `PATH`).
 pub(crate) struct Image<'a> {
     pub(crate) name: &'a str,
     pub(crate) rootfs: &'a Path,
     pub(crate) entrypoint: &'a [&'a str],
+    pub(crate) env: &'a [(&'a str, &'a str)],
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -60,12 +65,16 @@ pub(crate) fn write_archive(image: &Image<'_>, work: &Path, out: &Path) -> anyho
     )?;
     let layer = std::fs::read(&layer_tar)?;
     let (layer_digest, layer_size) = put_blob(&layout, &layer)?;
+    let env: Vec<String> =
+        std::iter::once("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into())
+            .chain(image.env.iter().map(|(k, v)| format!("{k}={v}")))
+            .collect();
     let config = serde_json::to_vec(&json!({
         "architecture": "amd64",
         "os": "linux",
         "config": {
             "Entrypoint": image.entrypoint,
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Env": env,
             "WorkingDir": "/",
         },
         "rootfs": {"type": "layers", "diff_ids": [layer_digest]},

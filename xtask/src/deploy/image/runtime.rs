@@ -1,6 +1,6 @@
 //! The runtime stage against the chart and the workspace: a base deploy-check knows, root, the
 //! binary the chart runs installed on the PATH, ENTRYPOINT and CMD the chart's command, the
-//! metrics port exposed, the labels; then the builder stage the binary comes from (the
+//! metrics port exposed, the environment the soaks measure, the labels; then the builder stage the binary comes from (the
 //! `builder` module). And the libraries the daemon's ELF headers name, in the base.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -115,6 +115,8 @@ pub(super) fn check_dockerfile(
     ));
     // EXPOSE: the metrics port.
     problems.extend(check_expose(runtime, chart));
+    // ENV: what the soaks and the real cluster run the daemon with.
+    problems.extend(check_env(runtime));
     // Labels.
     problems.extend(check_labels(runtime, ws, chart));
 
@@ -339,6 +341,31 @@ fn check_expose(runtime: &Stage, chart: &Chart) -> Vec<String> {
              (exposed: {exposed:?})",
         at(runtime.line)
     )]
+}
+
+/// The runtime stage sets the environment kubedev's image gives the daemon
+/// ([`KUBEDEV_ENV`](crate::cluster::image::KUBEDEV_ENV): the image the real cluster runs, and
+/// what the soaks measure); returns the problems.
+fn check_env(runtime: &Stage) -> Vec<String> {
+    let mut set = BTreeMap::new();
+    for i in runtime.all("ENV") {
+        if let Ok(pairs) = pairs(&i.args) {
+            set.extend(pairs.into_iter().map(|(k, v)| (k, v.unwrap_or_default())));
+        }
+    }
+    crate::cluster::image::KUBEDEV_ENV
+        .iter()
+        .filter(|(k, v)| set.get(*k).map(String::as_str) != Some(*v))
+        .map(|(k, v)| {
+            format!(
+                "{}: the runtime stage sets {k} to {:?}, but kubedev's image sets {k}={v} \
+                 (KUBEDEV_ENV in xtask/src/cluster/image.rs: what the soaks and the real \
+                 cluster run the daemon with)",
+                at(runtime.line),
+                set.get(*k)
+            )
+        })
+        .collect()
 }
 
 /// The OCI labels (source, licenses, description) are the workspace's, and the chart's

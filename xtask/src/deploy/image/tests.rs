@@ -25,6 +25,7 @@ LABEL org.opencontainers.image.source="https://example.invalid/kubedev" \
       org.opencontainers.image.description="kubedev: a daemon"
 COPY --from=builder /out/kubedev /usr/local/bin/
 USER 0:0
+ENV MALLOC_ARENA_MAX=1
 EXPOSE 9464/tcp
 ENTRYPOINT ["/usr/local/bin/kubedev"]
 CMD ["run", "--config", "/etc/kubedev/config.yaml"]
@@ -342,6 +343,14 @@ fn runtime_drift_is_reported() {
     one(
         &problems_with("EXPOSE 9464/tcp", "EXPOSE 8080"),
         "does not EXPOSE 9464",
+    );
+    one(
+        &problems_with("ENV MALLOC_ARENA_MAX=1\n", ""),
+        "sets MALLOC_ARENA_MAX to None, but kubedev's image sets MALLOC_ARENA_MAX=1",
+    );
+    one(
+        &problems_with("MALLOC_ARENA_MAX=1", "MALLOC_ARENA_MAX=8"),
+        "sets MALLOC_ARENA_MAX to Some(\"8\")",
     );
     one(
         &problems_with("licenses=Apache-2.0", "licenses=MIT"),
