@@ -1,7 +1,8 @@
 //! The scheduler feature gates the allocator follows.
 
-/// Scheduler feature gates that change what the allocator does. The default is Kubernetes
-/// 1.36's defaults (alpha features off).
+/// Scheduler feature gates that change what the allocator does. The default has every gate off:
+/// the defaults of Kubernetes 1.36, 1.37 and the 1.38 candidate (v1.38.0-beta.0, where both are
+/// still alpha).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Features {
