@@ -11,6 +11,7 @@
 //! - `down`: every process, container, mount, cgroup and directory of the cluster removed.
 
 mod build;
+mod gates;
 pub(crate) mod image;
 mod node;
 mod pki;
@@ -48,6 +49,9 @@ enum Action {
     },
     /// Tear down a running cluster: processes, containers, mounts, cgroups, directories.
     Down,
+    /// Compare the API server emulator's feature gates with the release's `kube_features.go`
+    /// (`test` does this first).
+    Gates,
 }
 
 pub(crate) fn cluster(root: &Path, args: &Args) -> anyhow::Result<()> {
@@ -69,6 +73,7 @@ pub(crate) fn cluster(root: &Path, args: &Args) -> anyhow::Result<()> {
         }
         Action::Test { only } => test(root, &args.kubernetes, only.as_deref()),
         Action::Down => node::down(),
+        Action::Gates => gates::check(root, &args.kubernetes),
     }
 }
 
@@ -122,6 +127,7 @@ fn up(root: &Path, version: &str) -> anyhow::Result<node::Node> {
 fn test(root: &Path, version: &str, only: Option<&str>) -> anyhow::Result<()> {
     let started = Instant::now();
     let built = build(root, version)?;
+    gates::check(root, version)?;
     let before = tests::connections();
     let sampler = tests::Sampler::start();
     let result = start(root, built).and_then(|node| {

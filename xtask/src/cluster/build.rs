@@ -115,6 +115,19 @@ pub(crate) fn build_all(root: &Path, version: &str) -> anyhow::Result<Binaries> 
     })
 }
 
+/// The `GOTOOLCHAIN` for the Go module in `module`: a module that names a newer Go than the
+/// machine's (`toolchain go1.27.3`) gets it from the module proxy, since the machine's
+/// GOTOOLCHAIN may say `local`; `auto` otherwise.
+pub(super) fn go_toolchain(module: &Path) -> anyhow::Result<String> {
+    let path = module.join("go.mod");
+    let go_mod =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(go_mod
+        .lines()
+        .find_map(|l| l.strip_prefix("toolchain "))
+        .map_or_else(|| "auto".to_string(), |t| t.trim().to_string()))
+}
+
 /// The Kubernetes versions with a module under tools/cluster.
 pub(crate) fn known_versions(root: &Path) -> Vec<String> {
     let mut versions: Vec<String> = std::fs::read_dir(root.join("tools/cluster"))
@@ -186,13 +199,7 @@ fn build_module(root: &Path, dir: &str, ldflags: &str, tags: &str) -> anyhow::Re
         out.display()
     );
     let started = Instant::now();
-    // A module that names a newer Go than the machine's (`go 1.27.3`, or `toolchain
-    // go1.27.3`) gets it from the module proxy: the machine's GOTOOLCHAIN may say `local`.
-    let go_mod = std::fs::read_to_string(module.join("go.mod"))?;
-    let toolchain = go_mod
-        .lines()
-        .find_map(|l| l.strip_prefix("toolchain "))
-        .map_or_else(|| "auto".to_string(), |t| t.trim().to_string());
+    let toolchain = go_toolchain(&module)?;
     let mut out_arg = out.clone().into_os_string();
     out_arg.push("/");
     let output = Command::new("go")

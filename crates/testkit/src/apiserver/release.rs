@@ -27,8 +27,8 @@ pub mod gate {
 
 /// A Kubernetes minor release whose API server the emulator imitates.
 ///
-/// 1.38 (due December 2026) follows what its enhancement pull requests plan for the DRA feature
-/// gates, as of the enhancement freeze (2026-09-30); it may still change before the release.
+/// 1.38 (due 2026-12-16) follows its candidate v1.38.0-beta.0; it may still change before the
+/// release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 #[non_exhaustive]
 pub enum KubeRelease {
@@ -43,8 +43,8 @@ pub enum KubeRelease {
     /// Kubernetes 1.37 (released 2026-08-26): device taints, extended resources and claim
     /// device status reach GA.
     V1_37,
-    /// Kubernetes 1.38 (planned): binding conditions, partitionable devices and consumable
-    /// capacity reach GA; list-type attributes reach beta and are on by default.
+    /// Kubernetes 1.38 (as v1.38.0-beta.0 has it): binding conditions, partitionable devices
+    /// and consumable capacity reach GA; list-type attributes stay alpha.
     #[default]
     V1_38,
 }
@@ -189,17 +189,17 @@ const fn stage(since: u32, stage: FeatureStage, default: bool, locked: bool) -> 
 
 use FeatureStage::{Alpha, Beta, Ga};
 
-/// The upstream versioned specs of the modelled gates. Up to 1.37 they are read from each
-/// release's `kube_features.go`; the 1.38 entries are what that release's enhancement pull
-/// requests plan (KEP numbers beside them), a GA gate locked to on as upstream locks them.
+/// The upstream versioned specs of the modelled gates, as each release's `kube_features.go`
+/// declares them (1.38: v1.38.0-beta.0). `cargo xtask cluster gates` compares them with the
+/// `k8s.io/kubernetes` module the real cluster is built from.
 const GATES: &[GateSpec] = &[
     GateSpec {
         name: gate::DRA_CONSUMABLE_CAPACITY,
         history: &[
             stage(34, Alpha, false, false),
             stage(36, Beta, true, false),
-            // KEP-5075: GA, kubernetes/enhancements#6375 (approved, not merged at the freeze).
-            stage(38, Ga, true, true),
+            // KEP-5075: GA in v1.38.0-beta.0, not yet locked (locked in 1.39).
+            stage(38, Ga, true, false),
         ],
     },
     GateSpec {
@@ -207,7 +207,7 @@ const GATES: &[GateSpec] = &[
         history: &[
             stage(34, Alpha, false, false),
             stage(36, Beta, true, false),
-            // KEP-5007: GA, kubernetes/enhancements#6005 (merged).
+            // KEP-5007: GA and locked in v1.38.0-beta.0.
             stage(38, Ga, true, true),
         ],
     },
@@ -217,7 +217,7 @@ const GATES: &[GateSpec] = &[
             stage(33, Alpha, false, false),
             stage(36, Beta, true, false),
             stage(37, Ga, true, false),
-            // Locked in 1.38: kubernetes/kubernetes#140256 (merged).
+            // Locked in 1.38.
             stage(38, Ga, true, true),
         ],
     },
@@ -231,19 +231,15 @@ const GATES: &[GateSpec] = &[
     },
     GateSpec {
         name: gate::DRA_LIST_TYPE_ATTRIBUTES,
-        history: &[
-            stage(36, Alpha, false, false),
-            // KEP-5491: beta, kubernetes/enhancements#6354 (open); on, as beta gates are.
-            stage(38, Beta, true, false),
-        ],
+        // KEP-5491 planned beta for 1.38; v1.38.0-beta.0 keeps it alpha.
+        history: &[stage(36, Alpha, false, false)],
     },
     GateSpec {
         name: gate::DRA_PARTITIONABLE_DEVICES,
         history: &[
             stage(33, Alpha, false, false),
             stage(36, Beta, true, false),
-            // KEP-4815: GA, kubernetes/enhancements#6381 (open; the 1.38 release team's
-            // tracking still says beta, which changes nothing here: on either way).
+            // KEP-4815: GA and locked in v1.38.0-beta.0.
             stage(38, Ga, true, true),
         ],
     },
@@ -279,6 +275,23 @@ impl FeatureGates {
     /// The gate's value, or `None` if the release does not have it.
     pub fn get(&self, gate: &str) -> Option<bool> {
         self.values.get(gate).copied()
+    }
+
+    /// Whether the gate is locked to its default in this release (`--feature-gates` may not
+    /// change it); `false` for a gate the release does not have.
+    pub fn locked(&self, gate: &str) -> bool {
+        GATES
+            .iter()
+            .find(|g| g.name == gate)
+            .and_then(|g| g.at(self.release))
+            .is_some_and(|s| s.locked)
+    }
+
+    /// Every gate the emulator models, in name order.
+    pub fn modelled() -> Vec<&'static str> {
+        let mut names: Vec<&'static str> = GATES.iter().map(|g| g.name).collect();
+        names.sort_unstable();
+        names
     }
 
     /// The gate's stage in this release, or `None` if the release does not have it.
@@ -327,11 +340,10 @@ mod tests {
         assert_eq!(on(KubeRelease::V1_35, list), None);
         assert_eq!(on(KubeRelease::V1_36, list), Some(false));
         assert_eq!(on(KubeRelease::V1_37, list), Some(false));
-        assert_eq!(on(KubeRelease::V1_38, list), Some(true));
+        assert_eq!(on(KubeRelease::V1_38, list), Some(false));
         for g in [
             gate::DRA_PARTITIONABLE_DEVICES,
             gate::DRA_DEVICE_BINDING_CONDITIONS,
-            gate::DRA_CONSUMABLE_CAPACITY,
         ] {
             let gates = KubeRelease::V1_38.default_feature_gates();
             assert_eq!(gates.get(g), Some(true), "{g}");
@@ -343,6 +355,17 @@ mod tests {
                 "{g} is locked in 1.38"
             );
         }
+        // GA in 1.38, but not locked until 1.39.
+        let capacity = gate::DRA_CONSUMABLE_CAPACITY;
+        assert_eq!(
+            KubeRelease::V1_38.default_feature_gates().stage(capacity),
+            Some(FeatureStage::Ga)
+        );
+        assert!(
+            KubeRelease::V1_38
+                .resolve_gates(&[(capacity.to_owned(), false)])
+                .is_ok()
+        );
         for r in KubeRelease::ALL {
             assert_eq!(on(r, gate::DRA_RESOURCE_CLAIM_DEVICE_STATUS), Some(true));
         }

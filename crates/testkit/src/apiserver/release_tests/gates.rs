@@ -428,8 +428,9 @@ fn list_attributes_are_unknown_before_1_36_and_gated_after() {
         );
     }
 
-    // 1.36 and 1.37 know the field; with the alpha gate off the strategy drops it silently.
-    for release in [V1_36, V1_37] {
+    // 1.36, 1.37 and 1.38 know the field; with the alpha gate off the strategy drops it
+    // silently.
+    for release in [V1_36, V1_37, V1_38] {
         let store = store(release);
         let written = create(
             &store,
@@ -443,17 +444,6 @@ fn list_attributes_are_unknown_before_1_36_and_gated_after() {
             json!({"int": 0})
         );
     }
-
-    // 1.38 turns the gate on by default (beta): kept.
-    let stored = created(
-        &store(V1_38),
-        Resource::ResourceSlices,
-        list_slice(json!({"ints": [0, 1]})),
-    );
-    assert_eq!(
-        stored["spec"]["devices"][0]["attributes"]["numa"]["ints"],
-        json!([0, 1])
-    );
 
     // With the gate on: kept and validated.
     let store = store_with(V1_36, &[(gate::DRA_LIST_TYPE_ATTRIBUTES, true)]);
