@@ -52,6 +52,45 @@ pub struct RegistrationLabels {
     pub resource: String,
 }
 
+/// Labels of a request the kubelet sent to one of the daemon's sockets.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KubeletRequestLabels {
+    /// The gRPC method, `/<package>.<Service>/<Method>` (`other` for a service the daemon
+    /// does not serve).
+    pub method: String,
+    /// Which client's `:authority` it carried: `localhost`, `escaped-socket-path`,
+    /// `socket-path`, `empty`, `none` or `other`.
+    pub authority: String,
+}
+
+/// The services whose methods `kubelet_requests` names; any other becomes `other`.
+const KNOWN_SERVICES: [&str; 6] = [
+    "pluginregistration.Registration",
+    "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+    "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+    "v1.DRAResourceHealth",
+    "v1alpha1.DRAResourceHealth",
+    "v1beta1.DevicePlugin",
+];
+
+/// `method` as a label: as it is for a known service and a plausible method name, else
+/// `other` (a client choosing paths must not grow the series).
+fn method_label(method: &str) -> String {
+    let known = method
+        .strip_prefix('/')
+        .and_then(|m| m.split_once('/'))
+        .is_some_and(|(service, name)| {
+            KNOWN_SERVICES.contains(&service)
+                && (1..=48).contains(&name.len())
+                && name.bytes().all(|b| b.is_ascii_alphabetic())
+        });
+    if known {
+        method.to_string()
+    } else {
+        "other".to_string()
+    }
+}
+
 /// Labels of an outcome.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
@@ -137,6 +176,8 @@ pub struct Metrics {
     pub recovery: Family<RecoveryLabels, Counter>,
     /// 1 for each gated API feature kubedev needs and the API server drops.
     pub api_feature_unavailable: Family<FeatureLabels, Gauge>,
+    /// Requests the kubelet sent to the daemon's sockets, by method and `:authority`.
+    pub kubelet_requests: Family<KubeletRequestLabels, Counter>,
     slice_writer: SliceWriter,
     /// Every registered family's metadata, written even while the family has no series.
     families: Vec<FamilyDescriptor>,
@@ -328,6 +369,12 @@ impl Metrics {
             "Selection-policy calls from GetPreferredAllocation, by outcome",
             Family::<PolicyLabels, Counter>::default(),
         );
+        let kubelet_requests = r.add(
+            "kubelet_requests",
+            "Requests the kubelet (or another client) sent to the daemon's registration, DRA \
+             and device-plugin sockets, by gRPC method and the kind of :authority it sent",
+            Family::<KubeletRequestLabels, Counter>::default(),
+        );
         let held_devices = r.add(
             "device_held",
             "1 for each device a container holds, with pod, namespace and container",
@@ -345,6 +392,7 @@ impl Metrics {
             slice_publishes,
             policy_calls,
             held_devices,
+            kubelet_requests,
             config_reloads,
             policy_fuel,
             slice_writes,
@@ -375,6 +423,21 @@ impl Metrics {
             });
             counter.inc_by(n.saturating_sub(counter.get()));
         }
+    }
+
+    /// An observer for the daemon's sockets that counts each request in `kubelet_requests`.
+    pub fn request_observer(self: &Arc<Self>) -> kubedev_kubelet_grpc::authority::RequestObserver {
+        let metrics = Arc::downgrade(self);
+        kubedev_kubelet_grpc::authority::RequestObserver::new(move |seen| {
+            if let Some(m) = metrics.upgrade() {
+                m.kubelet_requests
+                    .get_or_create(&KubeletRequestLabels {
+                        method: method_label(seen.method),
+                        authority: seen.authority_kind().to_string(),
+                    })
+                    .inc();
+            }
+        })
     }
 
     /// Counts one configuration reload with its outcome.
@@ -452,6 +515,27 @@ mod tests {
         }
         fn write_counts(&self) -> kubedev_core::WriteCounts {
             *self.0.lock()
+        }
+    }
+
+    #[test]
+    fn request_methods_of_unknown_services_or_odd_names_share_one_series() {
+        for (method, label) in [
+            (
+                "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+                "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+            ),
+            (
+                "/pluginregistration.Registration/GetInfo",
+                "/pluginregistration.Registration/GetInfo",
+            ),
+            ("/grpc.health.v1.Health/Check", "other"),
+            ("/v1.DRAPlugin/NodePrepareResources", "other"),
+            ("/v1beta1.DevicePlugin/Allocate%20x", "other"),
+            ("/v1beta1.DevicePlugin/", "other"),
+            ("", "other"),
+        ] {
+            assert_eq!(method_label(method), label, "{method}");
         }
     }
 

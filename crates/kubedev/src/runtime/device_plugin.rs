@@ -236,8 +236,9 @@ impl DevicePlugins {
         }
         for (r, raw, policy, devices) in added {
             let started = (|| -> anyhow::Result<DevicePluginHandle> {
-                let mut cfg =
-                    DevicePluginConfig::new(devices.name().clone()).plugin_dir(&dp.directory);
+                let mut cfg = DevicePluginConfig::new(devices.name().clone())
+                    .plugin_dir(&dp.directory)
+                    .observe_requests(sh.obs.metrics.request_observer());
                 if let Some(k) = &dp.kubelet_socket {
                     cfg = cfg.kubelet_socket(k);
                 }

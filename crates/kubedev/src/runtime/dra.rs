@@ -66,7 +66,8 @@ pub(super) async fn start_dra(
     let mut cfg = DraPluginConfig::new(spec.driver.clone())
         .plugin_dir(&spec.plugin_dir)
         .registry_dir(&spec.registry_dir)
-        .health(spec.health);
+        .health(spec.health)
+        .observe_requests(obs.metrics.request_observer());
     if let Some(uid) = &spec.pod_uid {
         cfg = cfg.pod_uid(uid);
     }

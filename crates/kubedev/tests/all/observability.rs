@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use crate::common::{self, Claims, Daemon, Slices};
 use kubedev::runtime::ClusterServices;
-use kubedev_testkit::kubelet::{ClaimId, DraKubelet, KubeletEmulator, PodResourcesEmulator};
+use kubedev_testkit::kubelet::{
+    ClaimId, DraKubelet, KubeletEmulator, KubeletRelease, PodResourcesEmulator,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const DRIVER: &str = "devices.example.com";
@@ -143,6 +145,43 @@ devicePlugin:
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }
+    // How the emulated kubelet called each socket, as the daemon saw it: the methods, the
+    // DRA service it chose, and the `:authority` its release sends (the cluster tests hold
+    // the real kubelet to the same).
+    let dialing = KubeletRelease::default().dialing();
+    let expected = [
+        (
+            "/pluginregistration.Registration/GetInfo",
+            &dialing.registration,
+        ),
+        (
+            "/pluginregistration.Registration/NotifyRegistrationStatus",
+            &dialing.registration,
+        ),
+        (
+            "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources",
+            &dialing.dra,
+        ),
+        // Health is on in this configuration, and advertised: kubelets from 1.37 open `v1`.
+        ("/v1.DRAResourceHealth/NodeWatchResources", &dialing.dra),
+        (
+            "/v1beta1.DevicePlugin/GetDevicePluginOptions",
+            &dialing.device_plugin,
+        ),
+        ("/v1beta1.DevicePlugin/ListAndWatch", &dialing.device_plugin),
+    ];
+    for (method, authority) in expected {
+        let series = format!(
+            "kubedev_kubelet_requests_total{{method=\"{method}\",authority=\"{}\"}}",
+            authority.label()
+        );
+        assert!(m.contains(&series), "missing {series} in\n{m}");
+    }
+    let requests: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("kubedev_kubelet_requests_total{"))
+        .collect();
+    assert_eq!(requests.len(), expected.len(), "{requests:#?}");
     assert!(
         m.contains("kubedev_resourceslice_publishes_total{result=\"ok\"}"),
         "{m}"

@@ -60,11 +60,66 @@ enum Policy {
     Send(Vec<u8>),
 }
 
-/// The socket a connection came in on, and its WARN rate limit.
+/// The socket a connection came in on, its WARN rate limit, and who hears of each request.
 #[derive(Debug)]
 struct SocketContext {
     path: String,
     warned: Mutex<WarnState>,
+    observer: Option<RequestObserver>,
+}
+
+/// One request a client sent on a served socket, as it arrived: the method it called and the
+/// `:authority` it sent (before any replacement).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct RequestSeen<'a> {
+    /// The socket it came in on.
+    pub socket: &'a str,
+    /// The gRPC method, as `:path` (`/v1.DRAPlugin/NodePrepareResources`).
+    pub method: &'a str,
+    /// The `:authority` as sent; `None` when the request had none.
+    pub authority: Option<&'a [u8]>,
+}
+
+impl RequestSeen<'_> {
+    /// Which client stack's `:authority` this is, for a label: `localhost`, `socket-path`,
+    /// `escaped-socket-path`, `empty`, `none` (not sent) or `other`.
+    pub fn authority_kind(&self) -> &'static str {
+        let Some(sent) = self.authority else {
+            return "none";
+        };
+        let socket = Path::new(self.socket);
+        [
+            ClientAuthority::Localhost,
+            ClientAuthority::SocketPath,
+            ClientAuthority::EscapedSocketPath,
+            ClientAuthority::Empty,
+        ]
+        .iter()
+        .find(|kind| kind.value_for(socket) == sent)
+        .map_or("other", ClientAuthority::label)
+    }
+}
+
+/// Called for every request a served socket passes on to its server (refused ones excluded).
+#[derive(Clone)]
+pub struct RequestObserver(Arc<dyn Fn(&RequestSeen<'_>) + Send + Sync>);
+
+impl RequestObserver {
+    /// An observer that calls `f` for each request.
+    pub fn new(f: impl Fn(&RequestSeen<'_>) + Send + Sync + 'static) -> Self {
+        RequestObserver(Arc::new(f))
+    }
+
+    fn notify(&self, seen: &RequestSeen<'_>) {
+        (self.0)(seen)
+    }
+}
+
+impl std::fmt::Debug for RequestObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RequestObserver")
+    }
 }
 
 #[derive(Debug, Default)]
@@ -74,10 +129,11 @@ struct WarnState {
 }
 
 impl SocketContext {
-    fn new(path: &Path) -> Arc<Self> {
+    fn new(path: &Path, observer: Option<RequestObserver>) -> Arc<Self> {
         Arc::new(SocketContext {
             path: path.display().to_string(),
             warned: Mutex::default(),
+            observer,
         })
     }
 
@@ -107,7 +163,16 @@ pub fn incoming(
     listener: UnixListener,
     socket: &Path,
 ) -> impl Stream<Item = std::io::Result<Connection>> + Send + 'static {
-    let context = SocketContext::new(socket);
+    incoming_observed(listener, socket, None)
+}
+
+/// [`incoming`], telling `observer` (when there is one) of every request passed on.
+pub fn incoming_observed(
+    listener: UnixListener,
+    socket: &Path,
+    observer: Option<RequestObserver>,
+) -> impl Stream<Item = std::io::Result<Connection>> + Send + 'static {
+    let context = SocketContext::new(socket, observer);
     futures::stream::unfold(listener, move |listener| {
         let context = context.clone();
         async move {
@@ -138,6 +203,18 @@ pub enum ClientAuthority {
 }
 
 impl ClientAuthority {
+    /// A short name for the kind: `localhost`, `socket-path`, `escaped-socket-path`, `empty`,
+    /// or `other` for a fixed value ([`RequestSeen::authority_kind`] uses the same names).
+    pub fn label(&self) -> &'static str {
+        match self {
+            ClientAuthority::Localhost => "localhost",
+            ClientAuthority::SocketPath => "socket-path",
+            ClientAuthority::EscapedSocketPath => "escaped-socket-path",
+            ClientAuthority::Empty => "empty",
+            ClientAuthority::Value(_) => "other",
+        }
+    }
+
     /// The bytes this client puts in `:authority` when it dials `socket`.
     pub fn value_for(&self, socket: &Path) -> Vec<u8> {
         use std::os::unix::ffi::OsStrExt;
@@ -184,7 +261,7 @@ pub async fn dial(
     let endpoint = Endpoint::from_static("http://localhost")
         .connect_timeout(timeout)
         .timeout(timeout);
-    let context = SocketContext::new(socket);
+    let context = SocketContext::new(socket, None);
     endpoint
         .connect_with_connector(tower::service_fn(move |_: http::Uri| {
             let path = path.clone();

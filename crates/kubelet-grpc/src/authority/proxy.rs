@@ -272,6 +272,18 @@ impl RequestFilter {
                         authority,
                         replaced,
                     } => {
+                        if let Some(observer) = &self.socket.observer {
+                            let method = headers
+                                .iter()
+                                .find(|(n, _)| n == b":path")
+                                .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                                .unwrap_or_default();
+                            observer.notify(&super::RequestSeen {
+                                socket: &self.socket.path,
+                                method,
+                                authority: authority.as_deref(),
+                            });
+                        }
                         self.note_authority(authority, replaced);
                         list = headers;
                     }

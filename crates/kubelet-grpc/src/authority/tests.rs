@@ -92,6 +92,47 @@ async fn every_authority_a_client_sends_is_served() {
 }
 
 #[tokio::test]
+async fn the_observer_hears_each_request_with_its_method_and_the_authority_as_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reg.sock");
+    let cancel = CancellationToken::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let observer = RequestObserver::new(move |r: &RequestSeen<'_>| {
+        record.lock().push((
+            r.method.to_string(),
+            r.authority_kind(),
+            r.socket.to_string(),
+        ));
+    });
+    let listener = UnixListener::bind(&path).unwrap();
+    let router = tonic::transport::Server::builder()
+        .add_service(reg::registration_server::RegistrationServer::new(Info));
+    tokio::spawn(router.serve_with_incoming_shutdown(
+        incoming_observed(listener, &path, Some(observer)),
+        cancel.clone().cancelled_owned(),
+    ));
+    for authority in all_authorities() {
+        get_info(&path, authority).await.unwrap();
+    }
+    let socket = path.display().to_string();
+    let method = "/pluginregistration.Registration/GetInfo".to_string();
+    assert_eq!(
+        *seen.lock(),
+        [
+            "escaped-socket-path",
+            "socket-path",
+            "localhost",
+            "empty",
+            "other"
+        ]
+        .map(|kind| (method.clone(), kind, socket.clone()))
+        .to_vec()
+    );
+    cancel.cancel();
+}
+
+#[tokio::test]
 async fn without_the_layer_the_kubelets_authority_is_reset() {
     // What the layer exists for: the HTTP/2 server alone resets these streams.
     let dir = tempfile::tempdir().unwrap();
@@ -471,7 +512,7 @@ fn escaped_paths_match_what_grpc_clients_send() {
 
 #[test]
 fn warnings_are_rate_limited_per_socket_and_count_what_was_suppressed() {
-    let context = SocketContext::new(Path::new("/x.sock"));
+    let context = SocketContext::new(Path::new("/x.sock"), None);
     let mut logged = Vec::new();
     for _ in 0..5 {
         context.warn_limited(|suppressed| logged.push(suppressed));

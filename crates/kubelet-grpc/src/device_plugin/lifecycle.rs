@@ -53,7 +53,7 @@ fn serve(
         .add_service(api::device_plugin_server::DevicePluginServer::new(service));
     let signal = stop.clone();
     let resource = config.resource.to_string();
-    let incoming = crate::authority::incoming(listener, socket);
+    let incoming = crate::authority::incoming_observed(listener, socket, config.observer.clone());
     let task = tokio::spawn(async move {
         if let Err(e) = server
             .serve_with_incoming_shutdown(incoming, signal.cancelled_owned())

@@ -121,6 +121,7 @@ pub struct DevicePluginConfig {
     instance: String,
     register_backoff: Vec<Duration>,
     pre_start_timeout: Duration,
+    observer: Option<crate::authority::RequestObserver>,
 }
 
 impl DevicePluginConfig {
@@ -134,7 +135,14 @@ impl DevicePluginConfig {
             instance: instance_id(),
             register_backoff: [1, 2, 5, 10].map(Duration::from_secs).to_vec(),
             pre_start_timeout: Duration::from_secs(20),
+            observer: None,
         }
+    }
+
+    /// Tells `observer` of every request the kubelet sends on the plugin's socket.
+    pub fn observe_requests(mut self, observer: crate::authority::RequestObserver) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     /// The device-plugin directory (default `/var/lib/kubelet/device-plugins`).

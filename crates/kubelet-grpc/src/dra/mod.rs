@@ -89,6 +89,7 @@ pub struct DraPluginConfig {
     registry_dir: PathBuf,
     pod_uid: Option<String>,
     health: bool,
+    observer: Option<crate::authority::RequestObserver>,
 }
 
 impl DraPluginConfig {
@@ -101,6 +102,7 @@ impl DraPluginConfig {
             registry_dir: PathBuf::from(DEFAULT_REGISTRY_DIR),
             pod_uid: None,
             health: false,
+            observer: None,
         }
     }
 
@@ -127,6 +129,12 @@ impl DraPluginConfig {
     /// Serves the health services and advertises them.
     pub fn health(mut self, on: bool) -> Self {
         self.health = on;
+        self
+    }
+
+    /// Tells `observer` of every request the kubelet sends on the DRA and registration sockets.
+    pub fn observe_requests(mut self, observer: crate::authority::RequestObserver) -> Self {
+        self.observer = Some(observer);
         self
     }
 
@@ -285,6 +293,7 @@ impl DraPlugin {
             router,
             listener,
             &dra_socket,
+            config.observer.clone(),
             cancel.clone(),
             "DRA",
         ));
@@ -308,6 +317,7 @@ impl DraPlugin {
             router,
             listener,
             &registration_socket,
+            config.observer.clone(),
             cancel.clone(),
             "registration",
         ));
@@ -327,10 +337,11 @@ fn spawn_server(
     router: tonic::transport::server::Router,
     listener: tokio::net::UnixListener,
     socket: &Path,
+    observer: Option<crate::authority::RequestObserver>,
     cancel: CancellationToken,
     what: &'static str,
 ) -> tokio::task::JoinHandle<()> {
-    let incoming = crate::authority::incoming(listener, socket);
+    let incoming = crate::authority::incoming_observed(listener, socket, observer);
     tokio::spawn(async move {
         if let Err(e) = router
             .serve_with_incoming_shutdown(incoming, cancel.cancelled_owned())
