@@ -43,7 +43,7 @@ enum Action {
     Up,
     /// Start the cluster, run every test against it, and tear it down.
     Test {
-        /// Only the tests whose name contains this.
+        /// Only the tests whose name contains this (or one of these, comma-separated).
         #[arg(long)]
         only: Option<String>,
     },

@@ -7,9 +7,11 @@
 mod claims;
 mod disruptions;
 mod install;
+mod kubelet_calls;
 mod loopback;
 mod scale;
 mod startup;
+mod stored;
 mod versions;
 
 use std::collections::BTreeSet;
@@ -120,6 +122,8 @@ pub(super) fn run_all(
         ("unfit-claim-explained", claims::unfit_claim_explained),
         ("device-plugin", claims::device_plugin),
         ("extended-resource-through-dra", claims::extended_resource),
+        // Before anything restarts kubedev: it reads the counts of the calls so far.
+        ("kubelet-calls-as-emulated", kubelet_calls::kubelet_calls),
         ("health", disruptions::health),
         ("restarts", disruptions::restarts),
         ("pod-startup", startup::pod_startup),
@@ -130,7 +134,7 @@ pub(super) fn run_all(
     node.kubectl_out(&["create", "namespace", TEST_NAMESPACE])?;
     let mut failed = Vec::new();
     for (name, body) in tests {
-        if only.is_some_and(|o| !name.contains(o)) {
+        if only.is_some_and(|o| !o.split(',').any(|part| name.contains(part))) {
             continue;
         }
         eprintln!("\n==> cluster test: {name}");

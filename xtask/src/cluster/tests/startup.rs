@@ -155,7 +155,7 @@ spec:
 }
 
 /// Every sample of a Prometheus text exposition: the series (name and labels) and its value.
-type Samples = BTreeMap<String, f64>;
+pub(super) type Samples = BTreeMap<String, f64>;
 
 fn parse(text: &str) -> Samples {
     text.lines()
@@ -179,7 +179,7 @@ fn kubelet_metrics(node: &Node) -> anyhow::Result<Samples> {
 }
 
 /// kubedev's metrics (the chart serves them on the host's loopback).
-fn kubedev_metrics() -> anyhow::Result<Samples> {
+pub(super) fn kubedev_metrics() -> anyhow::Result<Samples> {
     let text = crate::commands::http_get(
         "127.0.0.1:9464",
         "/metrics",

@@ -1,10 +1,13 @@
-//! The API server as each older release it can emulate, and what kubedev publishes to it.
+//! The API server as each older release it can emulate, what kubedev publishes to it, and
+//! what it stores of each gated field against the emulator of that release.
 
 use super::*;
 
 /// The API server started as each older release it can emulate (`--emulated-version`,
 /// KEP-4330: the three before its own) down to 1.34: it says so at /version, kubedev learns that release, publishes its
-/// devices in the layout that release stores, and the server keeps them. Then back to its own.
+/// devices in the layout that release stores, and the server keeps them; and at each release
+/// (its own too) it stores or refuses each gated field as the API server emulator of that
+/// release does. Then back to its own.
 pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()> {
     let own: u32 = node
         .bins
@@ -15,6 +18,7 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
         .and_then(|m| m.parse().ok())
         .context("the cluster's minor version")?;
     let mut accepted = Vec::new();
+    let mut differences = stored_as_emulated(node, own)?;
     for minor in (34..own).rev() {
         let release = format!("1.{minor}");
         eprintln!("  the API server as {release}");
@@ -55,6 +59,7 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
             Duration::from_secs(60),
             || Ok(published_devices(node)? == dra_devices()),
         )?;
+        differences.extend(stored_as_emulated(node, minor)?);
         accepted.push(release);
     }
     eprintln!(
@@ -69,7 +74,27 @@ pub(super) fn emulated_versions(node: &Node, _root: &Path) -> anyhow::Result<()>
         accepted.len() == (lowest..own).count(),
         "the API server emulated only {accepted:?}, not every release from 1.{lowest} on"
     );
+    ensure!(
+        differences.is_empty(),
+        "the API server and its emulator store ResourceSlices differently:\n{}",
+        indent(&differences.join("\n"))
+    );
     Ok(())
+}
+
+/// The differences between what the API server, as 1.`minor`, and the emulator of that
+/// release store of each gated field; printed as they are found.
+fn stored_as_emulated(node: &Node, minor: u32) -> anyhow::Result<Vec<String>> {
+    let found = super::stored::differences(node, minor)?;
+    if found.is_empty() {
+        eprintln!(
+            "  1.{minor}: the emulator stores and refuses every gated field as the API server does"
+        );
+    }
+    for d in &found {
+        eprintln!("  DIFFERENT {d}");
+    }
+    Ok(found)
 }
 
 /// Restarts the API server as `release` (`--emulated-version`), or as its own release with

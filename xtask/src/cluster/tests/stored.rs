@@ -1,0 +1,225 @@
+//! What the API server stores of ResourceSlices, against the testkit's API server emulator of
+//! the same release: the same dry-run creates (one per gated field kubedev may write, in both
+//! counter layouts) sent to both through one client, and the answers compared: accepted or
+//! refused (HTTP code and reason), and of an accepted slice the spec the server would store.
+//! Where they differ, the real server is right.
+
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kubedev_testkit::apiserver::{ApiServer, KubeRelease};
+
+use super::*;
+
+/// What one server answered to one create.
+#[derive(Debug, Clone, PartialEq)]
+enum Answer {
+    /// Stored: the spec it keeps.
+    Stored(Value),
+    /// Refused: the HTTP code and reason.
+    Refused(u16, String),
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Answer::Stored(spec) => write!(f, "stored {spec}"),
+            Answer::Refused(code, reason) => write!(f, "refused: HTTP {code} {reason}"),
+        }
+    }
+}
+
+/// The emulator's model of a minor release.
+pub(super) fn emulated_release(minor: u32) -> anyhow::Result<KubeRelease> {
+    Ok(match minor {
+        34 => KubeRelease::V1_34,
+        35 => KubeRelease::V1_35,
+        36 => KubeRelease::V1_36,
+        37 => KubeRelease::V1_37,
+        38 => KubeRelease::V1_38,
+        _ => bail!("the emulator does not model Kubernetes 1.{minor}"),
+    })
+}
+
+/// Sends every case to the real API server (as it runs now, emulating 1.`minor` or being it)
+/// and to the emulator of that release; each difference, described.
+pub(super) fn differences(node: &Node, minor: u32) -> anyhow::Result<Vec<String>> {
+    let release = emulated_release(minor)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let emulator = ApiServer::builder().kubernetes(release).start().await?;
+        let real = real_client(node).await?;
+        let fake = emulator.client()?;
+        let mut out = Vec::new();
+        for (name, slice) in cases() {
+            let theirs = create(&real, &slice).await?;
+            let ours = create(&fake, &slice).await?;
+            if theirs != ours {
+                out.push(format!(
+                    "1.{minor}, {name}: the API server {theirs}; the emulator {ours}"
+                ));
+            }
+        }
+        emulator.shutdown().await;
+        Ok(out)
+    })
+}
+
+/// A client of the real API server with the admin's kubeconfig.
+async fn real_client(node: &Node) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(node.kubeconfig())?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// A dry-run create of `slice`: the spec the server would store, or its refusal.
+async fn create(client: &kube::Client, slice: &Value) -> anyhow::Result<Answer> {
+    let gvk = GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceSlice");
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
+    let object: DynamicObject = serde_json::from_value(slice.clone())?;
+    let params = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    match api.create(&params, &object).await {
+        Ok(stored) => Ok(Answer::Stored(
+            stored.data.get("spec").cloned().unwrap_or(Value::Null),
+        )),
+        Err(kube::Error::Api(status)) => Ok(Answer::Refused(status.code, status.reason.clone())),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// One ResourceSlice of kubedev's driver on the node, named for `case`, with `spec` added to
+/// the driver, node and pool.
+fn slice(case: &str, count: u32, spec: Value) -> Value {
+    let mut full = serde_json::json!({
+        "driver": DRIVER,
+        "nodeName": "parity-node",
+        "pool": {"name": format!("parity-{case}"), "generation": 1, "resourceSliceCount": count},
+    });
+    if let (Some(full), Value::Object(extra)) = (full.as_object_mut(), spec) {
+        full.extend(extra);
+    }
+    serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": format!("kubedev-parity-{case}")},
+        "spec": full,
+    })
+}
+
+/// The cases: a slice for each gated field kubedev may write, and both counter layouts.
+fn cases() -> Vec<(&'static str, Value)> {
+    use serde_json::json;
+    let counters = json!([{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}, "sms": {"value": "132"}}}]);
+    let consumer = |name: &str| {
+        json!({
+            "name": name,
+            "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "10Gi"}, "sms": {"value": "16"}}}],
+        })
+    };
+    vec![
+        (
+            "attributes",
+            slice(
+                "attributes",
+                1,
+                json!({"devices": [{
+                    "name": "dev-0",
+                    "attributes": {
+                        "model": {"string": "x1"},
+                        "index": {"int": 0},
+                        "healthy": {"bool": true},
+                        "driverVersion": {"version": "1.2.3"},
+                    },
+                    "capacity": {"memory": {"value": "16Gi"}},
+                }]}),
+            ),
+        ),
+        (
+            "counters-with-devices",
+            slice(
+                "counters-with-devices",
+                1,
+                json!({"sharedCounters": counters, "devices": [consumer("part-0")]}),
+            ),
+        ),
+        (
+            "counters-only",
+            slice("counters-only", 2, json!({"sharedCounters": counters})),
+        ),
+        (
+            "consumes-counters",
+            slice(
+                "consumes-counters",
+                2,
+                json!({"devices": [consumer("part-0"), consumer("part-1")]}),
+            ),
+        ),
+        (
+            "taints",
+            slice(
+                "taints",
+                1,
+                json!({"devices": [{
+                    "name": "dev-0",
+                    "taints": [
+                        {"key": format!("{DRIVER}/unhealthy"), "value": "xid-79", "effect": "NoExecute"},
+                        {"key": format!("{DRIVER}/draining"), "effect": "NoSchedule"},
+                    ],
+                }]}),
+            ),
+        ),
+        (
+            "shared-capacity",
+            slice(
+                "shared-capacity",
+                1,
+                json!({"devices": [{
+                    "name": "dev-0",
+                    "allowMultipleAllocations": true,
+                    "capacity": {"memory": {
+                        "value": "40Gi",
+                        "requestPolicy": {"default": "1Gi", "validRange": {"min": "1Gi", "max": "40Gi", "step": "1Gi"}},
+                    }},
+                }]}),
+            ),
+        ),
+        (
+            "binding-conditions",
+            slice(
+                "binding-conditions",
+                1,
+                json!({"devices": [{
+                    "name": "dev-0",
+                    "bindsToNode": true,
+                    "bindingConditions": ["attached"],
+                    "bindingFailureConditions": ["failed"],
+                }]}),
+            ),
+        ),
+    ]
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_case_is_a_resource_slice_of_the_driver_with_its_own_pool() {
+        let cases = cases();
+        let mut pools = BTreeSet::new();
+        for (name, s) in &cases {
+            assert_eq!(s["kind"], "ResourceSlice", "{name}");
+            assert_eq!(s["spec"]["driver"], DRIVER, "{name}");
+            assert!(
+                pools.insert(s["spec"]["pool"]["name"].to_string()),
+                "{name}"
+            );
+            let _: DynamicObject = serde_json::from_value(s.clone()).unwrap();
+        }
+        assert_eq!(cases.len(), 7);
+    }
+}
