@@ -19,9 +19,6 @@ use serde_json::Value;
 
 use super::{NAMESPACE, Object};
 
-/// The user-info key the API server puts the node of a pod-bound service-account token in.
-pub(super) const NODE_NAME_KEY: &str = "authentication.kubernetes.io/node-name";
-
 /// One thing the daemon does with the API server.
 pub(super) struct Use {
     /// `None`: across the cluster; `Some(ns)`: only in that namespace.
@@ -112,6 +109,6 @@ pub(super) fn daemon_user(pod: &Value) -> (String, String) {
 /// daemon's parsed configuration.
 pub(super) fn check(objects: &[Object], config: &Value, pod: &Value) -> Vec<String> {
     let mut problems = rbac::check_rbac(objects, config, pod);
-    problems.extend(admission::check_admission(objects, config, pod));
+    problems.extend(admission::check_admission(objects, config));
     problems
 }

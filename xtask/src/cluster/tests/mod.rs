@@ -4,6 +4,7 @@
 //! off loopback (one module each). Each test asserts what a user sees: `kubectl` output and
 //! the container's own. This module holds what they share: the names, manifests and waits.
 
+mod admission;
 mod claims;
 mod disruptions;
 mod install;
@@ -122,6 +123,7 @@ pub(super) fn run_all(
         ("unfit-claim-explained", claims::unfit_claim_explained),
         ("device-plugin", claims::device_plugin),
         ("extended-resource-through-dra", claims::extended_resource),
+        ("admission-policy", admission::admission_policy),
         // Before anything restarts kubedev: it reads the counts of the calls so far.
         ("kubelet-calls-as-emulated", kubelet_calls::kubelet_calls),
         ("health", disruptions::health),

@@ -1,8 +1,9 @@
-//! What the API server stores of ResourceSlices, against the testkit's API server emulator of
-//! the same release: the same dry-run creates (one per gated field kubedev may write, in both
-//! counter layouts) sent to both through one client, and the answers compared: accepted or
-//! refused (HTTP code and reason), and of an accepted slice the spec the server would store.
-//! Where they differ, the real server is right.
+//! What the API server stores of ResourceSlices and ResourceClaims, against the testkit's API
+//! server emulator of the same release: the same dry-run creates (a slice for each gated field
+//! kubedev may write, in both counter layouts; a claim for each request shape, with what the
+//! server defaults left out) sent to both through one client, and the answers compared:
+//! accepted or refused (HTTP code and reason), and of an accepted object the spec the server
+//! would store. Where they differ, the real server is right.
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kubedev_testkit::apiserver::{ApiServer, KubeRelease};
@@ -51,9 +52,9 @@ pub(super) fn differences(node: &Node, minor: u32) -> anyhow::Result<Vec<String>
         let real = real_client(node).await?;
         let fake = emulator.client()?;
         let mut out = Vec::new();
-        for (name, slice) in cases() {
-            let theirs = create(&real, &slice).await?;
-            let ours = create(&fake, &slice).await?;
+        for (name, object) in cases().into_iter().chain(claim_cases()) {
+            let theirs = create(&real, &object).await?;
+            let ours = create(&fake, &object).await?;
             if theirs != ours {
                 out.push(format!(
                     "1.{minor}, {name}: the API server {theirs}; the emulator {ours}"
@@ -72,11 +73,17 @@ async fn real_client(node: &Node) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// A dry-run create of `slice`: the spec the server would store, or its refusal.
-async fn create(client: &kube::Client, slice: &Value) -> anyhow::Result<Answer> {
-    let gvk = GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceSlice");
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ApiResource::from_gvk(&gvk));
-    let object: DynamicObject = serde_json::from_value(slice.clone())?;
+/// A dry-run create of `object` (a ResourceSlice, or a ResourceClaim in its namespace): the
+/// spec the server would store, or its refusal.
+async fn create(client: &kube::Client, object: &Value) -> anyhow::Result<Answer> {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let gvk = GroupVersionKind::gvk("resource.k8s.io", "v1", kind);
+    let resource = ApiResource::from_gvk(&gvk);
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let object: DynamicObject = serde_json::from_value(object.clone())?;
     let params = PostParams {
         dry_run: true,
         ..PostParams::default()
@@ -202,6 +209,98 @@ fn cases() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// A ResourceClaim in the test namespace, named for `case`, with `devices` as its spec.
+fn claim(case: &str, devices: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": format!("kubedev-parity-{case}"), "namespace": TEST_NAMESPACE},
+        "spec": {"devices": devices},
+    })
+}
+
+/// The claim cases: each request shape, mostly with the fields the server defaults left out.
+fn claim_cases() -> Vec<(&'static str, Value)> {
+    use serde_json::json;
+    let exactly = |extra: Value| {
+        let mut request = json!({"deviceClassName": CLASS});
+        if let (Some(r), Value::Object(extra)) = (request.as_object_mut(), extra) {
+            r.extend(extra);
+        }
+        request
+    };
+    vec![
+        (
+            "claim-defaults",
+            claim(
+                "claim-defaults",
+                json!({"requests": [{"name": "dev", "exactly": exactly(json!({}))}]}),
+            ),
+        ),
+        (
+            "claim-all-and-selector",
+            claim(
+                "claim-all-and-selector",
+                json!({"requests": [{"name": "dev", "exactly": exactly(json!({
+                    "allocationMode": "All",
+                    "selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}],
+                }))}]}),
+            ),
+        ),
+        (
+            "claim-first-available",
+            claim(
+                "claim-first-available",
+                json!({"requests": [{"name": "dev", "firstAvailable": [
+                    {"name": "big", "deviceClassName": CLASS, "count": 2},
+                    {"name": "small", "deviceClassName": CLASS},
+                ]}]}),
+            ),
+        ),
+        (
+            "claim-tolerations",
+            claim(
+                "claim-tolerations",
+                json!({"requests": [{"name": "dev", "exactly": exactly(json!({
+                    "tolerations": [
+                        {"key": format!("{DRIVER}/unhealthy"), "value": "xid-79", "effect": "NoExecute", "tolerationSeconds": 30},
+                        {"key": format!("{DRIVER}/draining"), "operator": "Exists"},
+                    ],
+                }))}]}),
+            ),
+        ),
+        (
+            "claim-constraints",
+            claim(
+                "claim-constraints",
+                json!({
+                    "requests": [
+                        {"name": "a", "exactly": exactly(json!({}))},
+                        {"name": "b", "exactly": exactly(json!({}))},
+                    ],
+                    "constraints": [{"requests": ["a", "b"], "matchAttribute": format!("{DRIVER}/model")}],
+                }),
+            ),
+        ),
+        (
+            "claim-capacity",
+            claim(
+                "claim-capacity",
+                json!({"requests": [{"name": "dev", "exactly": exactly(json!({
+                    "capacity": {"requests": {"memory": "1Gi"}},
+                }))}]}),
+            ),
+        ),
+        (
+            "claim-admin-access",
+            claim(
+                "claim-admin-access",
+                json!({"requests": [{"name": "dev", "exactly": exactly(json!({"adminAccess": true}))}]}),
+            ),
+        ),
+    ]
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -221,5 +320,16 @@ mod tests {
             let _: DynamicObject = serde_json::from_value(s.clone()).unwrap();
         }
         assert_eq!(cases.len(), 7);
+    }
+
+    #[test]
+    fn every_claim_case_is_a_claim_in_the_test_namespace() {
+        let mut names = BTreeSet::new();
+        for (name, c) in claim_cases() {
+            assert_eq!(c["kind"], "ResourceClaim", "{name}");
+            assert_eq!(c["metadata"]["namespace"], TEST_NAMESPACE, "{name}");
+            assert!(names.insert(c["metadata"]["name"].to_string()), "{name}");
+            let _: DynamicObject = serde_json::from_value(c).unwrap();
+        }
     }
 }
