@@ -89,11 +89,31 @@ async fn create(client: &kube::Client, object: &Value) -> anyhow::Result<Answer>
         ..PostParams::default()
     };
     match api.create(&params, &object).await {
-        Ok(stored) => Ok(Answer::Stored(
-            stored.data.get("spec").cloned().unwrap_or(Value::Null),
-        )),
+        Ok(stored) => {
+            let mut spec = stored.data.get("spec").cloned().unwrap_or(Value::Null);
+            without_times(&mut spec);
+            Ok(Answer::Stored(spec))
+        }
         Err(kube::Error::Api(status)) => Ok(Answer::Refused(status.code, status.reason.clone())),
         Err(other) => Err(other.into()),
+    }
+}
+
+/// `spec` with every time the server sets (a taint's `timeAdded`) replaced by `<time>`: the two
+/// servers' clocks differ, not what they keep.
+fn without_times(spec: &mut Value) {
+    match spec {
+        Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                if k == "timeAdded" && v.is_string() {
+                    *v = Value::String("<time>".into());
+                } else {
+                    without_times(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(without_times),
+        _ => {}
     }
 }
 
@@ -320,6 +340,17 @@ mod tests {
             let _: DynamicObject = serde_json::from_value(s.clone()).unwrap();
         }
         assert_eq!(cases.len(), 7);
+    }
+
+    #[test]
+    fn only_the_times_the_server_sets_are_left_out() {
+        let mut spec = serde_json::json!({"devices": [{"taints": [
+            {"key": "k", "timeAdded": "2026-12-06T04:00:00Z"},
+        ]}], "timeAddedBy": "x"});
+        without_times(&mut spec);
+        assert_eq!(spec["devices"][0]["taints"][0]["timeAdded"], "<time>");
+        assert_eq!(spec["devices"][0]["taints"][0]["key"], "k");
+        assert_eq!(spec["timeAddedBy"], "x");
     }
 
     #[test]
