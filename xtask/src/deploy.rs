@@ -47,7 +47,7 @@
 //! (pinned, and the binary's SHA-256 checked) and cached under `target/tools/` (the `helm`
 //! module).
 
-mod access;
+pub(crate) mod access;
 mod container;
 pub(crate) mod helm;
 mod image;

@@ -20,23 +20,23 @@ use serde_json::Value;
 use super::{NAMESPACE, Object};
 
 /// One thing the daemon does with the API server.
-pub(super) struct Use {
+pub(crate) struct Use {
     /// `None`: across the cluster; `Some(ns)`: only in that namespace.
-    pub namespace: Option<&'static str>,
+    pub(crate) namespace: Option<&'static str>,
     /// API group (`""` for the core group).
-    pub group: &'static str,
+    pub(crate) group: &'static str,
     /// Resource, with `/subresource`.
-    pub resource: &'static str,
+    pub(crate) resource: &'static str,
     /// The verbs it uses.
-    pub verbs: &'static [&'static str],
+    pub(crate) verbs: &'static [&'static str],
     /// Needed by every DRA deployment (otherwise only with an option of the chart).
-    pub required: bool,
+    pub(crate) required: bool,
 }
 
 /// Everything the daemon does with the API server in DRA mode, read from its code
 /// (`crates/apiserver/src`, `crates/kubedev/src/cluster.rs`). DeviceClasses are apart: only by
 /// the names the configuration lists (see [`rbac::check_rbac`]).
-pub(super) const DAEMON_USES: &[Use] = &[
+pub(crate) const DAEMON_USES: &[Use] = &[
     // publisher.rs: a reflector (list, watch) on `spec.driver,spec.nodeName`, `get_opt` after a
     // conflict, create, replace, delete with preconditions.
     Use {
@@ -83,7 +83,7 @@ pub(super) const DAEMON_USES: &[Use] = &[
 
 /// classes.rs `apply_device_classes`: server-side apply, authorized as `patch`, and as `create`
 /// (with the object's name) when the class does not exist yet.
-const DEVICE_CLASS_VERBS: &[&str] = &["create", "patch"];
+pub(crate) const DEVICE_CLASS_VERBS: &[&str] = &["create", "patch"];
 
 /// The strings of the array at `key` of `v`.
 fn strings<'a>(v: &'a Value, key: &str) -> Vec<&'a str> {

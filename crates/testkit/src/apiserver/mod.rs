@@ -401,6 +401,18 @@ impl ApiServer {
         kube::Client::try_from(config).map_err(|source| ApiServerError::Client { url, source })
     }
 
+    /// Sets the labels of `namespace`, as the API server reads them when it admits a claim
+    /// (`resource.kubernetes.io/admin-access: "true"` lets its claims ask for admin access).
+    pub fn set_namespace_labels(&self, namespace: &str, labels: &[(&str, &str)]) {
+        self.shared.store.set_namespace_labels(
+            namespace,
+            labels
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+        );
+    }
+
     /// Every stored object of a resource, in name order (namespace first for claims).
     pub fn objects(&self, resource: Resource) -> Vec<Value> {
         self.shared

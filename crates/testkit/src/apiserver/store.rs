@@ -6,6 +6,7 @@
 //! test handle's, and `object` the helpers for an object's metadata.
 
 mod object;
+pub(crate) use object::now_rfc3339;
 mod raw;
 mod write;
 
@@ -123,6 +124,9 @@ pub(crate) struct Store {
     /// The release and feature gates writes follow; replaced when the server restarts as
     /// another release or with other gates. Each request reads it once, at its start.
     strategy: RwLock<Arc<Strategy>>,
+    /// The labels of namespaces, by name (namespaces themselves are not served; a namespace
+    /// without an entry has no labels).
+    namespace_labels: RwLock<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 /// Options of a create, update or patch.
@@ -185,6 +189,7 @@ impl Store {
         let (events, _) = broadcast::channel(4096);
         Self {
             strategy: RwLock::new(Arc::new(strategy)),
+            namespace_labels: RwLock::default(),
             inner: Mutex::new(Inner {
                 rv: 1,
                 objects: BTreeMap::new(),
@@ -194,6 +199,22 @@ impl Store {
             }),
             events,
         }
+    }
+
+    /// Sets the labels of `namespace`.
+    pub(crate) fn set_namespace_labels(&self, namespace: &str, labels: BTreeMap<String, String>) {
+        self.namespace_labels
+            .write()
+            .insert(namespace.to_string(), labels);
+    }
+
+    /// Whether `namespace` carries `key` with `value`.
+    pub(crate) fn namespace_has_label(&self, namespace: &str, key: &str, value: &str) -> bool {
+        self.namespace_labels
+            .read()
+            .get(namespace)
+            .and_then(|l| l.get(key))
+            .is_some_and(|v| v == value)
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {

@@ -192,6 +192,91 @@ const SLICE_FEATURES: [SliceFeature; 5] = [
     },
 ];
 
+/// The request bodies of a claim's spec: each request's `exactly` and each of its
+/// `firstAvailable` subrequests.
+fn request_bodies(spec: &Value) -> Vec<&Value> {
+    let requests = spec
+        .pointer("/devices/requests")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let mut out = Vec::new();
+    for r in requests {
+        out.extend(r.get("exactly"));
+        out.extend(r.get("firstAvailable").and_then(Value::as_array).into_iter().flatten());
+    }
+    out
+}
+
+/// [`request_bodies`], to change.
+fn request_bodies_mut(spec: &mut Value) -> Vec<&mut Map<String, Value>> {
+    let mut out = Vec::new();
+    let Some(requests) = spec
+        .pointer_mut("/devices/requests")
+        .and_then(Value::as_array_mut)
+    else {
+        return out;
+    };
+    for r in requests.iter_mut().filter_map(Value::as_object_mut) {
+        for (key, value) in r.iter_mut() {
+            match (key.as_str(), value) {
+                ("exactly", Value::Object(body)) => out.push(body),
+                ("firstAvailable", Value::Array(subs)) => {
+                    out.extend(subs.iter_mut().filter_map(Value::as_object_mut));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// A feature of a ResourceClaim's spec guarded by gates (the registry's `dropDisabledFields`).
+struct ClaimFeature {
+    gate: &'static str,
+    in_use: fn(&Value) -> bool,
+    clear: fn(&mut Value),
+}
+
+const CLAIM_FEATURES: [ClaimFeature; 2] = [
+    ClaimFeature {
+        gate: gate::DRA_DEVICE_TAINTS,
+        in_use: |spec| {
+            request_bodies(spec)
+                .iter()
+                .any(|b| non_empty_list(b, "tolerations"))
+        },
+        clear: |spec| {
+            for b in request_bodies_mut(spec) {
+                b.remove("tolerations");
+            }
+        },
+    },
+    ClaimFeature {
+        gate: gate::DRA_CONSUMABLE_CAPACITY,
+        in_use: |spec| {
+            request_bodies(spec).iter().any(|b| present(b, "capacity"))
+                || spec
+                    .pointer("/devices/constraints")
+                    .and_then(Value::as_array)
+                    .is_some_and(|cs| cs.iter().any(|c| present(c, "distinctAttribute")))
+        },
+        clear: |spec| {
+            for b in request_bodies_mut(spec) {
+                b.remove("capacity");
+            }
+            if let Some(cs) = spec
+                .pointer_mut("/devices/constraints")
+                .and_then(Value::as_array_mut)
+            {
+                for c in cs {
+                    remove(c, &["distinctAttribute"]);
+                }
+            }
+        },
+    },
+];
+
 impl Strategy {
     pub(crate) fn new(release: KubeRelease, gates: FeatureGates) -> Self {
         Self { release, gates }
@@ -314,6 +399,18 @@ impl Strategy {
                         || self.enabled(feature.gates)
                         || old_spec.is_some_and(feature.in_use)
                     {
+                        continue;
+                    }
+                    (feature.clear)(spec);
+                }
+            }
+            Resource::ResourceClaims => {
+                let old_spec = old.and_then(|o| o.get("spec"));
+                let Some(spec) = object.get_mut("spec").filter(|s| s.is_object()) else {
+                    return;
+                };
+                for feature in &CLAIM_FEATURES {
+                    if self.gates.enabled(feature.gate) || old_spec.is_some_and(feature.in_use) {
                         continue;
                     }
                     (feature.clear)(spec);

@@ -118,8 +118,13 @@ fn map_at<'a>(v: &'a Value, key: &str) -> Option<&'a Map<String, Value>> {
 }
 
 /// Fills in the defaults the API server sets, so clients read back what they would from a real
-/// cluster.
+/// cluster: a claim's `allocationMode` and `count`, a toleration's `operator` (`Equal`), a
+/// slice's device taint's `timeAdded` (now, in whole seconds).
 pub(crate) fn apply_defaults(resource: Resource, object: &mut Value) {
+    if resource == Resource::ResourceSlices {
+        default_taint_times(object);
+        return;
+    }
     if resource != Resource::ResourceClaims {
         return;
     }
@@ -140,6 +145,20 @@ pub(crate) fn apply_defaults(resource: Resource, object: &mut Value) {
         if mode == "ExactCount" {
             map.entry("count").or_insert_with(|| Value::from(1));
         }
+        for t in map
+            .get_mut("tolerations")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object_mut)
+        {
+            let unset = t
+                .get("operator")
+                .is_none_or(|o| o.is_null() || o.as_str() == Some(""));
+            if unset {
+                t.insert("operator".into(), Value::from("Equal"));
+            }
+        }
     };
     for request in requests {
         if let Some(exactly) = request.get_mut("exactly") {
@@ -152,6 +171,28 @@ pub(crate) fn apply_defaults(resource: Resource, object: &mut Value) {
             for sub in subs {
                 default_request(sub);
             }
+        }
+    }
+}
+
+/// Sets `timeAdded` of each device taint of a slice that has none, as the API server's
+/// defaulting does.
+fn default_taint_times(object: &mut Value) {
+    let Some(devices) = object
+        .pointer_mut("/spec/devices")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    let now = crate::apiserver::store::now_rfc3339();
+    for taint in devices
+        .iter_mut()
+        .filter_map(|d| d.get_mut("taints").and_then(Value::as_array_mut))
+        .flatten()
+        .filter_map(Value::as_object_mut)
+    {
+        if taint.get("timeAdded").is_none_or(Value::is_null) {
+            taint.insert("timeAdded".into(), Value::from(now.clone()));
         }
     }
 }

@@ -4,7 +4,9 @@
 //! projected token carries (`--as`, `--as-user-extra`). The daemon's account must be let
 //! through exactly where it writes slices of its own node and driver. Then the policy's binding
 //! is taken away, and the same requests must show the daemon's account getting through (the
-//! check finds what it exists to find), and it is put back.
+//! check finds what it exists to find), and it is put back. RBAC is asked too (`kubectl auth
+//! can-i` as the daemon's account): every use the daemon makes is granted, by the real
+//! authorizer, and what it must never do is not.
 
 use std::io::Write as _;
 
@@ -101,15 +103,17 @@ const REQUESTS: &[Request] = {
 
 pub(super) fn admission_policy(node: &Node, _root: &Path) -> anyhow::Result<()> {
     let account = daemon_account(node)?;
-    let result = judge(node, &account, true).and_then(|wrong| {
-        ensure!(
-            wrong.is_empty(),
-            "the API server, with the chart's admission policy and RBAC, judged the daemon's \
+    let result = rbac(node, &account)
+        .and_then(|()| judge(node, &account, true))
+        .and_then(|wrong| {
+            ensure!(
+                wrong.is_empty(),
+                "the API server, with the chart's admission policy and RBAC, judged the daemon's \
              account ({account}) differently from what it must be allowed:\n{}",
-            indent(&wrong.join("\n"))
-        );
-        without_the_binding(node, &account)
-    });
+                indent(&wrong.join("\n"))
+            );
+            without_the_binding(node, &account)
+        });
     let _ = node.kubectl_out(&[
         "delete",
         "resourceslices",
@@ -118,6 +122,109 @@ pub(super) fn admission_policy(node: &Node, _root: &Path) -> anyhow::Result<()> 
         "--ignore-not-found",
     ]);
     result
+}
+
+/// What the daemon's account must never be allowed, whatever the chart's values: (verb,
+/// resource, namespace or all).
+const NEVER: &[(&str, &str, Option<&str>)] = &[
+    ("get", "secrets", None),
+    ("list", "secrets", None),
+    ("create", "pods", None),
+    ("delete", "pods", None),
+    ("patch", "nodes", None),
+    ("delete", "nodes", None),
+    ("create", "serviceaccounts/token", None),
+    ("update", "resourceclaims", None),
+    ("delete", "resourceclaims", None),
+    ("deletecollection", "resourceslices.resource.k8s.io", None),
+    ("delete", "deviceclasses.resource.k8s.io", None),
+    ("patch", "clusterroles.rbac.authorization.k8s.io", None),
+    ("escalate", "clusterroles.rbac.authorization.k8s.io", None),
+    ("impersonate", "users", None),
+    (
+        "patch",
+        "validatingadmissionpolicies.admissionregistration.k8s.io",
+        None,
+    ),
+    ("create", "events.events.k8s.io", Some(KUBEDEV_NAMESPACE)),
+];
+
+/// RBAC as the API server's authorizer decides it for the daemon's account (with the groups
+/// its token carries): each use the daemon makes (`deploy-check`'s list, with the chart's
+/// defaults) granted, each of [`NEVER`] refused.
+fn rbac(node: &Node, account: &str) -> anyhow::Result<()> {
+    let namespace = account.split(':').nth(2).unwrap_or_default();
+    let can = |verb: &str, resource: &str, ns: Option<&str>| -> anyhow::Result<bool> {
+        let (resource, sub) = match resource.split_once('/') {
+            Some((r, s)) => (r, Some(s)),
+            None => (resource, None),
+        };
+        let mut cmd = node.kubectl();
+        cmd.args(["auth", "can-i", verb, resource]);
+        cmd.arg(format!("--as={account}"));
+        for g in [
+            "system:serviceaccounts".to_string(),
+            format!("system:serviceaccounts:{namespace}"),
+            "system:authenticated".to_string(),
+        ] {
+            cmd.arg(format!("--as-group={g}"));
+        }
+        if let Some(s) = sub {
+            cmd.arg(format!("--subresource={s}"));
+        }
+        match ns {
+            Some(ns) => cmd.args(["-n", ns]),
+            None => cmd.arg("--all-namespaces"),
+        };
+        let out = cmd.output().context("running kubectl auth can-i")?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim() == "yes")
+    };
+    let mut wrong = Vec::new();
+    for u in crate::deploy::access::DAEMON_USES {
+        let resource = if u.group.is_empty() {
+            u.resource.to_string()
+        } else {
+            match u.resource.split_once('/') {
+                Some((r, s)) => format!("{r}.{}/{s}", u.group),
+                None => format!("{}.{}", u.resource, u.group),
+            }
+        };
+        for verb in u.verbs {
+            if !can(verb, &resource, u.namespace)? {
+                wrong.push(format!("may not {verb} {resource}, which the daemon does"));
+            }
+        }
+    }
+    for verb in crate::deploy::access::DEVICE_CLASS_VERBS {
+        // Server-side apply of the classes the chart lists, by name.
+        let class = format!("deviceclasses.resource.k8s.io/{EXTENDED_CLASS}");
+        let mut cmd = node.kubectl();
+        cmd.args(["auth", "can-i", verb, &class, &format!("--as={account}")]);
+        let out = cmd.output().context("running kubectl auth can-i")?;
+        if String::from_utf8_lossy(&out.stdout).trim() != "yes" {
+            wrong.push(format!("may not {verb} {class}, a class the chart lists"));
+        }
+    }
+    for &(verb, resource, ns) in NEVER {
+        if can(verb, resource, ns)? {
+            wrong.push(format!(
+                "may {verb} {resource}{}",
+                ns.map_or(String::new(), |n| format!(" in {n}"))
+            ));
+        }
+    }
+    eprintln!(
+        "  RBAC: the daemon's uses granted, {} things it must never do refused{}",
+        NEVER.len(),
+        if wrong.is_empty() { "" } else { " (not all)" }
+    );
+    ensure!(
+        wrong.is_empty(),
+        "the API server's authorizer, with the chart's RBAC, lets the daemon's account \
+         ({account}) do other than it must:\n{}",
+        indent(&wrong.join("\n"))
+    );
+    Ok(())
 }
 
 /// Takes the policy's binding away: the same requests must then let the daemon's account
@@ -205,6 +312,11 @@ fn judge(node: &Node, account: &str, print: bool) -> anyhow::Result<Vec<String>>
             eprintln!("  {what}: {verdict}");
         }
         match (allowed, outcome) {
+            // Denied by failurePolicy, not by the policy's own rules: a message that helps no
+            // one, and a policy that does not say what it means.
+            (false, Err(why)) if why.contains("resulted in error") => wrong.push(format!(
+                "stops it when it tries to {what} only because the policy's CEL fails: {why}"
+            )),
             (true, Err(why)) => wrong.push(format!("stops it when it tries to {what}: {why}")),
             (false, Ok(())) => wrong.push(format!("lets it {what}")),
             _ => {}

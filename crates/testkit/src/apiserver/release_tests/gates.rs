@@ -486,3 +486,93 @@ fn list_attributes_are_unknown_before_1_36_and_gated_after() {
         "{message}"
     );
 }
+
+/// A claim in `default` whose one request uses every gated field of a request, and a
+/// distinct-attribute constraint.
+fn gated_claim(admin: bool) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu",
+                "adminAccess": admin,
+                "tolerations": [{"key": "example.com/unhealthy", "effect": "NoExecute"}],
+                "capacity": {"requests": {"memory": "1Gi"}},
+            }}],
+            "constraints": [{"requests": ["gpu"], "distinctAttribute": "example.com/index"}],
+        }},
+    })
+}
+
+fn create_claim(store: &Store, claim: Value) -> Result<Written, ApiError> {
+    store.create(
+        Resource::ResourceClaims,
+        Some("default"),
+        claim,
+        &WriteOptions::default(),
+    )
+}
+
+#[test]
+fn claims_lose_the_request_fields_of_disabled_gates_and_get_the_servers_defaults() {
+    // As the real API server stores them at each release (checked against it by the cluster
+    // tests): tolerations and consumable capacity are off before 1.36.
+    for release in KubeRelease::ALL {
+        let stored = create_claim(&store(release), gated_claim(false))
+            .unwrap_or_else(|e| panic!("{release}: {}", e.message))
+            .object;
+        let exactly = &stored["spec"]["devices"]["requests"][0]["exactly"];
+        let constraint = &stored["spec"]["devices"]["constraints"][0];
+        if release >= V1_36 {
+            assert_eq!(exactly["tolerations"][0]["operator"], "Equal", "{release}");
+            assert_eq!(exactly["capacity"]["requests"]["memory"], "1Gi", "{release}");
+            assert_eq!(constraint["distinctAttribute"], "example.com/index", "{release}");
+        } else {
+            assert!(exactly.get("tolerations").is_none(), "{release}: {exactly}");
+            assert!(exactly.get("capacity").is_none(), "{release}: {exactly}");
+            assert!(constraint.get("distinctAttribute").is_none(), "{release}");
+        }
+        assert_eq!(exactly["allocationMode"], "ExactCount", "{release}");
+    }
+}
+
+#[test]
+fn admin_access_needs_the_namespace_label() {
+    let store = store(V1_37);
+    let e = create_claim(&store, gated_claim(true)).unwrap_err();
+    assert_eq!(e.code, 422, "{}", e.message);
+    assert!(
+        e.message
+            .contains("spec.devices.requests[0].exactly.adminAccess: Forbidden: admin access to devices requires the `resource.kubernetes.io/admin-access: true` label"),
+        "{}",
+        e.message
+    );
+    store.set_namespace_labels(
+        "default",
+        [("resource.kubernetes.io/admin-access".to_string(), "true".to_string())]
+            .into_iter()
+            .collect(),
+    );
+    let stored = create_claim(&store, gated_claim(true)).unwrap().object;
+    assert_eq!(
+        stored["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"],
+        true
+    );
+}
+
+#[test]
+fn device_taints_get_the_time_they_were_added() {
+    let store = store(V1_37);
+    let mut d = device("gpu-0");
+    d["taints"] = json!([
+        {"key": "example.com/unhealthy", "effect": "NoSchedule"},
+        {"key": "example.com/old", "effect": "NoSchedule", "timeAdded": "2026-01-02T03:04:05Z"},
+    ]);
+    let stored = created(&store, Resource::ResourceSlices, slice("s", vec![d]));
+    let taints = &stored["spec"]["devices"][0]["taints"];
+    let added = taints[0]["timeAdded"].as_str().unwrap_or_default();
+    assert!(added.ends_with('Z') && added.len() == 20, "{added}");
+    assert_eq!(taints[1]["timeAdded"], "2026-01-02T03:04:05Z");
+}

@@ -17,7 +17,7 @@ pub(super) fn random_suffix() -> String {
         .collect()
 }
 
-pub(super) fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let now = jiff::Timestamp::now();
     jiff::Timestamp::from_second(now.as_second())
         .map(|t| t.to_string())

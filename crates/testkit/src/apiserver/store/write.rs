@@ -13,7 +13,7 @@ use super::{
 };
 use crate::apiserver::patch::{json_patch, merge_patch};
 use crate::apiserver::resource::Resource;
-use crate::apiserver::status::{ApiError, Kindish};
+use crate::apiserver::status::{ApiError, FieldError, Kindish};
 use crate::apiserver::strategy::Strategy;
 use crate::apiserver::validation::{apply_defaults, validate};
 
@@ -64,7 +64,10 @@ impl Store {
         }
         let name = meta_str(&object, "name").to_owned();
         strategy.prepare(resource, &mut object, None);
-        let errors = validate(resource, &object, None, strategy.release);
+        let mut errors = validate(resource, &object, None, strategy.release);
+        if resource == Resource::ResourceClaims {
+            errors.extend(self.admin_access_errors(&object, namespace.unwrap_or("")));
+        }
         if !errors.is_empty() {
             return Err(ApiError::invalid(&kindish, &name, &errors));
         }
@@ -365,6 +368,34 @@ impl Store {
             },
         );
         Ok(object)
+    }
+
+    /// The API server's check of a new claim's admin access: a request with `adminAccess` is
+    /// refused unless its namespace carries `resource.kubernetes.io/admin-access: "true"`.
+    fn admin_access_errors(&self, claim: &Value, namespace: &str) -> Vec<FieldError> {
+        const LABEL: &str = "resource.kubernetes.io/admin-access";
+        if self.namespace_has_label(namespace, LABEL, "true") {
+            return Vec::new();
+        }
+        let requests = claim
+            .pointer("/spec/devices/requests")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        requests
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.pointer("/exactly/adminAccess") == Some(&Value::Bool(true)))
+            .map(|(i, _)| {
+                FieldError::forbidden(
+                    &format!("spec.devices.requests[{i}].exactly.adminAccess"),
+                    &format!(
+                        "admin access to devices requires the `{LABEL}: true` label on the \
+                         containing namespace"
+                    ),
+                )
+            })
+            .collect()
     }
 }
 
