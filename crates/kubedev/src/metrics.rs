@@ -579,7 +579,7 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
-        assert_eq!(text.matches("# TYPE ").count(), 13, "{text}");
+        assert_eq!(text.matches("# TYPE ").count(), 14, "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");
         // A family with series is described once.
         let m = Metrics::new();

@@ -229,9 +229,15 @@ async fn a_thousand_devices_are_published() {
     task.stop().await;
 }
 
-/// The taints of device `i` of the first slice, as stored.
+/// The taints of device `i` of the first slice, as stored, without the `timeAdded` the server
+/// stamps on each (checked to be there).
 fn taints_of(server: &ApiServer, i: usize) -> Value {
-    slices(server)[0]["spec"]["devices"][i]["taints"].clone()
+    let mut taints = slices(server)[0]["spec"]["devices"][i]["taints"].clone();
+    for t in taints.as_array_mut().into_iter().flatten() {
+        let stamped = t.as_object_mut().and_then(|t| t.remove("timeAdded"));
+        assert!(stamped.is_some_and(|s| s.is_string()), "{t}");
+    }
+    taints
 }
 
 #[tokio::test]

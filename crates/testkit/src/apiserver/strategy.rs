@@ -203,7 +203,12 @@ fn request_bodies(spec: &Value) -> Vec<&Value> {
     let mut out = Vec::new();
     for r in requests {
         out.extend(r.get("exactly"));
-        out.extend(r.get("firstAvailable").and_then(Value::as_array).into_iter().flatten());
+        out.extend(
+            r.get("firstAvailable")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten(),
+        );
     }
     out
 }

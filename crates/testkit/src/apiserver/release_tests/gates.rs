@@ -527,8 +527,14 @@ fn claims_lose_the_request_fields_of_disabled_gates_and_get_the_servers_defaults
         let constraint = &stored["spec"]["devices"]["constraints"][0];
         if release >= V1_36 {
             assert_eq!(exactly["tolerations"][0]["operator"], "Equal", "{release}");
-            assert_eq!(exactly["capacity"]["requests"]["memory"], "1Gi", "{release}");
-            assert_eq!(constraint["distinctAttribute"], "example.com/index", "{release}");
+            assert_eq!(
+                exactly["capacity"]["requests"]["memory"], "1Gi",
+                "{release}"
+            );
+            assert_eq!(
+                constraint["distinctAttribute"], "example.com/index",
+                "{release}"
+            );
         } else {
             assert!(exactly.get("tolerations").is_none(), "{release}: {exactly}");
             assert!(exactly.get("capacity").is_none(), "{release}: {exactly}");
@@ -541,7 +547,9 @@ fn claims_lose_the_request_fields_of_disabled_gates_and_get_the_servers_defaults
 #[test]
 fn admin_access_needs_the_namespace_label() {
     let store = store(V1_37);
-    let e = create_claim(&store, gated_claim(true)).unwrap_err();
+    let Err(e) = create_claim(&store, gated_claim(true)) else {
+        panic!("a claim asking for admin access in an unlabelled namespace was stored");
+    };
     assert_eq!(e.code, 422, "{}", e.message);
     assert!(
         e.message
@@ -551,11 +559,16 @@ fn admin_access_needs_the_namespace_label() {
     );
     store.set_namespace_labels(
         "default",
-        [("resource.kubernetes.io/admin-access".to_string(), "true".to_string())]
-            .into_iter()
-            .collect(),
+        [(
+            "resource.kubernetes.io/admin-access".to_string(),
+            "true".to_string(),
+        )]
+        .into_iter()
+        .collect(),
     );
-    let stored = create_claim(&store, gated_claim(true)).unwrap().object;
+    let stored = create_claim(&store, gated_claim(true))
+        .unwrap_or_else(|e| panic!("{}", e.message))
+        .object;
     assert_eq!(
         stored["spec"]["devices"]["requests"][0]["exactly"]["adminAccess"],
         true
