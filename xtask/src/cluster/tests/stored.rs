@@ -3,7 +3,10 @@
 //! kubedev may write, in both counter layouts; a claim for each request shape, with what the
 //! server defaults left out) sent to both through one client, and the answers compared:
 //! accepted or refused (HTTP code and reason), and of an accepted object the spec the server
-//! would store. Where they differ, the real server is right.
+//! would store. Then a claim read as the daemon reads it: the same claim created on both, its
+//! allocation written through the status subresource, and kubedev's own
+//! `ClaimReader` must get the same allocation of its driver from each. Where they differ, the
+//! real server is right.
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use kubedev_testkit::apiserver::{ApiServer, KubeRelease};
@@ -60,6 +63,14 @@ pub(super) fn differences(node: &Node, minor: u32) -> anyhow::Result<Vec<String>
                     "1.{minor}, {name}: the API server {theirs}; the emulator {ours}"
                 ));
             }
+        }
+        let theirs = read_back(&real, minor).await;
+        let ours = read_back(&fake, minor).await;
+        if theirs != ours {
+            out.push(format!(
+                "1.{minor}, claim read by kubedev: from the API server {theirs}; from the \
+                 emulator {ours}"
+            ));
         }
         emulator.shutdown().await;
         Ok(out)
@@ -232,6 +243,76 @@ fn cases() -> Vec<(&'static str, Value)> {
     ]
 }
 
+/// Creates a claim with a request, a constraint and opaque configuration of kubedev's driver
+/// and another's, writes an allocation (a device of each driver, the configuration copied)
+/// through the status subresource, and reads it with kubedev's `ClaimReader` (no reservation:
+/// the real controller manager would remove one naming a pod that does not exist);
+/// what it got, with the UID left out (the two servers make their own), or the error. The
+/// claim is deleted again.
+async fn read_back(client: &kube::Client, minor: u32) -> String {
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    let name = format!("kubedev-parity-read-{minor}");
+    let api: Api<k8s_openapi::api::resource::v1::ResourceClaim> =
+        Api::namespaced(client.clone(), TEST_NAMESPACE);
+    let opaque = |driver: &str, key: &str| serde_json::json!({"driver": driver, "parameters": {"apiVersion": "v1", "kind": "Config", key: 1}});
+    let claim = serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": TEST_NAMESPACE},
+        "spec": {"devices": {
+            "requests": [
+                {"name": "a", "exactly": {"deviceClassName": CLASS}},
+                {"name": "b", "exactly": {"deviceClassName": CLASS}},
+            ],
+            "constraints": [{"requests": ["a", "b"], "matchAttribute": format!("{DRIVER}/model")}],
+            "config": [
+                {"requests": ["a"], "opaque": opaque(DRIVER, "mine")},
+                {"opaque": opaque("other.example.com", "theirs")},
+            ],
+        }},
+    });
+    let result = async {
+        let claim: k8s_openapi::api::resource::v1::ResourceClaim = serde_json::from_value(claim)?;
+        let created = api.create(&PostParams::default(), &claim).await?;
+        let uid = created.metadata.uid.clone().unwrap_or_default();
+        let status = serde_json::json!({"status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "a", "driver": DRIVER, "pool": "static", "device": "test-0"},
+                        {"request": "b", "driver": "other.example.com", "pool": "p", "device": "d"},
+                    ],
+                    "config": [
+                        {"source": "FromClaim", "requests": ["a"], "opaque": opaque(DRIVER, "mine")},
+                        {"source": "FromClaim", "opaque": opaque("other.example.com", "theirs")},
+                    ],
+                },
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["parity-node"]},
+                ]}]},
+            },
+        }});
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+        let reference = kubedev_core::ClaimRef::new(
+            kubedev_core::ClaimUid::new(uid.clone())?,
+            TEST_NAMESPACE.parse()?,
+            name.parse()?,
+        );
+        let driver = kubedev_core::DriverName::new(DRIVER)?;
+        let read = kubedev_apiserver::ClaimReader::new(client.clone(), driver)
+            .get(&reference)
+            .await?;
+        anyhow::Ok(format!("read {read:?}").replace(&uid, "<uid>"))
+    }
+    .await;
+    let _ = api.delete(&name, &DeleteParams::default()).await;
+    match result {
+        Ok(read) => read,
+        Err(e) => format!("failed: {e:#}"),
+    }
+}
+
 /// A ResourceClaim in the test namespace, named for `case`, with `devices` as its spec.
 fn claim(case: &str, devices: Value) -> Value {
     serde_json::json!({
@@ -343,6 +424,28 @@ mod tests {
             let _: DynamicObject = serde_json::from_value(s.clone()).unwrap();
         }
         assert_eq!(cases.len(), 7);
+    }
+
+    #[test]
+    fn kubedev_reads_its_part_of_the_claim_from_the_emulator() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let read = runtime.block_on(async {
+            let emulator = ApiServer::builder()
+                .kubernetes(KubeRelease::V1_37)
+                .start()
+                .await
+                .unwrap();
+            let read = read_back(&emulator.client().unwrap(), 37).await;
+            emulator.shutdown().await;
+            read
+        });
+        assert!(read.starts_with("read "), "{read}");
+        assert!(read.contains("test-0") && read.contains("mine"), "{read}");
+        assert!(!read.contains("theirs") && !read.contains("other.example.com"), "{read}");
+        assert!(read.contains("<uid>"), "{read}");
     }
 
     #[test]
