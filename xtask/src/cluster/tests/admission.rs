@@ -6,7 +6,8 @@
 //! is taken away, and the same requests must show the daemon's account getting through (the
 //! check finds what it exists to find), and it is put back. RBAC is asked too (`kubectl auth
 //! can-i` as the daemon's account): every use the daemon makes is granted, by the real
-//! authorizer, and what it must never do is not.
+//! authorizer, and what it must never do is not; with the built-in `edit` role bound to the
+//! account as well, the check must find it may read secrets.
 
 use std::io::Write as _;
 
@@ -153,6 +154,63 @@ const NEVER: &[(&str, &str, Option<&str>)] = &[
 /// its token carries): each use the daemon makes (`deploy-check`'s list, with the chart's
 /// defaults) granted, each of [`NEVER`] refused.
 fn rbac(node: &Node, account: &str) -> anyhow::Result<()> {
+    let wrong = rbac_problems(node, account)?;
+    eprintln!(
+        "  RBAC: the daemon's uses granted, {} things it must never do refused{}",
+        NEVER.len(),
+        if wrong.is_empty() { "" } else { " (not all)" }
+    );
+    ensure!(
+        wrong.is_empty(),
+        "the API server's authorizer, with the chart's RBAC, lets the daemon's account \
+         ({account}) do other than it must:\n{}",
+        indent(&wrong.join("\n"))
+    );
+    with_too_much_granted(node, account)
+}
+
+/// Binds the built-in `edit` role to the daemon's account as well: the check must then find it
+/// may read secrets. Removes the binding and waits until the check is clean again.
+fn with_too_much_granted(node: &Node, account: &str) -> anyhow::Result<()> {
+    const BINDING: &str = "kubedev-test-too-much";
+    let sa = account
+        .strip_prefix("system:serviceaccount:")
+        .unwrap_or(account);
+    node.kubectl_out(&[
+        "create",
+        "clusterrolebinding",
+        BINDING,
+        "--clusterrole=edit",
+        &format!("--serviceaccount={sa}"),
+    ])?;
+    let mut found = Vec::new();
+    let caught = wait_for(
+        "the authorizer to grant the daemon's account the edit role",
+        Duration::from_secs(30),
+        || {
+            found = rbac_problems(node, account)?;
+            Ok(found.iter().any(|w| w.starts_with("may get secrets")))
+        },
+    );
+    let removed = node
+        .kubectl_out(&["delete", "clusterrolebinding", BINDING])
+        .and_then(|_| {
+            wait_for(
+                "the edit role taken away again",
+                Duration::from_secs(30),
+                || Ok(rbac_problems(node, account)?.is_empty()),
+            )
+        });
+    caught?;
+    eprintln!(
+        "  with the edit role bound too, the check finds:\n{}",
+        indent(&found.join("\n"))
+    );
+    removed
+}
+
+/// What the authorizer grants the daemon's account wrongly, or refuses it wrongly.
+fn rbac_problems(node: &Node, account: &str) -> anyhow::Result<Vec<String>> {
     let namespace = account.split(':').nth(2).unwrap_or_default();
     let can = |verb: &str, resource: &str, ns: Option<&str>| -> anyhow::Result<bool> {
         let (resource, sub) = match resource.split_once('/') {
@@ -213,18 +271,7 @@ fn rbac(node: &Node, account: &str) -> anyhow::Result<()> {
             ));
         }
     }
-    eprintln!(
-        "  RBAC: the daemon's uses granted, {} things it must never do refused{}",
-        NEVER.len(),
-        if wrong.is_empty() { "" } else { " (not all)" }
-    );
-    ensure!(
-        wrong.is_empty(),
-        "the API server's authorizer, with the chart's RBAC, lets the daemon's account \
-         ({account}) do other than it must:\n{}",
-        indent(&wrong.join("\n"))
-    );
-    Ok(())
+    Ok(wrong)
 }
 
 /// Takes the policy's binding away: the same requests must then let the daemon's account

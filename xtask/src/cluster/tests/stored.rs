@@ -444,7 +444,10 @@ mod tests {
         });
         assert!(read.starts_with("read "), "{read}");
         assert!(read.contains("test-0") && read.contains("mine"), "{read}");
-        assert!(!read.contains("theirs") && !read.contains("other.example.com"), "{read}");
+        assert!(
+            !read.contains("theirs") && !read.contains("other.example.com"),
+            "{read}"
+        );
         assert!(read.contains("<uid>"), "{read}");
     }
 
