@@ -88,7 +88,8 @@ fn stored_as_emulated(node: &Node, minor: u32) -> anyhow::Result<Vec<String>> {
     let found = super::stored::differences(node, minor)?;
     if found.is_empty() {
         eprintln!(
-            "  1.{minor}: the emulator stores and refuses every gated field as the API server does"
+            "  1.{minor}: the emulator stores and refuses every gated field, and kubedev reads \
+             a claim from it, as from the API server"
         );
     }
     for d in &found {
