@@ -31,22 +31,11 @@ impl std::fmt::Display for Answer {
     }
 }
 
-/// The emulator's model of a minor release.
-pub(super) fn emulated_release(minor: u32) -> anyhow::Result<KubeRelease> {
-    Ok(match minor {
-        34 => KubeRelease::V1_34,
-        35 => KubeRelease::V1_35,
-        36 => KubeRelease::V1_36,
-        37 => KubeRelease::V1_37,
-        38 => KubeRelease::V1_38,
-        _ => bail!("the emulator does not model Kubernetes 1.{minor}"),
-    })
-}
-
 /// Sends every case to the real API server (as it runs now, emulating 1.`minor` or being it)
 /// and to the emulator of that release; each difference, described.
 pub(super) fn differences(node: &Node, minor: u32) -> anyhow::Result<Vec<String>> {
-    let release = emulated_release(minor)?;
+    let release = KubeRelease::from_minor(minor)
+        .with_context(|| format!("the emulator does not model Kubernetes 1.{minor}"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
