@@ -2,9 +2,10 @@
 //! modules, with kubedev installed by its Helm chart, and tests that assert what a user sees.
 //!
 //! - `build`: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl,
-//!   containerd (with its runc shim and ctr) and the CNI loopback plugin, from the modules in
+//!   containerd (with its runc shim and ctr) and the CNI loopback, bridge and host-local plugins, from the modules in
 //!   `tools/cluster/`, into a cache outside the clone (see the `build` module);
-//! - `up`: certificates, then every component on 127.0.0.1 (the `node` module), the sandbox,
+//! - `up`: certificates, then every component on 127.0.0.1 (the `node` module) but the API
+//!   server, which listens on the host's address on the pods' bridge (`network`), the sandbox,
 //!   busybox and kubedev images imported into containerd (`image`), kubedev installed with
 //!   Helm; prints how to point `kubectl` at it;
 //! - `test`: `up`, every test (the `tests` module), `down`, whatever happens;
@@ -13,6 +14,7 @@
 mod build;
 mod gates;
 pub(crate) mod image;
+mod network;
 mod node;
 mod pki;
 mod tests;
@@ -98,7 +100,10 @@ struct Built {
 /// Builds the components and images and finds Helm.
 fn build(root: &Path, version: &str) -> anyhow::Result<Built> {
     let started = Instant::now();
-    crate::commands::ensure_debian_packages("the real cluster (runc for containerd)", &["runc"])?;
+    crate::commands::ensure_debian_packages(
+        "the real cluster (runc for containerd, ip for the pods' bridge)",
+        &["runc", "iproute2"],
+    )?;
     let bins = build::build_all(root, version)?;
     let images = tests::build_images(root).context("building the images")?;
     let helm = crate::deploy::helm::binary(root)?;

@@ -18,7 +18,7 @@ const ETCD_MODULE: &str = "etcd-v3.7.3";
 /// containerd 2 (CDI on by default), its runc shim and ctr.
 const CONTAINERD_MODULE: &str = "containerd-v2.4.2";
 
-/// The CNI loopback plugin, the node's only network plugin.
+/// The CNI plugins the node's pods get their network from: loopback, bridge and host-local.
 const CNI_MODULE: &str = "cni-plugins-v1.10.0";
 
 /// The binaries of one cluster, all in one directory each module's build writes into.
@@ -33,7 +33,7 @@ pub(crate) struct Binaries {
     pub(crate) etcd: PathBuf,
     /// Where containerd, its shim and ctr are.
     pub(crate) containerd: PathBuf,
-    /// Where the CNI loopback plugin is.
+    /// Where the CNI plugins are.
     pub(crate) cni: PathBuf,
     /// The Kubernetes version they were built as (`v1.37.2`).
     pub(crate) version: String,

@@ -1,7 +1,8 @@
 //! One node's processes: etcd, the control plane, containerd and the kubelet, started in the
 //! background with their logs in files, and everything they leave behind removed again.
 //!
-//! Every address is loopback. The kubelet's pods live beneath the cgroup `/kubedev-cluster`
+//! Every address is loopback, but for the pods' bridge (the `network` module), whose host
+//! address the API server listens on. The kubelet's pods live beneath the cgroup `/kubedev-cluster`
 //! (its `cgroupRoot`), so teardown finds every container process there; the directories the
 //! run creates outside its own are listed in a state file and removed with it.
 
@@ -16,6 +17,7 @@ use anyhow::{Context as _, bail};
 
 use super::build::Binaries;
 use super::image;
+use super::network;
 use super::pki::{self, Pki};
 
 /// Where a run keeps its data (PKI, etcd, containerd's content, configuration).
@@ -340,6 +342,7 @@ pub(crate) fn up(bins: Binaries, logs: PathBuf, images: &[PathBuf]) -> anyhow::R
         }
     }
 
+    network::create()?;
     let pki = pki::generate(&state.join("pki"))?;
     let node = Node {
         bins,
@@ -399,8 +402,9 @@ fn start_control_plane(node: &Node) -> anyhow::Result<()> {
         &node.bins.kube("kube-apiserver"),
         &[
             "--etcd-servers=http://127.0.0.1:2379".into(),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            // Reached by pods on the bridge too (kubedev's daemon in its own network namespace).
+            format!("--bind-address={}", network::HOST),
+            format!("--advertise-address={}", network::HOST),
             "--secure-port=6443".into(),
             "--endpoint-reconciler-type=none".into(),
             "--authorization-mode=Node,RBAC".into(),
@@ -469,13 +473,13 @@ fn start_control_plane(node: &Node) -> anyhow::Result<()> {
     still_running(&node.logs, "kube-scheduler", scheduler)
 }
 
-/// containerd with runc, CDI on, the sandbox image pinned and the CNI loopback plugin.
+/// containerd with runc, CDI on, the sandbox image pinned and pods on the run's bridge.
 fn start_containerd(node: &Node) -> anyhow::Result<()> {
     let cni_conf = node.state.join("cni/net.d");
     std::fs::create_dir_all(&cni_conf)?;
     std::fs::write(
-        cni_conf.join("10-loopback.conflist"),
-        r#"{"cniVersion": "1.0.0", "name": "kubedev-loopback", "plugins": [{"type": "loopback"}]}"#,
+        cni_conf.join("10-kubedev-pods.conflist"),
+        network::conflist(&node.state.join("cni/ipam")),
     )?;
     let runc = which("runc").context("runc is not installed (Debian package runc)")?;
     let config = format!(
@@ -499,6 +503,8 @@ state = "{run}/containerd"
   # every container's at or above containerd's own instead of failing to start it.
   restrict_oom_score_adj = true
   enable_cdi = true
+  # Pods' network namespaces beneath the run directory, where teardown finds them.
+  netns_mounts_under_state_dir = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
@@ -799,6 +805,9 @@ pub(crate) fn down() -> anyhow::Result<()> {
     }
     let _ = std::fs::remove_dir_all(STATE_DIR);
     let _ = std::fs::remove_dir_all(RUN_DIR);
+    if let Err(e) = network::remove() {
+        eprintln!("{e:#}");
+    }
     left_behind(&started, &created, &shims_dirs)
 }
 
@@ -828,6 +837,9 @@ fn left_behind(
         if controller.join(CGROUP_ROOT).exists() {
             left.push(format!("cgroup {}", controller.join(CGROUP_ROOT).display()));
         }
+    }
+    if network::exists() {
+        left.push(format!("network interface {}", network::BRIDGE));
     }
     for dir in created
         .iter()

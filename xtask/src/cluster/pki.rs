@@ -1,6 +1,7 @@
 //! Certificates, keys and kubeconfigs of one cluster run, made with the `openssl` command: one
 //! CA, a serving certificate per server, a client certificate per component, and the service
-//! accounts' signing key. Every name and address is loopback.
+//! accounts' signing key. Every name and address is loopback, but the API server's: the host's
+//! address on the pods' bridge.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,8 +12,9 @@ use anyhow::{Context as _, bail};
 /// slices.
 pub(crate) const NODE: &str = "kubedev-node";
 
-/// The API server's address, as every client reaches it.
-pub(crate) const SERVER: &str = "https://127.0.0.1:6443";
+/// The API server's address, as every client reaches it: the host's on the pods' bridge
+/// ([`network::HOST`](super::network::HOST)), so pods reach it too.
+pub(crate) const SERVER: &str = "https://10.244.0.1:6443";
 
 /// A certificate and its key.
 #[derive(Debug, Clone)]
@@ -163,7 +165,7 @@ pub(crate) fn generate(dir: &Path) -> anyhow::Result<Pki> {
         "apiserver",
         "/CN=kube-apiserver",
         Some(
-            "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local",
+            "IP:127.0.0.1,IP:10.244.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local",
         ),
     )?;
     let apiserver_kubelet_client = leaf(
@@ -231,4 +233,15 @@ pub(crate) fn generate(dir: &Path) -> anyhow::Result<Pki> {
         scheduler,
         kubelet,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clients_dial_the_api_server_on_the_pods_bridge() {
+        let host = super::super::network::HOST.to_string();
+        assert_eq!(SERVER, format!("https://{host}:6443"));
+    }
 }

@@ -113,8 +113,9 @@ pub(super) fn container_identity(node: &Node, name: &str) -> anyhow::Result<Stri
 /// Restarts: the kubelet, containerd and a kubedev rollout, each with a pod holding a claim
 /// running through it: the pod is unharmed, a new pod with a claim and one with the
 /// device-plugin resource start afterwards, and the held claim is unprepared by whichever
-/// daemon runs when its pod goes.
-pub(super) fn restarts(node: &Node, _root: &Path) -> anyhow::Result<()> {
+/// daemon runs when its pod goes. The rollout starts the new daemon beside the old one, whose
+/// registrations go only once the new one's are there (see [`roll_with_surge`]).
+pub(super) fn restarts(node: &Node, root: &Path) -> anyhow::Result<()> {
     dra_pod(node, "holder")?;
     let holder = container_identity(node, "holder")?;
     let claim = get_json(node, &["pod", "holder", "-n", TEST_NAMESPACE])?["status"]
@@ -148,8 +149,8 @@ pub(super) fn restarts(node: &Node, _root: &Path) -> anyhow::Result<()> {
         );
     }
 
-    eprintln!("  rolling kubedev's DaemonSet");
-    roll_kubedev(node)?;
+    eprintln!("  rolling kubedev's DaemonSet (the chart's surge: the new daemon starts first)");
+    roll_with_surge(node)?;
     ensure!(
         container_identity(node, "holder")? == holder,
         "the running pod's container changed over kubedev's rollout"
@@ -160,11 +161,214 @@ pub(super) fn restarts(node: &Node, _root: &Path) -> anyhow::Result<()> {
     );
     dra_pod(node, "after-rollout").context("a pod with a claim after kubedev's rollout")?;
     delete_pod(node, "after-rollout")?;
+    stop_first_rollout_is_caught(node, root)?;
+    ensure!(
+        container_identity(node, "holder")? == holder,
+        "the running pod's container changed over kubedev's rollouts"
+    );
     delete_pod(node, "holder")?;
     wait_for(
         "the held claim unprepared by the new daemon",
         Duration::from_secs(60),
         || Ok(cdi_files_naming(&uid).is_empty()),
     )?;
+    Ok(())
+}
+
+/// The rollout check must catch an update that stops the old daemon first: with `maxSurge: 0`
+/// and `maxUnavailable: 1` [`roll_with_surge`] has to fail. The chart's strategy is put back
+/// afterwards (a change of strategy alone starts no rollout).
+fn stop_first_rollout_is_caught(node: &Node, root: &Path) -> anyhow::Result<()> {
+    const STOP_FIRST: [&str; 2] = [
+        "updateStrategy.rollingUpdate.maxSurge=0",
+        "updateStrategy.rollingUpdate.maxUnavailable=1",
+    ];
+    const CHART: [&str; 2] = [
+        "updateStrategy.rollingUpdate.maxSurge=1",
+        "updateStrategy.rollingUpdate.maxUnavailable=0",
+    ];
+    upgrade_kubedev(root, node, &STOP_FIRST)?;
+    let outcome = roll_with_surge(node);
+    let restored = upgrade_kubedev(root, node, &CHART).and_then(|()| daemon_ready(node));
+    match outcome {
+        Ok(()) => bail!(
+            "a rollout that stops the old daemon before starting the new one passed the rollout \
+             check"
+        ),
+        Err(e) => eprintln!("  mutation: a rollout with maxSurge 0 is caught: {e:#}"),
+    }
+    restored
+}
+
+/// kubedev's sockets at one moment of a rollout, and whether the new daemon was ready.
+#[derive(Debug)]
+struct RolloutSample {
+    /// Since the rollout began.
+    at: Duration,
+    /// The new daemon answered `/readyz` with 200: the kubelet had accepted its registrations
+    /// on both APIs.
+    new_ready: bool,
+    /// kubedev's DRA registration sockets in the kubelet's registration directory.
+    registrations: BTreeSet<String>,
+    /// kubedev's device-plugin sockets.
+    device_plugins: BTreeSet<String>,
+}
+
+/// The names in `dir` that `keep` accepts.
+fn socket_names(dir: &str, keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| keep(n))
+        .collect()
+}
+
+/// kubedev's DRA registration socket of the daemon in pod `uid`.
+fn registration_socket(uid: &str) -> String {
+    format!("{DRIVER}-{uid}-reg.sock")
+}
+
+/// The sockets now, and whether the daemon at `new_ip` (when known) is ready.
+fn rollout_sample(new_ip: Option<&str>, began: Instant) -> RolloutSample {
+    // Readiness first: a daemon ready then is still ready when the sockets are read, so a
+    // sample never shows an overlap that was not there.
+    let new_ready = new_ip.is_some_and(|ip| {
+        crate::commands::http_get(&format!("{ip}:9464"), "/readyz", Duration::from_secs(1)).is_ok()
+    });
+    RolloutSample {
+        at: began.elapsed(),
+        new_ready,
+        registrations: socket_names("/var/lib/kubelet/plugins_registry", |n| {
+            n.starts_with(&format!("{DRIVER}-")) && n.ends_with("-reg.sock")
+        }),
+        device_plugins: socket_names("/var/lib/kubelet/device-plugins", |n| {
+            n.starts_with("kubedev-") && n.ends_with(".sock")
+        }),
+    }
+}
+
+/// Rolls kubedev's DaemonSet as the chart sets it up (`maxSurge: 1`, `maxUnavailable: 0`)
+/// while its sockets and the new daemon's readiness are read every few milliseconds, and checks
+/// what a seamless upgrade must show: the new daemon was ready (the kubelet had accepted its
+/// registrations on both APIs) while the old one's DRA registration was still there; kubedev
+/// never had no registration or device-plugin socket; and at the end only the new daemon's
+/// remain, with the device-plugin resource allocatable.
+fn roll_with_surge(node: &Node) -> anyhow::Result<()> {
+    let old = match &daemon_pods(node)?[..] {
+        [pod] if pod.ready => pod.clone(),
+        pods => bail!("before the rollout: expected one ready kubedev pod, found {pods:?}"),
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
+    // The new daemon's pod IP, once the API server reports one.
+    let new_ip = std::sync::Mutex::new(None::<String>);
+    let began = Instant::now();
+    let (rolled, samples) = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stopped() {
+                let found = daemon_pods(node).ok().and_then(|pods| {
+                    pods.into_iter()
+                        .find(|p| p.uid != old.uid && !p.ip.is_empty())
+                        .map(|p| p.ip)
+                });
+                if found.is_some()
+                    && let Ok(mut ip) = new_ip.lock()
+                {
+                    *ip = found;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let sampler = scope.spawn(|| {
+            let mut samples = Vec::new();
+            loop {
+                let done = stopped();
+                let ip = new_ip.lock().ok().and_then(|ip| ip.clone());
+                samples.push(rollout_sample(ip.as_deref(), began));
+                if done {
+                    return samples;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        let rolled = roll_kubedev(node).and_then(|()| {
+            wait_for("the old daemon pod gone", Duration::from_secs(60), || {
+                Ok(!daemon_pods(node)?.iter().any(|p| p.uid == old.uid))
+            })
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (rolled, sampler.join().unwrap_or_default())
+    });
+    rolled?;
+    let new = match &daemon_pods(node)?[..] {
+        [pod] if pod.ready && pod.uid != old.uid => pod.clone(),
+        pods => bail!("after the rollout: expected one new ready kubedev pod, found {pods:?}"),
+    };
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        bail!("no reading of kubedev's sockets during the rollout");
+    };
+    if let Some(bare) = samples
+        .iter()
+        .find(|s| s.registrations.is_empty() || s.device_plugins.is_empty())
+    {
+        bail!(
+            "{:.0?} into the rollout kubedev had no DRA registration or no device-plugin socket \
+             (registrations {:?}, device plugins {:?})",
+            bare.at,
+            bare.registrations,
+            bare.device_plugins
+        );
+    }
+    let old_socket = registration_socket(&old.uid);
+    let overlap: Vec<Duration> = samples
+        .iter()
+        .filter(|s| s.new_ready && s.registrations.contains(&old_socket))
+        .map(|s| s.at)
+        .collect();
+    let (Some(from), Some(to)) = (overlap.first(), overlap.last()) else {
+        let changes: Vec<String> = samples
+            .windows(2)
+            .filter(|w| {
+                w[0].new_ready != w[1].new_ready || w[0].registrations != w[1].registrations
+            })
+            .map(|w| {
+                format!(
+                    "{:.0?}: ready {} {:?}",
+                    w[1].at, w[1].new_ready, w[1].registrations
+                )
+            })
+            .collect();
+        bail!(
+            "the old daemon's registration went before the new daemon was ready ({} readings; \
+             what changed: {})",
+            samples.len(),
+            changes.join("; ")
+        );
+    };
+    ensure!(
+        last.registrations == BTreeSet::from([registration_socket(&new.uid)]),
+        "after the rollout the registrations are {:?}, not the new daemon's alone",
+        last.registrations
+    );
+    ensure!(
+        last.device_plugins.len() == 1 && last.device_plugins != first.device_plugins,
+        "device-plugin sockets before the rollout {:?}, after it {:?}: not one new one",
+        first.device_plugins,
+        last.device_plugins
+    );
+    wait_for(
+        "the device-plugin resource allocatable after the rollout",
+        Duration::from_secs(60),
+        || Ok(dp_allocatable(node)? == "1"),
+    )?;
+    eprintln!(
+        "  rollout in {:.1?} ({} readings): the new daemon ready beside the old one's \
+         registration from {from:.2?} to {to:.2?}; kubedev's registration and device-plugin \
+         sockets never all gone",
+        last.at,
+        samples.len(),
+    );
     Ok(())
 }

@@ -108,7 +108,9 @@ pub(crate) fn build_images(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
 
 /// The chart's values for this cluster: DRA and the device plugin from one daemon, the static
 /// backend with four host device nodes (one served through the device-plugin API), the local
-/// image, the node's network and the API server on loopback.
+/// image, and the API server at the host's address on the pods' bridge (no Service proxy runs).
+/// The rest is the chart's defaults: the pod's own network, the metrics port on it, and a
+/// rolling update that starts the new daemon beside the old one.
 pub(super) fn values(root: &Path) -> anyhow::Result<String> {
     let mut devices = String::new();
     for name in DEVICES {
@@ -123,17 +125,9 @@ pub(super) fn values(root: &Path) -> anyhow::Result<String> {
   repository: {repo}
   tag: "{tag}"
   pullPolicy: Never
-hostNetwork: true
-updateStrategy:
-  type: RollingUpdate
-  rollingUpdate:
-    maxSurge: 0
-    maxUnavailable: 1
 apiServer:
-  host: 127.0.0.1
+  host: {api}
   port: "6443"
-metrics:
-  bindAddress: 127.0.0.1
 logLevel: info
 devicePlugin:
   enabled: true
@@ -160,6 +154,7 @@ backends:
 {devices}"#,
         repo = image::KUBEDEV_REPOSITORY,
         tag = kubedev_tag(root)?,
+        api = network::HOST,
     ))
 }
 
@@ -170,8 +165,6 @@ pub(crate) fn install_kubedev(root: &Path, node: &Node, helm: &Path) -> anyhow::
         make_device_node(&device_node(name))?;
     }
     let values_file = node.logs.join("kubedev-values.yaml");
-    // The daemon runs in the node's network namespace, where an old and a new daemon cannot
-    // both listen on the metrics port: a rolling update replaces the old one first.
     std::fs::write(&values_file, values(root)?)?;
     let out = Command::new(helm)
         .args(["install", "kubedev"])
@@ -188,4 +181,26 @@ pub(crate) fn install_kubedev(root: &Path, node: &Node, helm: &Path) -> anyhow::
         String::from_utf8_lossy(&out.stderr).trim()
     );
     daemon_ready(node)
+}
+
+/// `helm upgrade` of the installed chart with its values and `sets` (`key=value`) on top.
+pub(super) fn upgrade_kubedev(root: &Path, node: &Node, sets: &[&str]) -> anyhow::Result<()> {
+    let helm = crate::deploy::helm::binary(root)?;
+    let mut command = Command::new(helm);
+    command
+        .args(["upgrade", "kubedev"])
+        .arg(root.join("deploy/helm/kubedev"))
+        .args(["--namespace", KUBEDEV_NAMESPACE, "--reuse-values"])
+        .env("KUBECONFIG", node.kubeconfig());
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let out = command.output().context("running helm upgrade")?;
+    ensure!(
+        out.status.success(),
+        "helm upgrade --set {} failed: {}",
+        sets.join(","),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
 }

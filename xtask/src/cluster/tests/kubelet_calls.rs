@@ -20,7 +20,7 @@ const DRA_PACKAGE: &str = "k8s.io.kubelet.pkg.apis.dra.";
 
 pub(super) fn kubelet_calls(node: &Node, _root: &Path) -> anyhow::Result<()> {
     let release = kubelet_release(node)?;
-    let seen = requests(&kubedev_metrics()?)?;
+    let seen = requests(&kubedev_metrics(node)?)?;
     ensure!(
         !seen.is_empty(),
         "kubedev counted no request from the kubelet"

@@ -24,9 +24,11 @@ use anyhow::{Context as _, bail, ensure};
 use serde_json::Value;
 
 use super::image::{self, Image};
+use super::network;
 use super::node::{Node, wait_for};
 use super::pki;
 
+use install::upgrade_kubedev;
 pub(super) use install::{build_images, install_kubedev};
 pub(super) use loopback::{Connections, Sampler, connections};
 
@@ -439,6 +441,59 @@ fn published_devices(node: &Node) -> anyhow::Result<BTreeSet<String>> {
         .iter()
         .filter_map(|d| d["name"].as_str().map(str::to_string))
         .collect())
+}
+
+/// One of kubedev's daemon pods as the API server reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DaemonPod {
+    name: String,
+    uid: String,
+    ip: String,
+    ready: bool,
+    /// Deleted, and stopping.
+    terminating: bool,
+}
+
+/// kubedev's daemon pods now, oldest first.
+fn daemon_pods(node: &Node) -> anyhow::Result<Vec<DaemonPod>> {
+    let pods = get_json(
+        node,
+        &[
+            "pods",
+            "-n",
+            KUBEDEV_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=kubedev",
+            "--sort-by=.metadata.creationTimestamp",
+        ],
+    )?;
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    Ok(pods["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| DaemonPod {
+            name: text(&p["metadata"]["name"]),
+            uid: text(&p["metadata"]["uid"]),
+            ip: text(&p["status"]["podIP"]),
+            ready: p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True"),
+            terminating: !p["metadata"]["deletionTimestamp"].is_null(),
+        })
+        .collect())
+}
+
+/// Where the running daemon serves its metrics: its pod's IP on the bridge, the chart's port.
+fn daemon_metrics_address(node: &Node) -> anyhow::Result<String> {
+    let mut pods = daemon_pods(node)?;
+    pods.retain(|p| !p.terminating);
+    match &pods[..] {
+        [pod] if pod.ready && !pod.ip.is_empty() => Ok(format!("{}:9464", pod.ip)),
+        _ => bail!("expected one ready kubedev pod with an IP, found {pods:?}"),
+    }
 }
 
 /// Restarts kubedev's DaemonSet and waits until its new pod is ready.

@@ -332,8 +332,9 @@ fn api_connections(pid: u32) -> usize {
         .collect();
     let port = format!(":{API_PORT:04X}");
     let mut count = 0;
-    for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
+    // The tables of the process's own network namespace (its pod's).
+    for file in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{file}")).unwrap_or_default();
         for line in text.lines().skip(1) {
             let f: Vec<&str> = line.split_whitespace().collect();
             if f.len() > 9 && f[2].ends_with(&port) && inodes.contains(f[9]) {

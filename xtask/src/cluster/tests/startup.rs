@@ -55,7 +55,7 @@ spec:
         ),
     )?;
     let kubelet_before = kubelet_metrics(node)?;
-    let kubedev_before = kubedev_metrics()?;
+    let kubedev_before = kubedev_metrics(node)?;
     let started = Instant::now();
     for round in 0..PODS / AT_ONCE {
         let names: Vec<String> = (0..AT_ONCE)
@@ -89,7 +89,7 @@ spec:
     }
     let took = started.elapsed();
     let kubelet = delta(&kubelet_before, &kubelet_metrics(node)?);
-    let kubedev = delta(&kubedev_before, &kubedev_metrics()?);
+    let kubedev = delta(&kubedev_before, &kubedev_metrics(node)?);
 
     let grpc = Histogram::of(
         &kubelet,
@@ -178,10 +178,10 @@ fn kubelet_metrics(node: &Node) -> anyhow::Result<Samples> {
     ])?))
 }
 
-/// kubedev's metrics (the chart serves them on the host's loopback).
-pub(super) fn kubedev_metrics() -> anyhow::Result<Samples> {
+/// kubedev's metrics, from its pod's address on the bridge.
+pub(super) fn kubedev_metrics(node: &Node) -> anyhow::Result<Samples> {
     let text = crate::commands::http_get(
-        "127.0.0.1:9464",
+        &daemon_metrics_address(node)?,
         "/metrics",
         std::time::Duration::from_secs(30),
     )?;
