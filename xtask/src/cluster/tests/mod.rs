@@ -6,6 +6,7 @@
 
 mod admission;
 mod claims;
+mod confinement;
 mod disruptions;
 mod install;
 mod kubelet_calls;
@@ -128,6 +129,7 @@ pub(super) fn run_all(
         ("admission-policy", admission::admission_policy),
         // Before anything restarts kubedev: it reads the counts of the calls so far.
         ("kubelet-calls-as-emulated", kubelet_calls::kubelet_calls),
+        ("confinement", confinement::confinement),
         ("health", disruptions::health),
         ("restarts", disruptions::restarts),
         ("pod-startup", startup::pod_startup),

@@ -294,7 +294,7 @@ fn dra_socket() -> anyhow::Result<PathBuf> {
 }
 
 /// The process ID of kubedev's daemon in its pod, as the host sees it.
-fn daemon_pid() -> anyhow::Result<u32> {
+pub(super) fn daemon_pid() -> anyhow::Result<u32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc")?.flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
