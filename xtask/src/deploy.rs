@@ -88,7 +88,7 @@ pub(crate) struct Args {
 }
 
 /// The chart, relative to the workspace root.
-const CHART: &str = "deploy/helm/kubedev";
+pub(crate) const CHART: &str = "deploy/helm/kubedev";
 
 /// The values files (besides the defaults) whose configuration deploy-check also starts the
 /// daemon on, against the emulated kubelet and API server.
@@ -199,7 +199,7 @@ pub(crate) fn deploy_check(root: &Path, args: &Args) -> anyhow::Result<()> {
 
 /// The values the chart is checked with: `None` for its defaults, then every values file in
 /// its `ci/` directory, by name.
-fn values_files(chart: &Path) -> anyhow::Result<Vec<Option<PathBuf>>> {
+pub(crate) fn values_files(chart: &Path) -> anyhow::Result<Vec<Option<PathBuf>>> {
     let mut cases: Vec<Option<PathBuf>> = vec![None];
     let ci_dir = chart.join("ci");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&ci_dir)
@@ -328,18 +328,18 @@ impl CheckRun<'_> {
 
 /// One rendered object.
 #[derive(Debug)]
-struct Object {
+pub(crate) struct Object {
     /// The template it came from (helm's `# Source:` comment).
     source: String,
     /// `Kind namespace/name`, for messages.
     id: String,
-    kind: String,
+    pub(crate) kind: String,
     name: String,
-    value: Value,
+    pub(crate) value: Value,
 }
 
 /// Splits helm's output into objects; documents with nothing in them are skipped.
-fn parse_objects(rendered: &str) -> anyhow::Result<Vec<Object>> {
+pub(crate) fn parse_objects(rendered: &str) -> anyhow::Result<Vec<Object>> {
     let mut docs: Vec<String> = vec![String::new()];
     for line in rendered.lines() {
         if line == "---" {
@@ -526,7 +526,7 @@ fn build_kubedev(root: &Path) -> anyhow::Result<(PathBuf, Value)> {
 }
 
 /// The daemon container and the parsed `config.yaml` of a rendering, when it has them.
-fn daemon_of(rendered: &str) -> Option<(Value, Value)> {
+pub(crate) fn daemon_of(rendered: &str) -> Option<(Value, Value)> {
     let objects = parse_objects(rendered).ok()?;
     let ds = objects.iter().find(|o| o.kind == "DaemonSet")?;
     let cm = objects.iter().find(|o| o.kind == "ConfigMap")?;

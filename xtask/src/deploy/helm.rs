@@ -47,10 +47,21 @@ pub(super) fn lint(helm: &Path, chart: &Path, values: Option<&Path>) -> anyhow::
 
 /// Renders the chart with `values` (the defaults when `None`).
 pub(super) fn render(helm: &Path, chart: &Path, values: Option<&Path>) -> anyhow::Result<String> {
+    render_as(helm, chart, values, RELEASE, NAMESPACE)
+}
+
+/// `helm template` of `chart` with `values` as release `release` in `namespace`: the YAML.
+pub(crate) fn render_as(
+    helm: &Path,
+    chart: &Path,
+    values: Option<&Path>,
+    release: &str,
+    namespace: &str,
+) -> anyhow::Result<String> {
     let out = Command::new(helm)
-        .args(["template", RELEASE])
+        .args(["template", release])
         .arg(chart)
-        .args(["--namespace", NAMESPACE])
+        .args(["--namespace", namespace])
         .args(values_args(values))
         .output()
         .with_context(|| format!("running {}", helm.display()))?;

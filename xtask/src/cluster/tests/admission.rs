@@ -239,14 +239,7 @@ fn rbac_problems(node: &Node, account: &str) -> anyhow::Result<Vec<String>> {
     };
     let mut wrong = Vec::new();
     for u in crate::deploy::access::DAEMON_USES {
-        let resource = if u.group.is_empty() {
-            u.resource.to_string()
-        } else {
-            match u.resource.split_once('/') {
-                Some((r, s)) => format!("{r}.{}/{s}", u.group),
-                None => format!("{}.{}", u.resource, u.group),
-            }
-        };
+        let resource = super::renderings::use_resource(u);
         for verb in u.verbs {
             if !can(verb, &resource, u.namespace)? {
                 wrong.push(format!("may not {verb} {resource}, which the daemon does"));

@@ -11,6 +11,7 @@ mod disruptions;
 mod install;
 mod kubelet_calls;
 mod loopback;
+mod renderings;
 mod scale;
 mod startup;
 mod stored;
@@ -127,6 +128,10 @@ pub(super) fn run_all(
         ("device-plugin", claims::device_plugin),
         ("extended-resource-through-dra", claims::extended_resource),
         ("admission-policy", admission::admission_policy),
+        (
+            "rbac-of-every-rendering",
+            renderings::rbac_of_every_rendering,
+        ),
         // Before anything restarts kubedev: it reads the counts of the calls so far.
         ("kubelet-calls-as-emulated", kubelet_calls::kubelet_calls),
         ("confinement", confinement::confinement),
