@@ -13,11 +13,11 @@
 //! - the objects refer to each other by the right names (ConfigMap, ServiceAccount, roles), and
 //!   each DeviceClass's CEL selector compiles and names the driver (the `objects` module, which
 //!   runs the checks of one rendering);
-//! - access (the `access` module): RBAC grants the daemon's account exactly what the daemon
-//!   does with the API server (an allow-list: no wildcard, no other resource, verb or namespace,
-//!   DeviceClasses only by the names it applies) and, in DRA mode, all of it; in DRA mode a
-//!   ValidatingAdmissionPolicy, bound with Deny, whose CEL (evaluated here) lets the account
-//!   write only ResourceSlices of its own node and driver;
+//! - access (the `access` module): the roles bind only the daemon's account, to roles the chart
+//!   renders, with no aggregation, and none in device-plugin mode; in DRA mode a
+//!   ValidatingAdmissionPolicy, bound with Deny, that matches every ResourceSlice write. What
+//!   the roles grant and what the policy's CEL lets through are judged by the real API server
+//!   (`cargo xtask cluster test`, for every rendering);
 //! - the pod (the `pod` module): a seccomp profile, privilege only for the backends that need it,
 //!   the host's root never writable and mounted only for the backends that read beyond /sys and
 //!   /dev, host paths behind hostRoot that are those host paths, sysfs writable only where

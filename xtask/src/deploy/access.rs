@@ -1,16 +1,13 @@
 //! deploy-check's access checks: what the daemon's service account may do with the API server.
 //!
-//! - RBAC (the `rbac` module): the roles bound to the daemon's account grant what the daemon
-//!   does ([`DAEMON_USES`], and DeviceClasses by the names in `dra.deviceClasses`) and nothing
-//!   else: no wildcard, no non-resource URL, no verb, resource or namespace beyond that list, no
-//!   aggregation into other roles, no subject but the daemon's account. In DRA mode every
-//!   required use is granted and the pod mounts its token; device-plugin mode has no role and no
-//!   token.
+//! - RBAC objects (the `rbac` module): no aggregation into or from other roles, no subject but
+//!   the daemon's account, no role bound to nobody; in DRA mode the pod mounts its token;
+//!   device-plugin mode has no role and no token. What the roles grant ([`DAEMON_USES`], and
+//!   DeviceClasses by the names in `dra.deviceClasses`, exactly) is listed by the real
+//!   authorizer for every rendering in the real-cluster tests.
 //! - Admission (the `admission` module): in DRA mode a ValidatingAdmissionPolicy, bound with
-//!   `Deny`, matches every ResourceSlice create, update and delete, fails closed, and, evaluated
-//!   with the `cel` crate on the requests the daemon makes and on those it must never make, lets
-//!   the daemon's account write only slices of its own node (the token's
-//!   `authentication.kubernetes.io/node-name`) and driver, while leaving other accounts alone.
+//!   `Deny`, matches every ResourceSlice create, update and delete and fails closed; what its CEL
+//!   lets through is judged by the real API server in the real-cluster tests.
 
 mod admission;
 mod rbac;
@@ -35,7 +32,8 @@ pub(crate) struct Use {
 
 /// Everything the daemon does with the API server in DRA mode, read from its code
 /// (`crates/apiserver/src`, `crates/kubedev/src/cluster.rs`). DeviceClasses are apart: only by
-/// the names the configuration lists (see [`rbac::check_rbac`]).
+/// the names the configuration lists. The real-cluster tests hold what the authorizer grants
+/// the daemon's account to this list.
 pub(crate) const DAEMON_USES: &[Use] = &[
     // publisher.rs: a reflector (list, watch) on `spec.driver,spec.nodeName`, `get_opt` after a
     // conflict, create, replace, delete with preconditions.
