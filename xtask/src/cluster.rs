@@ -90,7 +90,8 @@ fn logs_dir(root: &Path) -> PathBuf {
 }
 
 /// What a cluster run needs from the network (Go modules, crates, Debian packages, Helm), got
-/// before anything starts: from then on nothing may leave loopback.
+/// before anything starts: from then on nothing may leave the machine (loopback and the pods'
+/// bridge).
 struct Built {
     bins: build::Binaries,
     images: Vec<PathBuf>,
@@ -128,7 +129,7 @@ fn up(root: &Path, version: &str) -> anyhow::Result<node::Node> {
 
 /// Builds, then starts the cluster, runs the tests and tears it down (always); the first
 /// failure is the result, with the end of each component's log. Sockets are watched from
-/// the start on: nothing but the builds may reach beyond loopback.
+/// the start on: nothing but the builds may reach beyond loopback and the pods' bridge.
 fn test(root: &Path, version: &str, only: Option<&str>) -> anyhow::Result<()> {
     let started = Instant::now();
     let built = build(root, version)?;

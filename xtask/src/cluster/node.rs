@@ -2,9 +2,9 @@
 //! background with their logs in files, and everything they leave behind removed again.
 //!
 //! Every address is loopback, but for the pods' bridge (the `network` module), whose host
-//! address the API server listens on. The kubelet's pods live beneath the cgroup `/kubedev-cluster`
-//! (its `cgroupRoot`), so teardown finds every container process there; the directories the
-//! run creates outside its own are listed in a state file and removed with it.
+//! address the API server listens on. The kubelet's pods live beneath the cgroup
+//! `/kubedev-cluster` (its `cgroupRoot`), so teardown finds every container process there; the
+//! directories the run creates outside its own are listed in a state file and removed with it.
 
 use std::collections::BTreeSet;
 use std::io::Write as _;

@@ -1,7 +1,8 @@
 //! What the real cluster must show: kubedev installed by its chart, a pod given a DRA device by
 //! the real scheduler, kubelet and containerd, a claim that cannot fit explained as the
-//! scheduler explains it, the device-plugin resource from the same daemon, and no connection
-//! off loopback (one module each). Each test asserts what a user sees: `kubectl` output and
+//! scheduler explains it, the device-plugin resource from the same daemon, a rollout, the
+//! daemon's confinement and every rendering's RBAC, and no connection off the machine (one
+//! module each). Each test asserts what a user sees: `kubectl` output and
 //! the container's own. This module holds what they share: the names, manifests and waits.
 
 mod admission;
@@ -162,7 +163,7 @@ pub(super) fn run_all(
             failed.push(*name);
         }
     }
-    eprintln!("\n==> cluster test: nothing left loopback");
+    eprintln!("\n==> cluster test: nothing left the machine");
     if let Err(err) = loopback::only_loopback(before, &sampler.stop()) {
         eprintln!("FAILED loopback: {err:#}");
         failed.push("loopback");
