@@ -196,32 +196,39 @@ fn judge(
     node.kubectl_out(&["create", "namespace", namespace])?;
     let judged = apply(node, &objects).and_then(|()| {
         let asked: Vec<&str> = ASKED.iter().copied().chain([namespace]).collect();
+        // An account without bindings: what every account gets.
+        let baselines: Vec<BTreeSet<Rule>> = asked
+            .iter()
+            .map(|a| granted(node, namespace, "kubedev-rbac-nobody", a))
+            .collect::<anyhow::Result<_>>()?;
         // The authorizer sees new roles through its informers: wait until what it lists holds
-        // still (and, in DRA mode, includes what the rendering must grant, or time passes).
+        // still and, in DRA mode, the roles show (or 20 s pass, and the lists are judged as
+        // they are).
         let read = || -> anyhow::Result<Vec<BTreeSet<Rule>>> {
             asked
                 .iter()
                 .map(|a| granted(node, namespace, &daemon.sa, a))
                 .collect()
         };
+        let shows = |lists: &[BTreeSet<Rule>]| {
+            !daemon.dra || lists.iter().zip(&baselines).any(|(l, b)| !l.is_subset(b))
+        };
         let mut last = read()?;
-        let settled = Instant::now();
+        let began = Instant::now();
         loop {
             std::thread::sleep(Duration::from_millis(500));
             let now = read()?;
-            if now == last && settled.elapsed() > Duration::from_secs(2) {
-                break;
-            }
-            if settled.elapsed() > Duration::from_secs(20) {
-                break;
-            }
+            let still = now == last && began.elapsed() > Duration::from_secs(2);
+            let done = (still && shows(&now)) || began.elapsed() > Duration::from_secs(20);
             last = now;
+            if done {
+                break;
+            }
         }
         let mut problems = Vec::new();
-        for (asked, granted) in asked.iter().zip(&last) {
-            let baseline = self::granted(node, namespace, "kubedev-rbac-nobody", asked)?;
+        for ((asked, granted), baseline) in asked.iter().zip(&last).zip(&baselines) {
             let (allowed, required) = daemon.allowed(asked);
-            for (resource, name, verb) in granted.difference(&baseline) {
+            for (resource, name, verb) in granted.difference(baseline) {
                 if !allowed.contains(&(resource.clone(), name.clone(), verb.clone())) {
                     let on = if name.is_empty() {
                         resource.clone()
