@@ -191,9 +191,15 @@ fn version(node: &Node, _root: &Path) -> anyhow::Result<()> {
 
 /// `kubectl apply` of `manifest` (YAML).
 fn apply(node: &Node, manifest: &str) -> anyhow::Result<()> {
+    kubectl_with_manifest(node, &["apply"], manifest)
+}
+
+/// `kubectl ARGS -f -` with `manifest` (YAML) on its standard input.
+fn kubectl_with_manifest(node: &Node, args: &[&str], manifest: &str) -> anyhow::Result<()> {
     let mut child = node
         .kubectl()
-        .args(["apply", "-f", "-"])
+        .args(args)
+        .args(["-f", "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -209,7 +215,8 @@ fn apply(node: &Node, manifest: &str) -> anyhow::Result<()> {
     let out = child.wait_with_output()?;
     ensure!(
         out.status.success(),
-        "kubectl apply failed: {}",
+        "kubectl {} failed: {}",
+        args.join(" "),
         String::from_utf8_lossy(&out.stderr).trim()
     );
     Ok(())

@@ -230,11 +230,7 @@ fn judge(
             let (allowed, required) = daemon.allowed(asked);
             for (resource, name, verb) in granted.difference(baseline) {
                 if !allowed.contains(&(resource.clone(), name.clone(), verb.clone())) {
-                    let on = if name.is_empty() {
-                        resource.clone()
-                    } else {
-                        format!("{resource} named {name}")
-                    };
+                    let on = described(resource, name);
                     problems.push(format!(
                         "the daemon's account may {verb} {on} in namespace {asked}, which the \
                          daemon does not"
@@ -242,11 +238,7 @@ fn judge(
                 }
             }
             for (resource, name, verb) in required.difference(granted) {
-                let on = if name.is_empty() {
-                    resource.clone()
-                } else {
-                    format!("{resource} named {name}")
-                };
+                let on = described(resource, name);
                 problems.push(format!(
                     "the daemon's account may not {verb} {on} in namespace {asked}, which the \
                      daemon does"
@@ -255,37 +247,20 @@ fn judge(
         }
         Ok(problems)
     });
-    let removed = delete_objects(node, &objects)
+    let removed = kubectl_with_manifest(node, &["delete", "--ignore-not-found"], &objects)
         .and_then(|()| node.kubectl_out(&["delete", "namespace", namespace, "--wait=false"]));
     let judged = judged?;
     removed?;
     Ok(judged)
 }
 
-/// Deletes the objects of a manifest.
-fn delete_objects(node: &Node, manifest: &str) -> anyhow::Result<()> {
-    let mut child = node
-        .kubectl()
-        .args(["delete", "--ignore-not-found", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
-    {
-        use std::io::Write as _;
-        child
-            .stdin
-            .take()
-            .context("kubectl's stdin")?
-            .write_all(manifest.as_bytes())?;
+/// A rule's resource for messages: `resource`, or `resource named name`.
+fn described(resource: &str, name: &str) -> String {
+    if name.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource} named {name}")
     }
-    let out = child.wait_with_output()?;
-    ensure!(
-        out.status.success(),
-        "kubectl delete failed: {}",
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(())
 }
 
 /// The rules of the first ClusterRole among `items`.
