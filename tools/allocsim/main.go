@@ -5,7 +5,7 @@
 // It reads one request per line on standard input, a JSON object
 //
 //	{"id": "...", "scenario": {kubedev's scenario: node, deviceClasses, resourceSlices,
-//	 allocatedDevices, claims, features}, "repeat": N}
+//	 allocatedDevices, allocatedShares, claims, features}, "repeat": N}
 //
 // and writes one answer per line on standard output:
 //
@@ -34,6 +34,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -50,8 +51,26 @@ type scenario struct {
 	DeviceClasses    []*resourceapi.DeviceClass   `json:"deviceClasses"`
 	ResourceSlices   []*resourceapi.ResourceSlice `json:"resourceSlices"`
 	AllocatedDevices []string                     `json:"allocatedDevices"`
+	AllocatedShares  []allocatedShare             `json:"allocatedShares"`
 	Claims           []*resourceapi.ResourceClaim `json:"claims"`
 	Features         []string                     `json:"features"`
+}
+
+// allocatedShare is one allocation result with a shareID: the device and the capacity the
+// share consumed.
+type allocatedShare struct {
+	Device           string                       `json:"device"`
+	ConsumedCapacity map[string]resource.Quantity `json:"consumedCapacity"`
+}
+
+// deviceID splits driver/pool/device as kubedev does: pool names may hold a slash, so the
+// driver ends at the first and the device starts after the last.
+func deviceID(id string) (structured.DeviceID, bool) {
+	first, last := strings.Index(id, "/"), strings.LastIndex(id, "/")
+	if first < 0 || first == last || first == 0 || last == first+1 || last == len(id)-1 {
+		return structured.DeviceID{}, false
+	}
+	return structured.MakeDeviceID(id[:first], id[first+1:last], id[last+1:]), true
 }
 
 type request struct {
@@ -229,12 +248,29 @@ func run(req *request) answer {
 	}
 	allocated := emptyAllocatedState()
 	for _, id := range sc.AllocatedDevices {
-		parts := strings.SplitN(id, "/", 3)
-		if len(parts) != 3 {
+		device, ok := deviceID(id)
+		if !ok {
 			ans.Outcome, ans.Error = "error", fmt.Sprintf("allocated device %q is not driver/pool/device", id)
 			return ans
 		}
-		allocated.AllocatedDevices.Insert(structured.MakeDeviceID(parts[0], parts[1], parts[2]))
+		allocated.AllocatedDevices.Insert(device)
+	}
+	// Shares as the scheduler's GatherAllocatedState records results with a shareID: the
+	// shared device, and the capacity the share consumed when it has any.
+	for i, share := range sc.AllocatedShares {
+		device, ok := deviceID(share.Device)
+		if !ok {
+			ans.Outcome, ans.Error = "error", fmt.Sprintf("allocated share's device %q is not driver/pool/device", share.Device)
+			return ans
+		}
+		addShare(&allocated, device, types.UID(fmt.Sprintf("share-uid-%d", i)))
+		if share.ConsumedCapacity != nil {
+			consumed := make(map[resourceapi.QualifiedName]resource.Quantity, len(share.ConsumedCapacity))
+			for name, q := range share.ConsumedCapacity {
+				consumed[resourceapi.QualifiedName(name)] = q
+			}
+			allocated.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(device, consumed))
+		}
 	}
 	node := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: sc.Node.Name, Labels: sc.Node.Labels},

@@ -6,6 +6,7 @@ import (
 	"context"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -18,6 +19,11 @@ func emptyAllocatedState() structured.AllocatedState {
 		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
+}
+
+// addShare records one share of device, as the scheduler records a result with a shareID.
+func addShare(state *structured.AllocatedState, device structured.DeviceID, share types.UID) {
+	state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(device, &share))
 }
 
 func newAllocator(ctx context.Context, f structured.Features, state structured.AllocatedState,

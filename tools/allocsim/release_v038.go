@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	draapi "k8s.io/dynamic-resource-allocation/api"
 	"k8s.io/dynamic-resource-allocation/cel"
@@ -20,6 +21,12 @@ func emptyAllocatedState() structured.AllocatedState {
 		AllocatedSharedDeviceIDs: sets.New[structured.DeviceID](),
 		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
 	}
+}
+
+// addShare records one share of device: from 1.38 the scheduler keeps the shared devices'
+// IDs, not each share's.
+func addShare(state *structured.AllocatedState, device structured.DeviceID, _ types.UID) {
+	state.AllocatedSharedDeviceIDs.Insert(device)
 }
 
 // newAllocator converts the slices to the allocator's own API types, as the scheduler's

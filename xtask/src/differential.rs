@@ -130,7 +130,27 @@ const KNOWN: &[KnownDifference] = &[
         matches: |scenario, _, _| qualifies_capacity_names(scenario),
         fixed_by: "kubernetes/kubernetes#142202 (1.38)",
     },
+    KnownDifference {
+        releases: "1.37.",
+        // A device that no longer allows multiple allocations but still has a share could be
+        // allocated exclusively. Any difference in a scenario with such a share is taken for
+        // this one on 1.37; the 1.38 peer judges those scenarios in full.
+        matches: |scenario, _, _| shares_exclusive_device(scenario),
+        fixed_by: "kubernetes/kubernetes#140798 (1.38)",
+    },
 ];
+
+/// Whether the scenario has a share of a device that does not allow multiple allocations.
+fn shares_exclusive_device(scenario: &Scenario) -> bool {
+    scenario.allocated_shares.iter().any(|share| {
+        scenario.resource_slices.iter().any(|s| {
+            s.spec.devices.iter().any(|d| {
+                !d.allow_multiple_allocations.unwrap_or(false)
+                    && share.device == format!("{}/{}/{}", s.spec.driver, s.spec.pool.name, d.name)
+            })
+        })
+    })
+}
 
 /// Whether a request of the scenario names a capacity with a driver's domain.
 fn qualifies_capacity_names(scenario: &Scenario) -> bool {
@@ -194,11 +214,13 @@ pub(crate) fn difference(
 
 /// kubedev's answer for a scenario, allocated as `kubedev simulate` does.
 pub(crate) fn ours(scenario: &Scenario) -> Outcome {
+    let shares = scenario.consumed_capacity();
     let mut allocator = Allocator::new(
         &scenario.resource_slices,
         &scenario.device_classes,
         &scenario.allocated_devices,
     )
+    .with_consumed_capacity(&shares)
     .with_features(Features::from_gates(&scenario.features));
     match allocator.allocate(
         &scenario.node,

@@ -28,7 +28,9 @@ use crate::slice_index::SliceIndex;
 use plan::{plan_claims, statically_impossible};
 use search::Search;
 
-pub(crate) use fit::{CapFit, Consumption, capacity_fit, capacity_fits, taint_blocks, tolerates};
+pub(crate) use fit::{
+    CapFit, Consumption, capacity_fit, capacity_fits, static_capacity_fits, taint_blocks, tolerates,
+};
 pub(crate) use selectors::{Cands, SelectorSet};
 
 /// Most devices one claim can get (the API's `AllocationResultsMaxSize`).
@@ -71,8 +73,9 @@ impl<'p> AllocateOptions<'p> {
     }
 }
 
-/// Capacity one existing allocation took from a device that allows multiple allocations
-/// (`status.allocation.devices.results[].consumedCapacity` of a claim).
+/// One existing share of a device that allows multiple allocations (a claim's
+/// `status.allocation.devices.results[]` entry with a `shareID`) and the capacity it took
+/// (its `consumedCapacity`, empty without one).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsumedCapacity {
     /// The device, `driver/pool/device`.
@@ -359,9 +362,12 @@ impl<'a> Allocator<'a> {
         }
     }
 
-    /// The capacity existing allocations took from devices that allow multiple allocations
-    /// (each entry one allocation result; entries for the same device add up, and entries
-    /// naming no device of a node are ignored there).
+    /// The shares existing allocations hold of devices that allow multiple allocations, with
+    /// the capacity each took (each entry one allocation result with a `shareID`; entries for
+    /// the same device add up, and entries naming no device of a node are ignored there). As
+    /// the scheduler counts them, a device with shares has its counters consumed, and a
+    /// further share of it does not consume them again; an entry without capacity still
+    /// counts as a share.
     pub fn with_consumed_capacity(mut self, consumed: &'a [ConsumedCapacity]) -> Allocator<'a> {
         let map = &mut self.views.in_use.consumed;
         for c in consumed {

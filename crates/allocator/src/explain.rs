@@ -325,7 +325,7 @@ fn fit_reason(
     policy: Option<&str>,
 ) -> Option<Reason> {
     let dev = &view.devices[d];
-    if dev.allocated && !sp.admin {
+    if (dev.allocated || dev.held_by_share()) && !sp.admin {
         Some(Reason::InUse)
     } else if !dev.node_operations_ok {
         Some(Reason::NodeOperationsUnsupported)
@@ -482,9 +482,13 @@ fn summarize(
     summary
 }
 
-/// A counter that allocated devices left too small for this device on its own.
+/// A counter that allocated devices left too small for this device on its own (a shareable
+/// device already shared consumes none again).
 fn counters_short(view: &NodeView<'_>, d: usize) -> Option<(String, String)> {
     let dev = &view.devices[d];
+    if dev.allows_multiple && dev.shared_before {
+        return None;
+    }
     let pool = &view.pools[dev.pool];
     for (idx, q) in view.counters(dev) {
         if *q > pool.available[idx] || pool.overdrawn {

@@ -2,6 +2,9 @@
 //! in use and the claims of one pod. Reading it from a file is `kubedev-inputs`' part; any serde
 //! format deserializes it.
 
+use std::collections::BTreeMap;
+
+use kubedev_core::Quantity;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
@@ -9,8 +12,8 @@ use crate::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
 
 /// Everything one allocation needs.
 ///
-/// A scenario file has the keys `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices`
-/// and `claims`, `features` (the scheduler feature gates the scenario is allocated with; of
+/// A scenario file has the keys `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices`,
+/// `allocatedShares` and `claims`, `features` (the scheduler feature gates the scenario is allocated with; of
 /// those that change allocation, only `DRAListTypeAttributes` is off unless named, as in
 /// Kubernetes 1.36), plus two that are not read: `description` and `expect` (a file's own
 /// description and expectations). Any other key, at the top or inside an object, is an error
@@ -26,6 +29,10 @@ pub struct Scenario {
     pub resource_slices: Vec<ResourceSlice>,
     /// Devices already allocated, as `driver/pool/device`.
     pub allocated_devices: Vec<String>,
+    /// Shares already allocated from devices that allow multiple allocations (each one
+    /// allocation result with a `shareID`), with the capacity each consumed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocated_shares: Vec<AllocatedShare>,
     /// The claims to allocate together (as for one pod).
     pub claims: Vec<ResourceClaim>,
     /// Scheduler feature gates that are on (see [`crate::Features::from_gates`]).
@@ -45,6 +52,7 @@ struct ScenarioFile {
     device_classes: Vec<DeviceClass>,
     resource_slices: Vec<ResourceSlice>,
     allocated_devices: Vec<String>,
+    allocated_shares: Vec<AllocatedShare>,
     claims: Vec<ResourceClaim>,
     description: IgnoredAny,
     expect: IgnoredAny,
@@ -58,19 +66,51 @@ impl From<ScenarioFile> for Scenario {
             device_classes: f.device_classes,
             resource_slices: f.resource_slices,
             allocated_devices: f.allocated_devices,
+            allocated_shares: f.allocated_shares,
             claims: f.claims,
             features: f.features,
         }
     }
 }
 
+/// One share already allocated from a device that allows multiple allocations: an allocation
+/// result with a `shareID`, as the scheduler counts it (`allocatedShares` entries).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct AllocatedShare {
+    /// The device, `driver/pool/device`.
+    pub device: String,
+    /// The capacity the share consumed, by the name the device gives it (the result's
+    /// `consumedCapacity`; empty when it has none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub consumed_capacity: BTreeMap<String, Quantity>,
+}
+
 impl Scenario {
-    /// The first `allocatedDevices` entry that is not `driver/pool/device`, if any.
+    /// The first `allocatedDevices` or `allocatedShares` device that is not
+    /// `driver/pool/device`, if any.
     pub fn malformed_allocated_device(&self) -> Option<&str> {
         self.allocated_devices
             .iter()
+            .chain(self.allocated_shares.iter().map(|s| &s.device))
             .find(|e| split_device_id(e).is_none())
             .map(String::as_str)
+    }
+
+    /// The shares already allocated, as the allocator takes them
+    /// ([`crate::Allocator::with_consumed_capacity`]).
+    pub fn consumed_capacity(&self) -> Vec<crate::ConsumedCapacity> {
+        self.allocated_shares
+            .iter()
+            .map(|s| crate::ConsumedCapacity {
+                device: s.device.clone(),
+                capacity: s
+                    .consumed_capacity
+                    .iter()
+                    .map(|(name, q)| (name.clone(), *q))
+                    .collect(),
+            })
+            .collect()
     }
 }
 

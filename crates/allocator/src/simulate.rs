@@ -188,11 +188,13 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
         fail_closed: options.fail_closed,
     };
     let features = crate::features::Features::from_gates(&scenario.features);
+    let shares = scenario.consumed_capacity();
     let mut allocator = Allocator::new(
         &scenario.resource_slices,
         &scenario.device_classes,
         &scenario.allocated_devices,
     )
+    .with_consumed_capacity(&shares)
     .with_features(features);
     let outcome = allocator.allocate(&scenario.node, &scenario.claims, &alloc_options);
     let mut out = match outcome {
@@ -240,6 +242,7 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
                 &scenario.device_classes,
                 &scenario.allocated_devices,
             )
+            .with_consumed_capacity(&shares)
             .with_features(features);
             let r = fresh.allocate(&scenario.node, &scenario.claims, &alloc_options);
             drop(std::hint::black_box(r.ok()));

@@ -34,8 +34,8 @@ pub enum ScenarioError {
         /// What is wrong, starting with the line (`line N: ...`).
         message: String,
     },
-    /// An `allocatedDevices` entry is not `driver/pool/device`.
-    #[error("{origin}: allocatedDevices entry {0} is not driver/pool/device", kubedev_core::echo::echo(.entry))]
+    /// An `allocatedDevices` entry or `allocatedShares` device is not `driver/pool/device`.
+    #[error("{origin}: allocatedDevices or allocatedShares device {0} is not driver/pool/device", kubedev_core::echo::echo(.entry))]
     AllocatedDevice {
         /// The file name (`scenario text` for [`scenario_from_text`]).
         origin: String,

@@ -5,7 +5,8 @@
 //! on all nodes or on nodes chosen by a label), pools split over slices and sometimes
 //! incomplete, devices with attributes of every type (lists when `DRAListTypeAttributes` is
 //! drawn), capacities, counter sets consumed by a parent device and its partitions, taints,
-//! binding conditions, consumable capacity with request policies, devices already allocated;
+//! binding conditions, consumable capacity with request policies, devices already allocated
+//! and shares already allocated with the capacity they consumed;
 //! and one or two claims whose requests are exact or first-available lists, by count or all,
 //! with selectors drawn from a grammar of the DRA CEL environment's functions, tolerations,
 //! admin access, capacity requests, configuration and matchAttribute / distinctAttribute
@@ -140,6 +141,7 @@ const REQUIRED: &[&str] = &[
     "spec",
     "name",
     "driver",
+    "device",
     "pool",
     "generation",
     "resourceSliceCount",
@@ -201,6 +203,8 @@ struct Draw {
     drivers: Vec<&'static str>,
     /// Every device on the node (or reachable from it): `driver/pool/device`.
     devices: Vec<String>,
+    /// Those of them that allow multiple allocations.
+    shareable: Vec<String>,
 }
 
 impl Draw {
@@ -230,6 +234,7 @@ pub(crate) fn scenario(seed: u64) -> Value {
         lists: false,
         drivers: vec!["driver-a"],
         devices: Vec::new(),
+        shareable: Vec::new(),
     };
     d.lists = d.chance(0.3);
     let node_operations = d.chance(0.3);
@@ -248,6 +253,7 @@ pub(crate) fn scenario(seed: u64) -> Value {
         .into_iter()
         .filter(|_| d.chance(0.12))
         .collect();
+    let shares = shares(&mut d);
     let classes = classes(&mut d);
     let claims: Vec<Value> = (0..if d.chance(0.6) { 1 } else { 2 })
         .map(|i| claim(&mut d, i))
@@ -268,6 +274,7 @@ pub(crate) fn scenario(seed: u64) -> Value {
         "deviceClasses": classes,
         "resourceSlices": slices,
         "allocatedDevices": allocated,
+        "allocatedShares": shares,
         "claims": claims,
         "features": features,
     })
@@ -319,6 +326,12 @@ fn pool_slices(d: &mut Draw, driver: &str, pool: &str, out: &mut Vec<Value>) {
                 }));
             }
         }
+        // Partitions that are shared: their counters are consumed once, however many shares.
+        for dev in &mut devices {
+            if d.chance(0.2) {
+                dev["allowMultipleAllocations"] = json!(true);
+            }
+        }
         if let Some(Value::Array(all)) = specs[0].get_mut("devices") {
             all.extend(devices);
         }
@@ -351,7 +364,11 @@ fn pool_slices(d: &mut Draw, driver: &str, pool: &str, out: &mut Vec<Value>) {
                 .flatten()
             {
                 if let Some(name) = dev.get("name").and_then(Value::as_str) {
-                    d.devices.push(format!("{driver}/{pool}/{name}"));
+                    let id = format!("{driver}/{pool}/{name}");
+                    if dev.get("allowMultipleAllocations") == Some(&json!(true)) {
+                        d.shareable.push(id.clone());
+                    }
+                    d.devices.push(id);
                 }
             }
         }
@@ -381,6 +398,49 @@ fn pool_slices(d: &mut Draw, driver: &str, pool: &str, out: &mut Vec<Value>) {
             "spec": spec,
         }));
     }
+}
+
+/// Shares already allocated: none, one or two of some shareable devices, consuming some of
+/// their capacities (or none, or a capacity the device does not have); rarely one of a device
+/// that does not allow multiple allocations (its driver republished it so).
+fn shares(d: &mut Draw) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut share = |d: &mut Draw, device: &str| {
+        let mut consumed = Map::new();
+        if d.chance(0.6) {
+            consumed.insert(
+                "memory".into(),
+                json!(d.pick(&["1Gi", "8Gi", "16Gi", "40Gi"])),
+            );
+        }
+        if d.chance(0.6) {
+            consumed.insert(
+                "bandwidth".into(),
+                json!(d.pick(&["1", "2", "5", "10", "500m"])),
+            );
+        }
+        if d.chance(0.05) {
+            consumed.insert("other".into(), json!("1"));
+        }
+        let mut entry = Map::new();
+        entry.insert("device".into(), json!(device));
+        if !consumed.is_empty() || d.chance(0.5) {
+            entry.insert("consumedCapacity".into(), Value::Object(consumed));
+        }
+        out.push(Value::Object(entry));
+    };
+    for device in d.shareable.clone() {
+        if d.chance(0.4) {
+            for _ in 0..d.rng.usize(1..=2) {
+                share(d, &device);
+            }
+        }
+    }
+    if !d.devices.is_empty() && d.chance(0.03) {
+        let device = d.devices[d.rng.usize(..d.devices.len())].clone();
+        share(d, &device);
+    }
+    out
 }
 
 fn device(d: &mut Draw, driver: &str, name: &str) -> Value {

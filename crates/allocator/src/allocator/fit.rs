@@ -144,11 +144,19 @@ pub(crate) fn capacity_fit(
     allocating: Option<&[Quantity]>,
 ) -> Result<CapFit, String> {
     let mut consumed = Consumption::new();
-    Ok(if fit(dev, requests, allocating, &mut consumed)? {
-        CapFit::Fits(consumed)
-    } else {
-        CapFit::NoFit
-    })
+    Ok(
+        if fit(
+            dev,
+            requests,
+            allocating,
+            &dev.consumed_before,
+            &mut consumed,
+        )? {
+            CapFit::Fits(consumed)
+        } else {
+            CapFit::NoFit
+        },
+    )
 }
 
 /// [`capacity_fit`] when only whether the request fits matters.
@@ -166,17 +174,40 @@ pub(crate) fn capacity_fits(
         return true;
     }
     matches!(
-        fit(dev, requests, allocating, &mut Consumption::new()),
+        fit(
+            dev,
+            requests,
+            allocating,
+            &dev.consumed_before,
+            &mut Consumption::new()
+        ),
         Ok(true)
     )
 }
 
-/// The check of [`capacity_fit`]; the consumption per capacity goes to `consumed` (empty on
-/// entry).
+/// Whether the request fits the device's capacities as if nothing had taken from them (how
+/// the scheduler picks the devices of an `All` request: one whose capacity existing shares
+/// took stays among them, and the request then fails on it).
+pub(crate) fn static_capacity_fits(
+    dev: &NodeDevice<'_>,
+    requests: Option<&[(&str, Quantity)]>,
+) -> bool {
+    if requests.is_none_or(<[_]>::is_empty) && dev.whole_fits() {
+        return true;
+    }
+    matches!(
+        fit(dev, requests, None, &[], &mut Consumption::new()),
+        Ok(true)
+    )
+}
+
+/// The check of [`capacity_fit`], with `earlier` what existing allocations took; the
+/// consumption per capacity goes to `consumed` (empty on entry).
 fn fit(
     dev: &NodeDevice<'_>,
     requests: Option<&[(&str, Quantity)]>,
     allocating: Option<&[Quantity]>,
+    earlier: &[(&str, Quantity)],
     consumed: &mut Consumption,
 ) -> Result<bool, String> {
     let caps = dev.capacity();
@@ -236,7 +267,7 @@ fn fit(
         }
         // What existing allocations took (named as the device lists the capacity, or
         // qualified with the driver's domain).
-        for (name, q) in dev.consumed_before.iter() {
+        for (name, q) in earlier {
             let same = *name == cap.key
                 || name
                     .strip_prefix(dev.driver())

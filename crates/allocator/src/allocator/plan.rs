@@ -7,8 +7,8 @@ use smallvec::SmallVec;
 
 use super::{
     AllocateOptions, Cands, ClaimName, ClaimPlan, Constraint, ConstraintKind, MAX_CLAIMS,
-    MAX_DEVICES_PER_CLAIM, Mode, Plans, RequestPlan, SelectorSet, SubPlan, Verdict, capacity_fits,
-    taint_blocks,
+    MAX_DEVICES_PER_CLAIM, Mode, Plans, RequestPlan, SelectorSet, SubPlan, Verdict,
+    static_capacity_fits, taint_blocks,
 };
 use crate::api::{
     DeviceClass, DeviceRequest, DeviceSelector, DeviceSubRequest, DeviceToleration,
@@ -223,7 +223,9 @@ pub(super) fn statically_impossible(view: &NodeView<'_>, plans: &[ClaimPlan<'_>]
 
 fn sub_possible(view: &NodeView<'_>, cp: &ClaimPlan<'_>, sp: &SubPlan<'_>) -> bool {
     let usable = |dev: &NodeDevice<'_>| {
-        (sp.admin || !dev.allocated) && dev.node_operations_ok && !taint_blocks(dev, sp.tolerations)
+        (sp.admin || !(dev.allocated || dev.held_by_share()))
+            && dev.node_operations_ok
+            && !taint_blocks(dev, sp.tolerations)
     };
     match sp.mode {
         Mode::All => {
@@ -580,7 +582,7 @@ fn all_mode_devices(
             match set.verdict(view, d, claim, evaluations) {
                 Verdict::Match => {
                     let dev = &view.devices[d];
-                    if capacity_fits(dev, capacity, None) {
+                    if static_capacity_fits(dev, capacity) {
                         devices.push(d as u32);
                     }
                 }

@@ -427,13 +427,16 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         if !multi && sp.admin && self.held[d as usize].claims & bit != 0 {
             return Ok(None);
         }
-        if !sp.admin && (dev.allocated || self.held[d as usize].claims != 0) {
+        if !sp.admin && (dev.allocated || dev.held_by_share() || self.held[d as usize].claims != 0)
+        {
             return Ok(None);
         }
         if !dev.node_operations_ok {
             return Ok(None);
         }
-        let skip_counters = multi && self.held[d as usize].shares > 0;
+        // A shareable device already shared (before or in this allocation) has its counters
+        // consumed once; a further share does not consume them again.
+        let skip_counters = multi && (dev.shared_before || self.held[d as usize].shares > 0);
         let mut undo = Undo {
             counters: false,
             marked: false,

@@ -82,6 +82,9 @@ pub(crate) struct NodeDevice<'a> {
     /// The device allows multiple allocations.
     pub(crate) allows_multiple: bool,
     pub(crate) binds_to_node: bool,
+    /// Shares of this device are allocated already: its counters are consumed (and a further
+    /// share of a shareable device does not consume them again).
+    pub(crate) shared_before: bool,
     /// Capacity existing allocations took from this (shareable) device: name, amount.
     pub(crate) consumed_before: Box<[(&'a str, Quantity)]>,
     /// Whether the device may be allocated as far as node operations go: its slice skips
@@ -159,6 +162,15 @@ impl<'a> NodeDevice<'a> {
                     && k.starts_with(domain)
                     && k.ends_with(id))
         })
+    }
+
+    /// The device does not allow multiple allocations but has shares already (its slice
+    /// changed since): no request without admin access may take it, as from Kubernetes 1.38
+    /// (kubernetes/kubernetes#140798). Unlike an allocated device, its selectors are still
+    /// evaluated first.
+    #[inline]
+    pub(crate) fn held_by_share(&self) -> bool {
+        self.shared_before && !self.allows_multiple
     }
 
     #[inline]

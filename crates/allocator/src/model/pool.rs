@@ -162,8 +162,19 @@ impl<'a> PreparingPool<'a, '_> {
                 .contains(&(self.driver, self.name, d.name.as_str()))
     }
 
+    /// Whether device `d` of this pool has shares allocated already (an entry of consumed
+    /// capacity, even an empty one).
+    fn is_shared(&self, d: &Device) -> bool {
+        !self.in_use.consumed.is_empty()
+            && self
+                .in_use
+                .consumed
+                .contains_key(&(self.driver, self.name, d.name.as_str()))
+    }
+
     /// Validates the consumption of every device of the pool and subtracts what allocated
-    /// devices consume. Candidates are parsed once, in [`PreparingPool::device`].
+    /// devices consume (devices with shares allocated count as allocated here, as the
+    /// scheduler counts them). Candidates are parsed once, in [`PreparingPool::device`].
     fn subtract_allocated(
         &mut self,
         relevant: &[&'a ResourceSlice],
@@ -176,7 +187,7 @@ impl<'a> PreparingPool<'a, '_> {
             .chain(others.iter().map(|s| (*s, false)));
         for (s, candidate_slice) in slices {
             for d in &s.spec.devices {
-                let is_allocated = self.is_allocated(d);
+                let is_allocated = self.is_allocated(d) || self.is_shared(d);
                 if candidate_slice && !is_allocated {
                     continue;
                 }
@@ -237,6 +248,7 @@ impl<'a> PreparingPool<'a, '_> {
             } else {
                 &[]
             },
+            shared_before: self.is_shared(d),
             consumed_before: if self.in_use.consumed.is_empty() {
                 Box::default()
             } else {

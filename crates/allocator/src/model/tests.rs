@@ -75,6 +75,7 @@ fn device_entries_read_from_the_slice_equal_the_built_variable() {
         consumption: 0..0,
         allows_multiple: false,
         binds_to_node: false,
+        shared_before: false,
         consumed_before: Box::default(),
         node_operations_ok: true,
         skip_node_operations: &[],

@@ -106,8 +106,9 @@ pub(super) enum Command {
     },
     /// Allocate a scenario's claims as the scheduler would, and say why when they do not fit.
     ///
-    /// The scenario file has `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices` and
-    /// `claims` (and may have `description`, `expect` and `features`, which are not read); any
+    /// The scenario file has `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices`,
+    /// `allocatedShares` (shares of devices that allow multiple allocations, each a `device` and
+    /// its `consumedCapacity`) and `claims` (and may have `description`, `expect` and `features`, which are not read); any
     /// other key is an error naming the key and its line. The exit code is 0 whether or not the
     /// claims fit, 1 when the scenario or the policy cannot be read, and 3 when the policy failed
     /// and `--fail-closed` refused the allocation.
