@@ -5,8 +5,9 @@
 //! Input is read as the API machinery reads objects: `List` objects or single objects, YAML
 //! (several documents) or JSON, fields this allocator does not know ignored (a dump carries
 //! `status`, `managedFields` and fields of newer releases). Devices other claims hold
-//! (`status.allocation`) are in use, except for devices that allow multiple allocations: of
-//! those, the capacity the allocations consumed is taken.
+//! (`status.allocation`) are in use as the scheduler counts them: a result with admin access
+//! leaves its device to others, and a result with a `shareID` is a share of its device, which
+//! takes the capacity it consumed.
 //!
 //! Reading dumps is `cluster/read.rs` (block-style YAML rewritten as JSON by
 //! `cluster/block_yaml.rs`); the question and its answer are `cluster/answer.rs`; both spread
@@ -41,7 +42,11 @@ pub struct Cluster {
     pub classes: Vec<DeviceClass>,
     /// ResourceClaims, with their `status.allocation` results (`driver/pool/device`).
     pub claims: Vec<(ResourceClaim, Vec<String>)>,
-    /// Capacity the claims' allocations took from devices that allow multiple allocations.
+    /// The devices the claims' allocations hold as the scheduler counts them allocated
+    /// (`driver/pool/device`): results neither with admin access nor with a `shareID`.
+    pub in_use: Vec<String>,
+    /// The shares the claims' allocations hold (results with a `shareID`), with the capacity
+    /// each took.
     pub consumed: Vec<ConsumedCapacity>,
     /// Nodes.
     pub nodes: Vec<Node>,

@@ -75,7 +75,6 @@ impl Cluster {
     pub fn explain(&self, subject: &Subject) -> Result<ClusterAnswer, String> {
         let wanted = self.subject_claims(subject)?;
         let (claims, already) = self.split_allocated(&wanted)?;
-        let in_use = self.devices_in_use();
         let nodes = self.nodes_to_explain();
         let options = AllocateOptions::default();
         let features = kubedev_allocator::Features::default()
@@ -88,7 +87,7 @@ impl Cluster {
         // Each node's answer is independent of the others': the nodes are answered on every
         // core, each thread with its own allocator (forks of one, sharing what it built), and
         // the answers kept in the nodes' order.
-        let mut allocator = Allocator::new(&self.slices, &self.classes, &in_use)
+        let mut allocator = Allocator::new(&self.slices, &self.classes, &self.in_use)
             .with_consumed_capacity(&self.consumed)
             .with_features(features);
         let threads = super::par::threads_for(nodes.len(), NODES_PER_BLOCK);
@@ -140,28 +139,6 @@ impl Cluster {
             }
         }
         Ok((claims, already))
-    }
-
-    /// Devices other claims hold (`driver/pool/device`); shareable ones stay available to
-    /// others.
-    fn devices_in_use(&self) -> Vec<String> {
-        let shareable: BTreeSet<String> = self
-            .slices
-            .iter()
-            .flat_map(|s| {
-                s.spec
-                    .devices
-                    .iter()
-                    .filter(|d| d.allow_multiple_allocations.unwrap_or(false))
-                    .map(move |d| format!("{}/{}/{}", s.spec.driver, s.spec.pool.name, d.name))
-            })
-            .collect();
-        self.claims
-            .iter()
-            .flat_map(|(_, a)| a)
-            .filter(|d| !shareable.contains(*d))
-            .cloned()
-            .collect()
     }
 
     /// The nodes read, or without any, the nodes the slices name (without labels).

@@ -75,26 +75,43 @@ struct ClaimStatusDoc<'a> {
     allocation: Option<AllocationDoc<'a>>,
 }
 
+/// What one claim's allocation holds.
+pub(super) struct Held {
+    /// Every result's device, `driver/pool/device`.
+    pub(super) devices: Vec<String>,
+    /// The devices it holds as the scheduler counts them allocated: results neither with
+    /// admin access (never in use) nor with a `shareID` (a share).
+    pub(super) exclusive: Vec<String>,
+    /// Its shares (results with a `shareID`, without admin access) and the capacity each
+    /// consumed.
+    pub(super) shares: Vec<ConsumedCapacity>,
+}
+
 impl ClaimStatusDoc<'_> {
-    /// The devices the claim holds (`driver/pool/device`) and the capacity it consumed from
-    /// them; an amount that does not parse is an error naming its field.
-    fn allocation(self) -> Result<(Vec<String>, Vec<ConsumedCapacity>), String> {
+    /// What the claim's allocation holds; an amount that does not parse is an error naming
+    /// its field.
+    fn allocation(self) -> Result<Held, String> {
         let results = self
             .allocation
             .and_then(|a| a.devices)
             .map(|d| d.results)
             .unwrap_or_default();
-        let mut allocated = Vec::with_capacity(results.len());
-        let mut consumed = Vec::new();
+        let mut held = Held {
+            devices: Vec::with_capacity(results.len()),
+            exclusive: Vec::with_capacity(results.len()),
+            shares: Vec::new(),
+        };
         for (i, r) in results.into_iter().enumerate() {
             let (driver, pool, name) = (&*r.driver, &*r.pool, &*r.device);
             let mut device = String::with_capacity(driver.len() + pool.len() + name.len() + 2);
             for part in [driver, "/", pool, "/", name] {
                 device.push_str(part);
             }
-            if let Some(caps) = r.consumed_capacity {
-                let mut capacity = Vec::with_capacity(caps.len());
-                for (name, q) in caps {
+            if r.admin_access == Some(true) {
+                // Admin access leaves the device to others.
+            } else if r.share_id.is_some() {
+                let mut capacity = Vec::new();
+                for (name, q) in r.consumed_capacity.unwrap_or_default() {
                     let q = kubedev_core::Quantity::parse(q.as_str()).map_err(|e| {
                         format!(
                             "status.allocation.devices.results[{i}].consumedCapacity.{name}: {e}"
@@ -102,14 +119,16 @@ impl ClaimStatusDoc<'_> {
                     })?;
                     capacity.push((name, q));
                 }
-                consumed.push(ConsumedCapacity {
+                held.shares.push(ConsumedCapacity {
                     device: device.clone(),
                     capacity,
                 });
+            } else {
+                held.exclusive.push(device.clone());
             }
-            allocated.push(device);
+            held.devices.push(device);
         }
-        Ok((allocated, consumed))
+        Ok(held)
     }
 }
 
@@ -135,6 +154,9 @@ struct ResultDoc<'a> {
     #[serde(default, borrow)]
     device: Cow<'a, str>,
     consumed_capacity: Option<std::collections::BTreeMap<String, RawQuantity>>,
+    #[serde(default, borrow, rename = "shareID")]
+    share_id: Option<Cow<'a, str>>,
+    admin_access: Option<bool>,
 }
 
 /// A Node: its name and labels.
@@ -662,6 +684,7 @@ impl Cluster {
         self.slices.extend(other.slices);
         self.classes.extend(other.classes);
         self.claims.extend(other.claims);
+        self.in_use.extend(other.in_use);
         self.consumed.extend(other.consumed);
         self.nodes.extend(other.nodes);
         self.pods.extend(other.pods);
@@ -758,6 +781,7 @@ impl Cluster {
         self.slices.reserve(total(|p| p.slices.len()));
         self.classes.reserve(total(|p| p.classes.len()));
         self.claims.reserve(total(|p| p.claims.len()));
+        self.in_use.reserve(total(|p| p.in_use.len()));
         self.consumed.reserve(total(|p| p.consumed.len()));
         self.nodes.reserve(total(|p| p.nodes.len()));
         self.pods.reserve(total(|p| p.pods.len()));
@@ -801,16 +825,17 @@ impl Cluster {
             Item::Class(c) => self.classes.push(c),
             Item::Claim(doc) => {
                 // An amount that does not parse: the lenient path names it.
-                let Ok((allocated, consumed)) = doc.status.unwrap_or_default().allocation() else {
+                let Ok(held) = doc.status.unwrap_or_default().allocation() else {
                     return false;
                 };
-                self.consumed.extend(consumed);
+                self.in_use.extend(held.exclusive);
+                self.consumed.extend(held.shares);
                 self.claims.push((
                     ResourceClaim {
                         metadata: doc.metadata,
                         spec: doc.spec,
                     },
-                    allocated,
+                    held.devices,
                 ));
             }
             Item::Node(doc) => self.nodes.push(Node {
@@ -841,9 +866,10 @@ impl Cluster {
                     Some(status) => ClaimStatusDoc::deserialize(status)
                         .map_err(|e| what(format!("status: {}", kubedev_core::echo::chain(&e))))?,
                 };
-                let (allocated, consumed) = status.allocation().map_err(what)?;
-                self.consumed.extend(consumed);
-                self.claims.push((lenient(v).map_err(what)?, allocated));
+                let held = status.allocation().map_err(what)?;
+                self.claims.push((lenient(v).map_err(what)?, held.devices));
+                self.in_use.extend(held.exclusive);
+                self.consumed.extend(held.shares);
             }
             "Node" => self.nodes.push(Node {
                 name: v["metadata"]["name"]

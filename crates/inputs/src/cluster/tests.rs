@@ -134,6 +134,73 @@ fn capacity_consumed_by_other_claims_is_taken() {
     );
 }
 
+/// A cluster where claim `other` holds `n1`'s nic0 through `result` (a YAML flow mapping's
+/// extra fields), and claim `mine` asks for one whole nic.
+fn held_nic_cluster(nic0: &str, result: &str) -> String {
+    let mut text = String::new();
+    for n in ["n1", "n2"] {
+        text.push_str(&nic_slice(n, &format!("  - name: nic0\n{nic0}")));
+    }
+    text.push_str(&format!(
+        "---
+apiVersion: resource.k8s.io/v1
+kind: DeviceClass
+metadata: {{name: nic}}
+spec: {{selectors: [{{cel: {{expression: 'device.driver == \"nic.example.com\"'}}}}]}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: other, namespace: default}}
+spec:
+  devices:
+    requests: [{{name: net, exactly: {{deviceClassName: nic}}}}]
+status:
+  allocation:
+    devices:
+      results:
+      - {{request: net, driver: nic.example.com, pool: n1, device: nic0{result}}}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{name: mine, namespace: default}}
+spec:
+  devices:
+    requests: [{{name: net, exactly: {{deviceClassName: nic}}}}]
+"
+    ));
+    text
+}
+
+/// Devices other claims hold count as the scheduler counts them: a result with admin access
+/// leaves its device to others, an exclusive result does not, and a share of a device that no
+/// longer allows multiple allocations keeps it from being taken whole.
+#[test]
+fn held_devices_count_as_the_scheduler_counts_them() {
+    let mine = Subject::Claim("default/mine".into());
+    let answer = |nic0: &str, result: &str| {
+        let c = read_cluster(&held_nic_cluster(nic0, result), "dump.yaml").unwrap();
+        let a = c.explain(&mine).unwrap();
+        (c, a)
+    };
+    let (c, a) = answer("", "");
+    assert_eq!(c.in_use, ["nic.example.com/n1/nic0"]);
+    assert_eq!(fits(&a), [("n2", true), ("n1", false)], "{a:?}");
+
+    let (c, a) = answer("", ", adminAccess: true");
+    assert!(c.in_use.is_empty() && c.consumed.is_empty(), "{c:?}");
+    assert!(a.nodes.iter().all(|n| n.fits), "{a:?}");
+
+    // A share with no consumed capacity is still a share: a further one fits, the whole
+    // device does not once it no longer allows multiple allocations.
+    let (c, a) = answer("    allowMultipleAllocations: true\n", ", shareID: 1a2b");
+    assert!(c.in_use.is_empty(), "{c:?}");
+    assert_eq!(c.consumed.len(), 1);
+    assert!(c.consumed[0].capacity.is_empty());
+    assert!(a.nodes.iter().all(|n| n.fits), "{a:?}");
+    let (_, a) = answer("", ", shareID: 1a2b");
+    assert_eq!(fits(&a), [("n2", true), ("n1", false)], "{a:?}");
+}
+
 /// A JSON List dump is read straight into the allocator's types, and gives exactly what
 /// the lenient path gives; objects the strict types refuse still go the lenient way.
 #[test]

@@ -123,8 +123,9 @@ pub(super) enum Command {
     /// resourceslices,deviceclasses,resourceclaims,nodes,pods -o json` (or `-o yaml`; JSON
     /// reads several times faster) prints: List objects or single objects, in one or several
     /// files, `-` for standard input. Fields the allocator does not use are ignored. Devices
-    /// other claims hold (their `status.allocation`) are in use; of devices that allow
-    /// multiple allocations, the capacity the claims consumed is taken. Without Node objects,
+    /// other claims hold (their `status.allocation`) are in use as the scheduler counts them:
+    /// a result with admin access leaves its device to others, and a result with a `shareID`
+    /// is a share that takes the capacity it consumed. Without Node objects,
     /// the nodes the slices name are asked about. The exit code is 0 whether or not a node
     /// fits, 1 when the input cannot be read.
     #[command(
