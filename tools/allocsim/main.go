@@ -5,7 +5,7 @@
 // It reads one request per line on standard input, a JSON object
 //
 //	{"id": "...", "scenario": {kubedev's scenario: node, deviceClasses, resourceSlices,
-//	 allocatedDevices, allocatedShares, claims, features}, "repeat": N}
+//	 deviceTaintRules, allocatedDevices, allocatedShares, claims, features}, "repeat": N}
 //
 // and writes one answer per line on standard output:
 //
@@ -36,8 +36,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
@@ -48,12 +51,13 @@ type scenario struct {
 		Labels           map[string]string `json:"labels"`
 		DeclaredFeatures []string          `json:"declaredFeatures"`
 	} `json:"node"`
-	DeviceClasses    []*resourceapi.DeviceClass   `json:"deviceClasses"`
-	ResourceSlices   []*resourceapi.ResourceSlice `json:"resourceSlices"`
-	AllocatedDevices []string                     `json:"allocatedDevices"`
-	AllocatedShares  []allocatedShare             `json:"allocatedShares"`
-	Claims           []*resourceapi.ResourceClaim `json:"claims"`
-	Features         []string                     `json:"features"`
+	DeviceClasses    []*resourceapi.DeviceClass     `json:"deviceClasses"`
+	ResourceSlices   []*resourceapi.ResourceSlice   `json:"resourceSlices"`
+	DeviceTaintRules []*resourceapi.DeviceTaintRule `json:"deviceTaintRules"`
+	AllocatedDevices []string                       `json:"allocatedDevices"`
+	AllocatedShares  []allocatedShare               `json:"allocatedShares"`
+	Claims           []*resourceapi.ResourceClaim   `json:"claims"`
+	Features         []string                       `json:"features"`
 }
 
 // allocatedShare is one allocation result with a shareID: the device and the capacity the
@@ -71,6 +75,66 @@ func deviceID(id string) (structured.DeviceID, bool) {
 		return structured.DeviceID{}, false
 	}
 	return structured.MakeDeviceID(id[:first], id[first+1:last], id[last+1:]), true
+}
+
+// taintedSlices returns the slices as the scheduler's ResourceSlice tracker hands them to the
+// allocator: with the taints of the DeviceTaintRules (on by default from 1.37) added, in the
+// order the slices were given.
+func taintedSlices(ctx context.Context, slices []*resourceapi.ResourceSlice, rules []*resourceapi.DeviceTaintRule) ([]*resourceapi.ResourceSlice, error) {
+	if len(rules) == 0 {
+		return slices, nil
+	}
+	objects := make([]runtime.Object, 0, len(slices)+len(rules))
+	for _, s := range slices {
+		objects = append(objects, s)
+	}
+	for i, r := range rules {
+		if r.Name == "" {
+			r.Name = fmt.Sprintf("rule-%d", i)
+		}
+		objects = append(objects, r)
+	}
+	client := fake.NewSimpleClientset(objects...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctx, cancel := context.WithCancel(ctx)
+	list, synced, stop, err := startTracker(ctx, factory, client)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("starting the ResourceSlice tracker: %w", err)
+	}
+	factory.Start(ctx.Done())
+	// The informers stop once the context is done: cancel before waiting for them.
+	defer func() {
+		stop()
+		cancel()
+		factory.Shutdown()
+	}()
+	// Polled every millisecond: client-go's WaitForCacheSync polls every 100 ms, most of a
+	// scenario's time.
+	deadline := time.Now().Add(10 * time.Second)
+	for !synced() {
+		if time.Now().After(deadline) {
+			return nil, errors.New("the ResourceSlice tracker did not sync within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	patched, err := list()
+	if err != nil {
+		return nil, fmt.Errorf("listing patched ResourceSlices: %w", err)
+	}
+	byName := make(map[string]*resourceapi.ResourceSlice, len(patched))
+	for _, p := range patched {
+		byName[p.Name] = p
+	}
+	out := make([]*resourceapi.ResourceSlice, 0, len(slices))
+	for _, s := range slices {
+		p, ok := byName[s.Name]
+		if !ok {
+			return nil, fmt.Errorf("the tracker lost ResourceSlice %q (slice names must be unique with DeviceTaintRules)", s.Name)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 type request struct {
@@ -246,6 +310,11 @@ func run(req *request) answer {
 			c.UID = types.UID(fmt.Sprintf("claim-uid-%d", i))
 		}
 	}
+	slices, err := taintedSlices(context.Background(), sc.ResourceSlices, sc.DeviceTaintRules)
+	if err != nil {
+		ans.Outcome, ans.Error = "error", err.Error()
+		return ans
+	}
 	allocated := emptyAllocatedState()
 	for _, id := range sc.AllocatedDevices {
 		device, ok := deviceID(id)
@@ -282,7 +351,7 @@ func run(req *request) answer {
 	ctx := context.Background()
 
 	allocate := func() ([]resourceapi.AllocationResult, structured.Allocator, error) {
-		a, err := newAllocator(ctx, feats, allocated, lister, sc.ResourceSlices, celCache)
+		a, err := newAllocator(ctx, feats, allocated, lister, slices, celCache)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -8,9 +8,29 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
+
+// startTracker starts the scheduler's ResourceSlice tracker with DeviceTaintRules on, as
+// the scheduler of this release builds it: its patched list, whether it synced, its stop.
+func startTracker(ctx context.Context, factory informers.SharedInformerFactory, client kubernetes.Interface,
+) (func() ([]*resourceapi.ResourceSlice, error), func() bool, func(), error) {
+	t, err := tracker.StartTracker(ctx, tracker.Options{
+		EnableDeviceTaintRules:   true,
+		EnableConsumableCapacity: true,
+		SliceInformer:            factory.Resource().V1().ResourceSlices(),
+		TaintInformer:            factory.Resource().V1().DeviceTaintRules(),
+		KubeClient:               client,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return t.ListPatchedResourceSlices, t.HasSynced, t.Stop, nil
+}
 
 // emptyAllocatedState is the scheduler's allocated state with nothing in use.
 func emptyAllocatedState() structured.AllocatedState {

@@ -9,10 +9,48 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	draapi "k8s.io/dynamic-resource-allocation/api"
 	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
 	"k8s.io/dynamic-resource-allocation/structured"
 )
+
+// startTracker starts the scheduler's ResourceSlice tracker with DeviceTaintRules on, as
+// the scheduler of this release builds it (over the allocator's own slice type, converted
+// back here): its patched list, whether it synced, its stop.
+func startTracker(ctx context.Context, factory informers.SharedInformerFactory, client kubernetes.Interface,
+) (func() ([]*resourceapi.ResourceSlice, error), func() bool, func(), error) {
+	sliceInformer := draapi.NewInformerForResourceSlice(factory)
+	t, err := tracker.StartTracker(ctx, tracker.Options{
+		EnableDeviceTaintRules:   true,
+		EnableConsumableCapacity: true,
+		SliceLister:              draapi.NewResourceSliceLister(sliceInformer.GetIndexer()),
+		SliceInformer:            sliceInformer,
+		TaintInformer:            factory.Resource().V1().DeviceTaintRules(),
+		KubeClient:               client,
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	list := func() ([]*resourceapi.ResourceSlice, error) {
+		patched, err := t.ListPatchedResourceSlices()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*resourceapi.ResourceSlice, 0, len(patched))
+		for _, p := range patched {
+			var s resourceapi.ResourceSlice
+			if err := draapi.Convert_api_ResourceSlice_To_v1_ResourceSlice(p, &s, nil); err != nil {
+				return nil, fmt.Errorf("converting slice %s: %w", p.Name, err)
+			}
+			out = append(out, &s)
+		}
+		return out, nil
+	}
+	return list, t.HasSynced, t.Stop, nil
+}
 
 // emptyAllocatedState is the scheduler's allocated state with nothing in use.
 func emptyAllocatedState() structured.AllocatedState {

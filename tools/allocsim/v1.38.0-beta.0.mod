@@ -8,6 +8,7 @@ require (
 	golang.org/x/sys v0.50.0
 	k8s.io/api v0.38.0-beta.0
 	k8s.io/apimachinery v0.38.0-beta.0
+	k8s.io/client-go v0.38.0-beta.0
 	k8s.io/dynamic-resource-allocation v0.38.0-beta.0
 )
 
@@ -57,7 +58,6 @@ require (
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	k8s.io/apiserver v0.38.0-beta.0 // indirect
-	k8s.io/client-go v0.38.0-beta.0 // indirect
 	k8s.io/component-base v0.38.0-beta.0 // indirect
 	k8s.io/component-helpers v0.38.0-beta.0 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect

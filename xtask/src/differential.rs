@@ -215,8 +215,9 @@ pub(crate) fn difference(
 /// kubedev's answer for a scenario, allocated as `kubedev simulate` does.
 pub(crate) fn ours(scenario: &Scenario) -> Outcome {
     let shares = scenario.consumed_capacity();
+    let slices = scenario.slices_as_scheduled();
     let mut allocator = Allocator::new(
-        &scenario.resource_slices,
+        &slices,
         &scenario.device_classes,
         &scenario.allocated_devices,
     )

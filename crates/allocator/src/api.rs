@@ -17,6 +17,7 @@ mod metadata;
 mod node;
 mod quantity;
 mod slice;
+mod taint_rule;
 
 pub use allocation::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult,
@@ -37,4 +38,7 @@ pub use slice::{
     CapacityRequestPolicy, CapacityRequestPolicyRange, Counter, CounterSet, Device,
     DeviceAttribute, DeviceCapacity, DeviceCounterConsumption, DeviceTaint, ResourcePool,
     ResourceSlice, ResourceSliceSpec,
+};
+pub use taint_rule::{
+    DeviceTaintRule, DeviceTaintRuleSpec, DeviceTaintSelector, apply_device_taint_rules,
 };

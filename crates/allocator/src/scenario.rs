@@ -2,18 +2,21 @@
 //! in use and the claims of one pod. Reading it from a file is `kubedev-inputs`' part; any serde
 //! format deserializes it.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use kubedev_core::Quantity;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
+use crate::api::{
+    DeviceClass, DeviceTaintRule, Node, ResourceClaim, ResourceSlice, apply_device_taint_rules,
+};
 
 /// Everything one allocation needs.
 ///
-/// A scenario file has the keys `node`, `deviceClasses`, `resourceSlices`, `allocatedDevices`,
-/// `allocatedShares` and `claims`, `features` (the scheduler feature gates the scenario is allocated with; of
+/// A scenario file has the keys `node`, `deviceClasses`, `resourceSlices`,
+/// `deviceTaintRules`, `allocatedDevices`, `allocatedShares` and `claims`, `features` (the scheduler feature gates the scenario is allocated with; of
 /// those that change allocation, only `DRAListTypeAttributes` is off unless named, as in
 /// Kubernetes 1.36), plus two that are not read: `description` and `expect` (a file's own
 /// description and expectations). Any other key, at the top or inside an object, is an error
@@ -27,6 +30,9 @@ pub struct Scenario {
     pub device_classes: Vec<DeviceClass>,
     /// All ResourceSlices of the cluster.
     pub resource_slices: Vec<ResourceSlice>,
+    /// DeviceTaintRules: taints the scheduler adds to the devices they select.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub device_taint_rules: Vec<DeviceTaintRule>,
     /// Devices already allocated, as `driver/pool/device`.
     pub allocated_devices: Vec<String>,
     /// Shares already allocated from devices that allow multiple allocations (each one
@@ -51,6 +57,7 @@ struct ScenarioFile {
     node: Node,
     device_classes: Vec<DeviceClass>,
     resource_slices: Vec<ResourceSlice>,
+    device_taint_rules: Vec<DeviceTaintRule>,
     allocated_devices: Vec<String>,
     allocated_shares: Vec<AllocatedShare>,
     claims: Vec<ResourceClaim>,
@@ -65,6 +72,7 @@ impl From<ScenarioFile> for Scenario {
             node: f.node,
             device_classes: f.device_classes,
             resource_slices: f.resource_slices,
+            device_taint_rules: f.device_taint_rules,
             allocated_devices: f.allocated_devices,
             allocated_shares: f.allocated_shares,
             claims: f.claims,
@@ -95,6 +103,17 @@ impl Scenario {
             .chain(self.allocated_shares.iter().map(|s| &s.device))
             .find(|e| split_device_id(e).is_none())
             .map(String::as_str)
+    }
+
+    /// The slices as the scheduler sees them: with the taints of the DeviceTaintRules added
+    /// (borrowed when there are none).
+    pub fn slices_as_scheduled(&self) -> Cow<'_, [ResourceSlice]> {
+        if self.device_taint_rules.is_empty() {
+            return Cow::Borrowed(&self.resource_slices);
+        }
+        let mut slices = self.resource_slices.clone();
+        apply_device_taint_rules(&mut slices, &self.device_taint_rules);
+        Cow::Owned(slices)
     }
 
     /// The shares already allocated, as the allocator takes them

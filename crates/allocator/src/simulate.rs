@@ -189,8 +189,9 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
     };
     let features = crate::features::Features::from_gates(&scenario.features);
     let shares = scenario.consumed_capacity();
+    let slices = scenario.slices_as_scheduled();
     let mut allocator = Allocator::new(
-        &scenario.resource_slices,
+        &slices,
         &scenario.device_classes,
         &scenario.allocated_devices,
     )
@@ -238,7 +239,7 @@ pub fn simulate_here(scenario: &Scenario, options: &SimulateOptions<'_>) -> Simu
         });
         let (bwall, bcpu) = time(&mut || {
             let mut fresh = Allocator::new(
-                &scenario.resource_slices,
+                &slices,
                 &scenario.device_classes,
                 &scenario.allocated_devices,
             )

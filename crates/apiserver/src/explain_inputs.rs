@@ -1,5 +1,5 @@
 //! What `kubedev explain` reads from a live cluster: every ResourceSlice, DeviceClass,
-//! ResourceClaim and Node, and the pod asked about, as the `List` JSON that `kubectl get -o
+//! ResourceClaim, DeviceTaintRule (where the server has them) and Node, and the pod asked about, as the `List` JSON that `kubectl get -o
 //! json` prints (each item with its `apiVersion` and `kind`). Lists are read in pages.
 
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
@@ -64,6 +64,21 @@ pub async fn read_explain_inputs(
         )
         .await?,
     );
+    // DeviceTaintRules taint devices as the scheduler sees them; a server without them at
+    // this version (before Kubernetes 1.37) has none in force.
+    match list(
+        client,
+        "resource.k8s.io",
+        version,
+        "DeviceTaintRule",
+        "devicetaintrules",
+    )
+    .await
+    {
+        Ok(text) => out.push(text),
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(e),
+    }
     out.push(list(client, "", "v1", "Node", "nodes").await?);
     if let Some((namespace, name)) = pod {
         let ar = resource("", "v1", "Pod", "pods");

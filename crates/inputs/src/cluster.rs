@@ -1,4 +1,4 @@
-//! A whole cluster as `kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -o
+//! A whole cluster as `kubectl get resourceslices,deviceclasses,devicetaintrules,resourceclaims,nodes,pods -o
 //! yaml` prints it, and the question users ask of it: which nodes can take a pod's (or a
 //! claim's) device claims, and why every other node cannot.
 //!
@@ -7,7 +7,8 @@
 //! `status`, `managedFields` and fields of newer releases). Devices other claims hold
 //! (`status.allocation`) are in use as the scheduler counts them: a result with admin access
 //! leaves its device to others, and a result with a `shareID` is a share of its device, which
-//! takes the capacity it consumed.
+//! takes the capacity it consumed. DeviceTaintRules add their taints to the devices they
+//! select, as the scheduler sees them.
 //!
 //! Reading dumps is `cluster/read.rs` (block-style YAML rewritten as JSON by
 //! `cluster/block_yaml.rs`); the question and its answer are `cluster/answer.rs`; both spread
@@ -17,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use kubedev_allocator::ConsumedCapacity;
-use kubedev_allocator::api::{DeviceClass, Node, ResourceClaim, ResourceSlice};
+use kubedev_allocator::api::{DeviceClass, DeviceTaintRule, Node, ResourceClaim, ResourceSlice};
 
 mod answer;
 mod block_yaml;
@@ -40,6 +41,8 @@ pub struct Cluster {
     pub slices: Vec<ResourceSlice>,
     /// DeviceClasses.
     pub classes: Vec<DeviceClass>,
+    /// DeviceTaintRules: taints the scheduler adds to the devices they select.
+    pub taint_rules: Vec<DeviceTaintRule>,
     /// ResourceClaims, with their `status.allocation` results (`driver/pool/device`).
     pub claims: Vec<(ResourceClaim, Vec<String>)>,
     /// The devices the claims' allocations hold as the scheduler counts them allocated

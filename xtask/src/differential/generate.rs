@@ -6,7 +6,7 @@
 //! incomplete, devices with attributes of every type (lists when `DRAListTypeAttributes` is
 //! drawn), capacities, counter sets consumed by a parent device and its partitions, taints,
 //! binding conditions, consumable capacity with request policies, devices already allocated
-//! and shares already allocated with the capacity they consumed;
+//! and shares already allocated with the capacity they consumed; DeviceTaintRules;
 //! and one or two claims whose requests are exact or first-available lists, by count or all,
 //! with selectors drawn from a grammar of the DRA CEL environment's functions, tolerations,
 //! admin access, capacity requests, configuration and matchAttribute / distinctAttribute
@@ -153,6 +153,7 @@ const REQUIRED: &[&str] = &[
     "value",
     "key",
     "effect",
+    "taint",
     "exactly",
     "firstAvailable",
     "opaque",
@@ -254,6 +255,7 @@ pub(crate) fn scenario(seed: u64) -> Value {
         .filter(|_| d.chance(0.12))
         .collect();
     let shares = shares(&mut d);
+    let rules = taint_rules(&mut d);
     let classes = classes(&mut d);
     let claims: Vec<Value> = (0..if d.chance(0.6) { 1 } else { 2 })
         .map(|i| claim(&mut d, i))
@@ -273,6 +275,7 @@ pub(crate) fn scenario(seed: u64) -> Value {
         "node": node,
         "deviceClasses": classes,
         "resourceSlices": slices,
+        "deviceTaintRules": rules,
         "allocatedDevices": allocated,
         "allocatedShares": shares,
         "claims": claims,
@@ -441,6 +444,50 @@ fn shares(d: &mut Draw) -> Vec<Value> {
         share(d, &device);
     }
     out
+}
+
+/// Usually none; sometimes one or two DeviceTaintRules selecting a driver, a pool or one
+/// device (or nothing at all), with an effect that blocks allocation or not.
+fn taint_rules(d: &mut Draw) -> Vec<Value> {
+    if !d.chance(0.15) {
+        return Vec::new();
+    }
+    (0..d.rng.usize(1..=2))
+        .map(|i| {
+            let mut selector = Map::new();
+            if d.chance(0.8) {
+                let driver = if d.chance(0.9) {
+                    d.driver()
+                } else {
+                    "driver-c"
+                };
+                selector.insert("driver".into(), json!(driver));
+            }
+            if d.chance(0.5) {
+                selector.insert("pool".into(), json!(d.pick(&["pool-0", "pool-1"])));
+            }
+            if d.chance(0.4) && !d.devices.is_empty() {
+                let id = &d.devices[d.rng.usize(..d.devices.len())];
+                let name = id.rsplit('/').next().unwrap_or_default().to_string();
+                selector.insert("device".into(), json!(name));
+            }
+            let mut spec = Map::new();
+            if d.chance(0.95) {
+                spec.insert("deviceSelector".into(), Value::Object(selector));
+            }
+            spec.insert(
+                "taint".into(),
+                json!({"key": d.pick(&["k1", "k2", "k3"]), "value": "v",
+                       "effect": d.pick(&["NoSchedule", "NoExecute", "None"])}),
+            );
+            json!({
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "DeviceTaintRule",
+                "metadata": {"name": format!("rule-{i}")},
+                "spec": spec,
+            })
+        })
+        .collect()
 }
 
 fn device(d: &mut Draw, driver: &str, name: &str) -> Value {

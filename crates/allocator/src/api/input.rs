@@ -148,6 +148,28 @@ pub(super) struct DeviceTaint {
     time_added: IgnoredAny,
 }
 
+/// `resource.k8s.io/v1` DeviceTaintRule, with its `status` (conditions the allocator does not
+/// read).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[allow(dead_code, reason = "fields read only to be accepted")]
+pub(super) struct DeviceTaintRule {
+    api_version: IgnoredAny,
+    kind: IgnoredAny,
+    metadata: super::ObjectMeta,
+    spec: super::DeviceTaintRuleSpec,
+    status: IgnoredAny,
+}
+
+impl From<DeviceTaintRule> for super::DeviceTaintRule {
+    fn from(r: DeviceTaintRule) -> Self {
+        super::DeviceTaintRule {
+            metadata: r.metadata,
+            spec: r.spec,
+        }
+    }
+}
+
 impl From<DeviceTaint> for super::DeviceTaint {
     fn from(t: DeviceTaint) -> Self {
         super::DeviceTaint {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use super::read::name_of;
 use super::{Cluster, ClusterAnswer, NodeAnswer, Subject};
-use kubedev_allocator::api::{Node, ResourceClaim};
+use kubedev_allocator::api::{Node, ResourceClaim, ResourceSlice, apply_device_taint_rules};
 use kubedev_allocator::{AllocateOptions, Allocator};
 
 /// Nodes a thread answers for at a time (see `par.rs`).
@@ -87,7 +87,17 @@ impl Cluster {
         // Each node's answer is independent of the others': the nodes are answered on every
         // core, each thread with its own allocator (forks of one, sharing what it built), and
         // the answers kept in the nodes' order.
-        let mut allocator = Allocator::new(&self.slices, &self.classes, &self.in_use)
+        // The slices as the scheduler sees them: with the DeviceTaintRules' taints.
+        let tainted;
+        let slices: &[ResourceSlice] = if self.taint_rules.is_empty() {
+            &self.slices
+        } else {
+            let mut copy = self.slices.clone();
+            apply_device_taint_rules(&mut copy, &self.taint_rules);
+            tainted = copy;
+            &tainted
+        };
+        let mut allocator = Allocator::new(slices, &self.classes, &self.in_use)
             .with_consumed_capacity(&self.consumed)
             .with_features(features);
         let threads = super::par::threads_for(nodes.len(), NODES_PER_BLOCK);

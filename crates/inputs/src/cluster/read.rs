@@ -18,7 +18,8 @@ use serde_json::value::RawValue;
 use super::{Cluster, ClusterError};
 use kubedev_allocator::ConsumedCapacity;
 use kubedev_allocator::api::{
-    DeviceClass, Node, ObjectMeta, RawQuantity, ResourceClaim, ResourceClaimSpec, ResourceSlice,
+    DeviceClass, DeviceTaintRule, Node, ObjectMeta, RawQuantity, ResourceClaim, ResourceClaimSpec,
+    ResourceSlice,
 };
 
 /// The top of a JSON dump: its kind, and its items left as text.
@@ -438,6 +439,7 @@ enum Item<'t> {
     Slice(ResourceSlice),
     Class(DeviceClass),
     Claim(ClaimDoc<'t>),
+    TaintRule(DeviceTaintRule),
     Node(NodeDoc),
     Pod(Value),
     /// A kind not read (or no kind).
@@ -452,6 +454,7 @@ fn typed_item(text: &str) -> Option<Item<'_>> {
         Some("ResourceSlice") => Item::Slice(serde_json::from_str(text).ok()?),
         Some("DeviceClass") => Item::Class(serde_json::from_str(text).ok()?),
         Some("ResourceClaim") => Item::Claim(serde_json::from_str(text).ok()?),
+        Some("DeviceTaintRule") => Item::TaintRule(serde_json::from_str(text).ok()?),
         Some("Node") => Item::Node(serde_json::from_str(text).ok()?),
         Some("Pod") => Item::Pod(serde_json::from_str(text).ok()?),
         _ => Item::Other,
@@ -550,6 +553,13 @@ impl<'de> Visitor<'de> for ItemVisitor {
                     fields_after_kind(&mut map, api_version_seen, None::<&mut Option<IgnoredAny>>)?;
                 Ok(Item::Class(c))
             }
+            Some("DeviceTaintRule") => {
+                let mut r = DeviceTaintRule::default();
+                let mut status: Option<IgnoredAny> = None;
+                (r.metadata, r.spec) =
+                    fields_after_kind(&mut map, api_version_seen, Some(&mut status))?;
+                Ok(Item::TaintRule(r))
+            }
             Some("ResourceClaim") => {
                 let mut status = None;
                 let (metadata, spec) =
@@ -615,7 +625,7 @@ impl<'de> Visitor<'de> for ItemVisitor {
 
 impl Cluster {
     /// Adds the objects of one dump (`origin` names it in errors): YAML documents or JSON,
-    /// each a `List` (its `items`) or one object. Kinds other than the five read are skipped.
+    /// each a `List` (its `items`) or one object. Kinds other than the six read are skipped.
     pub fn add_text(&mut self, text: &str, origin: &str) -> Result<(), ClusterError> {
         let error = |message: String| ClusterError {
             origin: origin.to_string(),
@@ -684,6 +694,7 @@ impl Cluster {
         self.slices.extend(other.slices);
         self.classes.extend(other.classes);
         self.claims.extend(other.claims);
+        self.taint_rules.extend(other.taint_rules);
         self.in_use.extend(other.in_use);
         self.consumed.extend(other.consumed);
         self.nodes.extend(other.nodes);
@@ -781,6 +792,7 @@ impl Cluster {
         self.slices.reserve(total(|p| p.slices.len()));
         self.classes.reserve(total(|p| p.classes.len()));
         self.claims.reserve(total(|p| p.claims.len()));
+        self.taint_rules.reserve(total(|p| p.taint_rules.len()));
         self.in_use.reserve(total(|p| p.in_use.len()));
         self.consumed.reserve(total(|p| p.consumed.len()));
         self.nodes.reserve(total(|p| p.nodes.len()));
@@ -838,6 +850,7 @@ impl Cluster {
                     held.devices,
                 ));
             }
+            Item::TaintRule(r) => self.taint_rules.push(r),
             Item::Node(doc) => self.nodes.push(Node {
                 name: doc.metadata.name,
                 labels: doc.metadata.labels,
@@ -857,6 +870,7 @@ impl Cluster {
         match kind.as_str() {
             "ResourceSlice" => self.slices.push(lenient(v).map_err(what)?),
             "DeviceClass" => self.classes.push(lenient(v).map_err(what)?),
+            "DeviceTaintRule" => self.taint_rules.push(lenient(v).map_err(what)?),
             "ResourceClaim" => {
                 // The claim type has no `status`: it is read here, on its own.
                 let mut v = v;

@@ -201,6 +201,32 @@ fn held_devices_count_as_the_scheduler_counts_them() {
     assert_eq!(fits(&a), [("n2", true), ("n1", false)], "{a:?}");
 }
 
+/// A DeviceTaintRule taints the devices it selects as the scheduler sees them: the node
+/// whose pool it selects no longer fits a claim without a toleration, and the explanation
+/// names the taint.
+#[test]
+fn device_taint_rules_taint_the_devices_they_select() {
+    let mine = Subject::Claim("default/mine".into());
+    let rule = "---
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: n1-maintenance}
+spec:
+  deviceSelector: {driver: nic.example.com, pool: n1}
+  taint: {key: maintenance, value: planned, effect: NoSchedule}
+";
+    let c = read_cluster(
+        &(held_nic_cluster("", ", adminAccess: true") + rule),
+        "dump.yaml",
+    )
+    .unwrap();
+    assert_eq!(c.taint_rules.len(), 1);
+    let a = c.explain(&mine).unwrap();
+    assert_eq!(fits(&a), [("n2", true), ("n1", false)], "{a:?}");
+    let n1 = format!("{:?}", a.nodes[1]);
+    assert!(n1.contains("1 tainted"), "{n1}");
+}
+
 /// A JSON List dump is read straight into the allocator's types, and gives exactly what
 /// the lenient path gives; objects the strict types refuse still go the lenient way.
 #[test]
@@ -221,6 +247,14 @@ spec:
   pool: {name: n3, generation: 1, resourceSliceCount: 1}
   someFutureField: 1
   devices: [{name: nic0}]
+---
+apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata: {name: n3-maintenance}
+spec:
+  deviceSelector: {driver: nic.example.com, pool: n3}
+  taint: {key: maintenance, effect: NoSchedule, timeAdded: '2026-12-01T10:00:00Z'}
+status: {conditions: []}
 ";
     let docs: Vec<Value> = serde_saphyr::from_multiple(&yaml).unwrap();
     let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": docs});
@@ -230,6 +264,7 @@ spec:
     assert_eq!(json.slices.len(), 3);
     assert_eq!(json.nodes[0].labels["zone"], "a");
     assert_eq!(json.consumed[0].device, "nic.example.com/n1/nic0");
+    assert_eq!(json.taint_rules.len(), 1);
 
     // A real error in JSON is named as in YAML.
     let bad = serde_json::json!({"kind": "List", "items": [{"apiVersion": "resource.k8s.io/v1",

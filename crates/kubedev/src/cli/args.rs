@@ -120,7 +120,7 @@ pub(super) enum Command {
     /// every other node cannot.
     ///
     /// Input is the live cluster (read-only, through a kubeconfig), or what `kubectl get
-    /// resourceslices,deviceclasses,resourceclaims,nodes,pods -o json` (or `-o yaml`; JSON
+    /// resourceslices,deviceclasses,devicetaintrules,resourceclaims,nodes,pods -o json` (or `-o yaml`; JSON
     /// reads several times faster) prints: List objects or single objects, in one or several
     /// files, `-` for standard input. Fields the allocator does not use are ignored. Devices
     /// other claims hold (their `status.allocation`) are in use as the scheduler counts them:
@@ -129,7 +129,7 @@ pub(super) enum Command {
     /// the nodes the slices name are asked about. The exit code is 0 whether or not a node
     /// fits, 1 when the input cannot be read.
     #[command(
-        after_help = "Examples:\n  kubedev explain --pod default/trainer            # the live cluster, read-only\n  kubectl get resourceslices,deviceclasses,resourceclaims,nodes,pods -A -o yaml > cluster.yaml\n  kubedev explain -f cluster.yaml --pod default/trainer\n  kubedev explain -f cluster.yaml --claim default/gpus --details\n  kubectl get resourceslices,deviceclasses,resourceclaims -A -o json | kubedev explain -f - --claim ml/big -o json"
+        after_help = "Examples:\n  kubedev explain --pod default/trainer            # the live cluster, read-only\n  kubectl get resourceslices,deviceclasses,devicetaintrules,resourceclaims,nodes,pods -A -o yaml > cluster.yaml\n  kubedev explain -f cluster.yaml --pod default/trainer\n  kubedev explain -f cluster.yaml --claim default/gpus --details\n  kubectl get resourceslices,deviceclasses,resourceclaims -A -o json | kubedev explain -f - --claim ml/big -o json"
     )]
     Explain(ExplainArgs),
     /// Work with WebAssembly selection policies.
