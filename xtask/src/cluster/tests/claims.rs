@@ -1,5 +1,6 @@
-//! Devices reaching containers: a DRA claim end to end, a claim that cannot fit explained, an
-//! extended resource served through DRA, and the device-plugin resource of the same daemon.
+//! Devices reaching containers: a DRA claim end to end, a claim that cannot fit explained, a
+//! DeviceTaintRule honoured and explained, an extended resource served through DRA, and the
+//! device-plugin resource of the same daemon.
 
 use super::*;
 
@@ -134,27 +135,7 @@ pub(super) fn unfit_claim_explained(node: &Node, root: &Path) -> anyhow::Result<
         message.contains("cannot allocate all claims"),
         "the scheduler's message does not say the claim cannot be allocated: {message}"
     );
-    let kubedev = crate::commands::target_dir(root).join("release/kubedev");
-    let out = Command::new(&kubedev)
-        .args([
-            "explain",
-            "--details",
-            "--pod",
-            &format!("{TEST_NAMESPACE}/unfit"),
-        ])
-        .env("KUBECONFIG", node.kubeconfig())
-        .output()
-        .context("running kubedev explain")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    eprintln!(
-        "  kubedev explain --pod {TEST_NAMESPACE}/unfit:\n{}",
-        indent(&text)
-    );
-    ensure!(
-        out.status.success(),
-        "kubedev explain failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = kubedev_explain(node, root, "unfit")?;
     ensure!(
         text.contains(pki::NODE),
         "kubedev explain does not name the node {}",
@@ -178,6 +159,94 @@ pub(super) fn unfit_claim_explained(node: &Node, root: &Path) -> anyhow::Result<
         "--wait=false",
     ])?;
     node.kubectl_out(&["delete", "resourceclaim", "too-many", "-n", TEST_NAMESPACE])?;
+    Ok(())
+}
+
+/// `kubedev explain --details --pod` for a pod of the test namespace, against the live
+/// cluster: what it prints.
+fn kubedev_explain(node: &Node, root: &Path, pod: &str) -> anyhow::Result<String> {
+    let kubedev = crate::commands::target_dir(root).join("release/kubedev");
+    let out = Command::new(&kubedev)
+        .args([
+            "explain",
+            "--details",
+            "--pod",
+            &format!("{TEST_NAMESPACE}/{pod}"),
+        ])
+        .env("KUBECONFIG", node.kubeconfig())
+        .output()
+        .context("running kubedev explain")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!(
+        "  kubedev explain --pod {TEST_NAMESPACE}/{pod}:\n{}",
+        indent(&text)
+    );
+    ensure!(
+        out.status.success(),
+        "kubedev explain failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(text)
+}
+
+/// A DeviceTaintRule tainting every kubedev device: the scheduler leaves a new claim's pod
+/// Pending, and `kubedev explain` against the live cluster says the node's devices are
+/// tainted; once the rule is deleted the pod is scheduled and runs.
+pub(super) fn taint_rule_explained(node: &Node, root: &Path) -> anyhow::Result<()> {
+    let rule = format!(
+        "apiVersion: resource.k8s.io/v1
+kind: DeviceTaintRule
+metadata:
+  name: kubedev-test-maintenance
+spec:
+  deviceSelector:
+    driver: {DRIVER}
+  taint:
+    key: kubedev.io/test-maintenance
+    value: planned
+    effect: NoSchedule
+"
+    );
+    apply(node, &rule)?;
+    claim_for(node, "under-rule", 1)?;
+    let claims = "  resourceClaims:\n    - name: dev\n      resourceClaimName: under-rule\n";
+    apply(
+        node,
+        &test_pod(
+            "under-rule",
+            claims,
+            "      resources:\n        claims:\n          - name: dev\n",
+        ),
+    )?;
+    let mut message = String::new();
+    wait_for("a FailedScheduling event", Duration::from_secs(60), || {
+        message = failed_scheduling(node, "under-rule")?.unwrap_or_default();
+        Ok(!message.is_empty())
+    })?;
+    eprintln!("  scheduler's event: {message}");
+    ensure!(
+        message.contains("cannot allocate all claims"),
+        "the scheduler's message does not say the claim cannot be allocated: {message}"
+    );
+    let text = kubedev_explain(node, root, "under-rule")?;
+    let wanted = dra_devices().len();
+    ensure!(
+        text.contains("0 of 1 nodes can take")
+            && text.contains(&format!("claim {TEST_NAMESPACE}/under-rule request dev"))
+            && text.contains(&format!("{wanted} tainted")),
+        "kubedev explain does not say that the node's {wanted} devices are tainted (the \
+         scheduler: {message})"
+    );
+    node.kubectl_out(&["delete", "devicetaintrule", "kubedev-test-maintenance"])?;
+    wait_running(node, "under-rule", Duration::from_secs(90))?;
+    delete_pod(node, "under-rule")?;
+    node.kubectl_out(&[
+        "delete",
+        "resourceclaim",
+        "under-rule",
+        "-n",
+        TEST_NAMESPACE,
+    ])?;
     Ok(())
 }
 

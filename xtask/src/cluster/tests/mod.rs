@@ -126,6 +126,7 @@ pub(super) fn run_all(
         ("version", version),
         ("dra-end-to-end", claims::dra_end_to_end),
         ("unfit-claim-explained", claims::unfit_claim_explained),
+        ("taint-rule-explained", claims::taint_rule_explained),
         ("device-plugin", claims::device_plugin),
         ("extended-resource-through-dra", claims::extended_resource),
         ("admission-policy", admission::admission_policy),
