@@ -75,18 +75,8 @@ async fn scale(node: &Node) -> anyhow::Result<()> {
         .collect();
     let daemon = daemon_pid()?;
     let sampler = PeakConnections::start(move || api_connections(daemon));
-    // As the kubelet does: a call that runs past its deadline is made again (the claims
-    // prepared by then answer from kubedev's checkpoint), at most twice more.
-    let mut timed_out = 0;
-    let prepared = loop {
-        match prepare_all(&socket, &named).await {
-            Err(e) if timed_out < 2 && past_deadline(&e) => {
-                timed_out += 1;
-                eprintln!("  NodePrepareResources ran past the kubelet's deadline; calling again");
-            }
-            other => break other,
-        }
-    };
+    let (prepared, timed_out) =
+        as_the_kubelet_retries("NodePrepareResources", || prepare_all(&socket, &named)).await;
     let peak = sampler.stop();
     let prepared = prepared?;
     eprintln!(
@@ -139,14 +129,17 @@ async fn scale(node: &Node) -> anyhow::Result<()> {
         "{with_status} of {CLAIMS} claims show the device in status.devices"
     );
 
-    let unprepared = unprepare_all(&socket, &named).await?;
+    let (unprepared, unprepare_timed_out) =
+        as_the_kubelet_retries("NodeUnprepareResources", || unprepare_all(&socket, &named)).await;
+    let unprepared = unprepared?;
     let restarts = daemon_restarts(node)? - restarts_before;
     ensure!(
         restarts == 0,
         "kubedev's container restarted {restarts} times during the calls (killed for memory?)"
     );
     eprintln!(
-        "  NodeUnprepareResources of {CLAIMS} claims: {} answers, {} failed, in {:.1?}",
+        "  NodeUnprepareResources of {CLAIMS} claims: {} answers, {} failed, in {:.1?} \
+         ({unprepare_timed_out} earlier calls past the deadline)",
         unprepared.answers,
         unprepared.failed.len(),
         unprepared.took
@@ -159,6 +152,28 @@ async fn scale(node: &Node) -> anyhow::Result<()> {
         .delete(SCALE_NAMESPACE, &DeleteParams::default())
         .await?;
     Ok(())
+}
+
+/// Makes a kubelet call as the kubelet does: a call that runs past its deadline is made again
+/// (the claims done by then answer from kubedev's checkpoint), at most twice more. The last
+/// outcome, and how many calls ran past the deadline before it.
+async fn as_the_kubelet_retries<T, F>(
+    what: &str,
+    mut call: impl FnMut() -> F,
+) -> (anyhow::Result<T>, usize)
+where
+    F: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let mut timed_out = 0;
+    loop {
+        match call().await {
+            Err(e) if timed_out < 2 && past_deadline(&e) => {
+                timed_out += 1;
+                eprintln!("  {what} ran past the kubelet's deadline; calling again");
+            }
+            other => return (other, timed_out),
+        }
+    }
 }
 
 /// Whether a call failed because it ran past its deadline.
