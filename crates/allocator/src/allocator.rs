@@ -105,6 +105,8 @@ pub struct Allocator<'a> {
     class_index: FastMap<&'a str, usize>,
     views: NodeViews<'a>,
     stats: SearchStats,
+    /// The search's buffers, kept between allocations.
+    scratch: search::Scratch,
 }
 
 /// Most classes looked up by comparing names.
@@ -359,6 +361,7 @@ impl<'a> Allocator<'a> {
                 slice_index: None,
             },
             stats: SearchStats::default(),
+            scratch: search::Scratch::default(),
         }
     }
 
@@ -415,6 +418,7 @@ impl<'a> Allocator<'a> {
                 slice_index: Some(index.clone()),
             },
             stats: SearchStats::default(),
+            scratch: search::Scratch::default(),
         }
     }
 
@@ -449,13 +453,15 @@ impl<'a> Allocator<'a> {
         let (results, steps) = if statically_impossible(view, &plan) {
             (Ok(None), 0)
         } else {
-            let mut search = Search::new(view, &plan, options.deadline);
+            let mut search = Search::new(view, &plan, options.deadline, &mut self.scratch);
             let outcome = match search.run() {
                 Ok(true) => search.results(node, classes).map(Some),
                 Ok(false) => Ok(None),
                 Err(e) => Err(e),
             };
-            (outcome, search.steps)
+            let steps = search.steps;
+            search.finish(&mut self.scratch);
+            (outcome, steps)
         };
         self.stats.steps = steps;
         self.stats.evaluations += lazy_evaluations(&plan);

@@ -31,6 +31,9 @@ pub use class::{
     CelDeviceSelector, DeviceClass, DeviceClassConfiguration, DeviceClassSpec, DeviceSelector,
     OpaqueDeviceConfiguration,
 };
+/// The string type of names in allocation results and node selector requirements: a `str`
+/// that holds up to 24 bytes without a heap allocation.
+pub use compact_str::CompactString;
 pub use metadata::ObjectMeta;
 pub use node::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 pub use quantity::RawQuantity;

@@ -95,6 +95,9 @@ pub(crate) struct NodeView<'a> {
     pub(crate) list_attributes: bool,
 }
 
+/// Most programs a view finds by comparing them one by one.
+const PROGRAMS_LINEAR: usize = 16;
+
 /// A constraint attribute of one device: not looked up yet, or its value if any.
 #[derive(Clone, Copy, Debug)]
 enum AttrLookup<'a> {
@@ -159,9 +162,21 @@ impl<'a> NodeView<'a> {
         }
     }
 
+    /// The program of `expression` and its slot, when this view has results of it already
+    /// and few programs (a repeated allocation on the node then skips the compile cache).
+    pub(crate) fn known_program(&self, expression: &str) -> Option<(usize, Arc<cel::Program>)> {
+        if self.programs.len() > PROGRAMS_LINEAR {
+            return None;
+        }
+        self.programs
+            .iter()
+            .position(|p| p.expression() == expression)
+            .map(|slot| (slot, self.programs[slot].clone()))
+    }
+
     /// The slot of a program's cached results, added on first use.
     pub(crate) fn program_slot(&mut self, program: &Arc<cel::Program>) -> usize {
-        const LINEAR: usize = 16;
+        const LINEAR: usize = PROGRAMS_LINEAR;
         let key = Arc::as_ptr(program) as usize;
         let found = if self.programs.len() <= LINEAR {
             self.programs.iter().position(|p| Arc::ptr_eq(p, program))

@@ -44,7 +44,7 @@ pub(crate) fn selector_matches(node: &Node, sel: &NodeSelector) -> Result<bool, 
 }
 
 fn label_requirement(node: &Node, req: &NodeSelectorRequirement) -> Result<bool, String> {
-    let value = node.labels.get(&req.key);
+    let value = node.labels.get(req.key.as_str());
     let bad = |why: &str| {
         format!(
             "failed to parse node selector requirement {}={}({:?}): {why}",
@@ -138,7 +138,7 @@ mod tests {
         NodeSelectorRequirement {
             key: key.into(),
             operator: op.into(),
-            values: values.iter().map(|s| s.to_string()).collect(),
+            values: values.iter().map(|s| (*s).into()).collect(),
         }
     }
 

@@ -62,21 +62,23 @@ fn plan_claim<'c>(
     evaluations: &mut u64,
     plans: &mut Plans<'c>,
 ) -> Result<(), AllocationError> {
-    let display = ClaimName::new(claim);
-    let mut requests: SmallVec<[RequestPlan<'c>; 1]> =
-        SmallVec::with_capacity(claim.spec.devices.requests.len());
+    plans.push(ClaimPlan {
+        claim,
+        display: ClaimName::new(claim),
+        requests: SmallVec::with_capacity(claim.spec.devices.requests.len()),
+        constraints: SmallVec::new(),
+    });
+    let at = plans.len() - 1;
+    let ClaimPlan {
+        display,
+        requests,
+        constraints,
+        ..
+    } = &mut plans[at];
     // The fewest devices the claim can get: each request's smallest alternative.
     let mut min_total = 0usize;
     for r in &claim.spec.devices.requests {
-        min_total += plan_request(
-            view,
-            classes,
-            class,
-            &display,
-            r,
-            evaluations,
-            &mut requests,
-        )?;
+        min_total += plan_request(view, classes, class, display, r, evaluations, requests)?;
     }
     if min_total > MAX_DEVICES_PER_CLAIM {
         return Err(AllocationError::TooManyDevices {
@@ -85,8 +87,8 @@ fn plan_claim<'c>(
             limit: MAX_DEVICES_PER_CLAIM,
         });
     }
-    let constraints = plan_constraints(view, claim, &display)?;
-    for rp in &mut requests {
+    plan_constraints(view, claim, display, constraints)?;
+    for rp in requests.iter_mut() {
         for sp in &mut rp.subs {
             sp.match_constraints = constraints
                 .iter()
@@ -95,23 +97,10 @@ fn plan_claim<'c>(
                 .map(|(i, _)| i)
                 .collect();
             if let Some(policy) = options.policy {
-                apply_policy(
-                    view,
-                    policy,
-                    options.fail_closed,
-                    &display,
-                    &constraints,
-                    sp,
-                )?;
+                apply_policy(view, policy, options.fail_closed, display, constraints, sp)?;
             }
         }
     }
-    plans.push(ClaimPlan {
-        claim,
-        display,
-        requests,
-        constraints,
-    });
     Ok(())
 }
 
@@ -127,15 +116,19 @@ fn plan_request<'c>(
     evaluations: &mut u64,
     requests: &mut SmallVec<[RequestPlan<'c>; 1]>,
 ) -> Result<usize, AllocationError> {
-    let mut subs: SmallVec<[SubPlan<'c>; 1]> = SmallVec::new();
     let first_available = !r.first_available.is_empty();
-    let min_devices;
+    requests.push(RequestPlan {
+        first_available,
+        subs: SmallVec::new(),
+    });
+    let at = requests.len() - 1;
+    let subs = &mut requests[at].subs;
     if first_available {
         for s in &r.first_available {
             let spec = SubSpec::subrequest(r, s, class);
-            subs.push(plan_sub(view, classes, claim, spec, evaluations)?);
+            plan_sub(view, classes, claim, spec, evaluations, subs)?;
         }
-        min_devices = subs.iter().map(|s| s.num_devices).min().unwrap_or(0);
+        Ok(subs.iter().map(|s| s.num_devices).min().unwrap_or(0))
     } else {
         let Some(e) = &r.exactly else {
             return Err(AllocationError::EmptyRequest {
@@ -144,15 +137,9 @@ fn plan_request<'c>(
             });
         };
         let spec = SubSpec::exactly(r, e, class);
-        let sp = plan_sub(view, classes, claim, spec, evaluations)?;
-        min_devices = sp.num_devices;
-        subs.push(sp);
+        plan_sub(view, classes, claim, spec, evaluations, subs)?;
+        Ok(subs.last().map_or(0, |s| s.num_devices))
     }
-    requests.push(RequestPlan {
-        first_available,
-        subs,
-    });
-    Ok(min_devices)
 }
 
 /// The claim's constraints, each with its attribute's slot in the view's cache; a
@@ -161,8 +148,8 @@ fn plan_constraints<'c>(
     view: &mut NodeView<'_>,
     claim: &'c ResourceClaim,
     display: &ClaimName<'_>,
-) -> Result<SmallVec<[Constraint<'c>; 1]>, AllocationError> {
-    let mut constraints: SmallVec<[Constraint<'c>; 1]> = SmallVec::new();
+    constraints: &mut SmallVec<[Constraint<'c>; 1]>,
+) -> Result<(), AllocationError> {
     for (i, c) in claim.spec.devices.constraints.iter().enumerate() {
         let (kind, attribute) = match (&c.match_attribute, &c.distinct_attribute) {
             (Some(a), _) => (ConstraintKind::Match, a.as_str()),
@@ -181,7 +168,7 @@ fn plan_constraints<'c>(
             slot: view.attr_slot(attribute),
         });
     }
-    Ok(constraints)
+    Ok(())
 }
 
 /// Whether some request cannot be satisfied whatever the other requests get: too few
@@ -489,51 +476,30 @@ fn plan_sub<'c>(
     claim: &ClaimName<'_>,
     s: SubSpec<'c>,
     evaluations: &mut u64,
-) -> Result<SubPlan<'c>, AllocationError> {
-    let full_name = match s.sub {
-        Some(sub) => std::borrow::Cow::Owned(format!("{}/{}", s.base, sub)),
-        None => std::borrow::Cow::Borrowed(s.base),
-    };
+    subs: &mut SmallVec<[SubPlan<'c>; 1]>,
+) -> Result<(), AllocationError> {
     let class = s.checked_class(classes, claim)?;
     let capacity = s.capacity_request(claim)?;
-    let mut plan = SubPlan {
-        full_name,
-        base: s.base,
-        sub: s.sub,
-        class,
-        selectors: s.selectors,
-        admin: s.admin,
-        tolerations: s.tolerations,
-        capacity,
-        mode: Mode::Exact(0),
-        num_devices: 0,
-        all_devices: Vec::new(),
-        cands: Cands::none(),
-        match_constraints: SmallVec::new(),
-        policy_rejected: Vec::new(),
-    };
-    match s.mode.unwrap_or("ExactCount") {
+    let (mode, cands, all_devices) = match s.mode.unwrap_or("ExactCount") {
         "ExactCount" => {
             let n = match s.count {
                 None | Some(0) => 1,
                 Some(n) => usize::try_from(n).unwrap_or(0),
             };
-            plan.mode = Mode::Exact(n);
-            plan.num_devices = n;
-            plan.cands = Cands::new(SelectorSet::new(view, classes, class, s.selectors));
+            let set = SelectorSet::new(view, classes, class, s.selectors);
+            (Mode::Exact(n), Cands::new(set), Vec::new())
         }
         "All" => {
-            plan.mode = Mode::All;
-            plan.all_devices = all_mode_devices(
+            let devices = all_mode_devices(
                 view,
                 classes,
                 claim,
                 &s,
                 class,
-                plan.capacity.as_deref(),
+                capacity.as_deref(),
                 evaluations,
             )?;
-            plan.num_devices = plan.all_devices.len();
+            (Mode::All, Cands::none(), devices)
         }
         other => {
             return Err(AllocationError::UnsupportedMode {
@@ -542,8 +508,31 @@ fn plan_sub<'c>(
                 mode: other.to_string(),
             });
         }
-    }
-    Ok(plan)
+    };
+    let num_devices = match mode {
+        Mode::Exact(n) => n,
+        Mode::All => all_devices.len(),
+    };
+    subs.push(SubPlan {
+        full_name: match s.sub {
+            Some(sub) => std::borrow::Cow::Owned(format!("{}/{}", s.base, sub)),
+            None => std::borrow::Cow::Borrowed(s.base),
+        },
+        base: s.base,
+        sub: s.sub,
+        class,
+        selectors: s.selectors,
+        admin: s.admin,
+        tolerations: s.tolerations,
+        capacity,
+        mode,
+        num_devices,
+        all_devices,
+        cands,
+        match_constraints: SmallVec::new(),
+        policy_rejected: Vec::new(),
+    });
+    Ok(())
 }
 
 /// The devices an `All` request takes: every device of every pool that matches and has the

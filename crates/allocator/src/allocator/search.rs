@@ -110,8 +110,15 @@ impl Position {
     }
 }
 
+/// Buffers a search needs for every device of the node, kept by the allocator between
+/// searches so that a repeated allocation does not allocate them again.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    held: Vec<Held>,
+}
+
 /// What the search holds of one device.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Held {
     /// The claims that hold it, one bit per claim.
     claims: u128,
@@ -142,36 +149,43 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         view: &'s NodeView<'a>,
         plan: &'s [ClaimPlan<'c>],
         deadline: Option<Duration>,
+        scratch: &mut Scratch,
     ) -> Self {
-        let n = view.devices.len();
+        let mut held = std::mem::take(&mut scratch.held);
+        held.clear();
+        held.resize(view.devices.len(), Held::default());
+        let mut consumed = SmallVec::with_capacity(view.pools.len());
+        for p in &view.pools {
+            consumed.push(vec![Quantity::default(); p.available.len()]);
+        }
+        let mut constraint_state = SmallVec::with_capacity(plan.len());
+        let mut chosen = SmallVec::with_capacity(plan.len());
+        let mut selected = SmallVec::with_capacity(plan.len());
+        for c in plan {
+            let mut states = SmallVec::new();
+            states.resize_with(c.constraints.len(), ConstraintState::default);
+            constraint_state.push(states);
+            chosen.push(SmallVec::new());
+            selected.push(SmallVec::from_elem(0, c.requests.len()));
+        }
         Search {
             view,
-            held: vec![Held::default(); n],
-            consumed: view
-                .pools
-                .iter()
-                .map(|p| vec![Quantity::default(); p.available.len()])
-                .collect(),
+            held,
+            consumed,
             share_capacity: Vec::new(),
             share_amounts: Vec::new(),
-            constraint_state: plan
-                .iter()
-                .map(|c| {
-                    c.constraints
-                        .iter()
-                        .map(|_| ConstraintState::default())
-                        .collect()
-                })
-                .collect(),
-            chosen: plan.iter().map(|_| SmallVec::new()).collect(),
-            selected: plan
-                .iter()
-                .map(|c| std::iter::repeat_n(0, c.requests.len()).collect())
-                .collect(),
+            constraint_state,
+            chosen,
+            selected,
             plan,
             steps: 0,
             deadline: deadline.map(|d| (Instant::now(), d)),
         }
+    }
+
+    /// Ends the search, keeping its buffers for the next one.
+    pub(crate) fn finish(self, scratch: &mut Scratch) {
+        scratch.held = self.held;
     }
 
     pub(crate) fn run(&mut self) -> Result<bool, AllocationError> {

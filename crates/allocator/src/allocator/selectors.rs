@@ -46,9 +46,12 @@ impl<'x> SelectorSet<'x> {
                     .as_ref()
                     .map(|c| c.expression.as_str())
                     .unwrap_or("");
-                let program = match cel::compile(expr) {
-                    Ok(p) => Ok((view.program_slot(&p), p)),
-                    Err(e) => Err(kubedev_core::echo::chain(&e)),
+                let program = match view.known_program(expr) {
+                    Some(known) => Ok(known),
+                    None => match cel::compile(expr) {
+                        Ok(p) => Ok((view.program_slot(&p), p)),
+                        Err(e) => Err(kubedev_core::echo::chain(&e)),
+                    },
                 };
                 entries.push(SelectorEntry {
                     is_class,

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 use super::{DeviceToleration, NodeSelector, OpaqueDeviceConfiguration};
@@ -34,13 +35,13 @@ pub struct DeviceAllocationResult {
 #[serde(rename_all = "camelCase", default)]
 pub struct DeviceRequestAllocationResult {
     /// `request` or `request/subrequest`.
-    pub request: String,
+    pub request: CompactString,
     /// Driver name.
-    pub driver: String,
+    pub driver: CompactString,
     /// Pool name.
-    pub pool: String,
+    pub pool: CompactString,
     /// Device name.
-    pub device: String,
+    pub device: CompactString,
     /// Set (to true) for admin-access requests.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admin_access: Option<bool>,

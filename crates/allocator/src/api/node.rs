@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use compact_str::CompactString;
 use serde::{Deserialize, Serialize};
 
 /// A node as the allocator sees it: its name and labels.
@@ -43,10 +44,10 @@ pub struct NodeSelectorTerm {
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct NodeSelectorRequirement {
     /// Label key or field name.
-    pub key: String,
+    pub key: CompactString,
     /// Operator.
-    pub operator: String,
+    pub operator: CompactString,
     /// Values the operator compares with.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub values: Vec<String>,
+    pub values: Vec<CompactString>,
 }

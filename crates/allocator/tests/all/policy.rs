@@ -118,7 +118,7 @@ fn devices_with(
         r[0].devices
             .results
             .iter()
-            .map(|d| d.device.clone())
+            .map(|d| d.device.to_string())
             .collect()
     }))
 }

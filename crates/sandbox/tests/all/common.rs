@@ -208,7 +208,7 @@ pub(crate) fn allocate(
             .devices
             .results
             .iter()
-            .map(|r| r.device.clone())
+            .map(|r| r.device.to_string())
             .collect(),
     )
 }

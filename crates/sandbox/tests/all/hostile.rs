@@ -416,7 +416,7 @@ fn fail_closed_refuses_the_allocation_naming_the_policy_and_the_failure() {
         .devices
         .results
         .iter()
-        .map(|r| r.device.clone())
+        .map(|r| r.device.to_string())
         .collect();
     assert_eq!(sorted(got), names(&["gpu-0", "gpu-2"]));
 }

@@ -9,8 +9,9 @@ use kubedev_core::Quantity;
 use super::Search;
 use crate::allocator::ClaimPlan;
 use crate::api::{
-    AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
-    DeviceRequestAllocationResult, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    AllocationResult, CompactString, DeviceAllocationConfiguration, DeviceAllocationResult,
+    DeviceClass, DeviceRequestAllocationResult, Node, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm,
 };
 use crate::error::AllocationError;
 use crate::model::NodeDevice;
@@ -43,10 +44,10 @@ impl Search<'_, '_, '_> {
                     share_id = Some(share_id_for(claim_hash, &sp.full_name, dev, k));
                 }
                 results.push(DeviceRequestAllocationResult {
-                    request: sp.full_name.to_string(),
-                    driver: dev.driver().to_string(),
-                    pool: dev.pool_name().to_string(),
-                    device: dev.device.name.clone(),
+                    request: CompactString::from(&*sp.full_name),
+                    driver: dev.driver().into(),
+                    pool: dev.pool_name().into(),
+                    device: dev.device.name.as_str().into(),
                     admin_access: sp.admin.then_some(true),
                     tolerations: sp.tolerations.to_vec(),
                     binding_conditions: dev.device.binding_conditions.clone(),
@@ -177,7 +178,7 @@ impl Search<'_, '_, '_> {
                         match_fields: vec![NodeSelectorRequirement {
                             key: "metadata.name".into(),
                             operator: "In".into(),
-                            values: vec![node.name.clone()],
+                            values: vec![node.name.as_str().into()],
                         }],
                     }],
                 }));
@@ -212,8 +213,8 @@ fn merge_requirements(from: &[NodeSelectorRequirement], to: &mut Vec<NodeSelecto
     for r in from {
         let present = to.iter().any(|e| {
             e.key == r.key && e.operator == r.operator && {
-                let a: HashSet<&String> = e.values.iter().collect();
-                let b: HashSet<&String> = r.values.iter().collect();
+                let a: HashSet<&str> = e.values.iter().map(|v| v.as_str()).collect();
+                let b: HashSet<&str> = r.values.iter().map(|v| v.as_str()).collect();
                 a == b
             }
         });

@@ -120,7 +120,7 @@ fn check_device_result(
     r: &DeviceRequestAllocationResult,
     usage: &mut Usage,
 ) -> Result<(), String> {
-    let key = (r.pool.clone(), r.device.clone());
+    let key = (r.pool.to_string(), r.device.to_string());
     let (slice, dev) = devices
         .get(&key)
         .ok_or_else(|| format!("unknown device {}/{}", r.pool, r.device))?;
@@ -250,7 +250,7 @@ fn check_constraints(
             .iter()
             .filter(|r| applies(&r.request))
             .map(|r| {
-                let (_, dev) = devices[&(r.pool.clone(), r.device.clone())];
+                let (_, dev) = devices[&(r.pool.to_string(), r.device.to_string())];
                 attr_key(
                     dev,
                     c.match_attribute
