@@ -159,9 +159,14 @@ fn gather_pools<'a>(
 /// selection by one of its devices'. A slice of counter sets only is no different: one that
 /// does not select the node is found with the rest of its pool when the pool's relevant
 /// slices are not all there.
+#[inline]
 fn slice_relevant(node: &Node, slice: &ResourceSlice) -> Result<bool, String> {
     let spec = &slice.spec;
     let node_name = spec.node_name.as_deref().filter(|n| !n.is_empty());
+    if let Some(name) = node_name {
+        // A node name decides alone (most slices of a cluster name their node).
+        return Ok(cel::str_eq(name, &node.name));
+    }
     let all = spec.all_nodes.unwrap_or(false);
     if node_name.is_some() || all || spec.node_selector.is_some() {
         return node_matches(node, node_name, all, spec.node_selector.as_ref()).map_err(|e| {
