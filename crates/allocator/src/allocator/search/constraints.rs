@@ -12,8 +12,9 @@ pub(super) struct ConstraintState<'a> {
     pub(super) value: Option<AttrKey<'a>>,
     count: usize,
     values: Vec<AttrKey<'a>>,
-    /// With list-type attributes: what all devices of a match constraint share so far.
-    common: Vec<AttrKey<'a>>,
+    /// With list-type attributes: what the devices of a match constraint share, after each
+    /// device taken (a stack: giving a device back restores what the earlier ones share).
+    common: Vec<Vec<AttrKey<'a>>>,
     /// With list-type attributes: the value sets of a distinct constraint's devices.
     sets: Vec<Vec<AttrKey<'a>>>,
 }
@@ -92,12 +93,13 @@ impl<'a> Search<'_, 'a, '_> {
         match kind {
             ConstraintKind::Match => {
                 st.count = st.count.saturating_sub(1);
+                if lists {
+                    // What the devices still taken share, as the scheduler keeps it.
+                    st.common.truncate(st.count);
+                }
                 if st.count == 0 {
                     st.value = None;
-                    st.common.clear();
                 }
-                // With list-type attributes, the common values narrowed by the device given
-                // back stay narrowed until no device is left, as in the scheduler.
             }
             ConstraintKind::Distinct if lists => {
                 st.sets.pop();
@@ -109,7 +111,8 @@ impl<'a> Search<'_, 'a, '_> {
     }
 
     /// `constraint_add` with list-type attributes: a match constraint keeps the values all its
-    /// devices share (which must not become empty), a distinct constraint wants each device's
+    /// devices share (which must not become empty; giving the last device back restores what
+    /// the others share), a distinct constraint wants each device's
     /// values disjoint from every other's. A scalar is a set of one.
     #[inline]
     fn constraint_add_set(&mut self, claim: usize, ci: usize, d: u32) -> bool {
@@ -121,18 +124,21 @@ impl<'a> Search<'_, 'a, '_> {
         match c.kind {
             ConstraintKind::Match => {
                 if st.count == 0 {
-                    st.common = set;
+                    st.common.clear();
+                    st.common.push(set);
                 } else {
                     let common: Vec<AttrKey<'a>> = st
                         .common
-                        .iter()
+                        .last()
+                        .into_iter()
+                        .flatten()
                         .copied()
                         .filter(|k| set.contains(k))
                         .collect();
                     if common.is_empty() {
                         return false;
                     }
-                    st.common = common;
+                    st.common.push(common);
                 }
                 st.count += 1;
                 true
