@@ -150,14 +150,16 @@ impl<'a> NodeDevice<'a> {
     ) -> Option<(&'a String, &'a DeviceAttribute)> {
         // Names split at their first `/`: a bare name is the driver's, and a domain with a
         // `/` names nothing.
-        let bare = domain == self.driver() && !id.contains('/');
-        let qualified = !domain.contains('/');
+        let bare = !has_slash(id) && cel::str_eq(domain, self.driver());
+        let qualified = !has_slash(domain);
         let qualified_len = domain.len() + 1 + id.len();
-        // One pass in name order: the first name that qualifies to `domain`/`id` wins.
+        // One pass in name order: the first name that qualifies to `domain`/`id` wins. Lengths
+        // are compared first: most names differ in length from both forms.
         self.device.attributes.iter().find(|(k, _)| {
-            (bare && cel::str_eq(k, id))
+            let n = k.len();
+            (bare && n == id.len() && cel::str_eq(k, id))
                 || (qualified
-                    && k.len() == qualified_len
+                    && n == qualified_len
                     && k.as_bytes()[domain.len()] == b'/'
                     && k.starts_with(domain)
                     && k.ends_with(id))
@@ -247,14 +249,25 @@ impl<'a> NodeDevice<'a> {
     /// The attribute a constraint names: the fully qualified name as written, else the bare
     /// id when the domain is the driver's.
     fn find_attribute(&self, qualified: &str) -> Option<&'a DeviceAttribute> {
-        let attrs = &self.device.attributes;
-        attrs.get(qualified).or_else(|| {
-            let (domain, id) = qualified.split_once('/')?;
-            if domain != self.driver() {
-                return None;
+        // One pass: the qualified name wins wherever it is; the bare id (only for the
+        // driver's domain) is kept until the pass ends.
+        let bare_id = qualified
+            .bytes()
+            .position(|b| b == b'/')
+            .map(|at| (&qualified[..at], &qualified[at + 1..]))
+            .filter(|(domain, _)| cel::str_eq(domain, self.driver()))
+            .map(|(_, id)| id);
+        let mut bare = None;
+        for (k, a) in &self.device.attributes {
+            if k.len() == qualified.len() && cel::str_eq(k, qualified) {
+                return Some(a);
             }
-            attrs.get(id)
-        })
+            if bare.is_none() && bare_id.is_some_and(|id| k.len() == id.len() && cel::str_eq(k, id))
+            {
+                bare = Some(a);
+            }
+        }
+        bare
     }
 
     /// Looks up an attribute for a constraint, as one value (`index` is the device's index,
@@ -387,4 +400,10 @@ pub(super) fn parse_capacities(d: &Device) -> ParsedCapacities<'_> {
         list,
         error,
     }
+}
+
+/// Whether `s` holds a `/` (names are short: a byte loop, not a `memchr` call).
+#[inline]
+fn has_slash(s: &str) -> bool {
+    s.bytes().any(|b| b == b'/')
 }

@@ -20,7 +20,8 @@ fn slice(names: &[String]) -> ResourceSlice {
 
 /// A selector reads an attribute or capacity from the slice exactly as from the whole
 /// `device` variable: bare names in the driver's domain, qualified names, a name given
-/// both ways (the first by name wins), names with more than one `/`, missing names.
+/// both ways (the first by name wins), names with more than one `/`, missing names. A
+/// constraint's lookup of the same names prefers the name as written.
 #[test]
 fn device_entries_read_from_the_slice_equal_the_built_variable() {
     use crate::api::{DeviceCapacity, RawQuantity};
@@ -40,6 +41,11 @@ fn device_entries_read_from_the_slice_equal_the_built_variable() {
             attr(&|a| a.string = Some("qualified".into())),
         ),
         ("gpu.example.com/numa", attr(&|a| a.int = Some(1))),
+        ("alpha", attr(&|a| a.string = Some("bare".into()))),
+        (
+            "gpu.example.com/alpha",
+            attr(&|a| a.string = Some("qualified".into())),
+        ),
         ("zeta", attr(&|a| a.bool = Some(true))),
         ("other.org/zeta", attr(&|a| a.int = Some(7))),
         ("a/b/c", attr(&|a| a.version = Some("1.2.3".into()))),
@@ -86,6 +92,7 @@ fn device_entries_read_from_the_slice_equal_the_built_variable() {
     let lookups = [
         (false, driver, "model"),
         (false, driver, "numa"),
+        (false, driver, "alpha"),
         (false, driver, "zeta"),
         (false, "other.org", "zeta"),
         (false, "a", "b/c"),
@@ -104,6 +111,24 @@ fn device_entries_read_from_the_slice_equal_the_built_variable() {
             (None, None) => {}
             _ => panic!("{domain}/{id}: {lazy:?} vs {whole:?}"),
         }
+    }
+    // A constraint names an attribute as the scheduler looks it up: the name as written,
+    // else the bare id when the domain is the driver's (whatever the names' order).
+    let constraint = [
+        ("gpu.example.com/model", Some(AttrKey::Str("qualified"))),
+        ("gpu.example.com/zeta", Some(AttrKey::Bool(true))),
+        ("gpu.example.com/alpha", Some(AttrKey::Str("qualified"))),
+        ("alpha", Some(AttrKey::Str("bare"))),
+        ("gpu.example.com/numa", Some(AttrKey::Int(1))),
+        ("other.org/zeta", Some(AttrKey::Int(7))),
+        ("other.org/model", None),
+        ("a/b/c", Some(AttrKey::Version("1.2.3"))),
+        ("model", Some(AttrKey::Str("bare"))),
+        ("gpu.example.com.x/model", Some(AttrKey::Int(9))),
+        ("gpu.example.com/missing", None),
+    ];
+    for (name, want) in constraint {
+        assert_eq!(dev.constraint_attr(name, 0), want, "{name}");
     }
 }
 
