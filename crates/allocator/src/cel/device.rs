@@ -151,6 +151,10 @@ pub(crate) trait DeviceVars {
     fn driver(&self) -> Value;
     /// `device.allowMultipleAllocations`.
     fn allow_multiple(&self) -> bool;
+    /// Whether `device.driver` is `name`.
+    fn driver_is(&self, name: &str) -> bool {
+        matches!(self.driver(), Value::String(s) if *s == *name)
+    }
     /// `device.attributes` as a map of maps.
     fn attributes(&self) -> Value;
     /// `device.capacity` as a map of maps.
@@ -168,6 +172,8 @@ pub(crate) trait DeviceVars {
 /// A device entry as [`DeviceVars::entry_ref`] reads it.
 pub(crate) enum EntryRef<'x> {
     Str(&'x str),
+    /// A capacity, read without making it a value.
+    Quantity(super::numeric::Quantity),
     Value(Value),
 }
 

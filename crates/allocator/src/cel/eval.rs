@@ -155,6 +155,21 @@ impl<'a> Evaluator<'a> {
 
     #[inline(never)]
     fn eval_call(&mut self, f: &library::Func, args: &[Node]) -> Evaluated {
+        use library::Func::{CompareTo, IsGreaterThan, IsLessThan};
+        if let (
+            CompareTo | IsGreaterThan | IsLessThan,
+            [
+                Node::DeviceEntry {
+                    field: DeviceField::Capacity,
+                    domain,
+                    id,
+                },
+                Node::Lit(Value::Quantity(bound)),
+            ],
+        ) = (f, args)
+        {
+            return self.capacity_compare(*f, domain, id, bound);
+        }
         // Most calls have one to three arguments (the receiver first): no vector for them.
         match args {
             [] => library::call(*f, &[], &mut self.meter),
@@ -181,6 +196,34 @@ impl<'a> Evaluator<'a> {
                 library::call(*f, &values, &mut self.meter)
             }
         }
+    }
+
+    /// A device's capacity compared with a quantity literal (`f` is `compareTo`,
+    /// `isGreaterThan` or `isLessThan`): the capacity is read where it lies, with the same
+    /// costs and errors as the general path.
+    #[inline(never)]
+    fn capacity_compare(
+        &mut self,
+        f: library::Func,
+        domain: &str,
+        id: &str,
+        bound: &Arc<super::numeric::Quantity>,
+    ) -> Evaluated {
+        self.meter.charge(3)?;
+        let capacity = match self.device.entry_ref(true, domain, id) {
+            Some(super::EntryRef::Quantity(q)) => q,
+            Some(super::EntryRef::Value(Value::Quantity(q))) => *q,
+            Some(super::EntryRef::Value(other)) => {
+                return library::call(f, &[other, Value::Quantity(bound.clone())], &mut self.meter);
+            }
+            Some(super::EntryRef::Str(s)) => {
+                let other = Value::str(s);
+                return library::call(f, &[other, Value::Quantity(bound.clone())], &mut self.meter);
+            }
+            None => return Err(EvalError::msg(format!("no such key: {id}"))),
+        };
+        self.meter.charge(1)?;
+        Ok(library::ordering_result(f, capacity.cmp(bound)))
     }
 
     /// `&&` (`or == false`) and `||` with CEL's commutative error handling: a decisive

@@ -6,6 +6,7 @@
 //! its submodule.
 
 mod kubernetes;
+pub(super) use kubernetes::ordering_result;
 mod lists;
 mod optional;
 mod standard;

@@ -386,3 +386,51 @@ fn entry_literal_comparisons_equal_the_general_path() {
         cost(&format!("{d}.numa == 1"))
     );
 }
+
+/// A capacity compared with a quantity literal, and `device.driver` compared with a string
+/// literal, answer as the general path does (the literal bound to a variable), missing
+/// entries included, at the general path's cost.
+#[test]
+fn capacity_and_driver_literal_comparisons_equal_the_general_path() {
+    let c = r#"device.capacity["gpu.example.com"]"#;
+    for entry in [format!("{c}.memory"), format!("{c}.missing")] {
+        for (f, test) in [
+            ("compareTo", " >= 0"),
+            ("compareTo", " == -1"),
+            ("isGreaterThan", ""),
+            ("isLessThan", ""),
+        ] {
+            for lit in ["40Gi", "80Gi", "100Gi"] {
+                let fast = run(&format!(r#"{entry}.{f}(quantity("{lit}")){test}"#));
+                let slow = run(&format!(
+                    r#"cel.bind(b, quantity("{lit}"), {entry}.{f}(b){test})"#
+                ));
+                assert_eq!(fast, slow, "{entry}.{f}({lit}){test}");
+            }
+        }
+    }
+    for lit in ["gpu.example.com", "other.example.com"] {
+        for op in ["==", "!="] {
+            let fast = run(&format!(r#"device.driver {op} "{lit}""#));
+            let flipped = run(&format!(r#""{lit}" {op} device.driver"#));
+            let slow = run(&format!(r#"cel.bind(v, "{lit}", device.driver {op} v)"#));
+            assert_eq!(fast, slow, "device.driver {op} {lit:?}");
+            assert_eq!(flipped, slow, "{lit:?} {op} device.driver");
+        }
+    }
+    let cost = |expr: &str| {
+        let p = compile_uncached(expr).expect("compiles");
+        evaluate_with_limit(&p, &gpu(), COST_LIMIT)
+            .map(|(_, c)| c)
+            .expect("evaluates")
+    };
+    // The literal costs nothing where another entry costs 3; `device.driver` costs 1.
+    assert_eq!(
+        cost(&format!(r#"{c}.memory.compareTo(quantity("40Gi")) >= 0"#)) + 3,
+        cost(&format!("{c}.memory.compareTo({c}.memory) >= 0"))
+    );
+    assert_eq!(
+        cost(r#"device.driver == "gpu.example.com""#) + 1,
+        cost("device.driver == device.driver")
+    );
+}

@@ -48,6 +48,10 @@ impl cel::DeviceVars for LazyDeviceVars<'_, '_> {
         self.dev.allows_multiple
     }
 
+    fn driver_is(&self, name: &str) -> bool {
+        cel::str_eq(self.dev.driver(), name)
+    }
+
     fn attributes(&self) -> Value {
         self.full().attributes().clone()
     }
@@ -70,6 +74,14 @@ impl cel::DeviceVars for LazyDeviceVars<'_, '_> {
     }
 
     fn entry_ref(&self, capacity: bool, domain: &str, id: &str) -> Option<cel::EntryRef<'_>> {
+        if capacity {
+            let dev = self.dev;
+            return dev
+                .capacity()
+                .iter()
+                .find(|c| cel::split_qualified(c.key, dev.driver()) == (domain, id))
+                .map(|c| cel::EntryRef::Quantity(c.value));
+        }
         if !capacity
             && let Some((_, a)) = self.dev.attribute(domain, id)
             && a.int.is_none()

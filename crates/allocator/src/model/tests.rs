@@ -111,7 +111,19 @@ fn device_entries_read_from_the_slice_equal_the_built_variable() {
             (None, None) => {}
             _ => panic!("{domain}/{id}: {lazy:?} vs {whole:?}"),
         }
+        let by_ref = cel::DeviceVars::entry_ref(&vars, capacity, domain, id).map(|r| match r {
+            cel::EntryRef::Str(s) => Value::str(s),
+            cel::EntryRef::Quantity(q) => Value::Quantity(std::sync::Arc::new(q)),
+            cel::EntryRef::Value(v) => v,
+        });
+        match (&by_ref, whole) {
+            (Some(a), Some(b)) => assert!(a.equals(b), "{domain}/{id}: {a:?} vs {b:?}"),
+            (None, None) => {}
+            _ => panic!("{domain}/{id}: {by_ref:?} vs {whole:?}"),
+        }
     }
+    assert!(cel::DeviceVars::driver_is(&vars, driver));
+    assert!(!cel::DeviceVars::driver_is(&vars, "other.org"));
     // A constraint names an attribute as the scheduler looks it up: the name as written,
     // else the bare id when the domain is the driver's (whatever the names' order).
     let constraint = [

@@ -30,6 +30,7 @@ impl Evaluator<'_> {
                 let equal = matches!(lit, Value::String(l) if s == &**l);
                 Ok(Value::Bool(if op == BinOp::Ne { !equal } else { equal }))
             }
+            EntryRef::Quantity(q) => self.binary(op, &Value::Quantity(Arc::new(q)), lit),
             EntryRef::Value(v) => self.binary(op, &v, lit),
         }
     }
@@ -48,6 +49,15 @@ impl Evaluator<'_> {
             };
             if let Some((field, domain, id, lit)) = pair {
                 return self.entry_equals(*op, field, domain, id, lit);
+            }
+            // `device.driver` compared with a string literal (every class selector): the
+            // driver's name is compared without copying values, at the general path's cost.
+            if let (Node::Device(DeviceField::Driver), Node::Lit(Value::String(lit)))
+            | (Node::Lit(Value::String(lit)), Node::Device(DeviceField::Driver)) = (a, b)
+            {
+                self.meter.charge(2)?;
+                let equal = self.device.driver_is(lit);
+                return Ok(Value::Bool(if *op == BinOp::Ne { !equal } else { equal }));
             }
         }
         let x = self.eval(a)?;

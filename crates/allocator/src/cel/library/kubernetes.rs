@@ -154,7 +154,8 @@ fn parse_semver(s: &str, normalize: bool) -> Result<Version, String> {
     Version::parse(&format!("{}{rest}", parts.join("."))).map_err(|e| kubedev_core::echo::chain(&e))
 }
 
-fn ordering_result(f: Func, o: Ordering) -> Value {
+/// What `compareTo`, `isGreaterThan` or `isLessThan` (`f`) answers for ordering `o`.
+pub(crate) fn ordering_result(f: Func, o: Ordering) -> Value {
     match f {
         Func::IsGreaterThan => Value::Bool(o == Ordering::Greater),
         Func::IsLessThan => Value::Bool(o == Ordering::Less),
