@@ -305,7 +305,8 @@ fn scheduler_figures(
     let mut md = String::from("\n## The allocator as a scheduler uses it\n");
     md.push_str(&format!(
         "\nShared scenarios, kubedev and upstream's allocator (tools/allocsim) measured in this \
-         run: warm Allocate and build + Allocate per pod (µs, process CPU):\n\n{}",
+         run, three rounds taking turns, medians: warm Allocate and build + Allocate per pod \
+         (µs, process CPU):\n\n{}",
         crate::differential::table(side_by_side)
     ));
     md.push_str(&format!(

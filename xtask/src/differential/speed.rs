@@ -1,7 +1,7 @@
 //! Speed side by side: kubedev's allocator and upstream's on every scenario of
 //! `../shared/bench-scenarios`, both measured in the same run on this machine (process CPU,
-//! medians over batches): a warm `Allocate`, and a fresh allocator plus one `Allocate` as the
-//! scheduler makes one per pod.
+//! medians over batches, then over rounds that take turns): a warm `Allocate`, and a fresh
+//! allocator plus one `Allocate` as the scheduler makes one per pod.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -34,49 +34,81 @@ pub(crate) struct Figures {
     pub(crate) agree: bool,
 }
 
-/// Measures both allocators on the shared scenarios; the figures by scenario name.
+/// Rounds of both sides' measurements, taking turns: each figure is the median of its
+/// rounds, so a slow spell of the machine during one side's turn does not make a ratio.
+const ROUNDS: usize = 3;
+
+/// Measures both allocators on the shared scenarios, [`ROUNDS`] times in turn; the figures
+/// (medians of the rounds) by scenario name.
 pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figures>> {
     let dir = root.join("../shared/bench-scenarios");
-    let printed = crate::commands::run_example(
-        root,
-        "kubedev-inputs",
-        "bench_table",
-        &[&dir.display().to_string(), &OUR_RUNS.to_string()],
-    )?;
     let mut up = Upstream::start(root, DEFAULT_RELEASE)?;
-    let mut figures = BTreeMap::new();
-    for line in printed.lines() {
-        let cols: Vec<&str> = line.split('\t').collect();
-        let [name, alloc, build, outcome] = cols[..] else {
-            bail!("bench_table printed {line:?}");
-        };
-        let path = dir.join(format!("{name}.yaml"));
-        let scenario = kubedev_inputs::read_scenario(&path)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let runs = if scenario.resource_slices.len() > 100 {
-            UPSTREAM_RUNS / 10
-        } else {
-            UPSTREAM_RUNS
-        };
-        let (theirs, steps, timing) = up.time(&scenario, runs)?;
-        let agree = super::difference(DEFAULT_RELEASE, &scenario, &super::ours(&scenario), &theirs)
-            .is_none();
-        let ns = |s: &str| s.parse::<f64>().map(|n| n / 1000.0);
-        figures.insert(
-            name.to_string(),
-            Figures {
-                ours_allocate_us: ns(alloc)?,
-                ours_build_us: ns(build)?,
-                upstream_allocate_us: timing.allocate_cpu_ns as f64 / 1000.0,
-                upstream_build_us: timing.build_allocate_cpu_ns as f64 / 1000.0,
-                upstream_steps: steps,
-                outcome: outcome.to_string(),
-                agree,
-            },
-        );
+    // Per scenario: each round's four timings, and what the first round found.
+    let mut rounds: BTreeMap<String, (Vec<[f64; 4]>, Figures)> = BTreeMap::new();
+    for _ in 0..ROUNDS {
+        let printed = crate::commands::run_example(
+            root,
+            "kubedev-inputs",
+            "bench_table",
+            &[&dir.display().to_string(), &OUR_RUNS.to_string()],
+        )?;
+        for line in printed.lines() {
+            let cols: Vec<&str> = line.split('\t').collect();
+            let [name, alloc, build, outcome] = cols[..] else {
+                bail!("bench_table printed {line:?}");
+            };
+            let path = dir.join(format!("{name}.yaml"));
+            let scenario = kubedev_inputs::read_scenario(&path)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let runs = if scenario.resource_slices.len() > 100 {
+                UPSTREAM_RUNS / 10
+            } else {
+                UPSTREAM_RUNS
+            };
+            let (theirs, steps, timing) = up.time(&scenario, runs)?;
+            let ns = |s: &str| s.parse::<f64>().map(|n| n / 1000.0);
+            let times = [
+                ns(alloc)?,
+                ns(build)?,
+                timing.allocate_cpu_ns as f64 / 1000.0,
+                timing.build_allocate_cpu_ns as f64 / 1000.0,
+            ];
+            let entry = rounds.entry(name.to_string()).or_insert_with(|| {
+                let agree =
+                    super::difference(DEFAULT_RELEASE, &scenario, &super::ours(&scenario), &theirs)
+                        .is_none();
+                (
+                    Vec::new(),
+                    Figures {
+                        ours_allocate_us: 0.0,
+                        ours_build_us: 0.0,
+                        upstream_allocate_us: 0.0,
+                        upstream_build_us: 0.0,
+                        upstream_steps: steps,
+                        outcome: outcome.to_string(),
+                        agree,
+                    },
+                )
+            });
+            entry.0.push(times);
+        }
     }
     up.finish()?;
-    Ok(figures)
+    Ok(rounds
+        .into_iter()
+        .map(|(name, (times, mut f))| {
+            let median = |i: usize| {
+                let mut v: Vec<f64> = times.iter().map(|t| t[i]).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            f.ours_allocate_us = median(0);
+            f.ours_build_us = median(1);
+            f.upstream_allocate_us = median(2);
+            f.upstream_build_us = median(3);
+            (name, f)
+        })
+        .collect())
 }
 
 /// The figures as a markdown table.
