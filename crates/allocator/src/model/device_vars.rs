@@ -82,8 +82,7 @@ impl cel::DeviceVars for LazyDeviceVars<'_, '_> {
                 .find(|c| cel::split_qualified(c.key, dev.driver()) == (domain, id))
                 .map(|c| cel::EntryRef::Quantity(c.value));
         }
-        if !capacity
-            && let Some((_, a)) = self.dev.attribute(domain, id)
+        if let Some((_, a)) = self.dev.attribute(domain, id)
             && a.int.is_none()
             && a.bool.is_none()
             && let Some(s) = &a.string
