@@ -210,17 +210,19 @@ impl<'a> Evaluator<'a> {
         bound: &Arc<super::numeric::Quantity>,
     ) -> Evaluated {
         self.meter.charge(3)?;
-        let capacity = match self.device.entry_ref(true, domain, id) {
-            Some(super::EntryRef::Quantity(q)) => q,
-            Some(super::EntryRef::Value(Value::Quantity(q))) => *q,
-            Some(super::EntryRef::Value(other)) => {
-                return library::call(f, &[other, Value::Quantity(bound.clone())], &mut self.meter);
-            }
-            Some(super::EntryRef::Str(s)) => {
-                let other = Value::str(s);
-                return library::call(f, &[other, Value::Quantity(bound.clone())], &mut self.meter);
-            }
+        let other = match self.device.entry_ref(true, domain, id) {
+            Some(super::EntryRef::Quantity(q)) => Ok(q),
+            Some(super::EntryRef::Value(Value::Quantity(q))) => Ok(*q),
+            Some(super::EntryRef::Value(other)) => Err(other),
+            Some(super::EntryRef::Str(s)) => Err(Value::str(s)),
             None => return Err(EvalError::msg(format!("no such key: {id}"))),
+        };
+        // Not a quantity (no device variable gives one): the library answers as it would.
+        let capacity = match other {
+            Ok(q) => q,
+            Err(v) => {
+                return library::call(f, &[v, Value::Quantity(bound.clone())], &mut self.meter);
+            }
         };
         self.meter.charge(1)?;
         Ok(library::ordering_result(f, capacity.cmp(bound)))

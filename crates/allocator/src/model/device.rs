@@ -153,13 +153,11 @@ impl<'a> NodeDevice<'a> {
         let bare = !has_slash(id) && cel::str_eq(domain, self.driver());
         let qualified = !has_slash(domain);
         let qualified_len = domain.len() + 1 + id.len();
-        // One pass in name order: the first name that qualifies to `domain`/`id` wins. Lengths
-        // are compared first: most names differ in length from both forms.
+        // One pass in name order: the first name that qualifies to `domain`/`id` wins.
         self.device.attributes.iter().find(|(k, _)| {
-            let n = k.len();
-            (bare && n == id.len() && cel::str_eq(k, id))
+            (bare && cel::str_eq(k, id))
                 || (qualified
-                    && n == qualified_len
+                    && k.len() == qualified_len
                     && k.as_bytes()[domain.len()] == b'/'
                     && k.starts_with(domain)
                     && k.ends_with(id))
@@ -259,11 +257,10 @@ impl<'a> NodeDevice<'a> {
             .map(|(_, id)| id);
         let mut bare = None;
         for (k, a) in &self.device.attributes {
-            if k.len() == qualified.len() && cel::str_eq(k, qualified) {
+            if cel::str_eq(k, qualified) {
                 return Some(a);
             }
-            if bare.is_none() && bare_id.is_some_and(|id| k.len() == id.len() && cel::str_eq(k, id))
-            {
+            if bare.is_none() && bare_id.is_some_and(|id| cel::str_eq(k, id)) {
                 bare = Some(a);
             }
         }

@@ -5,6 +5,7 @@
 use super::attribute_value::attribute_value;
 use super::device::{Capacity, NodeDevice};
 use crate::api::Device;
+use crate::cel::numeric::Quantity;
 use crate::cel::{self, DeviceContext, Interner, Value};
 
 /// The CEL `device` variable of one device, read from its slice as an expression asks:
@@ -19,6 +20,15 @@ impl<'d, 'a> LazyDeviceVars<'d, 'a> {
     #[inline]
     pub(super) fn new(dev: &'d NodeDevice<'a>, driver: &'d Value) -> Self {
         LazyDeviceVars { dev, driver }
+    }
+
+    /// The capacity `domain`/`id` (bare names are the driver's).
+    fn capacity_entry(&self, domain: &str, id: &str) -> Option<Quantity> {
+        let dev = self.dev;
+        dev.capacity()
+            .iter()
+            .find(|c| cel::split_qualified(c.key, dev.driver()) == (domain, id))
+            .map(|c| c.value)
     }
 
     /// The whole variable, built on first use.
@@ -61,26 +71,17 @@ impl cel::DeviceVars for LazyDeviceVars<'_, '_> {
     }
 
     fn entry(&self, capacity: bool, domain: &str, id: &str) -> Option<Value> {
-        let dev = self.dev;
         if capacity {
-            let c = dev
-                .capacity()
-                .iter()
-                .find(|c| cel::split_qualified(c.key, dev.driver()) == (domain, id))?;
-            return Some(cel::with_interner(|interner| interner.quantity(c.value)));
+            let q = self.capacity_entry(domain, id)?;
+            return Some(cel::with_interner(|interner| interner.quantity(q)));
         }
-        let (name, a) = dev.attribute(domain, id)?;
+        let (name, a) = self.dev.attribute(domain, id)?;
         cel::with_interner(|interner| attribute_value(name, a, interner).ok())
     }
 
     fn entry_ref(&self, capacity: bool, domain: &str, id: &str) -> Option<cel::EntryRef<'_>> {
         if capacity {
-            let dev = self.dev;
-            return dev
-                .capacity()
-                .iter()
-                .find(|c| cel::split_qualified(c.key, dev.driver()) == (domain, id))
-                .map(|c| cel::EntryRef::Quantity(c.value));
+            return self.capacity_entry(domain, id).map(cel::EntryRef::Quantity);
         }
         if let Some((_, a)) = self.dev.attribute(domain, id)
             && a.int.is_none()
