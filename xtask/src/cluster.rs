@@ -105,6 +105,7 @@ fn build(root: &Path, version: &str) -> anyhow::Result<Built> {
         "the real cluster (runc for containerd, ip for the pods' bridge)",
         &["runc", "iproute2"],
     )?;
+    build::test_own_modules(root)?;
     let bins = build::build_all(root, version)?;
     let images = tests::build_images(root).context("building the images")?;
     let helm = crate::deploy::helm::binary(root)?;

@@ -1,9 +1,7 @@
-// Builds the Kubernetes 1.38 candidate's control plane for kubedev's real-cluster tests (cargo
-// xtask cluster --kubernetes 1.38.0-beta.0) from upstream's module, every k8s.io staging module
-// pinned to its published release. The kubelet is not among the tools: 1.38's imports a module
-// the Go module proxy refuses (sigs.k8s.io/iptables-wrappers), so this cluster runs the kubelet
-// of the release named in ./kubelet-release, as a node does while its control plane is upgraded
-// first (the kubelet may be up to three minor releases older than the API server).
+// Builds the Kubernetes 1.38 candidate for kubedev's real-cluster tests (cargo xtask cluster
+// --kubernetes 1.38.0-beta.0) from upstream's module, every k8s.io staging module pinned to its
+// published release. 1.38's kubelet imports sigs.k8s.io/iptables-wrappers, which the Go module
+// proxy refuses: ../iptables-wrappers is kubedev's own implementation of the package it uses.
 module kubedev.dev/tools/cluster/kubernetes
 
 go 1.27.3
@@ -16,6 +14,7 @@ require (
 	github.com/JeffAshton/win_pdh v0.0.0-20161109143554-76bb4ee9f0ab // indirect
 	github.com/MakeNowJust/heredoc v1.0.0 // indirect
 	github.com/Microsoft/go-winio v0.6.2 // indirect
+	github.com/Microsoft/hnslib v0.1.3 // indirect
 	github.com/antlr4-go/antlr/v4 v4.13.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
@@ -97,6 +96,7 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/client/v3 v3.7.3 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/contrib/instrumentation/github.com/emicklei/go-restful/otelrestful v0.72.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.72.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
@@ -142,6 +142,7 @@ require (
 	k8s.io/controller-manager v0.38.0-beta.0 // indirect
 	k8s.io/cri-api v0.38.0-beta.0 // indirect
 	k8s.io/cri-client v0.0.0 // indirect
+	k8s.io/cri-streaming v0.0.0 // indirect
 	k8s.io/csi-translation-lib v0.0.0 // indirect
 	k8s.io/dynamic-resource-allocation v0.38.0-beta.0 // indirect
 	k8s.io/endpointslice v0.0.0 // indirect
@@ -162,6 +163,7 @@ require (
 	k8s.io/streaming v0.38.0-beta.0 // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
 	sigs.k8s.io/apiserver-network-proxy/konnectivity-client v0.37.0 // indirect
+	sigs.k8s.io/iptables-wrappers v1.0.0 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/kustomize/api v0.21.3 // indirect
 	sigs.k8s.io/kustomize/kustomize/v5 v5.8.3 // indirect
@@ -205,6 +207,7 @@ replace (
 	k8s.io/sample-cli-plugin => k8s.io/sample-cli-plugin v0.38.0-beta.0
 	k8s.io/sample-controller => k8s.io/sample-controller v0.38.0-beta.0
 	k8s.io/streaming => k8s.io/streaming v0.38.0-beta.0
+	sigs.k8s.io/iptables-wrappers => ../iptables-wrappers
 )
 
 tool (
@@ -212,4 +215,5 @@ tool (
 	k8s.io/kubernetes/cmd/kube-controller-manager
 	k8s.io/kubernetes/cmd/kube-scheduler
 	k8s.io/kubernetes/cmd/kubectl
+	k8s.io/kubernetes/cmd/kubelet
 )

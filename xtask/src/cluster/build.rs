@@ -26,9 +26,6 @@ const CNI_MODULE: &str = "cni-plugins-v1.10.0";
 pub(crate) struct Binaries {
     /// Where the Kubernetes binaries are (kube-apiserver, kubectl, ...).
     pub(crate) kubernetes: PathBuf,
-    /// Where the kubelet is: with the others, or a build of another release when the
-    /// release's module names one in `kubelet-release`.
-    pub(crate) kubelet: PathBuf,
     /// Where etcd is.
     pub(crate) etcd: PathBuf,
     /// Where containerd, its shim and ctr are.
@@ -42,9 +39,6 @@ pub(crate) struct Binaries {
 impl Binaries {
     /// The Kubernetes binary `name`.
     pub(crate) fn kube(&self, name: &str) -> PathBuf {
-        if name == "kubelet" {
-            return self.kubelet.join(name);
-        }
         self.kubernetes.join(name)
     }
 }
@@ -83,20 +77,6 @@ pub(crate) fn build_all(root: &Path, version: &str) -> anyhow::Result<Binaries> 
         known_versions(root).join(", ")
     );
     let kubernetes = build_module(root, &kube_dir, &kube_ldflags(version)?, "")?;
-    let kubelet_release = root
-        .join("tools/cluster")
-        .join(&kube_dir)
-        .join("kubelet-release");
-    let kubelet = match std::fs::read_to_string(&kubelet_release) {
-        Ok(release) => {
-            let release = release.trim().trim_start_matches('v');
-            let dir = format!("kubernetes-v{release}");
-            eprintln!("Kubernetes {version} runs the kubelet of {release} (see {dir})");
-            build_module(root, &dir, &kube_ldflags(release)?, "")?
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => kubernetes.clone(),
-        Err(e) => return Err(e).context(format!("reading {}", kubelet_release.display())),
-    };
     let etcd = build_module(root, ETCD_MODULE, "-s -w", "")?;
     let containerd = build_module(
         root,
@@ -107,7 +87,6 @@ pub(crate) fn build_all(root: &Path, version: &str) -> anyhow::Result<Binaries> 
     let cni = build_module(root, CNI_MODULE, "-s -w", "")?;
     Ok(Binaries {
         kubernetes,
-        kubelet,
         etcd,
         containerd,
         cni,
@@ -115,17 +94,55 @@ pub(crate) fn build_all(root: &Path, version: &str) -> anyhow::Result<Binaries> 
     })
 }
 
+/// Runs the Go tests of kubedev's own modules under `tools/cluster/` (those with a test file),
+/// which release modules build in with replace directives.
+pub(crate) fn test_own_modules(root: &Path) -> anyhow::Result<()> {
+    for entry in std::fs::read_dir(root.join("tools/cluster")).context("reading tools/cluster")? {
+        let module = entry?.path();
+        let has_tests = module.join("go.mod").exists()
+            && files_under(&module)?
+                .iter()
+                .any(|f| f.to_string_lossy().ends_with("_test.go"));
+        if !has_tests {
+            continue;
+        }
+        let output = Command::new("go")
+            .args(["test", "-count=1", "./..."])
+            .current_dir(&module)
+            .env("GOTOOLCHAIN", go_toolchain(&module)?)
+            .env("GOFLAGS", "-mod=readonly -buildvcs=false")
+            .output()
+            .context("starting go test")?;
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        ensure!(
+            output.status.success(),
+            "the Go tests of {} failed ({}):\n{printed}",
+            module.display(),
+            output.status
+        );
+        eprint!("{printed}");
+    }
+    Ok(())
+}
+
 /// The `GOTOOLCHAIN` for the Go module in `module`: a module that names a newer Go than the
 /// machine's (`toolchain go1.27.3`) gets it from the module proxy, since the machine's
 /// GOTOOLCHAIN may say `local`; `auto` otherwise.
 pub(super) fn go_toolchain(module: &Path) -> anyhow::Result<String> {
-    let path = module.join("go.mod");
-    let go_mod =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(go_mod
+    Ok(read_go_mod(module)?
         .lines()
         .find_map(|l| l.strip_prefix("toolchain "))
         .map_or_else(|| "auto".to_string(), |t| t.trim().to_string()))
+}
+
+/// The go.mod of the Go module in `module`.
+fn read_go_mod(module: &Path) -> anyhow::Result<String> {
+    let path = module.join("go.mod");
+    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
 }
 
 /// The Kubernetes versions with a module under tools/cluster.
@@ -178,6 +195,21 @@ fn build_module(root: &Path, dir: &str, ldflags: &str, tags: &str) -> anyhow::Re
     for file in ["go.mod", "go.sum"] {
         let path = module.join(file);
         hash.update(std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?);
+    }
+    // A module of ours that a replace directive puts in place of an upstream one is built in
+    // too: its files are inputs like go.mod.
+    for local in local_replacements(&module)? {
+        for path in files_under(&local)? {
+            hash.update(
+                path.strip_prefix(&local)
+                    .unwrap_or(&path)
+                    .to_string_lossy()
+                    .as_bytes(),
+            );
+            hash.update(
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+            );
+        }
     }
     hash.update(ldflags.as_bytes());
     hash.update(tags.as_bytes());
@@ -240,5 +272,35 @@ fn build_module(root: &Path, dir: &str, ldflags: &str, tags: &str) -> anyhow::Re
     }
     std::fs::write(&done, b"").context("marking the build done")?;
     eprintln!("{dir}: built in {:.0?}", started.elapsed());
+    Ok(out)
+}
+
+/// The directories the module's replace directives point at (`=> ../dir`), which are modules
+/// of ours built into its binaries.
+fn local_replacements(module: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    Ok(read_go_mod(module)?
+        .lines()
+        .filter_map(|l| l.split_once("=>"))
+        .map(|(_, target)| target.trim())
+        .filter(|t| t.starts_with("./") || t.starts_with("../"))
+        .map(|t| module.join(t))
+        .collect())
+}
+
+/// Every file under `dir`, in a fixed order.
+fn files_under(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
     Ok(out)
 }
