@@ -52,7 +52,9 @@ struct Answer {
 /// `<release>.mod` beside it otherwise) and its build tags.
 fn module_files(dir: &Path, release: &str) -> anyhow::Result<(Option<PathBuf>, &'static str)> {
     if release == DEFAULT_RELEASE {
-        return Ok((None, ""));
+        // The default's release line picks its source files too (when 1.38 becomes the
+        // default, go.mod is 1.38's and needs its tag).
+        return Ok((None, release_tag(release)));
     }
     let modfile = dir.join(format!("v{release}.mod"));
     ensure!(
