@@ -100,6 +100,43 @@ impl Node {
         Ok(self.kubectl_out(&["get", "--raw=/readyz"])?.trim() == "ok")
     }
 
+    /// Waits until `ready` says yes, as [`wait_for`] does, but fails at once, with the end of
+    /// its log, when component `name` (process `pid`) exits first: a component that refused
+    /// its flags is not waited for.
+    pub(crate) fn wait_while_running(
+        &self,
+        name: &str,
+        pid: u32,
+        what: &str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> anyhow::Result<bool>,
+    ) -> anyhow::Result<()> {
+        let mut exited = None;
+        let waited = wait_for(what, timeout, || {
+            if let Err(e) = still_running(&self.logs, name, pid) {
+                exited = Some(e);
+                return Ok(true);
+            }
+            ready()
+        });
+        match exited {
+            Some(e) => Err(e.context(format!("{what}: it exited"))),
+            None => waited,
+        }
+    }
+
+    /// Waits until the API server started as process `pid` is ready (90 s at most), failing
+    /// at once when it exits.
+    pub(crate) fn wait_api_ready(&self, pid: u32) -> anyhow::Result<()> {
+        self.wait_while_running(
+            "kube-apiserver",
+            pid,
+            "the API server ready",
+            Duration::from_secs(90),
+            || self.api_ready(),
+        )
+    }
+
     /// `ctr` in containerd's `k8s.io` namespace.
     pub(crate) fn ctr(&self) -> Command {
         let mut cmd = Command::new(self.bins.containerd.join("ctr"));
@@ -265,8 +302,13 @@ fn still_running(logs: &Path, name: &str, pid: u32) -> anyhow::Result<()> {
     }
     let log = std::fs::read_to_string(logs.join(format!("{name}.log"))).unwrap_or_default();
     let tail: Vec<&str> = log.lines().rev().take(15).collect();
+    // The last error or fatal line (klog's `E`/`F`) says why, above the shutdown noise.
+    let reason = tail
+        .iter()
+        .find(|l| l.starts_with('E') || l.starts_with('F'))
+        .map_or_else(String::new, |l| format!(": {l}"));
     bail!(
-        "{name} exited; the end of its log:\n{}",
+        "{name} exited{reason}; the end of its log:\n{}",
         tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     )
 }
@@ -392,10 +434,13 @@ fn start_control_plane(node: &Node) -> anyhow::Result<()> {
         ],
         &[],
     )?;
-    wait_for("etcd serving", Duration::from_secs(30), || {
-        still_running(&node.logs, "etcd", etcd)?;
-        Ok(std::net::TcpStream::connect("127.0.0.1:2379").is_ok())
-    })?;
+    node.wait_while_running(
+        "etcd",
+        etcd,
+        "etcd serving",
+        Duration::from_secs(30),
+        || Ok(std::net::TcpStream::connect("127.0.0.1:2379").is_ok()),
+    )?;
     let apiserver = spawn(
         &node.logs,
         "kube-apiserver",
@@ -431,10 +476,7 @@ fn start_control_plane(node: &Node) -> anyhow::Result<()> {
         ],
         &[],
     )?;
-    wait_for("the API server ready", Duration::from_secs(90), || {
-        still_running(&node.logs, "kube-apiserver", apiserver)?;
-        node.api_ready()
-    })?;
+    node.wait_api_ready(apiserver)?;
     let controller_manager = spawn(
         &node.logs,
         "kube-controller-manager",
@@ -543,14 +585,19 @@ state = "{run}/containerd"
         &["--config".into(), path.display().to_string()],
         &[("PATH", search_path)],
     )?;
-    wait_for("containerd serving", Duration::from_secs(30), || {
-        still_running(&node.logs, "containerd", pid)?;
-        Ok(node
-            .ctr()
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success()))
-    })
+    node.wait_while_running(
+        "containerd",
+        pid,
+        "containerd serving",
+        Duration::from_secs(30),
+        || {
+            Ok(node
+                .ctr()
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success()))
+        },
+    )
 }
 
 /// The kubelet, and the node Ready.
@@ -611,10 +658,13 @@ registerNode: true
         ],
         &[],
     )?;
-    wait_for("the node Ready", Duration::from_secs(120), || {
-        still_running(&node.logs, "kubelet", pid)?;
-        node.ready()
-    })
+    node.wait_while_running(
+        "kubelet",
+        pid,
+        "the node Ready",
+        Duration::from_secs(120),
+        || node.ready(),
+    )
 }
 
 /// Finds `program` on PATH.
@@ -855,5 +905,33 @@ fn left_behind(
         Ok(())
     } else {
         bail!("the cluster's teardown left: {}", left.join(", "))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exited_component_is_reported_with_the_reason_from_its_log() {
+        let logs = tempfile::tempdir().unwrap();
+        std::fs::write(
+            logs.path().join("kube-apiserver.log"),
+            "I1206 22:12:02 13126 controller.go:93] \"Shutting down\"\n\
+             E1206 22:12:12 14276 run.go:72] \"command failed\" err=\"emulation version 1.34 is not between [1.35, 1.38]\"\n\
+             I1206 22:12:12 14276 options.go:261] leaving\n",
+        )
+        .unwrap();
+        // No process has the largest pid.
+        let err = still_running(logs.path(), "kube-apiserver", u32::MAX).unwrap_err();
+        let first = err.to_string();
+        let first = first.lines().next().unwrap();
+        assert!(
+            first.starts_with("kube-apiserver exited: E1206")
+                && first.contains("emulation version 1.34 is not between"),
+            "{first}"
+        );
+        assert!(still_running(logs.path(), "self", std::process::id()).is_ok());
     }
 }

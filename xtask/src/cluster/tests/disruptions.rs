@@ -130,10 +130,14 @@ pub(super) fn restarts(node: &Node, root: &Path) -> anyhow::Result<()> {
 
     for (step, component) in [("kubelet", "kubelet"), ("containerd", "containerd")] {
         eprintln!("  restarting {step}");
-        node.restart(component)?;
-        wait_for("the node Ready again", Duration::from_secs(120), || {
-            node.ready()
-        })?;
+        let pid = node.restart(component)?;
+        node.wait_while_running(
+            component,
+            pid,
+            "the node Ready again",
+            Duration::from_secs(120),
+            || node.ready(),
+        )?;
         wait_for(
             &format!("the device-plugin resource registered again after the {step} restart"),
             Duration::from_secs(60),

@@ -101,11 +101,9 @@ fn stored_as_emulated(node: &Node, minor: u32) -> anyhow::Result<Vec<String>> {
 /// Restarts the API server as `release` (`--emulated-version`), or as its own release with
 /// `None`, and waits until it is ready.
 fn restart_apiserver(node: &Node, release: Option<&str>) -> anyhow::Result<()> {
-    node.restart_with("kube-apiserver", |args| {
+    let pid = node.restart_with("kube-apiserver", |args| {
         args.retain(|a| !a.starts_with("--emulated-version"));
         args.extend(release.map(|r| format!("--emulated-version={r}")));
     })?;
-    wait_for("the API server ready", Duration::from_secs(90), || {
-        node.api_ready()
-    })
+    node.wait_api_ready(pid)
 }
