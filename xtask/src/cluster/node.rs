@@ -120,7 +120,7 @@ impl Node {
             ready()
         });
         match exited {
-            Some(e) => Err(e.context(format!("{what}: it exited"))),
+            Some(e) => Err(e.context(what.to_string())),
             None => waited,
         }
     }
