@@ -2,18 +2,21 @@
 //! `status.devices` (condition `Ready`, the backend's data and network interface); after an
 //! unprepare they are taken out again.
 //!
-//! The writes never hold up the kubelet: they are queued and made in the background, one at a
-//! time, claims in the order they changed. The queue holds at most one change per claim, the
-//! newest: a claim unprepared before its prepare was written only has its clearing made (so a
-//! claim's clearing never lands before its own earlier write, and a node preparing claims
-//! faster than the API server takes their status keeps one entry per claim, not one per
-//! call). A write that may succeed later is tried a few times with a growing pause; one for a
-//! claim that is gone is dropped at once.
+//! The writes never hold up the kubelet: they are queued and made in the background, a few
+//! claims at a time, started in the order the claims changed. The queue holds at most one
+//! change per claim, the newest: a claim unprepared before its prepare was written only has
+//! its clearing made, and one claim never has two writes under way (so a claim's clearing
+//! never lands before its own earlier write, and a node preparing claims faster than the API
+//! server takes their status keeps one entry per claim, not one per call). A write that may
+//! succeed later is tried a few times with a growing pause, while other claims' writes go on;
+//! one for a claim that is gone is dropped at once.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
+use futures::stream::FuturesUnordered;
 use kubedev_core::{ClaimRef, ClaimUid, PreparedDevice};
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -44,34 +47,62 @@ const RETRY_PAUSES: [Duration; 3] = [
     Duration::from_secs(5),
 ];
 
+/// Claims whose writes are under way at once. Each is one request to the API server (within
+/// the claim reader's own bound on requests in flight), so a node preparing many claims sees
+/// their status several times sooner than one write at a time, and a claim whose write waits
+/// to be tried again holds up no other.
+pub(crate) const MAX_WRITES_IN_FLIGHT: usize = 8;
+
 /// Above this many slots, an empty queue gives its memory back.
 const KEEP_CAPACITY: usize = 64;
 
-/// Claims with a change not yet written: their UIDs in the order they changed, and each one's
-/// newest change.
+/// Claims with a change not yet written: their UIDs in the order they changed, each one's
+/// newest change, and the claims whose write is under way.
 #[derive(Debug, Default)]
 struct Pending {
+    /// Claims with a change to start, oldest first; none of them is in `writing`.
     order: VecDeque<ClaimUid>,
     changes: HashMap<ClaimUid, StatusChange>,
+    writing: HashSet<ClaimUid>,
 }
 
 impl Pending {
-    /// Queues `change`, replacing the claim's change not yet written.
+    /// Queues `change`, replacing the claim's change not yet written. A claim whose write is
+    /// under way gets its place in the order when that write ends.
     fn push(&mut self, change: StatusChange) {
         let uid = change.claim().uid.clone();
-        if self.changes.insert(uid.clone(), change).is_none() {
+        let queued = self.changes.contains_key(&uid);
+        let writing = self.writing.contains(&uid);
+        self.changes.insert(uid.clone(), change);
+        if !queued && !writing {
             self.order.push_back(uid);
         }
     }
 
-    /// The oldest claim's change.
+    /// The oldest claim's change, its claim now counted as being written.
     fn pop(&mut self) -> Option<StatusChange> {
         let change = loop {
             let uid = self.order.pop_front()?;
             if let Some(c) = self.changes.remove(&uid) {
+                self.writing.insert(uid);
                 break c;
             }
         };
+        self.shrink_when_idle();
+        Some(change)
+    }
+
+    /// The write of `uid` ended: a newer change queued meanwhile goes to the end of the order.
+    fn finish(&mut self, uid: &ClaimUid) {
+        self.writing.remove(uid);
+        if self.changes.contains_key(uid) {
+            self.order.push_back(uid.clone());
+        }
+        self.shrink_when_idle();
+    }
+
+    /// Gives back the memory of a burst once nothing is queued.
+    fn shrink_when_idle(&mut self) {
         if self.order.is_empty() {
             if self.order.capacity() > KEEP_CAPACITY {
                 self.order.shrink_to(KEEP_CAPACITY);
@@ -80,7 +111,9 @@ impl Pending {
                 self.changes.shrink_to(KEEP_CAPACITY);
             }
         }
-        Some(change)
+        if self.writing.is_empty() && self.writing.capacity() > KEEP_CAPACITY {
+            self.writing.shrink_to(KEEP_CAPACITY);
+        }
     }
 
     #[cfg(test)]
@@ -121,17 +154,36 @@ impl StatusWriter {
     }
 }
 
+/// Makes the queued changes, [`MAX_WRITES_IN_FLIGHT`] at a time, until every handle is dropped
+/// and nothing is left to write.
 async fn write_all(
     claims: Arc<dyn ClaimSource>,
     pending: Arc<Mutex<Pending>>,
     mut wake: mpsc::Receiver<()>,
 ) {
-    while wake.recv().await.is_some() {
-        loop {
+    let mut writing = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        while writing.len() < MAX_WRITES_IN_FLIGHT {
             let Some(change) = pending.lock().pop() else {
                 break;
             };
-            write(claims.as_ref(), &change).await;
+            let claims = claims.clone();
+            writing.push(async move {
+                write(claims.as_ref(), &change).await;
+                change.claim().uid.clone()
+            });
+        }
+        if writing.is_empty() {
+            // Nothing under way, so nothing is queued either.
+            if !open || wake.recv().await.is_none() {
+                return;
+            }
+            continue;
+        }
+        tokio::select! {
+            Some(uid) = writing.next() => pending.lock().finish(&uid),
+            woken = wake.recv(), if open => open = woken.is_some(),
         }
     }
 }
@@ -178,24 +230,55 @@ mod tests {
     use async_trait::async_trait;
     use kubedev_core::AllocatedDevice;
     use kubedev_kubelet_grpc::dra::ClaimError;
-    use tokio::sync::Notify;
+    use tokio::sync::watch;
 
     use super::*;
 
-    /// Records every write; the first write waits until released, so changes pile up behind
-    /// it. Claims named `gone-*` are not in the cluster.
-    #[derive(Default)]
+    /// Records every write as it ends, and how many were under way at once. Writes of the
+    /// claims in `held` (all, with `*`) wait until released; claims named `gone-*` are not in
+    /// the cluster.
     struct Recording {
         writes: Mutex<Vec<String>>,
         attempts: AtomicUsize,
-        release: Notify,
+        held: Mutex<HashSet<String>>,
+        released: watch::Sender<bool>,
+        under_way: AtomicUsize,
+        most_under_way: AtomicUsize,
+        /// How long each write takes.
+        takes: Duration,
     }
 
     impl Recording {
+        fn holding(held: &[&str], takes: Duration) -> Arc<Self> {
+            Arc::new(Recording {
+                writes: Mutex::default(),
+                attempts: AtomicUsize::new(0),
+                held: Mutex::new(held.iter().map(|h| (*h).to_string()).collect()),
+                released: watch::channel(false).0,
+                under_way: AtomicUsize::new(0),
+                most_under_way: AtomicUsize::new(0),
+                takes,
+            })
+        }
+
+        fn release(&self) {
+            self.released.send_replace(true);
+        }
+
         async fn gate(&self, claim: &ClaimRef, what: &str) -> Result<(), ClaimError> {
-            if self.attempts.fetch_add(1, Ordering::SeqCst) == 0 {
-                self.release.notified().await;
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            let now = self.under_way.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_under_way.fetch_max(now, Ordering::SeqCst);
+            let held = {
+                let held = self.held.lock();
+                held.contains("*") || held.contains(claim.name.as_str())
+            };
+            if held {
+                let mut released = self.released.subscribe();
+                released.wait_for(|r| *r).await.unwrap();
             }
+            tokio::time::sleep(self.takes).await;
+            self.under_way.fetch_sub(1, Ordering::SeqCst);
             if claim.name.as_str().starts_with("gone-") {
                 return Err(ClaimError::permanent(
                     CLAIM_GONE,
@@ -234,7 +317,7 @@ mod tests {
     }
 
     async fn settle(recording: &Recording, writes: usize) -> Vec<String> {
-        for _ in 0..500 {
+        for _ in 0..1000 {
             if recording.writes.lock().len() >= writes {
                 break;
             }
@@ -243,45 +326,116 @@ mod tests {
         recording.writes.lock().clone()
     }
 
+    async fn wait_for_attempts(recording: &Recording, attempts: usize) {
+        for _ in 0..1000 {
+            if recording.attempts.load(Ordering::SeqCst) >= attempts {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("fewer than {attempts} writes started");
+    }
+
     #[tokio::test]
     async fn a_claim_unprepared_before_its_write_is_only_cleared_and_the_queue_stays_one_per_claim()
     {
-        let recording = Arc::new(Recording::default());
+        let recording = Recording::holding(&["*"], Duration::ZERO);
         let writer = StatusWriter::start(recording.clone());
-        // The first write holds the writer while 1000 claims come and go behind it.
-        writer.send(StatusChange::Prepared(claim("first"), vec![]));
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The first writes take every slot while 1000 claims come and go behind them.
+        for i in 0..MAX_WRITES_IN_FLIGHT {
+            writer.send(StatusChange::Prepared(claim(&format!("first{i}")), vec![]));
+        }
+        wait_for_attempts(&recording, MAX_WRITES_IN_FLIGHT).await;
         for i in 0..1000 {
             let c = claim(&format!("c{i}"));
             writer.send(StatusChange::Prepared(c.clone(), vec![]));
             writer.send(StatusChange::Unprepared(c));
         }
         assert_eq!(writer.queued(), 1000, "one queued change per claim");
-        recording.release.notify_one();
-        let writes = settle(&recording, 1001).await;
-        assert_eq!(writes.len(), 1001, "{writes:?}");
-        assert_eq!(writes[0], "write first");
-        assert!(
-            writes[1..].iter().all(|w| w.starts_with("clear ")),
-            "only clearings after the first write: {:?}",
+        recording.release();
+        let writes = settle(&recording, MAX_WRITES_IN_FLIGHT + 1000).await;
+        assert_eq!(
+            writes.len(),
+            MAX_WRITES_IN_FLIGHT + 1000,
+            "{:?}",
             &writes[..5]
         );
-        assert_eq!(writes[1], "clear c0", "claims in the order they changed");
+        let (first, rest) = writes.split_at(MAX_WRITES_IN_FLIGHT);
+        assert!(
+            first.iter().all(|w| w.starts_with("write first")),
+            "{first:?}"
+        );
+        assert!(
+            rest.iter().all(|w| w.starts_with("clear c")),
+            "only clearings after the first writes: {:?}",
+            &rest[..5]
+        );
+        let at = |w: &str| rest.iter().position(|x| x == w).unwrap();
+        assert!(
+            at("clear c0") < at("clear c999"),
+            "claims in the order they changed"
+        );
         assert_eq!(writer.queued(), 0);
-        assert!(writer.pending.lock().order.capacity() <= KEEP_CAPACITY);
+        let pending = writer.pending.lock();
+        assert!(pending.order.capacity() <= KEEP_CAPACITY);
+        assert!(pending.writing.is_empty());
+    }
+
+    #[tokio::test]
+    async fn writes_run_side_by_side_within_the_bound_and_a_held_claim_holds_up_no_other() {
+        let recording = Recording::holding(&["slow"], Duration::from_millis(5));
+        let writer = StatusWriter::start(recording.clone());
+        writer.send(StatusChange::Prepared(claim("slow"), vec![]));
+        for i in 0..100 {
+            writer.send(StatusChange::Prepared(claim(&format!("c{i}")), vec![]));
+        }
+        // One at a time, these 100 writes would wait behind the held one.
+        let writes = settle(&recording, 100).await;
+        assert_eq!(writes.len(), 100, "{writes:?}");
+        assert!(!writes.contains(&"write slow".to_string()));
+        let most = recording.most_under_way.load(Ordering::SeqCst);
+        assert!(
+            most > 1 && most <= MAX_WRITES_IN_FLIGHT,
+            "{most} writes under way at once"
+        );
+        recording.release();
+        assert_eq!(settle(&recording, 101).await.len(), 101);
+    }
+
+    #[tokio::test]
+    async fn a_claim_changed_while_its_write_is_under_way_is_written_again_after_it() {
+        let recording = Recording::holding(&["x"], Duration::ZERO);
+        let writer = StatusWriter::start(recording.clone());
+        writer.send(StatusChange::Prepared(claim("x"), vec![]));
+        wait_for_attempts(&recording, 1).await;
+        writer.send(StatusChange::Unprepared(claim("x")));
+        writer.send(StatusChange::Prepared(claim("y"), vec![]));
+        assert_eq!(settle(&recording, 1).await, vec!["write y".to_string()]);
+        // The clearing waits for the write under way; it does not start beside it.
+        assert_eq!(recording.attempts.load(Ordering::SeqCst), 2);
+        recording.release();
+        assert_eq!(
+            settle(&recording, 3).await,
+            vec![
+                "write y".to_string(),
+                "write x".to_string(),
+                "clear x".to_string()
+            ]
+        );
+        assert!(writer.pending.lock().writing.is_empty());
     }
 
     #[tokio::test]
     async fn a_gone_claim_is_not_tried_again() {
-        let recording = Arc::new(Recording::default());
+        let recording = Recording::holding(&[], Duration::ZERO);
         let writer = StatusWriter::start(recording.clone());
-        recording.release.notify_one();
         writer.send(StatusChange::Prepared(claim("gone-a"), vec![]));
         writer.send(StatusChange::Prepared(claim("b"), vec![]));
-        // Were the gone claim retried, b would wait behind its pauses (6.2 s in all), longer
-        // than `settle` waits, and the gone claim would be tried four times.
+        // Were the gone claim retried, it would be tried four times over 6.2 s, longer than
+        // `settle` waits.
         let writes = settle(&recording, 1).await;
         assert_eq!(writes, vec!["write b".to_string()]);
+        tokio::time::sleep(Duration::from_millis(300)).await;
         assert_eq!(recording.attempts.load(Ordering::SeqCst), 2);
     }
 }
