@@ -2,8 +2,9 @@
 //! `status.devices` (condition `Ready`, the backend's data and network interface); after an
 //! unprepare they are taken out again.
 //!
-//! The writes never hold up the kubelet: they are queued and made in the background, a few
-//! claims at a time, started in the order the claims changed. The queue holds at most one
+//! The writes never hold up the kubelet: they are queued and made in the background, started in
+//! the order the claims changed, a few claims at a time, and one at a time while the kubelet
+//! waits for a prepare or unprepare (whose own requests to the API server come first). The queue holds at most one
 //! change per claim, the newest: a claim unprepared before its prepare was written only has
 //! its clearing made, and one claim never has two writes under way (so a claim's clearing
 //! never lands before its own earlier write, and a node preparing claims faster than the API
@@ -13,6 +14,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -47,11 +49,16 @@ const RETRY_PAUSES: [Duration; 3] = [
     Duration::from_secs(5),
 ];
 
-/// Claims whose writes are under way at once. Each is one request to the API server (within
-/// the claim reader's own bound on requests in flight), so a node preparing many claims sees
-/// their status several times sooner than one write at a time, and a claim whose write waits
-/// to be tried again holds up no other.
+/// Claims whose writes are under way at once while no kubelet call is: each is one request to
+/// the API server (within the claim reader's own bound on requests in flight), so the status of
+/// a burst of claims lands several times sooner than one write at a time, and a claim whose
+/// write waits to be tried again holds up no other.
 pub(crate) const MAX_WRITES_IN_FLIGHT: usize = 8;
+
+/// Claims whose writes are under way at once while the kubelet waits for a prepare or an
+/// unprepare: the kubelet's call has a deadline and reads claims from the same API server, a
+/// status write has none, so writes take no more of the server than before then.
+const WRITES_BESIDE_A_KUBELET_CALL: usize = 1;
 
 /// Above this many slots, an empty queue gives its memory back.
 const KEEP_CAPACITY: usize = 64;
@@ -128,6 +135,18 @@ pub(crate) struct StatusWriter {
     pending: Arc<Mutex<Pending>>,
     /// Wakes the task; it ends when every handle is dropped.
     wake: mpsc::Sender<()>,
+    /// Claims the kubelet is waiting for (prepares and unprepares under way).
+    kubelet_waits: Arc<AtomicUsize>,
+}
+
+/// Counts one claim the kubelet is waiting for, until dropped.
+#[derive(Debug)]
+pub(crate) struct KubeletWaits(Arc<AtomicUsize>);
+
+impl Drop for KubeletWaits {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl StatusWriter {
@@ -136,8 +155,25 @@ impl StatusWriter {
     pub(crate) fn start(claims: Arc<dyn ClaimSource>) -> Self {
         let pending = Arc::new(Mutex::new(Pending::default()));
         let (wake, rx) = mpsc::channel(1);
-        tokio::spawn(write_all(claims, pending.clone(), rx));
-        StatusWriter { pending, wake }
+        let kubelet_waits = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(write_all(
+            claims,
+            pending.clone(),
+            rx,
+            kubelet_waits.clone(),
+        ));
+        StatusWriter {
+            pending,
+            wake,
+            kubelet_waits,
+        }
+    }
+
+    /// Marks a prepare or unprepare the kubelet waits for, until the guard is dropped: writes
+    /// are made one at a time meanwhile.
+    pub(crate) fn kubelet_waits(&self) -> KubeletWaits {
+        self.kubelet_waits.fetch_add(1, Ordering::SeqCst);
+        KubeletWaits(self.kubelet_waits.clone())
     }
 
     /// Queues `change`, replacing the same claim's change not yet written.
@@ -154,17 +190,23 @@ impl StatusWriter {
     }
 }
 
-/// Makes the queued changes, [`MAX_WRITES_IN_FLIGHT`] at a time, until every handle is dropped
-/// and nothing is left to write.
+/// Makes the queued changes, [`MAX_WRITES_IN_FLIGHT`] at a time (one while the kubelet waits
+/// for a claim), until every handle is dropped and nothing is left to write.
 async fn write_all(
     claims: Arc<dyn ClaimSource>,
     pending: Arc<Mutex<Pending>>,
     mut wake: mpsc::Receiver<()>,
+    kubelet_waits: Arc<AtomicUsize>,
 ) {
     let mut writing = FuturesUnordered::new();
     let mut open = true;
     loop {
-        while writing.len() < MAX_WRITES_IN_FLIGHT {
+        let most = if kubelet_waits.load(Ordering::SeqCst) > 0 {
+            WRITES_BESIDE_A_KUBELET_CALL
+        } else {
+            MAX_WRITES_IN_FLIGHT
+        };
+        while writing.len() < most {
             let Some(change) = pending.lock().pop() else {
                 break;
             };
@@ -225,8 +267,6 @@ async fn write(claims: &dyn ClaimSource, change: &StatusChange) {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use async_trait::async_trait;
     use kubedev_core::AllocatedDevice;
     use kubedev_kubelet_grpc::dra::ClaimError;
@@ -400,6 +440,24 @@ mod tests {
         );
         recording.release();
         assert_eq!(settle(&recording, 101).await.len(), 101);
+    }
+
+    #[tokio::test]
+    async fn writes_go_one_at_a_time_while_the_kubelet_waits_for_a_claim() {
+        let recording = Recording::holding(&[], Duration::from_millis(5));
+        let writer = StatusWriter::start(recording.clone());
+        let waiting = writer.kubelet_waits();
+        for i in 0..30 {
+            writer.send(StatusChange::Prepared(claim(&format!("a{i}")), vec![]));
+        }
+        assert_eq!(settle(&recording, 30).await.len(), 30);
+        assert_eq!(recording.most_under_way.load(Ordering::SeqCst), 1);
+        drop(waiting);
+        for i in 0..30 {
+            writer.send(StatusChange::Prepared(claim(&format!("b{i}")), vec![]));
+        }
+        assert_eq!(settle(&recording, 60).await.len(), 60);
+        assert!(recording.most_under_way.load(Ordering::SeqCst) > 1);
     }
 
     #[tokio::test]

@@ -49,6 +49,7 @@ impl DraDriver {
 impl DraHandler for DraDriver {
     async fn prepare(&self, claim: &ClaimRef) -> Result<Vec<PreparedClaimDevice>, ClaimError> {
         let started = std::time::Instant::now();
+        let _kubelet_waits = self.status.kubelet_waits();
         let span = tracing::info_span!("prepare", claim = %claim);
         let result = async {
             let lock = self.locks.of(&claim.uid);
@@ -62,6 +63,7 @@ impl DraHandler for DraDriver {
 
     async fn unprepare(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let started = std::time::Instant::now();
+        let _kubelet_waits = self.status.kubelet_waits();
         let span = tracing::info_span!("unprepare", claim = %claim);
         let result = async {
             let lock = self.locks.of(&claim.uid);
