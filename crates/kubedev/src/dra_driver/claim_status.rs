@@ -4,13 +4,13 @@
 //!
 //! The writes never hold up the kubelet: they are queued and made in the background, started in
 //! the order the claims changed, a few claims at a time, and one at a time while the kubelet
-//! waits for a prepare or unprepare (whose own requests to the API server come first). The queue holds at most one
-//! change per claim, the newest: a claim unprepared before its prepare was written only has
-//! its clearing made, and one claim never has two writes under way (so a claim's clearing
-//! never lands before its own earlier write, and a node preparing claims faster than the API
-//! server takes their status keeps one entry per claim, not one per call). A write that may
-//! succeed later is tried a few times with a growing pause, while other claims' writes go on;
-//! one for a claim that is gone is dropped at once.
+//! waits for a prepare or unprepare (whose own requests to the API server come first). The
+//! queue holds at most one change per claim, the newest: a claim unprepared before its prepare
+//! was written only has its clearing made, and one claim never has two writes under way (so a
+//! claim's clearing never lands before its own earlier write, and a node preparing claims
+//! faster than the API server takes their status keeps one entry per claim, not one per
+//! call). A write that may succeed later is tried a few times with a growing pause, while other
+//! claims' writes go on; one for a claim that is gone is dropped at once.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -53,7 +53,7 @@ const RETRY_PAUSES: [Duration; 3] = [
 /// the API server (within the claim reader's own bound on requests in flight), so the status of
 /// a burst of claims lands several times sooner than one write at a time, and a claim whose
 /// write waits to be tried again holds up no other.
-pub(crate) const MAX_WRITES_IN_FLIGHT: usize = 8;
+const MAX_WRITES_IN_FLIGHT: usize = 8;
 
 /// Claims whose writes are under way at once while the kubelet waits for a prepare or an
 /// unprepare: the kubelet's call has a deadline and reads claims from the same API server, a
@@ -280,7 +280,7 @@ mod tests {
     struct Recording {
         writes: Mutex<Vec<String>>,
         attempts: AtomicUsize,
-        held: Mutex<HashSet<String>>,
+        held: HashSet<String>,
         released: watch::Sender<bool>,
         under_way: AtomicUsize,
         most_under_way: AtomicUsize,
@@ -293,7 +293,7 @@ mod tests {
             Arc::new(Recording {
                 writes: Mutex::default(),
                 attempts: AtomicUsize::new(0),
-                held: Mutex::new(held.iter().map(|h| (*h).to_string()).collect()),
+                held: held.iter().map(|h| (*h).to_string()).collect(),
                 released: watch::channel(false).0,
                 under_way: AtomicUsize::new(0),
                 most_under_way: AtomicUsize::new(0),
@@ -309,11 +309,7 @@ mod tests {
             self.attempts.fetch_add(1, Ordering::SeqCst);
             let now = self.under_way.fetch_add(1, Ordering::SeqCst) + 1;
             self.most_under_way.fetch_max(now, Ordering::SeqCst);
-            let held = {
-                let held = self.held.lock();
-                held.contains("*") || held.contains(claim.name.as_str())
-            };
-            if held {
+            if self.held.contains("*") || self.held.contains(claim.name.as_str()) {
                 let mut released = self.released.subscribe();
                 released.wait_for(|r| *r).await.unwrap();
             }
