@@ -495,15 +495,8 @@ fn check_rendering(kubedev: &Path, rendered: &str, scratch: &Path) -> anyhow::Re
 /// Builds the daemon (debug, default features: every backend) and returns its path and the
 /// workspace's `cargo metadata`.
 fn build_kubedev(root: &Path) -> anyhow::Result<(PathBuf, Value)> {
+    crate::commands::build_debug_binaries(root)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(&cargo)
-        .current_dir(root)
-        .args(["build", "-q", "-p", "kubedev", "--bin", "kubedev"])
-        .status()
-        .context("running `cargo build -p kubedev`")?;
-    if !status.success() {
-        bail!("`cargo build -p kubedev` failed");
-    }
     let out = Command::new(&cargo)
         .current_dir(root)
         .args(["metadata", "--format-version", "1", "--no-deps"])

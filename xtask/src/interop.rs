@@ -39,18 +39,7 @@ struct Client {
 
 pub(crate) fn interop(root: &Path) -> anyhow::Result<()> {
     ensure_go()?;
-    crate::commands::run(
-        root,
-        "cargo",
-        &[
-            "build",
-            "--quiet",
-            "-p",
-            "kubedev-kubelet-grpc",
-            "--example",
-            "interop_target",
-        ],
-    )?;
+    crate::commands::build_debug_binaries(root)?;
     let target = crate::commands::target_dir(root).join("debug/examples/interop_target");
     let python = python_env(root)?;
     let stubs = tempfile::tempdir()?;
