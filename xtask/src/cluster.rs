@@ -13,6 +13,7 @@
 
 mod build;
 mod gates;
+mod host;
 pub(crate) mod image;
 mod network;
 mod node;
@@ -49,7 +50,8 @@ enum Action {
         #[arg(long)]
         only: Option<String>,
     },
-    /// Tear down a running cluster: processes, containers, mounts, cgroups, directories.
+    /// Tear down a running cluster: processes, containers, mounts, cgroups, directories; the
+    /// kernel settings and iptables chains the kubelet changed put back.
     Down,
     /// Compare the API server emulator's feature gates with the release's `kube_features.go`
     /// (`test` does this first).

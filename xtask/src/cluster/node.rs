@@ -4,7 +4,9 @@
 //! Every address is loopback, but for the pods' bridge (the `network` module), whose host
 //! address the API server listens on. The kubelet's pods live beneath the cgroup
 //! `/kubedev-cluster` (its `cgroupRoot`), so teardown finds every container process there; the
-//! directories the run creates outside its own are listed in a state file and removed with it.
+//! directories the run creates outside its own are listed in a state file and removed with it,
+//! and what the kubelet and containerd change on the host beyond them is put back (the `host`
+//! module).
 
 use std::collections::BTreeSet;
 use std::io::Write as _;
@@ -16,6 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 
 use super::build::Binaries;
+use super::host;
 use super::image;
 use super::network;
 use super::pki::{self, Pki};
@@ -38,6 +41,9 @@ const HOST_DIRS: &[&str] = &[
     "/var/log/pods",
     "/var/log/containers",
     "/etc/kubernetes",
+    // Paths containerd's shims and libcni use whatever containerd's configuration says.
+    "/run/containerd",
+    "/var/lib/cni",
 ];
 
 /// containerd's socket.
@@ -59,11 +65,19 @@ impl Node {
         &self.pki.admin
     }
 
+    /// `program` as a client of the cluster: the admin kubeconfig, and the cache of the API
+    /// server's discovery that kubectl and Helm keep in the run directory rather than in the
+    /// user's home (`down` removes it).
+    pub(crate) fn client(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env("KUBECONFIG", self.kubeconfig())
+            .env("KUBECACHEDIR", Path::new(RUN_DIR).join("kube-cache"));
+        cmd
+    }
+
     /// `kubectl` with the admin kubeconfig.
     pub(crate) fn kubectl(&self) -> Command {
-        let mut cmd = Command::new(self.bins.kube("kubectl"));
-        cmd.env("KUBECONFIG", self.kubeconfig());
-        cmd
+        self.client(self.bins.kube("kubectl"))
     }
 
     /// Runs kubectl with `args`; its standard output, or an error with its standard error.
@@ -366,6 +380,7 @@ pub(crate) fn up(bins: Binaries, logs: PathBuf, images: &[PathBuf]) -> anyhow::R
         }
     }
     std::fs::write(Path::new(RUN_DIR).join("created"), created.join("\n"))?;
+    host::Before::record_once(Path::new(RUN_DIR))?;
     if created.contains(&KUBELET_DIR) {
         std::fs::write(state.join("owns-kubelet-dir"), b"")?;
     }
@@ -534,6 +549,10 @@ state = "{run}/containerd"
 
 [ttrpc]
   address = "{run}/containerd/containerd.sock.ttrpc"
+
+[plugins.'io.containerd.nri.v1.nri']
+  # NRI's socket in the run directory rather than at its fixed /var/run/nri.
+  socket_path = "{run}/nri.sock"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
@@ -773,6 +792,7 @@ pub(crate) fn keep_pod_logs(logs: &Path) {
 /// is.
 pub(crate) fn down() -> anyhow::Result<()> {
     let run = Path::new(RUN_DIR);
+    let host = host::Before::load(run);
     let started: Vec<(String, u32)> = std::fs::read_to_string(run.join("processes"))
         .unwrap_or_default()
         .lines()
@@ -850,6 +870,11 @@ pub(crate) fn down() -> anyhow::Result<()> {
     for controller in cgroup_controllers() {
         remove_cgroup(&controller.join(CGROUP_ROOT));
     }
+    if let Some(host) = &host {
+        for problem in host.restore(run) {
+            eprintln!("putting the host back: {problem}");
+        }
+    }
     for dir in &created {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -858,16 +883,18 @@ pub(crate) fn down() -> anyhow::Result<()> {
     if let Err(e) = network::remove() {
         eprintln!("{e:#}");
     }
-    left_behind(&started, &created, &shims_dirs)
+    left_behind(&started, &created, &shims_dirs, host.as_ref())
 }
 
-/// What a teardown left: processes, mounts, cgroups and directories.
+/// What a teardown left: processes, mounts, cgroups, directories, and what `host` says of
+/// the host outside them (kernel settings, iptables chains, CNI results, shim sockets).
 fn left_behind(
     started: &[(String, u32)],
     created: &[String],
     shim_dirs: &BTreeSet<PathBuf>,
+    host: Option<&host::Before>,
 ) -> anyhow::Result<()> {
-    let mut left = Vec::new();
+    let mut left = host.map(|h| h.left(Path::new(RUN_DIR))).unwrap_or_default();
     for (name, pid) in started {
         if alive(*pid) {
             left.push(format!("process {name} ({pid})"));
@@ -901,7 +928,14 @@ fn left_behind(
         }
     }
     if left.is_empty() {
-        eprintln!("cluster torn down: no process, mount, cgroup or directory of it is left");
+        eprintln!(
+            "cluster torn down: no process, mount, cgroup or directory of it is left{}",
+            if host.is_some() {
+                ", and the kernel settings and iptables chains are as they were"
+            } else {
+                ""
+            }
+        );
         Ok(())
     } else {
         bail!("the cluster's teardown left: {}", left.join(", "))

@@ -166,14 +166,14 @@ pub(super) fn unfit_claim_explained(node: &Node, root: &Path) -> anyhow::Result<
 /// cluster: what it prints.
 fn kubedev_explain(node: &Node, root: &Path, pod: &str) -> anyhow::Result<String> {
     let kubedev = crate::commands::target_dir(root).join("release/kubedev");
-    let out = Command::new(&kubedev)
+    let out = node
+        .client(&kubedev)
         .args([
             "explain",
             "--details",
             "--pod",
             &format!("{TEST_NAMESPACE}/{pod}"),
         ])
-        .env("KUBECONFIG", node.kubeconfig())
         .output()
         .context("running kubedev explain")?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned();

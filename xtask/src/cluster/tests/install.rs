@@ -166,13 +166,13 @@ pub(crate) fn install_kubedev(root: &Path, node: &Node, helm: &Path) -> anyhow::
     }
     let values_file = node.logs.join("kubedev-values.yaml");
     std::fs::write(&values_file, values(root)?)?;
-    let out = Command::new(helm)
+    let out = node
+        .client(helm)
         .args(["install", "kubedev"])
         .arg(root.join("deploy/helm/kubedev"))
         .args(["--namespace", KUBEDEV_NAMESPACE, "--create-namespace"])
         .arg("--values")
         .arg(&values_file)
-        .env("KUBECONFIG", node.kubeconfig())
         .output()
         .context("running helm install")?;
     ensure!(
@@ -186,12 +186,11 @@ pub(crate) fn install_kubedev(root: &Path, node: &Node, helm: &Path) -> anyhow::
 /// `helm upgrade` of the installed chart with its values and `sets` (`key=value`) on top.
 pub(super) fn upgrade_kubedev(root: &Path, node: &Node, sets: &[&str]) -> anyhow::Result<()> {
     let helm = crate::deploy::helm::binary(root)?;
-    let mut command = Command::new(helm);
+    let mut command = node.client(helm);
     command
         .args(["upgrade", "kubedev"])
         .arg(root.join("deploy/helm/kubedev"))
-        .args(["--namespace", KUBEDEV_NAMESPACE, "--reuse-values"])
-        .env("KUBECONFIG", node.kubeconfig());
+        .args(["--namespace", KUBEDEV_NAMESPACE, "--reuse-values"]);
     for set in sets {
         command.args(["--set", set]);
     }
