@@ -46,8 +46,17 @@ func addShare(state *structured.AllocatedState, device structured.DeviceID, shar
 	state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(device, &share))
 }
 
+// schedulerSlices are the slices as this release's scheduler hands them to the allocator:
+// the API's own type.
+type schedulerSlices = []*resourceapi.ResourceSlice
+
+// toSchedulerSlices gives the slices as the scheduler keeps them: unchanged in this release.
+func toSchedulerSlices(slices []*resourceapi.ResourceSlice) (schedulerSlices, error) {
+	return slices, nil
+}
+
 func newAllocator(ctx context.Context, f structured.Features, state structured.AllocatedState,
-	lister structured.DeviceClassLister, slices []*resourceapi.ResourceSlice, cache *cel.Cache,
+	lister structured.DeviceClassLister, slices schedulerSlices, cache *cel.Cache,
 ) (structured.Allocator, error) {
 	return structured.NewAllocator(ctx, f, state, lister, slices, cache)
 }

@@ -67,11 +67,13 @@ func addShare(state *structured.AllocatedState, device structured.DeviceID, _ ty
 	state.AllocatedSharedDeviceIDs.Insert(device)
 }
 
-// newAllocator converts the slices to the allocator's own API types, as the scheduler's
-// slice lister hands them over from 1.38.
-func newAllocator(ctx context.Context, f structured.Features, state structured.AllocatedState,
-	lister structured.DeviceClassLister, slices []*resourceapi.ResourceSlice, cache *cel.Cache,
-) (structured.Allocator, error) {
+// schedulerSlices are the slices as this release's scheduler hands them to the allocator:
+// from 1.38 its ResourceSlice tracker keeps the allocator's own API type, converted once when
+// a slice arrives, and the scheduler passes that list to every allocator it makes.
+type schedulerSlices = []*draapi.ResourceSlice
+
+// toSchedulerSlices converts the slices once, as the scheduler's informer does.
+func toSchedulerSlices(slices []*resourceapi.ResourceSlice) (schedulerSlices, error) {
 	converted := make([]*draapi.ResourceSlice, 0, len(slices))
 	for _, s := range slices {
 		var out draapi.ResourceSlice
@@ -80,5 +82,11 @@ func newAllocator(ctx context.Context, f structured.Features, state structured.A
 		}
 		converted = append(converted, &out)
 	}
-	return structured.NewAllocator(ctx, f, state, lister, converted, cache)
+	return converted, nil
+}
+
+func newAllocator(ctx context.Context, f structured.Features, state structured.AllocatedState,
+	lister structured.DeviceClassLister, slices schedulerSlices, cache *cel.Cache,
+) (structured.Allocator, error) {
+	return structured.NewAllocator(ctx, f, state, lister, slices, cache)
 }

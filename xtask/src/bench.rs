@@ -307,7 +307,7 @@ fn scheduler_figures(
         "\nShared scenarios, kubedev and upstream's allocator (tools/allocsim) measured in this \
          run, three rounds taking turns, medians: warm Allocate and build + Allocate per pod \
          (µs, process CPU):\n\n{}",
-        crate::differential::table(side_by_side)
+        crate::differential::table(side_by_side, crate::differential::DEFAULT_RELEASE)
     ));
     md.push_str(&format!(
         "\nPer pod over a cluster: a fresh allocator, Allocate on every node (ms, process \
@@ -463,7 +463,8 @@ pub(crate) fn bench(root: &Path) -> anyhow::Result<()> {
     collect(&target.join("criterion"), &mut rows)?;
     rows.sort_by(|a, b| a.name.cmp(&b.name));
     // Upstream's allocator timed in this run, on this machine, beside kubedev's.
-    let side_by_side = crate::differential::side_by_side(root)?;
+    let side_by_side =
+        crate::differential::side_by_side(root, crate::differential::DEFAULT_RELEASE)?;
     let reference = upstream(&side_by_side);
     let mut md = String::from(
         "# kubedev benchmark medians\n\n| benchmark | median | upstream | ratio |\n|---|---|---|---|\n",

@@ -38,7 +38,8 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) keep: bool,
     /// Instead of comparing answers, time both allocators on ../shared/bench-scenarios and
-    /// print the figures side by side (what `cargo xtask bench` reports).
+    /// print the figures side by side (what `cargo xtask bench` reports), upstream's of
+    /// `--release`.
     #[arg(long)]
     pub(crate) speed: bool,
 }
@@ -283,7 +284,10 @@ fn conformance_files(root: &Path) -> anyhow::Result<Vec<PathBuf>> {
 /// any conformance mismatch (after running them all).
 pub(crate) fn differential(root: &Path, args: &Args) -> anyhow::Result<()> {
     if args.speed {
-        print!("{}", table(&side_by_side(root)?));
+        print!(
+            "{}",
+            table(&side_by_side(root, &args.release)?, &args.release)
+        );
         return Ok(());
     }
     let out_dir = crate::commands::target_dir(root).join("differential");

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use super::peer::{DEFAULT_RELEASE, Upstream};
+use super::peer::Upstream;
 
 /// Runs per scenario for kubedev (a tenth for the cluster scenarios).
 const OUR_RUNS: usize = 2000;
@@ -38,11 +38,14 @@ pub(crate) struct Figures {
 /// rounds, so a slow spell of the machine during one side's turn does not make a ratio.
 const ROUNDS: usize = 3;
 
-/// Measures both allocators on the shared scenarios, [`ROUNDS`] times in turn; the figures
-/// (medians of the rounds) by scenario name.
-pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figures>> {
+/// Measures both allocators on the shared scenarios, [`ROUNDS`] times in turn, upstream's of
+/// Kubernetes `release`; the figures (medians of the rounds) by scenario name.
+pub(crate) fn side_by_side(
+    root: &Path,
+    release: &str,
+) -> anyhow::Result<BTreeMap<String, Figures>> {
     let dir = root.join("../shared/bench-scenarios");
-    let mut up = Upstream::start(root, DEFAULT_RELEASE)?;
+    let mut up = Upstream::start(root, release)?;
     // Per scenario: each round's four timings, and what the first round found.
     let mut rounds: BTreeMap<String, (Vec<[f64; 4]>, Figures)> = BTreeMap::new();
     for _ in 0..ROUNDS {
@@ -74,9 +77,8 @@ pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figur
                 timing.build_allocate_cpu_ns as f64 / 1000.0,
             ];
             let entry = rounds.entry(name.to_string()).or_insert_with(|| {
-                let agree =
-                    super::difference(DEFAULT_RELEASE, &scenario, &super::ours(&scenario), &theirs)
-                        .is_none();
+                let agree = super::difference(release, &scenario, &super::ours(&scenario), &theirs)
+                    .is_none();
                 (
                     Vec::new(),
                     Figures {
@@ -111,10 +113,10 @@ pub(crate) fn side_by_side(root: &Path) -> anyhow::Result<BTreeMap<String, Figur
         .collect())
 }
 
-/// The figures as a markdown table.
-pub(crate) fn table(figures: &BTreeMap<String, Figures>) -> String {
+/// The figures as a markdown table, upstream's being those of Kubernetes `release`.
+pub(crate) fn table(figures: &BTreeMap<String, Figures>, release: &str) -> String {
     let mut md = format!(
-        "| scenario | kubedev Allocate µs | upstream {DEFAULT_RELEASE} µs | ratio | kubedev build + Allocate µs | upstream µs | ratio | upstream steps | outcome | same answer |\n\
+        "| scenario | kubedev Allocate µs | upstream {release} µs | ratio | kubedev build + Allocate µs | upstream µs | ratio | upstream steps | outcome | same answer |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---|---|\n"
     );
     for (name, f) in figures {
