@@ -266,10 +266,43 @@ fn roll_with_surge(node: &Node) -> anyhow::Result<()> {
     };
     let stop = std::sync::atomic::AtomicBool::new(false);
     let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
-    // The new daemon's pod IP, once the API server reports one.
+    // The new daemon's pod IP, once the API server reports one: from a watch of the daemon's
+    // pods, which hears of it within milliseconds (a kubectl per poll can take longer than the
+    // whole rollout on a busy machine), and from polls should the watch end.
     let new_ip = std::sync::Mutex::new(None::<String>);
+    let mut watch = node
+        .kubectl()
+        .args([
+            "get",
+            "pods",
+            "-n",
+            KUBEDEV_NAMESPACE,
+            "-l",
+            "app.kubernetes.io/name=kubedev",
+            "--watch",
+            "-o",
+            "jsonpath={.metadata.uid} {.status.podIP}{\"\\n\"}",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("watching kubedev's pods")?;
+    let watched = watch.stdout.take();
     let began = Instant::now();
     let (rolled, samples) = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let Some(out) = watched else { return };
+            for line in std::io::BufRead::lines(std::io::BufReader::new(out)).map_while(Result::ok)
+            {
+                if let Some((uid, ip)) = line.trim().split_once(' ')
+                    && uid != old.uid
+                    && !ip.is_empty()
+                    && let Ok(mut new) = new_ip.lock()
+                {
+                    *new = Some(ip.to_string());
+                }
+            }
+        });
         scope.spawn(|| {
             while !stopped() {
                 let found = daemon_pods(node).ok().and_then(|pods| {
@@ -303,6 +336,8 @@ fn roll_with_surge(node: &Node) -> anyhow::Result<()> {
             })
         });
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = watch.kill();
+        let _ = watch.wait();
         (rolled, sampler.join().unwrap_or_default())
     });
     rolled?;
