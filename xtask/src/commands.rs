@@ -189,6 +189,19 @@ pub(crate) fn workspace_root() -> anyhow::Result<PathBuf> {
         .with_context(|| format!("xtask directory {} has no parent", manifest_dir.display()))
 }
 
+/// Runs `cmd`, which `what` names in errors; its standard output, or an error with what it
+/// printed on standard error.
+pub(crate) fn stdout_of(cmd: &mut Command, what: &str) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("running {what}"))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// What the example `name` of `package` (release build) prints with `args`.
 pub(crate) fn run_example(
     root: &Path,
@@ -196,18 +209,12 @@ pub(crate) fn run_example(
     name: &str,
     args: &[&str],
 ) -> anyhow::Result<String> {
-    let out = Command::new("cargo")
-        .current_dir(root)
-        .args(["run", "--release", "-q", "-p", package])
-        .args(["--example", name, "--"])
-        .args(args)
-        .output()
-        .with_context(|| format!("running the {name} example"))?;
-    if !out.status.success() {
-        bail!(
-            "the {name} example failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    stdout_of(
+        Command::new("cargo")
+            .current_dir(root)
+            .args(["run", "--release", "-q", "-p", package])
+            .args(["--example", name, "--"])
+            .args(args),
+        &format!("the {name} example"),
+    )
 }

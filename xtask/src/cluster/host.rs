@@ -209,20 +209,10 @@ fn read_sysctl(key: &str) -> Option<String> {
 /// Runs an iptables command with `args`, waiting for the xtables lock; its output, or what
 /// it said when it failed.
 fn iptables(command: &str, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(command)
-        .arg("-w")
-        .arg("5")
-        .args(args)
-        .output()
-        .with_context(|| format!("running {command}"))?;
-    if !out.status.success() {
-        bail!(
-            "`{command} {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    crate::commands::stdout_of(
+        Command::new(command).args(["-w", "5"]).args(args),
+        &format!("`{command} {}`", args.join(" ")),
+    )
 }
 
 /// The rules of `table` as `iptables -S` prints them, or `None` when the command or the

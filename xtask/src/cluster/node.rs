@@ -82,19 +82,10 @@ impl Node {
 
     /// Runs kubectl with `args`; its standard output, or an error with its standard error.
     pub(crate) fn kubectl_out(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = self
-            .kubectl()
-            .args(args)
-            .output()
-            .context("running kubectl")?;
-        if !out.status.success() {
-            bail!(
-                "kubectl {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        crate::commands::stdout_of(
+            self.kubectl().args(args),
+            &format!("kubectl {}", args.join(" ")),
+        )
     }
 
     /// Whether the Node's Ready condition is True.

@@ -163,15 +163,6 @@ pub(crate) fn binary(root: &Path) -> anyhow::Result<PathBuf> {
 
 /// Runs `cmd` in `dir`; fails with its stderr.
 fn run_in(dir: &Path, cmd: &mut Command) -> anyhow::Result<()> {
-    let out = cmd
-        .current_dir(dir)
-        .output()
-        .with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    let what = format!("{:?}", cmd.current_dir(dir));
+    crate::commands::stdout_of(cmd, &what).map(drop)
 }
