@@ -268,7 +268,7 @@ fn roll_with_surge(node: &Node) -> anyhow::Result<()> {
     let stopped = || stop.load(std::sync::atomic::Ordering::Relaxed);
     // The new daemon's pod IP, once the API server reports one: from a watch of the daemon's
     // pods, which hears of it within milliseconds (a kubectl per poll can take longer than the
-    // whole rollout on a busy machine), and from polls should the watch end.
+    // whole rollout on a busy machine).
     let new_ip = std::sync::Mutex::new(None::<String>);
     let mut watch = node
         .kubectl()
@@ -301,21 +301,6 @@ fn roll_with_surge(node: &Node) -> anyhow::Result<()> {
                 {
                     *new = Some(ip.to_string());
                 }
-            }
-        });
-        scope.spawn(|| {
-            while !stopped() {
-                let found = daemon_pods(node).ok().and_then(|pods| {
-                    pods.into_iter()
-                        .find(|p| p.uid != old.uid && !p.ip.is_empty())
-                        .map(|p| p.ip)
-                });
-                if found.is_some()
-                    && let Ok(mut ip) = new_ip.lock()
-                {
-                    *ip = found;
-                }
-                std::thread::sleep(Duration::from_millis(50));
             }
         });
         let sampler = scope.spawn(|| {
