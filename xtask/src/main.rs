@@ -16,6 +16,7 @@ mod deploy;
 mod differential;
 mod e2e;
 mod fuzz;
+mod gomod;
 mod interop;
 mod plugins;
 mod soak;

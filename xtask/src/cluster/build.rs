@@ -76,6 +76,7 @@ pub(crate) fn build_all(root: &Path, version: &str) -> anyhow::Result<Binaries> 
         "no Go module for Kubernetes {version}: tools/cluster/{kube_dir}/go.mod does not exist (the versions there: {})",
         known_versions(root).join(", ")
     );
+    check_kubernetes_module(root, version)?;
     let kubernetes = build_module(root, &kube_dir, &kube_ldflags(version)?, "")?;
     let etcd = build_module(root, ETCD_MODULE, "-s -w", "")?;
     let containerd = build_module(
@@ -137,6 +138,21 @@ pub(super) fn go_toolchain(module: &Path) -> anyhow::Result<String> {
         .lines()
         .find_map(|l| l.strip_prefix("toolchain "))
         .map_or_else(|| "auto".to_string(), |t| t.trim().to_string()))
+}
+
+/// Fails unless `tools/cluster/kubernetes-v<version>` requires `k8s.io/kubernetes` at that
+/// version and pins every staging module to the matching one: the binaries take their
+/// version from the directory's name, so a module left at another release would report the
+/// wrong one.
+fn check_kubernetes_module(root: &Path, version: &str) -> anyhow::Result<()> {
+    let module = root.join(format!("tools/cluster/kubernetes-v{version}"));
+    let go_mod = read_go_mod(&module)?;
+    let what = format!("tools/cluster/kubernetes-v{version}/go.mod");
+    ensure!(
+        crate::gomod::required(&go_mod, "k8s.io/kubernetes").is_some(),
+        "{what} does not require k8s.io/kubernetes"
+    );
+    crate::gomod::check_release(&go_mod, &what, version, &[])
 }
 
 /// The go.mod of the Go module in `module`.
@@ -303,4 +319,26 @@ fn files_under(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every Kubernetes module under tools/cluster builds the release its directory names, and
+    /// the default release has one (a release day that copies a candidate's module without
+    /// moving its versions fails here, before a build of many minutes).
+    #[test]
+    fn each_kubernetes_module_is_its_release() -> anyhow::Result<()> {
+        let root = crate::commands::workspace_root()?;
+        let versions = known_versions(&root);
+        assert!(
+            versions.iter().any(|v| v == DEFAULT_KUBERNETES),
+            "no module for the default release {DEFAULT_KUBERNETES} among {versions:?}"
+        );
+        for version in versions {
+            check_kubernetes_module(&root, &version)?;
+        }
+        Ok(())
+    }
 }

@@ -75,6 +75,28 @@ fn release_tag(release: &str) -> &'static str {
     }
 }
 
+/// The `k8s.io` modules allocsim requires at the staging version of its release.
+const STAGING: [&str; 4] = [
+    "k8s.io/api",
+    "k8s.io/apimachinery",
+    "k8s.io/client-go",
+    "k8s.io/dynamic-resource-allocation",
+];
+
+/// Fails unless allocsim's module file `path` (text `go_mod`) is `release`'s: a module left at
+/// another release would run under this one's name.
+fn check_module(go_mod: &str, path: &Path, release: &str) -> anyhow::Result<()> {
+    crate::gomod::check_release(go_mod, &path.display().to_string(), release, &STAGING)
+        .with_context(|| {
+            format!(
+                "tools/allocsim/go.mod is the module of the default release ({DEFAULT_RELEASE}), \
+                 and v<release>.mod beside it that of each other release: {} does not fit \
+                 Kubernetes {release}",
+                path.display()
+            )
+        })
+}
+
 fn known(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
@@ -98,7 +120,10 @@ pub(crate) fn build(root: &Path, release: &str) -> anyhow::Result<PathBuf> {
         .join(format!("allocsim-{release}"));
     // A release whose module names a newer Go than the machine's (`toolchain go1.27.3`) gets
     // it from the module proxy: the machine's GOTOOLCHAIN may say `local`.
-    let go_mod = std::fs::read_to_string(modfile.as_deref().unwrap_or(&dir.join("go.mod")))?;
+    let go_mod_path = modfile.clone().unwrap_or_else(|| dir.join("go.mod"));
+    let go_mod = std::fs::read_to_string(&go_mod_path)
+        .with_context(|| format!("reading {}", go_mod_path.display()))?;
+    check_module(&go_mod, &go_mod_path, release)?;
     let toolchain = go_mod
         .lines()
         .find_map(|l| l.strip_prefix("toolchain "))
@@ -232,4 +257,30 @@ fn outcome(answer: Answer) -> anyhow::Result<Outcome> {
         "panic" => Outcome::Panic(answer.error),
         other => bail!("allocsim answered an unknown outcome {other:?}"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every module file of tools/allocsim is the release it is used for: go.mod the default
+    /// release's, each v<release>.mod that release's (so a release day that names a new default
+    /// without moving the files fails here, before any Go build).
+    #[test]
+    fn each_module_file_is_its_releases() -> anyhow::Result<()> {
+        let dir = crate::commands::workspace_root()?.join("tools/allocsim");
+        let default = dir.join("go.mod");
+        check_module(
+            &std::fs::read_to_string(&default)?,
+            &default,
+            DEFAULT_RELEASE,
+        )?;
+        let others = known(&dir);
+        assert!(!others.is_empty(), "no v<release>.mod in {}", dir.display());
+        for release in others {
+            let path = dir.join(format!("v{release}.mod"));
+            check_module(&std::fs::read_to_string(&path)?, &path, &release)?;
+        }
+        Ok(())
+    }
 }
