@@ -63,6 +63,14 @@ fn directives<'a>(go_mod: &'a str, directive: &str) -> Vec<Vec<&'a str>> {
     out
 }
 
+/// The Go toolchain a go.mod names (`go1.27.3` from `toolchain go1.27.3`), if it names one.
+pub(crate) fn toolchain(go_mod: &str) -> Option<&str> {
+    go_mod.lines().find_map(|l| match words(l)[..] {
+        ["toolchain", t] => Some(t),
+        _ => None,
+    })
+}
+
 /// The version a go.mod requires `module` at, if it requires it.
 pub(crate) fn required<'a>(go_mod: &'a str, module: &str) -> Option<&'a str> {
     directives(go_mod, "require")
@@ -213,6 +221,8 @@ replace k8s.io/kubelet => k8s.io/kubelet v0.37.2
         );
         assert_eq!(required(ALLOCSIM_LIKE, "k8s.io/client-go"), None);
         assert_eq!(required(CLUSTER_LIKE, "k8s.io/kubernetes"), Some("v1.37.2"));
+        assert_eq!(toolchain(ALLOCSIM_LIKE), Some("go1.27.3"));
+        assert_eq!(toolchain(CLUSTER_LIKE), None);
         assert_eq!(
             replaced(CLUSTER_LIKE),
             vec![

@@ -134,10 +134,9 @@ pub(crate) fn test_own_modules(root: &Path) -> anyhow::Result<()> {
 /// machine's (`toolchain go1.27.3`) gets it from the module proxy, since the machine's
 /// GOTOOLCHAIN may say `local`; `auto` otherwise.
 pub(super) fn go_toolchain(module: &Path) -> anyhow::Result<String> {
-    Ok(read_go_mod(module)?
-        .lines()
-        .find_map(|l| l.strip_prefix("toolchain "))
-        .map_or_else(|| "auto".to_string(), |t| t.trim().to_string()))
+    Ok(crate::gomod::toolchain(&read_go_mod(module)?)
+        .unwrap_or("auto")
+        .to_string())
 }
 
 /// Fails unless `tools/cluster/kubernetes-v<version>` requires `k8s.io/kubernetes` at that

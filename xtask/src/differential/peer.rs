@@ -124,10 +124,7 @@ pub(crate) fn build(root: &Path, release: &str) -> anyhow::Result<PathBuf> {
     let go_mod = std::fs::read_to_string(&go_mod_path)
         .with_context(|| format!("reading {}", go_mod_path.display()))?;
     check_module(&go_mod, &go_mod_path, release)?;
-    let toolchain = go_mod
-        .lines()
-        .find_map(|l| l.strip_prefix("toolchain "))
-        .map_or_else(|| "local".to_string(), |t| t.trim().to_string());
+    let toolchain = crate::gomod::toolchain(&go_mod).unwrap_or("local");
     let mut cmd = Command::new("go");
     cmd.arg("build").arg("-trimpath");
     if let Some(modfile) = &modfile {
@@ -144,7 +141,7 @@ pub(crate) fn build(root: &Path, release: &str) -> anyhow::Result<PathBuf> {
         // The module's go.sum is the truth: never let a build rewrite it.
         .env("GOFLAGS", "-mod=readonly -buildvcs=false")
         .env("CGO_ENABLED", "0")
-        .env("GOTOOLCHAIN", &toolchain)
+        .env("GOTOOLCHAIN", toolchain)
         .output()
         .context(
             "`go` is not on PATH: the differential test builds upstream's allocator from Go \
