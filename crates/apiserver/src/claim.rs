@@ -103,11 +103,21 @@ pub struct AllocatedClaim {
     /// The `resource.kubernetes.io/pod-claim-name` annotation of a claim made from a template:
     /// the name of the pod's claim entry.
     pub pod_claim_name: Option<String>,
+    /// The nodes the allocation's node selector names by `metadata.name` (what the scheduler
+    /// writes for devices of slices published for one node), in the selector's order; empty
+    /// when it has no selector or selects nodes by labels only.
+    pub node_names: Vec<String>,
 }
 
 impl AllocatedClaim {
     /// The devices as the core model's [`AllocatedDevice`]s, in order.
     pub fn devices(&self) -> Vec<AllocatedDevice> {
         self.results.iter().map(|r| r.device.clone()).collect()
+    }
+
+    /// Whether the allocation's node selector names `node` (see
+    /// [`AllocatedClaim::node_names`]): the claim's devices are on that node.
+    pub fn names_node(&self, node: &str) -> bool {
+        self.node_names.iter().any(|n| n == node)
     }
 }

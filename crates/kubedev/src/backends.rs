@@ -1,7 +1,7 @@
 //! The set of backends and which one owns which pool.
 
 use parking_lot::RwLock;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use kubedev_core::{
@@ -19,6 +19,8 @@ pub use kubedev_core::factory::BuiltBackend as Backend;
 pub struct Backends {
     slots: Arc<RwLock<Vec<Option<Backend>>>>,
     owners: Arc<RwLock<HashMap<PoolName, usize>>>,
+    /// The slots whose latest discovery failed.
+    failed: Arc<tokio::sync::watch::Sender<BTreeSet<usize>>>,
 }
 
 impl Backends {
@@ -27,7 +29,26 @@ impl Backends {
         Backends {
             slots: Arc::new(RwLock::new(list.into_iter().map(Some).collect())),
             owners: Arc::default(),
+            failed: Arc::new(tokio::sync::watch::Sender::new(BTreeSet::new())),
         }
+    }
+
+    /// The slots whose latest discovery failed, as it changes: their pools are those of the
+    /// discovery before, or none after a failed first one, until one succeeds.
+    pub fn failed_discoveries(&self) -> tokio::sync::watch::Receiver<BTreeSet<usize>> {
+        self.failed.subscribe()
+    }
+
+    /// Records whether the latest discovery of slot `i` succeeded (see
+    /// [`Backends::failed_discoveries`]).
+    pub fn note_discovery(&self, i: usize, ok: bool) {
+        self.failed.send_if_modified(|failed| {
+            if ok {
+                failed.remove(&i)
+            } else {
+                failed.insert(i)
+            }
+        });
     }
 
     /// The running backends with their slot indexes.
@@ -69,24 +90,42 @@ impl Backends {
     }
 
     /// Discovers all backends into one inventory; a backend that fails, a pool whose name another
-    /// backend already uses, and an invalid pool are logged and left out.
+    /// backend already uses, and an invalid pool are logged and left out (a failed backend is
+    /// among [`Backends::failed_discoveries`] until it is discovered again).
     pub async fn discover_all(&self) -> Inventory {
         let mut pools: Vec<Pool> = Vec::new();
         let mut owners = HashMap::new();
+        let mut outcomes = Vec::new();
         for (i, b) in self.list() {
-            match b.source.discover().await {
-                Ok(found) => Self::adopt(i, &b, found, &mut owners, &mut pools),
+            let discovered = if crate::failpoint::fails("startup-discovery") {
+                Err(kubedev_core::SourceError::Unavailable {
+                    backend: b.kind.to_string(),
+                    reason: "fail point startup-discovery".into(),
+                })
+            } else {
+                b.source.discover().await
+            };
+            match discovered {
+                Ok(found) => {
+                    Self::adopt(i, &b, found, &mut owners, &mut pools);
+                    outcomes.push((i, true));
+                }
                 Err(e) => {
-                    tracing::error!(backend = &*b.kind, error = %kubedev_core::echo::Chain(&e), "discovery failed")
+                    tracing::error!(backend = &*b.kind, error = %kubedev_core::echo::Chain(&e), "discovery failed");
+                    outcomes.push((i, false));
                 }
             }
         }
         *self.owners.write() = owners;
+        for (i, ok) in outcomes {
+            self.note_discovery(i, ok);
+        }
         Inventory::new(pools)
     }
 
     /// Discovers slot `i` again and replaces its pools in `inventory` (an empty slot's pools are
-    /// removed). False when discovery failed and nothing changed.
+    /// removed). False when discovery failed and nothing changed. The caller reports the
+    /// outcome with [`Backends::note_discovery`] once `inventory` is the one in use.
     pub async fn rediscover(&self, i: usize, inventory: &mut Inventory) -> bool {
         let found = match self.get(i) {
             Some(b) => match b.source.discover().await {

@@ -9,7 +9,7 @@ use kubedev_core::{AllocatedDevice, ClaimRef, PreparedDevice, Publisher};
 use kubedev_kubelet_grpc::dra::{ClaimError, Retry};
 
 use crate::config::DraSpec;
-use crate::dra_driver::{CLAIM_GONE, ClaimAllocation, ClaimSource};
+use crate::dra_driver::{CLAIM_GONE, ClaimAllocation, ClaimSource, ReservedClaim};
 
 /// What the DRA mode needs from the cluster: where claims are read and where slices are written.
 /// The binary builds them from the API server; tests pass their own.
@@ -37,6 +37,8 @@ impl std::fmt::Debug for ClusterServices {
 struct ApiClaims {
     reader: ClaimReader,
     status: bool,
+    /// This node's name, which an allocation of its devices names.
+    node: String,
 }
 
 #[async_trait]
@@ -86,13 +88,16 @@ impl ClaimSource for ApiClaims {
             .map_err(|e| status_error(&e))
     }
 
-    async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
+    async fn reserved_claims(&self) -> Result<Vec<ReservedClaim>, String> {
         self.reader
             .reserved_claims()
             .await
             .map(|list| {
                 list.into_iter()
-                    .map(|c| (c.claim.clone(), c.devices()))
+                    .map(|c| {
+                        let here = (!c.node_names.is_empty()).then(|| c.names_node(&self.node));
+                        ReservedClaim::new(c.claim.clone(), c.devices(), here)
+                    })
                     .collect()
             })
             .map_err(|e| kubedev_core::echo::chain(&e))
@@ -151,6 +156,7 @@ pub async fn connect_cluster(spec: &DraSpec) -> anyhow::Result<(ClusterServices,
         claims: Arc::new(ApiClaims {
             reader: ClaimReader::new(client, spec.driver.clone()),
             status: spec.claim_status,
+            node: spec.node_name.to_string(),
         }),
         slices: Arc::new(publisher),
         events: Some(events),

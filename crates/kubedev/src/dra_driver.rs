@@ -41,7 +41,7 @@ mod recover;
 mod refresh;
 mod unprepare;
 
-pub use claim_source::{CLAIM_GONE, ClaimAllocation, ClaimSource};
+pub use claim_source::{CLAIM_GONE, ClaimAllocation, ClaimSource, ReservedClaim};
 pub use error::StepError;
 pub use recover::Recovery;
 

@@ -66,7 +66,8 @@ pub async fn reached(step: &str) {
 }
 
 /// Whether `step` is armed to fail (`<step>=fail`): the caller then fails as the step would.
-/// The first backend watch of the daemon fails at `backend-watch`.
+/// The first backend watch of the daemon fails at `backend-watch`; the discovery of every
+/// backend when the daemon starts (not a later one) at `startup-discovery`.
 pub fn fails(step: &str) -> bool {
     armed().get(step) == Some(&Action::Fail)
 }

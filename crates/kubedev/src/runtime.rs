@@ -74,15 +74,24 @@ const WATCH_RAN_WELL: Duration = Duration::from_secs(60);
 /// Starts the watcher of the backend in `slot`; it stops when `stop` fires. A watch that fails
 /// is reported as [`Watched::Failed`] and started again after a pause, preceded by a
 /// rediscovery so the devices' health is read afresh; a watch that returns `Ok` has nothing
-/// to watch and is not started again.
+/// to watch and is not started again. A failed discovery of the slot is tried again
+/// ([`retry_failed_discovery`]).
 fn spawn_watcher(
     watchers: &mut JoinSet<()>,
     slot: usize,
     backend: &Backend,
+    backends: &Backends,
     tx: mpsc::Sender<(usize, Watched)>,
     stop: CancellationToken,
 ) {
     let (btx, mut brx) = mpsc::channel(64);
+    watchers.spawn(retry_failed_discovery(
+        slot,
+        backend.kind.clone(),
+        backends.failed_discoveries(),
+        btx.clone(),
+        stop.clone(),
+    ));
     let source = backend.source.clone();
     let name = backend.kind.clone();
     let failures = tx.clone();
@@ -127,6 +136,40 @@ fn spawn_watcher(
             }
         }
     });
+}
+
+/// Asks for the discovery of backend slot `slot` again while its latest one failed (at start
+/// or after a change its watch reported): [`WATCH_RETRY_FIRST`] after the failure, then with the
+/// pause doubling up to [`WATCH_RETRY_MAX`], and from the first pause again once one succeeds.
+/// Without it, a backend whose discovery failed would serve no devices until its watch noticed a
+/// change.
+async fn retry_failed_discovery(
+    slot: usize,
+    name: Arc<str>,
+    mut failed: tokio::sync::watch::Receiver<std::collections::BTreeSet<usize>>,
+    events: kubedev_core::EventSender,
+    stop: CancellationToken,
+) {
+    let mut pause = WATCH_RETRY_FIRST;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            seen = failed.wait_for(|f| f.contains(&slot)) => if seen.is_err() { return },
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        if !failed.borrow().contains(&slot) {
+            pause = WATCH_RETRY_FIRST;
+            continue;
+        }
+        tracing::info!(backend = %name, "discovering again after a failed discovery");
+        if events.send(SourceEvent::Rediscover).await.is_err() {
+            return;
+        }
+        pause = (pause * 2).min(WATCH_RETRY_MAX);
+    }
 }
 
 /// How often the configuration file is read again when nothing was noticed: a safety net where
@@ -255,7 +298,7 @@ pub async fn run(
     let mut watchers = JoinSet::new();
     for (slot, b) in backends.list() {
         let stop = cancel.child_token();
-        spawn_watcher(&mut watchers, slot, &b, tx.clone(), stop.clone());
+        spawn_watcher(&mut watchers, slot, &b, &backends, tx.clone(), stop.clone());
         running.watcher_stops.insert(slot, stop);
     }
     let (config_tx, mut config_rx) = mpsc::channel::<Config>(1);
@@ -284,7 +327,7 @@ pub async fn run(
             }
             Some((slot, ev)) = rx.recv() => running.apply(slot, ev, &backends, &obs).await,
             // A watcher stopped by a reload has ended: reaped here, as the set keeps every
-            // task it spawned until then (two per backend and reload, for the daemon's life).
+            // task it spawned until then (three per backend and reload, for the daemon's life).
             Some(ended) = watchers.join_next(), if !watchers.is_empty() => {
                 if let Err(e) = ended
                     && e.is_panic()
@@ -476,6 +519,9 @@ impl Running {
             *self.inventory.write() = inventory;
             self.selection = None;
         }
+        // Only now: whoever waits for a discovery (a rebuild of lost claims) reads the devices'
+        // attributes from the inventory.
+        backends.note_discovery(slot, changed);
         changed
     }
 }
@@ -500,4 +546,54 @@ pub async fn serve(
         t.stop().await;
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend whose discovery failed is asked to discover again 5 s later, then with the
+    /// pause doubling; once one succeeds it is asked no more, and a later failure starts again
+    /// from the first pause.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_discovery_is_tried_again_with_growing_pauses_until_one_succeeds() {
+        let backends = Backends::new(Vec::new());
+        let (tx, mut rx) = mpsc::channel(8);
+        let stop = CancellationToken::new();
+        tokio::spawn(retry_failed_discovery(
+            3,
+            "usb".into(),
+            backends.failed_discoveries(),
+            tx,
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert!(
+            rx.try_recv().is_err(),
+            "asked to discover while none failed"
+        );
+
+        backends.note_discovery(2, false);
+        backends.note_discovery(3, false);
+        let failed = tokio::time::Instant::now();
+        let mut asked = Vec::new();
+        for _ in 0..3 {
+            assert_eq!(rx.recv().await, Some(SourceEvent::Rediscover));
+            asked.push(failed.elapsed().as_secs());
+        }
+        assert_eq!(asked, [5, 15, 35]);
+
+        backends.note_discovery(3, true);
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert!(
+            rx.try_recv().is_err(),
+            "asked again after a discovery succeeded"
+        );
+
+        backends.note_discovery(3, false);
+        let again = tokio::time::Instant::now();
+        assert_eq!(rx.recv().await, Some(SourceEvent::Rediscover));
+        assert_eq!(again.elapsed().as_secs(), 5);
+        stop.cancel();
+    }
 }

@@ -43,7 +43,29 @@ pub(crate) fn allocated_claim(
         results,
         config,
         pod_claim_name: pod_claim_name(found),
+        node_names: node_names(allocation),
     })
+}
+
+/// The node names the allocation's node selector matches `metadata.name` against with `In`,
+/// over all of its terms, each once.
+fn node_names(allocation: &res::AllocationResult) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let terms = allocation
+        .node_selector
+        .iter()
+        .flat_map(|s| s.node_selector_terms.iter());
+    for field in terms.flat_map(|t| t.match_fields.iter().flatten()) {
+        if field.key != "metadata.name" || field.operator != "In" {
+            continue;
+        }
+        for name in field.values.iter().flatten() {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+    }
+    names
 }
 
 /// A claim whose content cannot be read.

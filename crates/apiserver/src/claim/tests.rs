@@ -154,6 +154,32 @@ fn an_allocation_without_our_devices_is_empty() {
     assert!(out.results.is_empty() && out.config.is_empty());
 }
 
+/// The scheduler names the node of a node-local slice's devices in `metadata.name` fields; a
+/// selector by labels, or by a field with another operator, names no node.
+#[test]
+fn the_nodes_an_allocation_names_come_from_its_metadata_name_fields() {
+    let with_selector = |selector: serde_json::Value| {
+        claim(json!({"allocation": {"nodeSelector": selector, "devices": {"results": []}}}))
+    };
+    let by_name = with_selector(json!({"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-b", "node-a"]}],
+         "matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}
+    ]}));
+    let out = allocated_claim(&driver(), &claim_ref(), &by_name).unwrap();
+    assert_eq!(out.node_names, ["node-a", "node-b"]);
+    assert!(out.names_node("node-b") && !out.names_node("node-c"));
+
+    let by_label = with_selector(json!({"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-a"]}]}
+    ]}));
+    let out = allocated_claim(&driver(), &claim_ref(), &by_label).unwrap();
+    assert!(out.node_names.is_empty() && !out.names_node("node-a"));
+    let out = allocated_claim(&driver(), &claim_ref(), &allocated()).unwrap();
+    assert!(out.node_names.is_empty());
+}
+
 #[test]
 fn bad_content_is_an_error_naming_the_value() {
     let bad = claim(json!({"allocation": {"devices": {"results": [

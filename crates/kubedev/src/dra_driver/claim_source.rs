@@ -30,7 +30,7 @@ pub trait ClaimSource: Send + Sync + 'static {
     /// Every claim the cluster says is allocated devices of this driver and reserved for a
     /// consumer, with those devices: what recovery rebuilds from when the checkpoint was lost.
     /// `Err` says why the source cannot tell (then nothing may be judged orphaned).
-    async fn reserved_claims(&self) -> Result<Vec<(ClaimRef, Vec<AllocatedDevice>)>, String> {
+    async fn reserved_claims(&self) -> Result<Vec<ReservedClaim>, String> {
         Err("this claim source cannot list the cluster's claims".into())
     }
 
@@ -53,6 +53,32 @@ pub trait ClaimSource: Send + Sync + 'static {
     async fn report_unprepared(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let _ = claim;
         Ok(())
+    }
+}
+
+/// A claim the cluster says is allocated devices of this driver and reserved for a consumer
+/// (see [`ClaimSource::reserved_claims`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ReservedClaim {
+    /// The claim.
+    pub claim: ClaimRef,
+    /// Its devices of this driver.
+    pub devices: Vec<AllocatedDevice>,
+    /// Whether the allocation's node selector names this node: `Some(true)` when it picks this
+    /// node by name (its devices are this node's even while no backend serves their pool),
+    /// `Some(false)` when it names other nodes only, `None` when it names no node.
+    pub on_this_node: Option<bool>,
+}
+
+impl ReservedClaim {
+    /// `claim` with `devices`, on this node as `on_this_node` says.
+    pub fn new(claim: ClaimRef, devices: Vec<AllocatedDevice>, on_this_node: Option<bool>) -> Self {
+        ReservedClaim {
+            claim,
+            devices,
+            on_this_node,
+        }
     }
 }
 

@@ -2,11 +2,13 @@
 //! this node prepared again, and the CDI specs and device metadata no claim owns removed, but
 //! only when the API server answered (else they are kept and the rebuild tried again later).
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 
+use kubedev_core::{ClaimRef, PoolName};
 use kubedev_kubelet_grpc::dra::Retry;
 
-use super::{DraDriver, Recovery, StepError};
+use super::{DraDriver, Recovery, StepError, blocking};
 use crate::checkpoint::ClaimState;
 use crate::metadata::MetadataError;
 
@@ -14,16 +16,21 @@ use crate::metadata::MetadataError;
 const REBUILD_LIST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl DraDriver {
-    /// Removes the CDI specs no record owns (or, when `may_remove` is false, only lists them),
-    /// judged on a fresh read held under the node lock: another instance records a claim before
-    /// it writes the claim's spec, so none of its specs can look orphaned while this runs.
-    /// Returns the specs removed and those kept.
+    /// Removes the CDI specs no record owns (or, when the API server did not answer, only
+    /// lists them), judged on a fresh read held under the node lock: another instance records a
+    /// claim before it writes the claim's spec, so none of its specs can look orphaned while
+    /// this runs. The specs and metadata of `rebuild`'s waiting claims are left alone. Returns
+    /// the specs removed and those kept unverified.
     pub(super) async fn sweep_orphans(
         &self,
-        may_remove: bool,
+        rebuild: Rebuild,
     ) -> Result<(Vec<PathBuf>, Vec<PathBuf>), StepError> {
         let cdi = self.cdi.clone();
         let metadata = self.metadata.writer();
+        let (may_remove, waiting) = match rebuild {
+            Rebuild::Unanswered => (false, Vec::new()),
+            Rebuild::Answered { waiting } => (true, waiting),
+        };
         self.journal
             .with_store(move |s| {
                 s.with_fresh_claims(|owned| {
@@ -38,7 +45,9 @@ impl DraDriver {
                         for (ns, name, path) in dirs {
                             let has_record = owned
                                 .values()
-                                .any(|r| r.claim.namespace == ns && r.claim.name == name);
+                                .map(|r| &r.claim)
+                                .chain(&waiting)
+                                .any(|c| c.namespace == ns && c.name == name);
                             if has_record {
                                 continue;
                             }
@@ -53,7 +62,8 @@ impl DraDriver {
                         }
                     }
                     for (uid, path) in files {
-                        if owned.contains_key(uid.as_str()) {
+                        if owned.contains_key(uid.as_str()) || waiting.iter().any(|c| c.uid == uid)
+                        {
                             continue;
                         }
                         if !may_remove {
@@ -71,7 +81,7 @@ impl DraDriver {
     }
 
     /// Tries again what start-up recovery could not finish (see [`Recovery::retry_later`]): the
-    /// API server could not be asked, or a claim's prepare failed in a way that may pass.
+    /// API server could not be asked, or a claim of this node could not be prepared yet.
     /// Prepares the reserved claims of this node that have no completed record and removes the
     /// specs no claim owns. Safe while the kubelet calls the driver (each claim
     /// is prepared under its own lock, and prepare is idempotent). The result says whether the
@@ -81,24 +91,27 @@ impl DraDriver {
             checkpoint_lost: Some("finishing an earlier recovery".into()),
             ..Recovery::default()
         };
-        let answered = self.rebuild(&mut rec).await;
-        let (removed, kept) = self.sweep_orphans(answered).await?;
+        let rebuild = self.rebuild(&mut rec).await;
+        let (removed, kept) = self.sweep_orphans(rebuild).await?;
         rec.cdi_removed = removed;
         rec.kept_unverified = kept;
         Ok(rec)
     }
 
     /// After a lost checkpoint: prepares again every claim the API server says is reserved and
-    /// allocated devices on this node. Returns whether the API server answered (only then can a
-    /// spec no claim owns be called an orphan).
-    pub(super) async fn rebuild(&self, rec: &mut Recovery) -> bool {
+    /// allocated devices on this node. A claim is this node's when a backend serves one of its
+    /// pools, when its allocation names this node, or, when it names no node, when its CDI spec
+    /// is here. A claim of this node that could not be prepared, its pools served by no backend
+    /// at the moment (a discovery failed) among the reasons, is listed in
+    /// [`Recovery::rebuild_failed`], and tried again later unless the failure is permanent.
+    pub(super) async fn rebuild(&self, rec: &mut Recovery) -> Rebuild {
         let listed =
             match tokio::time::timeout(REBUILD_LIST_TIMEOUT, self.claims.reserved_claims()).await {
                 Ok(Ok(listed)) => listed,
                 Ok(Err(e)) => {
                     rec.cluster_error = Some(e);
                     rec.retry_later = true;
-                    return false;
+                    return Rebuild::Unanswered;
                 }
                 Err(_) => {
                     rec.cluster_error = Some(format!(
@@ -106,14 +119,25 @@ impl DraDriver {
                         REBUILD_LIST_TIMEOUT.as_secs()
                     ));
                     rec.retry_later = true;
-                    return false;
+                    return Rebuild::Unanswered;
                 }
             };
-        for (claim, devices) in listed {
-            if !devices
+        let with_spec = self.claims_with_spec().await;
+        let mut waiting = Vec::new();
+        for reserved in listed {
+            let claim = reserved.claim;
+            let unserved: Vec<&PoolName> = reserved
+                .devices
                 .iter()
-                .any(|d| self.backends.owner(&d.device.pool).is_some())
-            {
+                .map(|d| &d.device.pool)
+                .filter(|p| self.backends.owner(p).is_none())
+                .collect();
+            let served = unserved.len() < reserved.devices.len();
+            let here = served
+                || reserved
+                    .on_this_node
+                    .unwrap_or_else(|| with_spec.contains(claim.uid.as_str()));
+            if !here {
                 continue;
             }
             let lock = self.locks.of(&claim.uid);
@@ -127,15 +151,59 @@ impl DraDriver {
                 // Rebuilt by an earlier try, or prepared by the kubelet since.
                 continue;
             }
+            if !served {
+                let mut pools: Vec<String> = unserved.iter().map(|p| p.to_string()).collect();
+                pools.sort();
+                pools.dedup();
+                rec.retry_later = true;
+                rec.rebuild_failed.push((
+                    claim.uid.to_string(),
+                    format!(
+                        "no backend of this node serves its pool(s) {} now (a backend's discovery \
+                         failed or has not found them); its CDI spec and device metadata are \
+                         kept and the claim is prepared again once they are served",
+                        pools.join(", ")
+                    ),
+                ));
+                waiting.push(claim);
+                continue;
+            }
             match self.prepare_locked(&claim).await {
                 Ok(_) => rec.rebuilt.push(claim.uid.to_string()),
                 Err(f) => {
                     rec.retry_later |= f.retry() == Retry::Retryable;
                     rec.rebuild_failed
                         .push((claim.uid.to_string(), f.to_string()));
+                    waiting.push(claim);
                 }
             }
         }
-        true
+        Rebuild::Answered { waiting }
     }
+
+    /// The UIDs of the claims with a CDI spec of this driver on the node (none when the
+    /// directory cannot be read).
+    async fn claims_with_spec(&self) -> HashSet<String> {
+        let cdi = self.cdi.clone();
+        match blocking(move || cdi.list_claim_files()).await {
+            Ok(files) => files.into_iter().map(|(uid, _)| uid.to_string()).collect(),
+            Err(e) => {
+                tracing::warn!(error = %kubedev_core::echo::Chain(&e), "could not list the CDI specs to tell which listed claims were prepared here");
+                HashSet::new()
+            }
+        }
+    }
+}
+
+/// What the rebuild after a lost checkpoint learned from the API server.
+#[derive(Debug)]
+pub(super) enum Rebuild {
+    /// It did not answer: no spec can be called an orphan.
+    Unanswered,
+    /// It answered; `waiting` are this node's claims that could not be prepared again, whose
+    /// specs and metadata stay.
+    Answered {
+        /// The claims still to rebuild.
+        waiting: Vec<ClaimRef>,
+    },
 }

@@ -32,8 +32,9 @@ pub struct Recovery {
     pub rebuilt: Vec<String>,
     /// Claims the API server listed that could not be re-prepared, with why.
     pub rebuild_failed: Vec<(String, String)>,
-    /// Whether trying the rebuild again may do more: the API server could not be asked, or a
-    /// listed claim's prepare failed in a way the next try may not meet. The kubelet does not
+    /// Whether trying the rebuild again may do more: the API server could not be asked, a
+    /// listed claim's prepare failed in a way the next try may not meet, or a claim of this
+    /// node is in a pool no backend serves yet. The kubelet does not
     /// prepare a running pod's claims again, so the driver must.
     pub retry_later: bool,
     /// CDI specs kept although no record owns them, because the API server could not be asked
@@ -94,11 +95,15 @@ impl DraDriver {
         let cdi = self.cdi.clone();
         let spec_files = blocking(move || cdi.list_claim_files()).await?;
         rec.checkpoint_lost = why_records_lost(checkpoint, spec_files.len());
-        let mut may_remove_orphans = true;
-        if rec.checkpoint_lost.is_some() {
-            may_remove_orphans = self.rebuild(&mut rec).await;
-        }
-        let (removed, kept) = self.sweep_orphans(may_remove_orphans).await?;
+        let rebuild = if rec.checkpoint_lost.is_some() {
+            self.rebuild(&mut rec).await
+        } else {
+            // The records were read: a spec none of them owns is an orphan.
+            super::rebuild::Rebuild::Answered {
+                waiting: Vec::new(),
+            }
+        };
+        let (removed, kept) = self.sweep_orphans(rebuild).await?;
         rec.cdi_removed = removed;
         rec.kept_unverified = kept;
         rec.cdi_temp_removed = self.remove_interrupted_writes().await?;

@@ -57,6 +57,7 @@ pub(super) async fn start_dra(
     if rec.retry_later {
         tokio::spawn(finish_recovery(
             driver.clone(),
+            backends.failed_discoveries(),
             obs.metrics.clone(),
             obs.probes.clone(),
             cancel.child_token(),
@@ -260,21 +261,26 @@ pub(super) async fn report_recovery(
 
 /// After a lost checkpoint whose rebuild could not ask the API server, or could not prepare a
 /// claim again for a reason that may pass: tries again, 5 s after start and then with the wait
-/// doubling up to 5 minutes, until nothing is left to retry; logs and counts what each try
+/// doubling up to 5 minutes, and at once when a backend's discovery fails or succeeds (the pools
+/// it serves may have come back), until nothing is left to retry; logs and counts what each try
 /// rebuilt and removed, and updates the `/readyz` note.
 pub(super) async fn finish_recovery(
     driver: Arc<DraDriver>,
+    mut discoveries: watch::Receiver<std::collections::BTreeSet<usize>>,
     metrics: Arc<Metrics>,
     probes: Arc<Probes>,
     cancel: CancellationToken,
 ) {
     let mut wait = Duration::from_secs(5);
     loop {
-        tokio::select! {
+        let discovered = tokio::select! {
             _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(wait) => false,
+            Ok(()) = discoveries.changed() => true,
+        };
+        if !discovered {
+            wait = (wait * 2).min(Duration::from_secs(300));
         }
-        wait = (wait * 2).min(Duration::from_secs(300));
         let rec = match driver.retry_rebuild().await {
             Ok(rec) if rec.cluster_error.is_none() => rec,
             Ok(rec) => {

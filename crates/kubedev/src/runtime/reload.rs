@@ -154,7 +154,7 @@ impl Running {
             self.clock.clear_stale(slot);
             if let Some(b) = &backend {
                 let stop = sh.cancel.child_token();
-                spawn_watcher(watchers, slot, b, tx.clone(), stop.clone());
+                spawn_watcher(watchers, slot, b, sh.backends, tx.clone(), stop.clone());
                 self.watcher_stops.insert(slot, stop);
             }
             summary.push(format!(

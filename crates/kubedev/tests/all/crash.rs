@@ -557,3 +557,103 @@ async fn wait_for_only_record_and_spec(env: &Env, uid: &str, what: &str) {
     assert_eq!(env.checkpoint()[0].0, uid);
     assert!(env.cdi_files()[0].to_string_lossy().contains(uid));
 }
+
+/// After a lost checkpoint, a reserved claim of this node whose pool no backend serves at the
+/// moment (the backend's discovery failed at start) keeps its CDI spec, is named with its pool
+/// in the recovery's report, and is prepared again once a later discovery finds the pool: the
+/// kubelet never prepares a running pod's claim again. Both ways of telling the claim is this
+/// node's are covered: an allocation that names the node, and a spec left on the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_pool_is_not_served_after_a_lost_checkpoint_keeps_its_spec_until_rebuilt() {
+    let env = Env::new().await;
+    let named = env.claim("named", "claim-uid-named", &["gpu-0"]);
+    allocate_on(&env, "named", NODE);
+    let unnamed = env.claim("unnamed", "claim-uid-unnamed", &["gpu-1"]);
+    env.reserve("named", Some("pod-named"));
+    env.reserve("unnamed", Some("pod-unnamed"));
+    let daemon = env.start("").await;
+    let out = env
+        .kubelet
+        .prepare(DRIVER, &[named, unnamed])
+        .await
+        .unwrap();
+    assert!(out.values().all(|r| r.is_ok()), "{out:?}");
+    stop(daemon);
+    let specs = env.cdi_files();
+    assert_eq!(specs.len(), 2);
+    let written: Vec<String> = specs
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    std::fs::write(env.checkpoint_path(), "not a checkpoint").unwrap();
+    // Another node's claim, reserved there: not this node's to rebuild or report.
+    env.claim("elsewhere", "claim-uid-elsewhere", &["gpu-2"]);
+    allocate_on(&env, "elsewhere", "node-b");
+    env.reserve("elsewhere", Some("pod-elsewhere"));
+
+    let daemon = env.start("startup-discovery=fail").await;
+    assert!(env.checkpoint().is_empty(), "no pool is served yet");
+    assert_eq!(
+        env.cdi_files(),
+        specs,
+        "the specs of the running pods' claims were removed"
+    );
+    let log = env.log_text();
+    assert!(
+        log.contains("claim-uid-named: no backend of this node serves its pool(s) node-a now")
+            && log.contains(
+                "claim-uid-unnamed: no backend of this node serves its pool(s) node-a now"
+            )
+            && !log.contains("claim-uid-elsewhere"),
+        "{log}"
+    );
+    let started = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while env.checkpoint().len() != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the claims were not prepared again once their pool was served: records {:?}",
+            env.checkpoint()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("rebuilt {:?} after the restart", started.elapsed());
+    assert!(
+        env.checkpoint()
+            .iter()
+            .all(|(_, s)| s == "PrepareCompleted")
+    );
+    let now: Vec<String> = env
+        .cdi_files()
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert_eq!(
+        now, written,
+        "the rebuilt specs differ from the prepared ones"
+    );
+    assert!(
+        slices_of(&env.api).iter().any(|s| s["spec"]["devices"]
+            .as_array()
+            .is_some_and(|d| d.len() == 4)),
+        "the pool discovered again was not published"
+    );
+    stop(daemon);
+}
+
+/// Makes claim `name`'s allocation name `node` as the scheduler does for devices of a node's own
+/// slices, its devices in the pool `node` (as `Env`'s backend names its pool).
+fn allocate_on(env: &Env, name: &str, node: &str) {
+    let mut claim = env
+        .api
+        .get(Resource::ResourceClaims, Some("default"), name)
+        .unwrap();
+    let allocation = &mut claim["status"]["allocation"];
+    for result in allocation["devices"]["results"].as_array_mut().unwrap() {
+        result["pool"] = json!(node);
+    }
+    allocation["nodeSelector"] = json!({"nodeSelectorTerms": [{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [node]}
+    ]}]});
+    env.api.put_raw(Resource::ResourceClaims, claim).unwrap();
+}
