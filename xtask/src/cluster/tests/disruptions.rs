@@ -396,3 +396,93 @@ fn roll_with_surge(node: &Node) -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A lost checkpoint, with the claim's pool unserved at first: a pod holds a claim the real
+/// scheduler allocated; kubedev's checkpoint is damaged and the claim's CDI spec deleted, and
+/// kubedev is rolled with every start-up discovery failing (fail point `startup-discovery`), so
+/// when recovery lists the claims no backend serves the claim's pool and only the allocation's
+/// node selector, as the real scheduler wrote it, says the claim is this node's. The claim is
+/// reported naming its pool, prepared again once the discovery tried again finds the pool, its
+/// spec written again; the pod runs on, and the claim is unprepared when the pod goes.
+pub(super) fn lost_checkpoint(node: &Node, _root: &Path) -> anyhow::Result<()> {
+    dra_pod(node, "lost-holder")?;
+    let holder = container_identity(node, "lost-holder")?;
+    let claim_name = get_json(node, &["pod", "lost-holder", "-n", TEST_NAMESPACE])?["status"]
+        ["resourceClaimStatuses"][0]["resourceClaimName"]
+        .as_str()
+        .context("lost-holder's claim")?
+        .to_string();
+    let claim = get_json(node, &["resourceclaim", &claim_name, "-n", TEST_NAMESPACE])?;
+    let uid = claim["metadata"]["uid"]
+        .as_str()
+        .context("claim uid")?
+        .to_string();
+    let selector = &claim["status"]["allocation"]["nodeSelector"];
+    let named = serde_json::json!([{"matchFields": [
+        {"key": "metadata.name", "operator": "In", "values": [pki::NODE]}
+    ]}]);
+    ensure!(
+        selector["nodeSelectorTerms"] == named,
+        "the scheduler's allocation does not name the node by metadata.name: {selector}"
+    );
+    let checkpoint = PathBuf::from(format!(
+        "/var/lib/kubelet/plugins/{DRIVER}/kubedev-checkpoint.json"
+    ));
+    ensure!(
+        checkpoint.is_file(),
+        "kubedev's checkpoint is not at {}",
+        checkpoint.display()
+    );
+    let specs = cdi_files_naming(&uid);
+    ensure!(!specs.is_empty(), "no CDI spec names the claim {uid}");
+    std::fs::write(&checkpoint, "damaged by the lost-checkpoint test")?;
+    for spec in &specs {
+        std::fs::remove_file(spec).with_context(|| format!("removing {}", spec.display()))?;
+    }
+
+    eprintln!("  rolling kubedev with its start-up discovery failing");
+    let failpoint = "KUBEDEV_FAILPOINTS=startup-discovery=fail";
+    set_daemon_env(node, failpoint)?;
+    let rebuilt = wait_for(
+        "the claim prepared again, its CDI spec back",
+        Duration::from_secs(120),
+        || Ok(!cdi_files_naming(&uid).is_empty()),
+    );
+    let log = daemon_log();
+    set_daemon_env(node, "KUBEDEV_FAILPOINTS-")?;
+    rebuilt.with_context(|| format!("the daemon's log:\n{}", indent(&log)))?;
+    let reported = format!("{uid}: no backend of this node serves its pool(s)");
+    ensure!(
+        log.contains(&reported) && log.contains("discovering again after a failed discovery"),
+        "the daemon's log does not report the unserved pool and the discovery tried again:\n{}",
+        indent(&log)
+    );
+    ensure!(
+        container_identity(node, "lost-holder")? == holder,
+        "the running pod's container changed over the lost checkpoint"
+    );
+    delete_pod(node, "lost-holder")?;
+    wait_for(
+        "the rebuilt claim unprepared when its pod went",
+        Duration::from_secs(60),
+        || Ok(cdi_files_naming(&uid).is_empty()),
+    )?;
+    Ok(())
+}
+
+/// Sets (`NAME=value`) or removes (`NAME-`) an environment variable of kubedev's daemon
+/// container, and waits until the rollout that starts is done, the old daemon gone.
+fn set_daemon_env(node: &Node, change: &str) -> anyhow::Result<()> {
+    node.kubectl_out(&[
+        "set",
+        "env",
+        "daemonset/kubedev",
+        "-n",
+        KUBEDEV_NAMESPACE,
+        change,
+    ])?;
+    daemon_ready(node)?;
+    wait_for("one kubedev daemon pod", Duration::from_secs(60), || {
+        Ok(daemon_pods(node)?.len() == 1)
+    })
+}

@@ -139,6 +139,7 @@ pub(super) fn run_all(
         ("confinement", confinement::confinement),
         ("health", disruptions::health),
         ("restarts", disruptions::restarts),
+        ("lost-checkpoint", disruptions::lost_checkpoint),
         ("pod-startup", startup::pod_startup),
         ("prepare-10000-claims", scale::prepare_ten_thousand),
         // Last: it restarts the API server as older releases.
