@@ -101,8 +101,8 @@ impl DraDriver {
     /// After a lost checkpoint: prepares again every claim the API server says is reserved and
     /// allocated devices on this node. A claim is this node's when a backend serves one of its
     /// pools, when its allocation names this node, or, when it names no node, when its CDI spec
-    /// is here. A claim of this node that could not be prepared, its pools served by no backend
-    /// at the moment (a discovery failed) among the reasons, is listed in
+    /// is here. A claim of this node that could not be prepared, a pool of it served by no
+    /// backend at the moment (a discovery failed) among the reasons, is listed in
     /// [`Recovery::rebuild_failed`], and tried again later unless the failure is permanent.
     pub(super) async fn rebuild(&self, rec: &mut Recovery) -> Rebuild {
         let listed =
@@ -151,7 +151,8 @@ impl DraDriver {
                 // Rebuilt by an earlier try, or prepared by the kubelet since.
                 continue;
             }
-            if !served {
+            if !unserved.is_empty() {
+                // All of the claim's devices or none: prepare refuses a device no backend owns.
                 let mut pools: Vec<String> = unserved.iter().map(|p| p.to_string()).collect();
                 pools.sort();
                 pools.dedup();
