@@ -91,7 +91,8 @@ impl DraDriver {
             checkpoint_lost: Some("finishing an earlier recovery".into()),
             ..Recovery::default()
         };
-        let rebuild = self.rebuild(&mut rec).await;
+        let with_spec = self.claims_with_spec().await;
+        let rebuild = self.rebuild(&mut rec, &with_spec).await;
         let (removed, kept) = self.sweep_orphans(rebuild).await?;
         rec.cdi_removed = removed;
         rec.kept_unverified = kept;
@@ -101,10 +102,11 @@ impl DraDriver {
     /// After a lost checkpoint: prepares again every claim the API server says is reserved and
     /// allocated devices on this node. A claim is this node's when a backend serves one of its
     /// pools, when its allocation names this node, or, when it names no node, when its CDI spec
-    /// is here. A claim of this node that could not be prepared, a pool of it served by no
+    /// is here (`with_spec` holds the UIDs of the claims whose spec is). A claim of this node
+    /// that could not be prepared, a pool of it served by no
     /// backend at the moment (a discovery failed) among the reasons, is listed in
     /// [`Recovery::rebuild_failed`], and tried again later unless the failure is permanent.
-    pub(super) async fn rebuild(&self, rec: &mut Recovery) -> Rebuild {
+    pub(super) async fn rebuild(&self, rec: &mut Recovery, with_spec: &HashSet<String>) -> Rebuild {
         let listed =
             match tokio::time::timeout(REBUILD_LIST_TIMEOUT, self.claims.reserved_claims()).await {
                 Ok(Ok(listed)) => listed,
@@ -122,7 +124,6 @@ impl DraDriver {
                     return Rebuild::Unanswered;
                 }
             };
-        let with_spec = self.claims_with_spec().await;
         let mut waiting = Vec::new();
         for reserved in listed {
             let claim = reserved.claim;

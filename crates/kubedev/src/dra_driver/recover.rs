@@ -96,7 +96,8 @@ impl DraDriver {
         let spec_files = blocking(move || cdi.list_claim_files()).await?;
         rec.checkpoint_lost = why_records_lost(checkpoint, spec_files.len());
         let rebuild = if rec.checkpoint_lost.is_some() {
-            self.rebuild(&mut rec).await
+            let with_spec = spec_files.iter().map(|(uid, _)| uid.to_string()).collect();
+            self.rebuild(&mut rec, &with_spec).await
         } else {
             // The records were read: a spec none of them owns is an orphan.
             super::rebuild::Rebuild::Answered {

@@ -30,12 +30,11 @@ pub(super) fn dra_end_to_end(node: &Node, _root: &Path) -> anyhow::Result<()> {
     )?;
     let log = wait_running(node, "dra-one", Duration::from_secs(90))?;
     eprintln!("  container's output:\n{}", indent(&log));
-    let pod = get_json(node, &["pod", "dra-one", "-n", TEST_NAMESPACE])?;
-    let claim_name = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+    let claim = pod_claim(node, "dra-one").context("the pod's generated claim")?;
+    let claim_name = claim["metadata"]["name"]
         .as_str()
-        .context("the pod's status names no generated claim")?
+        .context("claim name")?
         .to_string();
-    let claim = get_json(node, &["resourceclaim", &claim_name, "-n", TEST_NAMESPACE])?;
     let result = &claim["status"]["allocation"]["devices"]["results"][0];
     let device = result["device"]
         .as_str()
@@ -82,11 +81,11 @@ pub(super) fn dra_end_to_end(node: &Node, _root: &Path) -> anyhow::Result<()> {
         !cdi_files_naming(&uid).is_empty(),
         "no CDI spec on the host names the claim {uid}"
     );
-    delete_pod(node, "dra-one")?;
-    wait_for(
+    delete_pod_until_unprepared(
+        node,
+        "dra-one",
+        &uid,
         "the claim's CDI spec removed after the pod is gone",
-        Duration::from_secs(60),
-        || Ok(cdi_files_naming(&uid).is_empty()),
     )?;
     wait_for(
         "the generated claim deleted with its pod",

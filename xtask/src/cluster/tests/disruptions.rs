@@ -118,12 +118,7 @@ pub(super) fn container_identity(node: &Node, name: &str) -> anyhow::Result<Stri
 pub(super) fn restarts(node: &Node, root: &Path) -> anyhow::Result<()> {
     dra_pod(node, "holder")?;
     let holder = container_identity(node, "holder")?;
-    let claim = get_json(node, &["pod", "holder", "-n", TEST_NAMESPACE])?["status"]
-        ["resourceClaimStatuses"][0]["resourceClaimName"]
-        .as_str()
-        .context("holder's claim")?
-        .to_string();
-    let uid = get_json(node, &["resourceclaim", &claim, "-n", TEST_NAMESPACE])?["metadata"]["uid"]
+    let uid = pod_claim(node, "holder")?["metadata"]["uid"]
         .as_str()
         .context("claim uid")?
         .to_string();
@@ -170,11 +165,11 @@ pub(super) fn restarts(node: &Node, root: &Path) -> anyhow::Result<()> {
         container_identity(node, "holder")? == holder,
         "the running pod's container changed over kubedev's rollouts"
     );
-    delete_pod(node, "holder")?;
-    wait_for(
+    delete_pod_until_unprepared(
+        node,
+        "holder",
+        &uid,
         "the held claim unprepared by the new daemon",
-        Duration::from_secs(60),
-        || Ok(cdi_files_naming(&uid).is_empty()),
     )?;
     Ok(())
 }
@@ -407,12 +402,7 @@ fn roll_with_surge(node: &Node) -> anyhow::Result<()> {
 pub(super) fn lost_checkpoint(node: &Node, _root: &Path) -> anyhow::Result<()> {
     dra_pod(node, "lost-holder")?;
     let holder = container_identity(node, "lost-holder")?;
-    let claim_name = get_json(node, &["pod", "lost-holder", "-n", TEST_NAMESPACE])?["status"]
-        ["resourceClaimStatuses"][0]["resourceClaimName"]
-        .as_str()
-        .context("lost-holder's claim")?
-        .to_string();
-    let claim = get_json(node, &["resourceclaim", &claim_name, "-n", TEST_NAMESPACE])?;
+    let claim = pod_claim(node, "lost-holder")?;
     let uid = claim["metadata"]["uid"]
         .as_str()
         .context("claim uid")?
@@ -461,11 +451,11 @@ pub(super) fn lost_checkpoint(node: &Node, _root: &Path) -> anyhow::Result<()> {
         container_identity(node, "lost-holder")? == holder,
         "the running pod's container changed over the lost checkpoint"
     );
-    delete_pod(node, "lost-holder")?;
-    wait_for(
+    delete_pod_until_unprepared(
+        node,
+        "lost-holder",
+        &uid,
         "the rebuilt claim unprepared when its pod went",
-        Duration::from_secs(60),
-        || Ok(cdi_files_naming(&uid).is_empty()),
     )?;
     Ok(())
 }

@@ -363,6 +363,31 @@ fn cdi_files_naming(needle: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The ResourceClaim of pod `pod`'s first claim entry, as the API server holds it.
+fn pod_claim(node: &Node, pod: &str) -> anyhow::Result<Value> {
+    let name =
+        get_json(node, &["pod", pod, "-n", TEST_NAMESPACE])?["status"]["resourceClaimStatuses"][0]
+            ["resourceClaimName"]
+            .as_str()
+            .with_context(|| format!("pod {pod}'s status names no claim"))?
+            .to_string();
+    get_json(node, &["resourceclaim", &name, "-n", TEST_NAMESPACE])
+}
+
+/// Deletes pod `pod` and waits until no CDI spec names its claim `uid` any more (kubedev
+/// unprepared it); `what` says which unprepare is waited for.
+fn delete_pod_until_unprepared(
+    node: &Node,
+    pod: &str,
+    uid: &str,
+    what: &str,
+) -> anyhow::Result<()> {
+    delete_pod(node, pod)?;
+    wait_for(what, Duration::from_secs(60), || {
+        Ok(cdi_files_naming(uid).is_empty())
+    })
+}
+
 /// Applies the ResourceClaimTemplate `one-device` (idempotent).
 fn one_device_template(node: &Node) -> anyhow::Result<()> {
     apply(
