@@ -171,6 +171,20 @@ fn plan_constraints<'c>(
     Ok(())
 }
 
+/// The steps and candidates a search looks at when each request takes its first candidates
+/// (of its largest alternative): the work of a search that does not need to go back.
+pub(super) fn direct_path(plans: &[ClaimPlan<'_>]) -> u64 {
+    let mut work = 1;
+    for cp in plans {
+        work += 1;
+        for rp in &cp.requests {
+            let most = rp.subs.iter().map(|sp| sp.num_devices).max().unwrap_or(0);
+            work += 1 + 2 * most as u64;
+        }
+    }
+    work
+}
+
 /// Whether some request cannot be satisfied whatever the other requests get: too few
 /// candidates, no group of candidates sharing a matchAttribute value, too few distinct values,
 /// or an `All` request over a device that is in use or tainted. Then the claims do not fit and

@@ -50,6 +50,8 @@ struct Undo {
 /// every search step small.
 enum Stop {
     MaxSize,
+    /// The steps allowed by [`Search::run_for`] are used up.
+    Limit,
     Err(Box<AllocationError>),
 }
 
@@ -141,6 +143,10 @@ pub(crate) struct Search<'s, 'a, 'c> {
     pub(crate) chosen: SmallVec<[SmallVec<[Chosen; 2]>; 1]>,
     selected: SmallVec<[SmallVec<[usize; 2]>; 1]>,
     pub(crate) steps: u64,
+    /// Steps and candidates looked at, the measure of [`Search::run_for`]'s limit.
+    work: std::cell::Cell<u64>,
+    /// The search stops with [`Stop::Limit`] once `work` passes this.
+    limit: u64,
     deadline: Option<(Instant, Duration)>,
 }
 
@@ -179,6 +185,8 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             selected,
             plan,
             steps: 0,
+            work: std::cell::Cell::new(0),
+            limit: u64::MAX,
             deadline: deadline.map(|d| (Instant::now(), d)),
         }
     }
@@ -189,9 +197,18 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     }
 
     pub(crate) fn run(&mut self) -> Result<bool, AllocationError> {
+        self.run_for(u64::MAX).map(|done| done.unwrap_or(false))
+    }
+
+    /// Like [`Search::run`], but gives up with `Ok(None)` once it has taken `work` more
+    /// steps and looked at candidates. Every device taken is given back then, so the search
+    /// can be run again from the start.
+    pub(crate) fn run_for(&mut self, work: u64) -> Result<Option<bool>, AllocationError> {
+        self.limit = self.work.get().saturating_add(work);
         match self.search_from(Position::START, false, 0) {
-            Ok(done) => Ok(done),
-            Err(Stop::MaxSize) => Ok(false),
+            Ok(done) => Ok(Some(done)),
+            Err(Stop::MaxSize) => Ok(Some(false)),
+            Err(Stop::Limit) => Ok(None),
             Err(Stop::Err(e)) => Err(*e),
         }
     }
@@ -201,6 +218,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     /// subrequest of a firstAvailable request is tried. `Ok(true)` keeps the devices taken.
     fn search_from(&mut self, at: Position, in_sub: bool, start: usize) -> Result<bool, Stop> {
         self.steps += 1;
+        self.count_work()?;
         if self.steps & 255 == 0
             && let Some((t0, limit)) = self.deadline
             && t0.elapsed() > limit
@@ -311,6 +329,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
                 break;
             };
             i += 1;
+            self.count_work()?;
             if self.unavailable(at.claim, sp.admin, d) {
                 continue;
             }
@@ -338,6 +357,17 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             }
         }
         Ok(false)
+    }
+
+    /// Counts one step or candidate; stops the search once its limit is passed.
+    #[inline]
+    fn count_work(&self) -> Result<(), Stop> {
+        let work = self.work.get() + 1;
+        self.work.set(work);
+        if work > self.limit {
+            return Err(Stop::Limit);
+        }
+        Ok(())
     }
 
     /// Whether device `d` is out of reach for `claim`: held by that claim already (admin
@@ -392,6 +422,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             let mut j = i + 1;
             while let Some((d, _)) = self.candidate(sp, claim, j) {
                 j += 1;
+                self.work.set(self.work.get() + 1);
                 if self.view.attr(slot, d as usize) == Some(value) {
                     found += 1;
                     if found >= more {

@@ -5,4 +5,5 @@ mod conformance;
 mod nodes;
 mod policy;
 mod properties;
+mod search_work;
 mod shares;
