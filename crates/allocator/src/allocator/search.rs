@@ -160,40 +160,47 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
         let mut held = std::mem::take(&mut scratch.held);
         held.clear();
         held.resize(view.devices.len(), Held::default());
-        let mut consumed = SmallVec::with_capacity(view.pools.len());
-        for p in &view.pools {
-            consumed.push(vec![Quantity::default(); p.available.len()]);
-        }
-        let mut constraint_state = SmallVec::with_capacity(plan.len());
-        let mut chosen = SmallVec::with_capacity(plan.len());
-        let mut selected = SmallVec::with_capacity(plan.len());
-        for c in plan {
-            let mut states = SmallVec::new();
-            states.resize_with(c.constraints.len(), ConstraintState::default);
-            constraint_state.push(states);
-            chosen.push(SmallVec::new());
-            selected.push(SmallVec::from_elem(0, c.requests.len()));
-        }
-        Search {
+        // Filled in place: the per-claim state is large to move.
+        let mut search = Search {
             view,
             held,
-            consumed,
+            consumed: SmallVec::new(),
             share_capacity: Vec::new(),
             share_amounts: Vec::new(),
-            constraint_state,
-            chosen,
-            selected,
+            constraint_state: SmallVec::new(),
+            chosen: SmallVec::new(),
+            selected: SmallVec::new(),
             plan,
             steps: 0,
             work: std::cell::Cell::new(0),
             limit: u64::MAX,
             deadline: deadline.map(|d| (Instant::now(), d)),
+        };
+        search.consumed.reserve_exact(view.pools.len());
+        for p in &view.pools {
+            search
+                .consumed
+                .push(vec![Quantity::default(); p.available.len()]);
         }
+        search.constraint_state.reserve_exact(plan.len());
+        search.chosen.reserve_exact(plan.len());
+        search.selected.reserve_exact(plan.len());
+        for c in plan {
+            search.constraint_state.push(SmallVec::new());
+            if let Some(states) = search.constraint_state.last_mut() {
+                states.resize_with(c.constraints.len(), ConstraintState::default);
+            }
+            search.chosen.push(SmallVec::new());
+            search
+                .selected
+                .push(SmallVec::from_elem(0, c.requests.len()));
+        }
+        search
     }
 
     /// Ends the search, keeping its buffers for the next one.
-    pub(crate) fn finish(self, scratch: &mut Scratch) {
-        scratch.held = self.held;
+    pub(crate) fn finish(&mut self, scratch: &mut Scratch) {
+        scratch.held = std::mem::take(&mut self.held);
     }
 
     pub(crate) fn run(&mut self) -> Result<bool, AllocationError> {
