@@ -641,6 +641,49 @@ async fn a_claim_whose_pool_is_not_served_after_a_lost_checkpoint_keeps_its_spec
     stop(daemon);
 }
 
+/// After a lost checkpoint, a reserved claim with one device in a pool a backend serves and
+/// one in a pool that no backend serves at the moment waits as a whole, as a claim with none
+/// served does: preparing it now would fail for good (prepare refuses a device no backend owns)
+/// and leave the running pod without a way back. Its spec stays, the recovery names the pool
+/// that is missing, and the claim gets no record until it can be prepared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_with_one_pool_not_served_after_a_lost_checkpoint_waits_as_a_whole() {
+    let env = Env::new().await;
+    let split = env.claim("split", "claim-uid-split", &["gpu-0", "gpu-1"]);
+    allocate_on(&env, "split", NODE);
+    env.reserve("split", Some("pod-split"));
+    let daemon = env.start("").await;
+    let out = env.kubelet.prepare(DRIVER, &[split]).await.unwrap();
+    assert!(out.values().all(|r| r.is_ok()), "{out:?}");
+    stop(daemon);
+    let specs = env.cdi_files();
+    assert_eq!(specs.len(), 1);
+    let written = std::fs::read_to_string(&specs[0]).unwrap();
+    std::fs::write(env.checkpoint_path(), "not a checkpoint").unwrap();
+    // As if gpu-1 came from a second backend of this node whose discovery fails now.
+    let mut claim = env
+        .api
+        .get(Resource::ResourceClaims, Some("default"), "split")
+        .unwrap();
+    claim["status"]["allocation"]["devices"]["results"][1]["pool"] = json!("node-a-nics");
+    env.api.put_raw(Resource::ResourceClaims, claim).unwrap();
+
+    let daemon = env.start("").await;
+    let log = env.log_text();
+    assert!(
+        log.contains("claim-uid-split: no backend of this node serves its pool(s) node-a-nics now"),
+        "the recovery does not say which pool the claim waits for: {log}"
+    );
+    assert!(
+        env.checkpoint().is_empty(),
+        "the claim was recorded although one of its pools is not served: {:?}",
+        env.checkpoint()
+    );
+    assert_eq!(env.cdi_files(), specs, "the running pod's spec was removed");
+    assert_eq!(std::fs::read_to_string(&specs[0]).unwrap(), written);
+    stop(daemon);
+}
+
 /// Makes claim `name`'s allocation name `node` as the scheduler does for devices of a node's own
 /// slices, its devices in the pool `node` (as `Env`'s backend names its pool).
 fn allocate_on(env: &Env, name: &str, node: &str) {
