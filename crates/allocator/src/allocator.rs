@@ -88,7 +88,9 @@ pub struct ConsumedCapacity {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SearchStats {
-    /// Search steps (calls of the per-device step, as the scheduler counts them).
+    /// Search steps (calls of the per-device step, as the scheduler counts them). A search
+    /// that runs long enough to be checked for whether it can succeed at all, and then goes
+    /// on, counts its steps before the check too.
     pub steps: u64,
     /// Selector evaluations run (cache misses).
     pub evaluations: u64,
