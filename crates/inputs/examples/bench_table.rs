@@ -3,8 +3,9 @@
 //! allocation, and the outcome. `cargo xtask bench` puts them beside upstream's, measured in
 //! the same run.
 //!
-//! `cargo run --release -p kubedev-inputs --example bench_table [-- DIR [RUNS]]`
-//! (DIR defaults to `../shared/bench-scenarios`, RUNS to 2000).
+//! `cargo run --release -p kubedev-inputs --example bench_table [-- DIR|FILE [RUNS]]`
+//! (DIR defaults to `../shared/bench-scenarios`, RUNS to 2000; a FILE times that scenario
+//! alone).
 
 use std::path::PathBuf;
 
@@ -16,9 +17,13 @@ fn main() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench-scenarios")
     });
     let runs: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(2000);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|e| e.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
+    let mut files: Vec<PathBuf> = if dir.is_file() {
+        vec![dir.clone()]
+    } else {
+        std::fs::read_dir(&dir)
+            .map(|e| e.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    };
     files.retain(|p| p.extension().is_some_and(|x| x == "yaml"));
     files.sort();
     for f in files {
