@@ -50,7 +50,7 @@ struct Undo {
 /// every search step small.
 enum Stop {
     MaxSize,
-    /// The steps allowed by [`Search::run_for`] are used up.
+    /// The work allowed by [`Search::run_for`] is used up.
     Limit,
     Err(Box<AllocationError>),
 }
@@ -369,12 +369,18 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
     /// Counts one step or candidate; stops the search once its limit is passed.
     #[inline]
     fn count_work(&self) -> Result<(), Stop> {
-        let work = self.work.get() + 1;
-        self.work.set(work);
-        if work > self.limit {
+        if self.add_work() > self.limit {
             return Err(Stop::Limit);
         }
         Ok(())
+    }
+
+    /// Counts one step or candidate; the work so far.
+    #[inline]
+    fn add_work(&self) -> u64 {
+        let work = self.work.get() + 1;
+        self.work.set(work);
+        work
     }
 
     /// Whether device `d` is out of reach for `claim`: held by that claim already (admin
@@ -429,7 +435,7 @@ impl<'s, 'a, 'c> Search<'s, 'a, 'c> {
             let mut j = i + 1;
             while let Some((d, _)) = self.candidate(sp, claim, j) {
                 j += 1;
-                self.work.set(self.work.get() + 1);
+                self.add_work();
                 if self.view.attr(slot, d as usize) == Some(value) {
                     found += 1;
                     if found >= more {
